@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs every Debian package workspaced needs to build, run and test.
+# Idempotent: refreshes the package lists at most once per run and only
+# installs what is missing, so running it twice is cheap and safe.
+set -euo pipefail
+
+packages=(
+  # build
+  bazel-bootstrap build-essential pkg-config clang-format
+  # gRPC C core, protobuf-c and protoc
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  # server libraries
+  libssl-dev libcurl4-openssl-dev libseccomp-dev libjansson-dev libpcre2-dev
+  # tests
+  libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
+  # isolation backends probed by the server
+  bubblewrap docker.io busybox-static
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,146 @@
+/* gRPC C-core plumbing: one completion queue served by N threads, a call
+ * object per RPC with its tags embedded and a reference count, and one
+ * callback table per method covering unary, server-streaming,
+ * client-streaming and bidi calls.
+ *
+ * Life of a call: the core accepts it, issues RECV_CLOSE_ON_SERVER at once
+ * (that is how a client cancel or an expired deadline is learned), reads
+ * and decodes the first request message, then calls on_start. From there
+ * the handler drives the call with ws_call_send / ws_call_recv /
+ * ws_call_finish / ws_call_fail; completions come back as on_sent and
+ * on_message. on_cancel runs at most once if the client cancels, the
+ * deadline passes or the server drains before the handler finished.
+ * on_destroy runs exactly once, when the last reference is dropped.
+ *
+ * Thread safety: callbacks of one call never run concurrently (the call's
+ * own recursive lock is held around each). Any thread may call the ws_call_*
+ * functions on a call it holds a reference to; they take the same lock.
+ * Threads other than the callback's own must hold a reference
+ * (ws_call_ref / ws_call_unref).
+ *
+ * Messages handed to on_start / on_message are owned by the core and freed
+ * when the callback returns. Messages passed to ws_call_send / finish are
+ * serialized before the function returns and stay the caller's.
+ */
+#ifndef WS_RPC_CALL_H
+#define WS_RPC_CALL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "server/base/errors.h"
+
+enum ws_rpc_kind {
+    WS_RPC_UNARY,
+    WS_RPC_SERVER_STREAM,
+    WS_RPC_CLIENT_STREAM,
+    WS_RPC_BIDI,
+};
+
+struct ws_call;
+
+struct ws_rpc_method {
+    /* Full method path, e.g. "/workspace.v1.FileSystem/ReadFile". */
+    const char *path;
+    enum ws_rpc_kind kind;
+    /* Type of the request messages; the core decodes them. Before decoding
+     * the core checks every string field (nested ones too) is valid UTF-8
+     * without NUL bytes, else the call fails INVALID_ARGUMENT, reason
+     * MALFORMED, metadata "field". */
+    const ProtobufCMessageDescriptor *request;
+    /* Required. The first request message; NULL for a client-streaming or
+     * bidi call whose client half-closed before sending anything. */
+    void (*on_start)(struct ws_call *call, const ProtobufCMessage *req);
+    /* Client-streaming and bidi: the message asked for by ws_call_recv, or
+     * NULL when the client half-closed. */
+    void (*on_message)(struct ws_call *call, const ProtobufCMessage *msg);
+    /* The send started by ws_call_send completed; !ok means the stream is
+     * gone (the call will be cancelled). Optional. */
+    void (*on_sent)(struct ws_call *call, bool ok);
+    /* The client cancelled, the deadline passed or the server is draining,
+     * and the handler had not finished the call. Optional. */
+    void (*on_cancel)(struct ws_call *call);
+    /* Frees handler state (ws_call_data). Optional. */
+    void (*on_destroy)(struct ws_call *call);
+    /* Opaque value for the handler (ws_call_method_data). */
+    void *method_data;
+};
+
+/* Per-call handler state. */
+void ws_call_set_data(struct ws_call *call, void *data);
+void *ws_call_data(struct ws_call *call);
+void *ws_call_method_data(struct ws_call *call);
+
+void ws_call_ref(struct ws_call *call);
+void ws_call_unref(struct ws_call *call);
+
+/* Sends one response message (initial metadata goes with the first).
+ * Returns 0, -EBUSY while a previous send is in flight, -ECANCELED after
+ * a cancel, -EALREADY after finish/fail. on_sent follows a 0 return. */
+int ws_call_send(struct ws_call *call, const ProtobufCMessage *msg);
+
+/* Asks for the next request message (client-streaming, bidi); on_message
+ * follows a 0 return. -EBUSY if a receive is in flight. */
+int ws_call_recv(struct ws_call *call);
+
+/* Ends the call with OK, sending `msg` first if not NULL (unary calls must
+ * pass their response). Waits for nothing: safe while a send is in flight
+ * only if msg is NULL (the status then follows that send). Returns 0,
+ * -EALREADY if already finished, -ECANCELED after a cancel. */
+int ws_call_finish(struct ws_call *call, const ProtobufCMessage *msg);
+
+/* Ends the call with the status for error `err` (a negated errno or WS_E*
+ * number, see server/base/errors.h), the message and metadata of `d`
+ * (may be NULL), and google.rpc.Status + ErrorInfo in
+ * grpc-status-details-bin. */
+int ws_call_fail(struct ws_call *call, int err, const struct ws_diag *d);
+
+/* Ends the call with an explicit code and reason (reason may be NULL: no
+ * ErrorInfo metadata beyond the domain). */
+int ws_call_fail_status(struct ws_call *call, grpc_status_code code, const char *reason,
+                        const char *message);
+
+/* True once on_cancel has been (or is being) delivered. */
+bool ws_call_cancelled(struct ws_call *call);
+
+/* Milliseconds until the client's deadline, or INT64_MAX when none. */
+int64_t ws_call_deadline_remaining_ms(struct ws_call *call);
+
+/* ---- server ---- */
+
+struct ws_rpc_config {
+    /* "host:port" or "unix:PATH". */
+    const char *listen;
+    /* Completion-queue threads; 0 = number of CPUs, at least 2. */
+    int threads;
+    /* Largest message in either direction, bytes; 0 = 4 MiB + 64 KiB. */
+    int max_message_bytes;
+};
+
+struct ws_rpc_server;
+
+/* Creates the server, registers `methods` (the array must outlive the
+ * server), binds the address. Unregistered methods are answered
+ * UNIMPLEMENTED. *ret_port receives the bound TCP port (0 for unix). */
+int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_method *methods,
+                      size_t n_methods, struct ws_rpc_server **ret_server, int *ret_port);
+/* Starts the threads. */
+int ws_rpc_server_start(struct ws_rpc_server *s);
+/* Graceful drain: stops accepting calls, lets in-flight calls finish for up
+ * to grace_ms, then cancels the rest (handlers see on_cancel), waits for
+ * every call object to be destroyed and the threads to exit. */
+void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms);
+/* Accepts NULL. Only after shutdown. */
+void ws_rpc_server_free(struct ws_rpc_server *s);
+
+/* Number of live call objects (for tests and the drain). */
+long ws_rpc_server_live_calls(struct ws_rpc_server *s);
+
+/* Maps an error number to a gRPC code and ErrorInfo reason (the one
+ * table). Exposed for tests. */
+void ws_rpc_error_status(int err, grpc_status_code *ret_code, const char **ret_reason);
+
+#endif

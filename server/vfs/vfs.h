@@ -1,0 +1,144 @@
+/* The file-system interface every provider's storage implements.
+ *
+ * Two implementations: server/posix/fs.c (a host directory held open by a
+ * root fd, every lookup confined with openat2) and
+ * server/providers/memory.c (an in-process tree). The generic operations
+ * built on top (atomic conditional writes, edit, listing, glob, grep) live
+ * in server/vfs/ops.h and are written once against this table.
+ *
+ * Paths given to the path-taking operations are workspace-relative,
+ * '/'-separated, already checked by ws_vfs_check_path() (non-empty, not
+ * absolute, <= WS_VFS_PATH_MAX bytes, components <= WS_VFS_NAME_MAX). "."
+ * is the root. Implementations still refuse anything that would resolve
+ * outside the root (-EXDEV), whatever the path or a concurrent change of
+ * the tree.
+ *
+ * Names given to the *_at operations are single components as returned by
+ * readdir (no '/', not "." or ".."); they are never followed if they are
+ * symlinks.
+ *
+ * Return values: >= 0 on success, a negated errno or WS_E* number
+ * (server/base/errors.h) on failure. Out-parameters (ret_*) are written
+ * only on success.
+ *
+ * Thread safety: a struct ws_vfs may be used from many threads at once;
+ * a dir, file or writer handle by one thread at a time.
+ */
+#ifndef WS_VFS_VFS_H
+#define WS_VFS_VFS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define WS_VFS_PATH_MAX 4096
+#define WS_VFS_NAME_MAX 255
+
+enum ws_ftype {
+    WS_FT_UNKNOWN = 0,
+    WS_FT_REGULAR = 1,
+    WS_FT_DIRECTORY = 2,
+    WS_FT_SYMLINK = 3,
+    WS_FT_OTHER = 4, /* FIFO, socket, device */
+};
+
+struct ws_stat {
+    enum ws_ftype type;
+    uint64_t size;
+    uint32_t mode; /* permission bits only (07777) */
+    int64_t mtime_ns;
+    uint64_t nlink;
+};
+
+struct ws_dirent {
+    const char *name; /* valid until the next readdir/closedir */
+    size_t name_len;
+    enum ws_ftype type;
+};
+
+struct ws_write_opts {
+    uint32_t mode;        /* 0: keep an existing file's mode, else 0644 */
+    bool create_parents;  /* mkdir -p the parent (0755) */
+    bool if_absent;       /* -EEXIST when the file exists */
+    uint64_t max_size;    /* write() fails with -EFBIG past this; 0 = none */
+};
+
+struct ws_vfs;
+struct ws_vfs_dir;
+struct ws_vfs_file;
+struct ws_vfs_writer;
+
+struct ws_vfs_ops {
+    /* lstat: the leaf is never followed. */
+    int (*stat)(struct ws_vfs *fs, const char *path, struct ws_stat *ret_st);
+
+    /* Opens a directory for reading. A symlink leaf is -WS_ESYMLINK_LEAF,
+     * a non-directory -ENOTDIR. */
+    int (*opendir)(struct ws_vfs *fs, const char *path, struct ws_vfs_dir **ret_dir);
+    /* Child directory of an open one; a symlink or non-directory child is
+     * -ENOTDIR (never followed). */
+    int (*opendir_at)(struct ws_vfs_dir *dir, const char *name, struct ws_vfs_dir **ret_dir);
+    /* Next entry, in no particular order, "." and ".." skipped: returns 1
+     * and fills *ret_ent, 0 at the end. */
+    int (*readdir)(struct ws_vfs_dir *dir, struct ws_dirent *ret_ent);
+    /* lstat of a child. */
+    int (*stat_at)(struct ws_vfs_dir *dir, const char *name, struct ws_stat *ret_st);
+    /* Accepts NULL. */
+    void (*closedir)(struct ws_vfs_dir *dir);
+
+    /* Opens a regular file for reading, never blocking: symlink leaf
+     * -WS_ESYMLINK_LEAF, FIFO/socket/device -WS_ESPECIAL, directory
+     * -EISDIR. *ret_st describes the opened file. */
+    int (*open_read)(struct ws_vfs *fs, const char *path, struct ws_vfs_file **ret_file,
+                     struct ws_stat *ret_st);
+    /* Same for a child of an open directory. */
+    int (*open_read_at)(struct ws_vfs_dir *dir, const char *name, struct ws_vfs_file **ret_file,
+                        struct ws_stat *ret_st);
+    /* Returns bytes read (0 at end of file). */
+    ssize_t (*pread)(struct ws_vfs_file *file, void *buf, size_t len, uint64_t offset);
+    /* Accepts NULL. */
+    void (*close)(struct ws_vfs_file *file);
+
+    /* Starts an atomic replace of `path`. Checks now: parent exists (or is
+     * created), leaf is not a symlink (-WS_ESYMLINK_LEAF), directory
+     * (-EISDIR), special file (-WS_ESPECIAL) or multiply linked file
+     * (-WS_EHARDLINK); if_absent (-EEXIST). Nothing is visible until
+     * commit. */
+    int (*write_begin)(struct ws_vfs *fs, const char *path, const struct ws_write_opts *opts,
+                       struct ws_vfs_writer **ret_writer);
+    /* Appends; -EFBIG once the total passes opts->max_size. */
+    int (*write)(struct ws_vfs_writer *w, const void *buf, size_t len);
+    /* Makes the new content visible atomically (fsync + rename on disk)
+     * and frees the writer whatever the result. The leaf checks of
+     * write_begin are repeated first. */
+    int (*write_commit)(struct ws_vfs_writer *w, struct ws_stat *ret_st);
+    /* Drops the new content, frees the writer; the old content stays.
+     * Accepts NULL. */
+    void (*write_abort)(struct ws_vfs_writer *w);
+
+    /* mkdir; with parents, existing directories along the way (and at the
+     * end) are fine. Without, an existing path is -EEXIST. */
+    int (*mkdir)(struct ws_vfs *fs, const char *path, bool parents, uint32_t mode);
+    /* Removes a file, symlink or directory (non-empty needs recursive, else
+     * -ENOTEMPTY). Never follows symlinks. "." is -EXDEV. */
+    int (*remove)(struct ws_vfs *fs, const char *path, bool recursive, uint64_t *ret_removed);
+    /* rename; an existing destination is -EEXIST unless replace. "." as
+     * either end is -EXDEV. */
+    int (*move)(struct ws_vfs *fs, const char *from, const char *to, bool replace);
+
+    /* Frees the instance (storage itself is not removed). */
+    void (*destroy)(struct ws_vfs *fs);
+};
+
+/* Every implementation's instance struct starts with this. */
+struct ws_vfs {
+    const struct ws_vfs_ops *ops;
+};
+
+/* Validates a client path before any lookup: 0, or -WS_EBADPATH (empty,
+ * longer than WS_VFS_PATH_MAX, a component longer than WS_VFS_NAME_MAX),
+ * -EXDEV (absolute). ".." is left to the resolver, which refuses escapes. */
+int ws_vfs_check_path(const char *path);
+
+#endif

@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # build
-  bazel-bootstrap build-essential pkg-config clang-format
+  bazel-bootstrap build-essential pkg-config clang-format curl ca-certificates
   # gRPC C core, protobuf-c and protoc
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev

@@ -1,0 +1,273 @@
+/* workspaced: flags, the state directory, signal handling and the
+ * graceful drain. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+#include <grpc/grpc.h>
+
+#include "server/registry/registry.h"
+#include "server/rpc/call.h"
+#include "server/rpc/services/services.h"
+
+#define DEFAULT_LISTEN   "127.0.0.1:7878"
+#define DEFAULT_GRACE_MS 10000
+
+struct options {
+    const char *listen;
+    const char *state_dir;
+    const char *workspace_root;
+    unsigned long max_workspaces;
+    unsigned long long max_file_size;
+    long threads;
+    long grace_ms;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: workspaced [options]\n"
+            "  --listen ADDR          host:port (loopback only) or unix:PATH [" DEFAULT_LISTEN "]\n"
+            "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
+            "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
+            "  --max-workspaces N     cap on open workspaces [%d]\n"
+            "  --max-file-size BYTES  default and ceiling of a workspace's file size cap [%llu]\n"
+            "  --threads N            completion-queue threads [number of CPUs]\n"
+            "  --drain-grace-ms MS    how long in-flight calls may finish on SIGTERM [%d]\n",
+            WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
+            DEFAULT_GRACE_MS);
+}
+
+static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)
+{
+    char *end;
+    unsigned long long v;
+
+    if (!s || !*s || *s == '-')
+        return false;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno || *end || v > max)
+        return false;
+    *ret = v;
+    return true;
+}
+
+/* Without authentication only loopback and unix sockets may be bound: a
+ * workspace server on a public address would hand a shell to anyone. The
+ * host must be a literal loopback address or "localhost". */
+static bool listen_is_local(const char *addr)
+{
+    char host[256];
+    const char *end;
+    struct in_addr v4;
+    struct in6_addr v6;
+
+    if (strncmp(addr, "unix:", 5) == 0)
+        return addr[5] != '\0';
+    if (addr[0] == '[') {
+        end = strchr(addr, ']');
+        if (!end || end[1] != ':')
+            return false;
+        addr++;
+    } else {
+        end = strrchr(addr, ':');
+        if (!end)
+            return false;
+    }
+    if ((size_t)(end - addr) >= sizeof(host))
+        return false;
+    memcpy(host, addr, (size_t)(end - addr));
+    host[end - addr] = '\0';
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &v4) == 1)
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &v6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&v6);
+    return false;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    enum { LISTEN = 256, STATE, ROOT, MAXWS, MAXSIZE, THREADS, GRACE, HELP };
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, LISTEN},
+        {"state-dir", required_argument, NULL, STATE},
+        {"workspace-root", required_argument, NULL, ROOT},
+        {"max-workspaces", required_argument, NULL, MAXWS},
+        {"max-file-size", required_argument, NULL, MAXSIZE},
+        {"threads", required_argument, NULL, THREADS},
+        {"drain-grace-ms", required_argument, NULL, GRACE},
+        {"help", no_argument, NULL, HELP},
+        {NULL, 0, NULL, 0},
+    };
+    unsigned long long v;
+    int c;
+
+    *o = (struct options){.listen = DEFAULT_LISTEN, .grace_ms = DEFAULT_GRACE_MS};
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case LISTEN:
+            o->listen = optarg;
+            break;
+        case STATE:
+            o->state_dir = optarg;
+            break;
+        case ROOT:
+            o->workspace_root = optarg;
+            break;
+        case MAXWS:
+            if (!parse_ull(optarg, 1000000, &v) || v == 0)
+                goto bad;
+            o->max_workspaces = (unsigned long)v;
+            break;
+        case MAXSIZE:
+            if (!parse_ull(optarg, 1ull << 40, &v) || v == 0)
+                goto bad;
+            o->max_file_size = v;
+            break;
+        case THREADS:
+            if (!parse_ull(optarg, 256, &v))
+                goto bad;
+            o->threads = (long)v;
+            break;
+        case GRACE:
+            if (!parse_ull(optarg, 3600000, &v))
+                goto bad;
+            o->grace_ms = (long)v;
+            break;
+        case HELP:
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "workspaced: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!o->state_dir) {
+        fprintf(stderr, "workspaced: --state-dir is required\n");
+        return -1;
+    }
+    if (!listen_is_local(o->listen)) {
+        fprintf(stderr,
+                "workspaced: refusing to listen on '%s': without authentication only loopback "
+                "addresses (127.0.0.1, [::1], localhost) and unix: sockets are allowed\n",
+                o->listen);
+        return -1;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "workspaced: invalid value '%s'\n", optarg);
+    return -1;
+}
+
+static int make_state_dir(const char *dir)
+{
+    struct stat st;
+
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    if (stat(dir, &st) < 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return -ENOTDIR;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct options o;
+    struct ws_registry *reg = NULL;
+    struct ws_services *svc = NULL;
+    struct ws_rpc_server *server = NULL;
+    sigset_t sigs;
+    int port = 0, sig = 0, rc = 1, err;
+
+    err = parse_args(argc, argv, &o);
+    if (err != 0)
+        return err > 0 ? 0 : 2;
+
+    /* Signals are handled by this thread alone (sigwait below): block them
+     * before any other thread exists so every thread inherits the mask. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    umask(077);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+
+    err = make_state_dir(o.state_dir);
+    if (err < 0) {
+        fprintf(stderr, "workspaced: cannot create the state directory: %s\n", strerror(-err));
+        goto out;
+    }
+    struct ws_registry_config rc_cfg = {
+        .state_dir = o.state_dir,
+        .workspace_root = o.workspace_root,
+        .max_workspaces = (unsigned)o.max_workspaces,
+        .max_file_size = o.max_file_size,
+    };
+    err = ws_registry_new(&rc_cfg, &reg);
+    if (err < 0) {
+        fprintf(stderr, "workspaced: cannot open the state directory: %s\n",
+                strerror(-err < 4096 ? -err : EINVAL));
+        goto out;
+    }
+    err = ws_services_new(reg, &svc);
+    if (err < 0)
+        goto out;
+    size_t n_methods;
+    const struct ws_rpc_method *methods = ws_services_methods(svc, &n_methods);
+    struct ws_rpc_config cfg = {.listen = o.listen, .threads = (int)o.threads};
+    err = ws_rpc_server_new(&cfg, methods, n_methods, &server, &port);
+    if (err < 0) {
+        fprintf(stderr, "workspaced: cannot listen on '%s': %s\n", o.listen,
+                strerror(-err < 4096 ? -err : EINVAL));
+        goto out;
+    }
+    err = ws_rpc_server_start(server);
+    if (err < 0) {
+        fprintf(stderr, "workspaced: cannot start: %s\n", strerror(-err < 4096 ? -err : EINVAL));
+        goto out;
+    }
+    if (strncmp(o.listen, "unix:", 5) == 0) {
+        printf("workspaced listening on %s\n", o.listen);
+    } else {
+        const char *colon = strrchr(o.listen, ':');
+        printf("workspaced listening on %.*s:%d\n", (int)(colon - o.listen), o.listen, port);
+    }
+    fflush(stdout);
+
+    for (;;) {
+        if (sigwait(&sigs, &sig) != 0)
+            continue;
+        if (sig == SIGHUP)
+            continue; /* reload hook for later configuration */
+        break;
+    }
+    fprintf(stderr, "workspaced: %s received, draining\n", strsignal(sig));
+    ws_services_drain(svc);
+    ws_rpc_server_shutdown(server, (int)o.grace_ms);
+    rc = 0;
+out:
+    ws_rpc_server_free(server);
+    ws_services_free(svc);
+    ws_registry_free(reg);
+    curl_global_cleanup();
+    return rc;
+}

@@ -1,0 +1,222 @@
+#include "server/providers/probe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+/* Where bwrap is looked for first; the server's PATH is the fallback. */
+static const char *const bwrap_fixed_paths[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap"};
+
+static const char *find_in_path(const char *name, char *buf, size_t size)
+{
+    const char *path = getenv("PATH");
+
+    while (path && *path) {
+        const char *end = strchr(path, ':');
+        size_t len = end ? (size_t)(end - path) : strlen(path);
+        int n;
+
+        if (len > 0 && path[0] == '/') {
+            n = snprintf(buf, size, "%.*s/%s", (int)len, path, name);
+            if (n > 0 && (size_t)n < size && access(buf, X_OK) == 0)
+                return buf;
+        }
+        path = end ? end + 1 : NULL;
+    }
+    return NULL;
+}
+
+const char *ws_probe_bwrap_path(void)
+{
+    static _Thread_local char found[4096];
+
+    for (size_t i = 0; i < sizeof(bwrap_fixed_paths) / sizeof(bwrap_fixed_paths[0]); i++)
+        if (access(bwrap_fixed_paths[i], X_OK) == 0)
+            return bwrap_fixed_paths[i];
+    return find_in_path("bwrap", found, sizeof(found));
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Keeps the first line of a diagnostic, without anything that looks like a
+ * path, so a reason never leaks host layout. */
+static void first_line(char *s)
+{
+    char *nl = strchr(s, '\n');
+
+    if (nl)
+        *nl = '\0';
+}
+
+void ws_probe_bwrap(struct ws_probe *ret)
+{
+    char *const argv[] = {
+        "bwrap",  "--unshare-all", "--die-with-parent", "--new-session",
+        "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+        "--proc", "/proc", "--dev", "/dev", "--", "/usr/bin/true", NULL,
+    };
+    char *const envp[] = {NULL};
+    struct ws_probe r = {0};
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none;
+    int pipefd[2] = {-1, -1};
+    char err[WS_PROBE_REASON_MAX] = "";
+    size_t err_len = 0;
+    pid_t pid = -1;
+    int status = 0;
+    const char *bwrap = ws_probe_bwrap_path();
+
+    if (!bwrap) {
+        snprintf(r.reason, sizeof(r.reason), "bubblewrap (bwrap) is not installed");
+        goto out;
+    }
+    if (pipe2(pipefd, O_CLOEXEC) < 0) {
+        snprintf(r.reason, sizeof(r.reason), "cannot probe bubblewrap: %s", strerror(errno));
+        goto out;
+    }
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+    posix_spawnattr_init(&attr);
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSID);
+    int rc = posix_spawn(&pid, bwrap, &fa, &attr, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(pipefd[1]);
+    pipefd[1] = -1;
+    if (rc != 0) {
+        snprintf(r.reason, sizeof(r.reason), "cannot run bubblewrap: %s", strerror(rc));
+        goto out;
+    }
+
+    /* Drain stderr until EOF or the deadline, then reap: the exit status is
+     * read only after the pipe is drained. */
+    int64_t deadline = now_ms() + WS_PROBE_TIMEOUT_MS;
+    for (;;) {
+        int64_t left = deadline - now_ms();
+        struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+        char buf[512];
+
+        if (left <= 0) {
+            kill(pid, SIGKILL);
+            snprintf(r.reason, sizeof(r.reason), "bubblewrap probe timed out");
+            break;
+        }
+        int n = poll(&pfd, 1, (int)left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            continue;
+        ssize_t got = read(pipefd[0], buf, sizeof(buf));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        size_t room = sizeof(err) - 1 - err_len;
+        size_t take = (size_t)got < room ? (size_t)got : room;
+        memcpy(err + err_len, buf, take);
+        err_len += take;
+        err[err_len] = '\0';
+    }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (r.reason[0])
+        goto out;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        r.available = true;
+        goto out;
+    }
+    first_line(err);
+    snprintf(r.reason, sizeof(r.reason), "bubblewrap cannot create a sandbox here%s%s",
+             err[0] ? ": " : "", err);
+out:
+    if (pipefd[0] >= 0)
+        close(pipefd[0]);
+    if (pipefd[1] >= 0)
+        close(pipefd[1]);
+    *ret = r;
+}
+
+static size_t discard_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    char *body = userdata;
+    size_t n = size * nmemb;
+    size_t have = strlen(body);
+
+    if (have < 7) {
+        size_t take = n < 7 - have ? n : 7 - have;
+        memcpy(body + have, ptr, take);
+        body[have + take] = '\0';
+    }
+    return n;
+}
+
+void ws_probe_docker(struct ws_probe *ret)
+{
+    struct ws_probe r = {0};
+    const char *host = getenv("DOCKER_HOST");
+    char url[512];
+    char body[8] = "";
+    long code = 0;
+    CURL *curl = curl_easy_init();
+
+    if (!curl) {
+        snprintf(r.reason, sizeof(r.reason), "cannot create an HTTP client");
+        r.transient = true;
+        goto out;
+    }
+    if (host && strncmp(host, "tcp://", 6) == 0) {
+        snprintf(url, sizeof(url), "http://%s/_ping", host + 6);
+    } else {
+        const char *sock = "/var/run/docker.sock";
+
+        if (host && strncmp(host, "unix://", 7) == 0)
+            sock = host + 7;
+        curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, sock);
+        snprintf(url, sizeof(url), "http://localhost/_ping");
+    }
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 2000L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 1000L);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, body);
+    CURLcode cc = curl_easy_perform(curl);
+    if (cc == CURLE_OK)
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
+    if (cc == CURLE_OK && code == 200 && strncmp(body, "OK", 2) == 0) {
+        r.available = true;
+        goto out;
+    }
+    r.transient = true;
+    if (cc != CURLE_OK)
+        snprintf(r.reason, sizeof(r.reason), "Docker daemon not reachable: %s",
+                 curl_easy_strerror(cc));
+    else
+        snprintf(r.reason, sizeof(r.reason), "Docker daemon answered /_ping with HTTP %ld", code);
+out:
+    if (curl)
+        curl_easy_cleanup(curl);
+    *ret = r;
+}

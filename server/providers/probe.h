@@ -1,0 +1,25 @@
+/* Live availability probes of the isolation backends. Each runs the real
+ * thing (a trivial sandbox, a daemon ping) every time it is called: a host
+ * where the binary exists but cannot create namespaces, or a daemon that
+ * went away, must read as unavailable at once. */
+#ifndef WS_PROVIDERS_PROBE_H
+#define WS_PROVIDERS_PROBE_H
+
+#include "server/providers/provider.h"
+
+/* Longest a probe may take before it counts as failed. */
+#define WS_PROBE_TIMEOUT_MS 5000
+
+/* bubblewrap found (fixed path, then PATH) and a probe sandbox with every
+ * namespace unshared ran /bin/true successfully. */
+void ws_probe_bwrap(struct ws_probe *ret);
+
+/* The Docker daemon (DOCKER_HOST unix:// or tcp://, default the local
+ * unix socket) answered GET /_ping with 200 OK. Failures are transient. */
+void ws_probe_docker(struct ws_probe *ret);
+
+/* Path of the bwrap binary the server will use, or NULL if none; the
+ * string is static. */
+const char *ws_probe_bwrap_path(void);
+
+#endif

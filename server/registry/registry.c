@@ -1,0 +1,1015 @@
+#include "server/registry/registry.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/providers/probe.h"
+#include "server/registry/ref.h"
+#include "server/registry/storage.h"
+
+#define BUCKETS 256
+#define ID_PREFIX "ws_"
+#define RECORDS_DIR "records"
+#define DEFAULT_ROOT "workspaces"
+#define DEFAULT_PIDS_LIMIT 512
+#define IMAGE_NAME_MAX 255
+
+typedef Workspaced__Internal__V1__WorkspaceRecord Record;
+
+struct ws_workspace {
+    atomic_long refs;
+    char id[WS_ID_LEN + 1];
+    const struct ws_provider *provider;
+    Record *rec;
+    uint8_t *token;
+    size_t token_len;
+    /* Whether this entry counts against max_workspaces; registry lock. */
+    bool counted;
+    struct ws_workspace *next; /* hash chain; registry lock */
+
+    pthread_mutex_t lock; /* everything below */
+    enum ws_state state;
+    struct ws_vfs *vfs;
+    struct ws_fsops *fsops;
+    dev_t dev;
+    ino_t ino;
+    int64_t opened_at_ms;
+    int64_t last_success_ms;
+    int64_t last_error_ms;
+    char last_error[WS_DIAG_MESSAGE_MAX + 64];
+};
+
+struct ws_registry {
+    pthread_mutex_t lock;
+    struct ws_ref_key key;
+    int state_fd;
+    int records_fd;
+    int root_fd;
+    unsigned max_workspaces;
+    uint64_t max_file_size;
+    unsigned live;
+    struct ws_workspace *buckets[BUCKETS];
+    char (*closed)[WS_ID_LEN + 1];
+    size_t closed_next;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Ids are the only client-chosen strings that become file names, so they
+ * are checked before any use: "ws_" and 32 lowercase hex digits. */
+static bool id_valid(const char *id)
+{
+    if (!id || strncmp(id, ID_PREFIX, 3) != 0 || strlen(id) != WS_ID_LEN)
+        return false;
+    for (const char *p = id + 3; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}
+
+static int id_new(char ret[WS_ID_LEN + 1])
+{
+    uint8_t raw[16];
+    static const char hex[] = "0123456789abcdef";
+
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+        return -EIO;
+    memcpy(ret, ID_PREFIX, 3);
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        ret[3 + 2 * i] = hex[raw[i] >> 4];
+        ret[4 + 2 * i] = hex[raw[i] & 15];
+    }
+    ret[WS_ID_LEN] = '\0';
+    return 0;
+}
+
+static unsigned bucket_of(const char *id)
+{
+    uint32_t h = 2166136261u;
+
+    for (; *id; id++)
+        h = (h ^ (uint8_t)*id) * 16777619u;
+    return h % BUCKETS;
+}
+
+/* ---- table (registry lock held) ---- */
+
+static struct ws_workspace *table_find(struct ws_registry *r, const char *id)
+{
+    for (struct ws_workspace *w = r->buckets[bucket_of(id)]; w; w = w->next)
+        if (strcmp(w->id, id) == 0)
+            return w;
+    return NULL;
+}
+
+static void table_insert(struct ws_registry *r, struct ws_workspace *ws)
+{
+    unsigned b = bucket_of(ws->id);
+
+    ws->next = r->buckets[b];
+    r->buckets[b] = ws;
+}
+
+static void table_remove(struct ws_registry *r, struct ws_workspace *ws)
+{
+    for (struct ws_workspace **p = &r->buckets[bucket_of(ws->id)]; *p; p = &(*p)->next)
+        if (*p == ws) {
+            *p = ws->next;
+            ws->next = NULL;
+            return;
+        }
+}
+
+static bool closed_contains(struct ws_registry *r, const char *id)
+{
+    for (size_t i = 0; i < WS_CLOSED_IDS_KEPT; i++)
+        if (strcmp(r->closed[i], id) == 0)
+            return true;
+    return false;
+}
+
+static void closed_add(struct ws_registry *r, const char *id)
+{
+    memcpy(r->closed[r->closed_next], id, WS_ID_LEN + 1);
+    r->closed_next = (r->closed_next + 1) % WS_CLOSED_IDS_KEPT;
+}
+
+static void uncount(struct ws_registry *r, struct ws_workspace *ws)
+{
+    if (ws->counted) {
+        ws->counted = false;
+        r->live--;
+    }
+}
+
+/* ---- workspace objects ---- */
+
+static void workspace_free(struct ws_workspace *ws)
+{
+    ws_fsops_free(ws->fsops);
+    if (ws->vfs)
+        ws->vfs->ops->destroy(ws->vfs);
+    ws_ref_record_free(ws->rec);
+    free(ws->token);
+    pthread_mutex_destroy(&ws->lock);
+    free(ws);
+}
+
+void ws_workspace_ref(struct ws_workspace *ws)
+{
+    atomic_fetch_add(&ws->refs, 1);
+}
+
+void ws_workspace_unref(struct ws_workspace *ws)
+{
+    if (ws && atomic_fetch_sub(&ws->refs, 1) == 1)
+        workspace_free(ws);
+}
+
+/* Takes ownership of token. */
+static int workspace_new(struct ws_registry *r, uint8_t *token, size_t len, enum ws_state state,
+                         struct ws_workspace **ret)
+{
+    struct ws_workspace *ws;
+    Record *rec = NULL;
+    int err;
+
+    err = ws_ref_verify(&r->key, token, len, &rec);
+    if (err < 0)
+        goto fail;
+    err = -WS_EBADREF;
+    if (!id_valid(rec->id))
+        goto fail;
+    const struct ws_provider *p = ws_provider_by_name(rec->provider);
+    if (!p)
+        goto fail;
+    ws = calloc(1, sizeof(*ws));
+    err = -ENOMEM;
+    if (!ws)
+        goto fail;
+    atomic_init(&ws->refs, 1);
+    memcpy(ws->id, rec->id, WS_ID_LEN + 1);
+    ws->provider = p;
+    ws->rec = rec;
+    ws->token = token;
+    ws->token_len = len;
+    ws->state = state;
+    ws->opened_at_ms = rec->created_unix_ms;
+    pthread_mutex_init(&ws->lock, NULL);
+    *ret = ws;
+    return 0;
+fail:
+    ws_ref_record_free(rec);
+    free(token);
+    return err;
+}
+
+const char *ws_workspace_id(const struct ws_workspace *ws)
+{
+    return ws->id;
+}
+
+const struct ws_provider *ws_workspace_provider(const struct ws_workspace *ws)
+{
+    return ws->provider;
+}
+
+void ws_workspace_token(const struct ws_workspace *ws, const uint8_t **ret_data, size_t *ret_len)
+{
+    *ret_data = ws->token;
+    *ret_len = ws->token_len;
+}
+
+const Workspace__V1__Capabilities *ws_workspace_capabilities(const struct ws_workspace *ws)
+{
+    return ws->rec->capabilities;
+}
+
+Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws)
+{
+    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_SANDBOX)
+        return ws->rec->local_sandbox->network;
+    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER)
+        return ws->rec->docker->network;
+    return WORKSPACE__V1__NETWORK__NETWORK_OFF;
+}
+
+uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws)
+{
+    const Workspace__V1__Capabilities *c = ws->rec->capabilities;
+
+    return c && c->fs ? c->fs->max_file_size_bytes : 0;
+}
+
+struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws)
+{
+    return ws->fsops;
+}
+
+void ws_workspace_info(struct ws_workspace *ws, struct ws_workspace_info *ret)
+{
+    pthread_mutex_lock(&ws->lock);
+    ret->state = ws->state;
+    ret->opened_at_ms = ws->opened_at_ms;
+    ret->last_success_at_ms = ws->last_success_ms;
+    ret->last_error_at_ms = ws->last_error_ms;
+    memcpy(ret->last_error, ws->last_error, sizeof(ret->last_error));
+    pthread_mutex_unlock(&ws->lock);
+}
+
+/* Failures that say something about the workspace's health, as opposed to
+ * a client's bad request. */
+static bool is_backend_error(int err)
+{
+    switch (-err) {
+    case WS_EFAILED:
+    case WS_EEVICTED:
+    case WS_EINTERNAL:
+    case EIO:
+    case ENOSPC:
+    case EDQUOT:
+    case ENOMEM:
+    case EROFS:
+    case ESTALE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static const char *error_name(int err)
+{
+    switch (-err) {
+    case WS_EFAILED:
+        return "WORKSPACE_FAILED";
+    case WS_EEVICTED:
+        return "WORKSPACE_EVICTED";
+    case ENOSPC:
+    case EDQUOT:
+        return "NO_SPACE";
+    case ENOMEM:
+        return "NO_MEMORY";
+    case EROFS:
+        return "READ_ONLY";
+    default:
+        return "INTERNAL";
+    }
+}
+
+static void note_locked(struct ws_workspace *ws, int err, const struct ws_diag *d)
+{
+    int64_t t = now_ms();
+
+    if (err >= 0) {
+        ws->last_success_ms = t;
+        return;
+    }
+    if (!is_backend_error(err))
+        return;
+    ws->last_error_ms = t;
+    snprintf(ws->last_error, sizeof(ws->last_error), "%s: %s", error_name(err),
+             d && d->message[0] ? d->message : strerror(-err < WS_ERR_BASE ? -err : EIO));
+}
+
+void ws_workspace_note(struct ws_workspace *ws, int err, const struct ws_diag *d)
+{
+    pthread_mutex_lock(&ws->lock);
+    note_locked(ws, err, d);
+    pthread_mutex_unlock(&ws->lock);
+}
+
+/* ---- storage ---- */
+
+static int write_record(struct ws_registry *r, const struct ws_workspace *ws)
+{
+    char tmp[WS_ID_LEN + 8];
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp", ws->id);
+    return ws_storage_write_file(r->records_fd, ws->id, tmp, ws->token, ws->token_len);
+}
+
+/* Attaches storage to a workspace in state CONFIGURED or OPEN-but-new.
+ * ws->lock held. */
+static int attach_locked(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag *d)
+{
+    struct ws_vfs *fs = NULL;
+    struct ws_fsops *ops = NULL;
+    struct stat st = {0};
+    int dir_fd = -1;
+    int err;
+
+    if (ws->provider->on_disk) {
+        dir_fd = openat(r->root_fd, ws->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dir_fd < 0) {
+            err = errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? -WS_EEVICTED : -errno;
+            ws_diag_set(d, "the workspace's storage is gone");
+            goto out;
+        }
+        if (fstat(dir_fd, &st) < 0) {
+            err = -errno;
+            goto out;
+        }
+    }
+    err = ws_provider_attach_storage(ws->provider, dir_fd, &fs);
+    if (err < 0)
+        goto out;
+    err = ws_fsops_new(fs, &ops);
+    if (err < 0)
+        goto out;
+    ws->vfs = fs;
+    ws->fsops = ops;
+    fs = NULL;
+    ops = NULL;
+    ws->dev = st.st_dev;
+    ws->ino = st.st_ino;
+    ws->state = WS_STATE_OPEN;
+out:
+    ws_fsops_free(ops);
+    if (fs)
+        fs->ops->destroy(fs);
+    if (dir_fd >= 0)
+        close(dir_fd);
+    return err;
+}
+
+static int probe_backend(const struct ws_provider *p, struct ws_diag *d)
+{
+    struct ws_probe pr;
+
+    p->probe(&pr);
+    if (pr.available)
+        return 0;
+    ws_diag_set(d, "%s backend unavailable: %s", p->name, pr.reason);
+    ws_diag_meta(d, "transient", "%s", pr.transient ? "true" : "false");
+    if (d)
+        d->transient = pr.transient;
+    return -WS_EFAILED;
+}
+
+static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
+{
+    pthread_mutex_lock(&r->lock);
+    uncount(r, ws);
+    pthread_mutex_unlock(&r->lock);
+    pthread_mutex_lock(&ws->lock);
+    ws->state = WS_STATE_EVICTED;
+    note_locked(ws, -WS_EEVICTED, NULL);
+    pthread_mutex_unlock(&ws->lock);
+    if (ws->provider->on_disk)
+        unlinkat(r->records_fd, ws->id, 0);
+}
+
+/* Makes sure `ws` is usable: re-attaches a CONFIGURED one, detects a
+ * vanished directory. `reprobe` re-checks the backend even when open. */
+static int ensure_open(struct ws_registry *r, struct ws_workspace *ws, bool reprobe,
+                       struct ws_diag *d)
+{
+    int err = 0;
+
+    pthread_mutex_lock(&ws->lock);
+    enum ws_state state = ws->state;
+    pthread_mutex_unlock(&ws->lock);
+    if (state == WS_STATE_EVICTED)
+        return -WS_EEVICTED;
+    if (state == WS_STATE_CLOSING || state == WS_STATE_CLOSED)
+        return -WS_ENOWORKSPACE;
+    if (reprobe || state == WS_STATE_CONFIGURED) {
+        err = probe_backend(ws->provider, d);
+        if (err < 0) {
+            ws_workspace_note(ws, err, d);
+            return err;
+        }
+    }
+    pthread_mutex_lock(&ws->lock);
+    if (ws->state == WS_STATE_CONFIGURED)
+        err = attach_locked(r, ws, d);
+    pthread_mutex_unlock(&ws->lock);
+    if (err == -WS_EEVICTED) {
+        mark_evicted(r, ws);
+        return err;
+    }
+    if (err < 0)
+        return err;
+    if (ws->provider->on_disk) {
+        struct stat st;
+
+        if (fstatat(r->root_fd, ws->id, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+            st.st_dev != ws->dev || st.st_ino != ws->ino) {
+            mark_evicted(r, ws);
+            ws_diag_set(d, "the workspace's storage is gone");
+            return -WS_EEVICTED;
+        }
+    }
+    return 0;
+}
+
+/* ---- open ---- */
+
+static bool image_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > IMAGE_NAME_MAX || s[0] == '-')
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("._-/:@", *s)))
+            return false;
+    return true;
+}
+
+static bool user_valid(const char *s)
+{
+    unsigned long uid, gid;
+    char tail;
+
+    if (!*s)
+        return true;
+    return sscanf(s, "%lu:%lu%c", &uid, &gid, &tail) == 2 && strspn(s, "0123456789:") == strlen(s);
+}
+
+static int check_paths(size_t n, char **paths, const char *what, struct ws_diag *d)
+{
+    for (size_t i = 0; i < n; i++) {
+        char *canon = realpath(paths[i], NULL);
+        bool ok = paths[i][0] == '/' && canon && strcmp(canon, paths[i]) == 0;
+
+        free(canon);
+        if (!ok) {
+            ws_diag_set(d, "%s[%zu] must be an existing canonical absolute path (no symlinks)",
+                        what, i);
+            ws_diag_meta(d, "field", "%s", what);
+            return -WS_EMALFORMED;
+        }
+    }
+    return 0;
+}
+
+static int check_config(const Workspace__V1__OpenRequest *req, struct ws_diag *d,
+                        const struct ws_provider **ret)
+{
+    enum ws_provider_kind kind;
+    int err;
+
+    switch (req->provider_case) {
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_MEMORY:
+        kind = WS_PROVIDER_MEMORY;
+        break;
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_BASH:
+        kind = WS_PROVIDER_LOCAL_BASH;
+        break;
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX: {
+        const Workspace__V1__LocalSandboxConfig *c = req->local_sandbox;
+
+        err = check_paths(c->n_read_write_paths, c->read_write_paths, "read_write_paths", d);
+        if (err == 0)
+            err = check_paths(c->n_read_only_paths, c->read_only_paths, "read_only_paths", d);
+        if (err < 0)
+            return err;
+        kind = WS_PROVIDER_LOCAL_SANDBOX;
+        break;
+    }
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER: {
+        const Workspace__V1__DockerConfig *c = req->docker;
+
+        if (!image_name_valid(c->image)) {
+            ws_diag_set(d, c->image[0] ? "docker.image is not a valid image reference"
+                                       : "docker.image is required (there is no default image)");
+            ws_diag_meta(d, "field", "image");
+            return -WS_EMALFORMED;
+        }
+        if (!user_valid(c->user) || c->cpus < 0) {
+            ws_diag_set(d, "docker.user must be \"uid:gid\" and cpus >= 0");
+            ws_diag_meta(d, "field", c->cpus < 0 ? "cpus" : "user");
+            return -WS_EMALFORMED;
+        }
+        kind = WS_PROVIDER_DOCKER;
+        break;
+    }
+    default:
+        ws_diag_set(d, "exactly one provider config is required");
+        ws_diag_meta(d, "field", "provider");
+        return -WS_EMALFORMED;
+    }
+    *ret = ws_provider_get(kind);
+    return 0;
+}
+
+int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *req,
+                     struct ws_diag *d, struct ws_workspace **ret)
+{
+    const struct ws_provider *p = NULL;
+    const Workspace__V1__Capabilities *want = req->capabilities;
+    Workspace__V1__Capabilities caps = WORKSPACE__V1__CAPABILITIES__INIT;
+    Workspace__V1__FsCapability fs_cap = WORKSPACE__V1__FS_CAPABILITY__INIT;
+    Workspace__V1__DockerConfig docker;
+    Record rec = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__INIT;
+    struct ws_workspace *ws = NULL;
+    uint8_t *token = NULL;
+    size_t token_len = 0;
+    bool reserved = false, made_dir = false;
+    char id[WS_ID_LEN + 1];
+    int err;
+
+    err = check_config(req, d, &p);
+    if (err < 0)
+        return err;
+
+    /* No capability declared at all means the least useful one: fs. */
+    bool want_fs = !want || want->fs || !want->shell;
+    if (want && want->shell && !(p->caps & WS_CAP_SHELL)) {
+        ws_diag_set(d, "provider %s has no shell capability", p->name);
+        ws_diag_meta(d, "capability", "shell");
+        return -WS_ECAPABILITY;
+    }
+    if (want_fs) {
+        uint64_t asked = want && want->fs ? want->fs->max_file_size_bytes : 0;
+
+        if (asked > r->max_file_size) {
+            ws_diag_set(d, "fs.max_file_size_bytes exceeds the server's limit of %llu",
+                        (unsigned long long)r->max_file_size);
+            ws_diag_meta(d, "limit", "%llu", (unsigned long long)r->max_file_size);
+            return -WS_ELIMIT;
+        }
+        fs_cap.max_file_size_bytes = asked ? asked : r->max_file_size;
+        caps.fs = &fs_cap;
+    }
+    if (want && want->shell)
+        caps.shell = want->shell;
+
+    err = probe_backend(p, d);
+    if (err < 0)
+        return err;
+
+    pthread_mutex_lock(&r->lock);
+    if (r->live >= r->max_workspaces) {
+        pthread_mutex_unlock(&r->lock);
+        ws_diag_set(d, "too many open workspaces (limit %u)", r->max_workspaces);
+        ws_diag_meta(d, "quota", "open_workspaces");
+        ws_diag_meta(d, "limit", "%u", r->max_workspaces);
+        return -WS_EQUOTA;
+    }
+    r->live++;
+    reserved = true;
+    pthread_mutex_unlock(&r->lock);
+
+    err = id_new(id);
+    if (err < 0)
+        goto out;
+    if (p->on_disk) {
+        if (mkdirat(r->root_fd, id, 0700) < 0) {
+            err = -errno;
+            goto out;
+        }
+        made_dir = true;
+    }
+
+    rec.schema = WS_REF_SCHEMA;
+    rec.id = id;
+    rec.provider = (char *)p->name;
+    rec.capabilities = &caps;
+    rec.created_unix_ms = now_ms();
+    switch (p->kind) {
+    case WS_PROVIDER_MEMORY:
+        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_MEMORY;
+        rec.memory = req->memory;
+        break;
+    case WS_PROVIDER_LOCAL_BASH:
+        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_BASH;
+        rec.local_bash = req->local_bash;
+        break;
+    case WS_PROVIDER_LOCAL_SANDBOX:
+        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_SANDBOX;
+        rec.local_sandbox = req->local_sandbox;
+        break;
+    case WS_PROVIDER_DOCKER:
+        docker = *req->docker;
+        if (docker.pids_limit == 0)
+            docker.pids_limit = DEFAULT_PIDS_LIMIT;
+        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER;
+        rec.docker = &docker;
+        break;
+    default:
+        err = -WS_EINTERNAL;
+        goto out;
+    }
+    err = ws_ref_sign(&r->key, &rec, &token, &token_len);
+    if (err < 0)
+        goto out;
+    err = workspace_new(r, token, token_len, WS_STATE_OPENING, &ws);
+    token = NULL;
+    if (err < 0)
+        goto out;
+    pthread_mutex_lock(&ws->lock);
+    err = attach_locked(r, ws, d);
+    pthread_mutex_unlock(&ws->lock);
+    if (err < 0)
+        goto out;
+    ws->opened_at_ms = now_ms();
+    if (p->on_disk) {
+        err = write_record(r, ws);
+        if (err < 0)
+            goto out;
+    }
+
+    pthread_mutex_lock(&r->lock);
+    ws->counted = true;
+    reserved = false;
+    table_insert(r, ws);
+    pthread_mutex_unlock(&r->lock);
+    ws_workspace_ref(ws);
+    *ret = ws;
+    ws = NULL;
+out:
+    ws_workspace_unref(ws);
+    free(token);
+    if (err < 0 && made_dir)
+        ws_storage_remove_tree(r->root_fd, id);
+    if (reserved) {
+        pthread_mutex_lock(&r->lock);
+        r->live--;
+        pthread_mutex_unlock(&r->lock);
+    }
+    return err;
+}
+
+/* ---- resolve / get ---- */
+
+static struct ws_workspace *find_ref(struct ws_registry *r, const char *id, bool *ret_closed)
+{
+    struct ws_workspace *ws;
+
+    pthread_mutex_lock(&r->lock);
+    ws = table_find(r, id);
+    if (ws)
+        ws_workspace_ref(ws);
+    *ret_closed = !ws && closed_contains(r, id);
+    pthread_mutex_unlock(&r->lock);
+    return ws;
+}
+
+int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len,
+                        struct ws_diag *d, struct ws_workspace **ret)
+{
+    Record *rec = NULL;
+    struct ws_workspace *ws;
+    bool closed;
+    int err;
+
+    err = ws_ref_verify(&r->key, token, len, &rec);
+    if (err < 0) {
+        ws_diag_set(d, "the ref does not verify (tampered, truncated or from another server)");
+        return err;
+    }
+    if (!id_valid(rec->id) || !ws_provider_by_name(rec->provider)) {
+        ws_ref_record_free(rec);
+        ws_diag_set(d, "the ref does not verify");
+        return -WS_EBADREF;
+    }
+    ws = find_ref(r, rec->id, &closed);
+    ws_ref_record_free(rec);
+    if (!ws) {
+        /* Closed, lost with the process (memory), or its storage and record
+         * are gone: either way the client must open a new workspace. */
+        ws_diag_set(d, closed ? "the workspace was closed" : "the workspace no longer exists");
+        return -WS_EEVICTED;
+    }
+    err = ensure_open(r, ws, true, d);
+    if (err == -WS_ENOWORKSPACE)
+        err = -WS_EEVICTED;
+    if (err < 0) {
+        ws_workspace_unref(ws);
+        return err;
+    }
+    ws_workspace_note(ws, 0, NULL);
+    *ret = ws;
+    return 0;
+}
+
+int ws_registry_get(struct ws_registry *r, const char *id, unsigned need_caps, struct ws_diag *d,
+                    struct ws_workspace **ret)
+{
+    struct ws_workspace *ws;
+    bool closed;
+    int err;
+
+    if (!id_valid(id)) {
+        ws_diag_set(d, "no such workspace");
+        return -WS_ENOWORKSPACE;
+    }
+    ws = find_ref(r, id, &closed);
+    if (!ws) {
+        ws_diag_set(d, "no such workspace");
+        return -WS_ENOWORKSPACE;
+    }
+    const Workspace__V1__Capabilities *c = ws->rec->capabilities;
+    if (((need_caps & WS_CAP_FS) && !(c && c->fs)) ||
+        ((need_caps & WS_CAP_SHELL) && !(c && c->shell))) {
+        const char *cap = (need_caps & WS_CAP_FS) && !(c && c->fs) ? "fs" : "shell";
+
+        ws_diag_set(d, "the workspace did not declare the %s capability", cap);
+        ws_diag_meta(d, "capability", "%s", cap);
+        ws_workspace_unref(ws);
+        return -WS_ECAPABILITY;
+    }
+    err = ensure_open(r, ws, false, d);
+    if (err < 0) {
+        if (err == -WS_ENOWORKSPACE)
+            ws_diag_set(d, "no such workspace");
+        ws_workspace_unref(ws);
+        return err;
+    }
+    *ret = ws;
+    return 0;
+}
+
+int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace **ret)
+{
+    struct ws_workspace *ws;
+    bool closed;
+
+    if (!id_valid(id))
+        return -WS_ENOWORKSPACE;
+    ws = find_ref(r, id, &closed);
+    if (!ws)
+        return -WS_ENOWORKSPACE;
+    /* Notice a vanished directory so Describe tells the truth. */
+    pthread_mutex_lock(&ws->lock);
+    bool check = ws->state == WS_STATE_OPEN && ws->provider->on_disk;
+    pthread_mutex_unlock(&ws->lock);
+    if (check)
+        (void)ensure_open(r, ws, false, NULL);
+    *ret = ws;
+    return 0;
+}
+
+/* ---- close ---- */
+
+int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_closed)
+{
+    struct ws_workspace *ws;
+
+    if (!id_valid(id))
+        return -WS_ENOWORKSPACE;
+    pthread_mutex_lock(&r->lock);
+    ws = table_find(r, id);
+    if (!ws) {
+        bool closed = closed_contains(r, id);
+
+        pthread_mutex_unlock(&r->lock);
+        if (!closed)
+            return -WS_ENOWORKSPACE;
+        *ret_already_closed = true;
+        return 0;
+    }
+    table_remove(r, ws);
+    uncount(r, ws);
+    closed_add(r, id);
+    pthread_mutex_unlock(&r->lock);
+
+    pthread_mutex_lock(&ws->lock);
+    ws->state = WS_STATE_CLOSING;
+    pthread_mutex_unlock(&ws->lock);
+    if (ws->provider->on_disk) {
+        /* Record first: a crash after this point leaves only a directory
+         * without a record, which the next start removes. */
+        unlinkat(r->records_fd, ws->id, 0);
+        fsync(r->records_fd);
+        ws_storage_remove_tree(r->root_fd, ws->id);
+    }
+    pthread_mutex_lock(&ws->lock);
+    ws->state = WS_STATE_CLOSED;
+    pthread_mutex_unlock(&ws->lock);
+    ws_workspace_unref(ws); /* the table's reference */
+    *ret_already_closed = false;
+    return 0;
+}
+
+void ws_registry_list(struct ws_registry *r, ws_registry_list_cb cb, void *userdata)
+{
+    struct ws_workspace **all = NULL;
+    size_t n = 0, cap = 0;
+
+    pthread_mutex_lock(&r->lock);
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (struct ws_workspace *w = r->buckets[b]; w; w = w->next) {
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 64;
+                struct ws_workspace **tmp = realloc(all, ncap * sizeof(*all));
+                if (!tmp)
+                    goto unlock;
+                all = tmp;
+                cap = ncap;
+            }
+            ws_workspace_ref(w);
+            all[n++] = w;
+        }
+unlock:
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < n; i++) {
+        cb(userdata, all[i]);
+        ws_workspace_unref(all[i]);
+    }
+    free(all);
+}
+
+/* ---- start-up ---- */
+
+static int load_records(struct ws_registry *r)
+{
+    int fd = dup(r->records_fd);
+    DIR *dir;
+    struct dirent *de;
+
+    if (fd < 0)
+        return -errno;
+    dir = fdopendir(fd);
+    if (!dir) {
+        close(fd);
+        return -errno;
+    }
+    while ((de = readdir(dir))) {
+        uint8_t *token = NULL;
+        size_t len = 0;
+        struct ws_workspace *ws = NULL;
+
+        if (!id_valid(de->d_name)) {
+            if (de->d_name[0] != '.')
+                unlinkat(r->records_fd, de->d_name, 0); /* an interrupted write */
+            continue;
+        }
+        if (ws_storage_read_file(r->records_fd, de->d_name, WS_REF_TOKEN_MAX, &token, &len) < 0)
+            continue;
+        if (workspace_new(r, token, len, WS_STATE_CONFIGURED, &ws) < 0 ||
+            strcmp(ws->id, de->d_name) != 0 || !ws->provider->on_disk) {
+            ws_workspace_unref(ws);
+            continue; /* not ours or damaged: never trusted, kept for an operator */
+        }
+        struct stat st;
+        if (fstatat(r->root_fd, ws->id, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode)) {
+            unlinkat(r->records_fd, ws->id, 0); /* evicted while we were down */
+            ws_workspace_unref(ws);
+            continue;
+        }
+        ws->counted = true;
+        r->live++;
+        table_insert(r, ws);
+    }
+    closedir(dir);
+    return 0;
+}
+
+/* Removes directories that look like ours but have no record: the rest of
+ * a Close that was interrupted. Anything else in the root is left alone. */
+static void sweep_root(struct ws_registry *r)
+{
+    int fd = dup(r->root_fd);
+    DIR *dir;
+    struct dirent *de;
+
+    if (fd < 0)
+        return;
+    dir = fdopendir(fd);
+    if (!dir) {
+        close(fd);
+        return;
+    }
+    while ((de = readdir(dir))) {
+        if (!id_valid(de->d_name) || table_find(r, de->d_name))
+            continue;
+        ws_storage_remove_tree(r->root_fd, de->d_name);
+    }
+    closedir(dir);
+}
+
+static int open_dir_at(int at, const char *name, bool create, int *ret_fd)
+{
+    int fd;
+
+    if (create && mkdirat(at, name, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    *ret_fd = fd;
+    return 0;
+}
+
+int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **ret)
+{
+    struct ws_registry *r;
+    int err;
+
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->state_fd = r->records_fd = r->root_fd = -1;
+    pthread_mutex_init(&r->lock, NULL);
+    r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
+    r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
+    r->closed = calloc(WS_CLOSED_IDS_KEPT, sizeof(*r->closed));
+    err = -ENOMEM;
+    if (!r->closed)
+        goto fail;
+    err = open_dir_at(AT_FDCWD, cfg->state_dir, false, &r->state_fd);
+    if (err < 0)
+        goto fail;
+    err = ws_ref_key_load(r->state_fd, &r->key);
+    if (err < 0)
+        goto fail;
+    err = open_dir_at(r->state_fd, RECORDS_DIR, true, &r->records_fd);
+    if (err < 0)
+        goto fail;
+    if (cfg->workspace_root)
+        err = open_dir_at(AT_FDCWD, cfg->workspace_root, true, &r->root_fd);
+    else
+        err = open_dir_at(r->state_fd, DEFAULT_ROOT, true, &r->root_fd);
+    if (err < 0)
+        goto fail;
+    err = load_records(r);
+    if (err < 0)
+        goto fail;
+    sweep_root(r);
+    *ret = r;
+    return 0;
+fail:
+    ws_registry_free(r);
+    return err;
+}
+
+void ws_registry_free(struct ws_registry *r)
+{
+    if (!r)
+        return;
+    for (size_t b = 0; b < BUCKETS; b++)
+        while (r->buckets[b]) {
+            struct ws_workspace *w = r->buckets[b];
+            r->buckets[b] = w->next;
+            ws_workspace_unref(w);
+        }
+    if (r->state_fd >= 0)
+        close(r->state_fd);
+    if (r->records_fd >= 0)
+        close(r->records_fd);
+    if (r->root_fd >= 0)
+        close(r->root_fd);
+    free(r->closed);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}

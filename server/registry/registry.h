@@ -1,0 +1,132 @@
+/* The workspace registry: open / resolve / close / describe / list, the
+ * lifecycle states, signed refs, persistence in the state directory and the
+ * cap on open workspaces.
+ *
+ * State directory layout (created 0700 by the caller):
+ *   ref.key            HMAC key for refs (0600)
+ *   records/<id>       the WorkspaceRecord of every open on-disk workspace
+ * Workspace root (default <state>/workspaces, 0700): one 0700 directory per
+ * on-disk workspace, named by its id. A record without a directory is an
+ * evicted workspace; a directory without a record is garbage from an
+ * interrupted Close and is removed at start.
+ *
+ * After a restart every record is known in state CONFIGURED; the first
+ * call on it (or Resolve of its ref) re-attaches it, probing the provider's
+ * backend live. Memory workspaces die with the process.
+ *
+ * Thread safety: every function may be called from any thread.
+ * Workspaces are reference counted: every ws_registry_* call that returns
+ * one returns a new reference, released with ws_workspace_unref.
+ */
+#ifndef WS_REGISTRY_REGISTRY_H
+#define WS_REGISTRY_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/base/errors.h"
+#include "server/providers/provider.h"
+#include "server/vfs/ops.h"
+#include "workspace/v1/workspaces.pb-c.h"
+
+#define WS_ID_LEN 35 /* "ws_" + 32 hex */
+#define WS_DEFAULT_MAX_WORKSPACES 256
+#define WS_DEFAULT_MAX_FILE_SIZE  (1ull << 30)
+/* Closed ids remembered so a second Close succeeds (oldest forgotten). */
+#define WS_CLOSED_IDS_KEPT 4096
+
+struct ws_registry_config {
+    const char *state_dir;
+    /* NULL: <state_dir>/workspaces. */
+    const char *workspace_root;
+    /* Cap on workspaces that are open (or resumable); 0: the default. */
+    unsigned max_workspaces;
+    /* Default and ceiling of a workspace's max_file_size_bytes; 0: 1 GiB. */
+    uint64_t max_file_size;
+};
+
+enum ws_state {
+    WS_STATE_CONFIGURED = 1,
+    WS_STATE_OPENING = 2,
+    WS_STATE_OPEN = 3,
+    WS_STATE_CLOSING = 4,
+    WS_STATE_CLOSED = 5,
+    WS_STATE_FAILED = 6,
+    WS_STATE_EVICTED = 7,
+};
+
+struct ws_registry;
+struct ws_workspace;
+
+/* Opens the state directory (must exist), loads or creates the ref key,
+ * creates the workspace root, loads records, removes leftovers of
+ * interrupted closes. */
+int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **ret);
+/* Drops the registry's references; storage stays for the next start. */
+void ws_registry_free(struct ws_registry *r);
+
+/* Errors: -WS_EMALFORMED (no provider config, invalid config),
+ * -WS_ECAPABILITY (metadata "capability"), -WS_ELIMIT, -WS_EFAILED (backend
+ * missing; diag->transient), -WS_EQUOTA (metadata "quota"). */
+int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *req,
+                     struct ws_diag *d, struct ws_workspace **ret);
+
+/* Errors: -WS_EBADREF, -WS_EEVICTED, -WS_EFAILED. */
+int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len,
+                        struct ws_diag *d, struct ws_workspace **ret);
+
+/* The workspace for an id-scoped call, re-attaching it if needed and
+ * checking that its storage still exists. `need_caps` (WS_CAP_*) must all
+ * be declared, else -WS_ECAPABILITY. Errors: -WS_ENOWORKSPACE (unknown,
+ * malformed or closed id), -WS_EEVICTED, -WS_EFAILED. */
+int ws_registry_get(struct ws_registry *r, const char *id, unsigned need_caps, struct ws_diag *d,
+                    struct ws_workspace **ret);
+
+/* Like ws_registry_get but also returns evicted workspaces and never
+ * re-attaches (for Describe). */
+int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace **ret);
+
+/* Closes: terminal, idempotent (*ret_already_closed = true the second
+ * time). Removes the workspace's record and storage. Unknown id:
+ * -WS_ENOWORKSPACE. */
+int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_closed);
+
+/* Calls cb for every known workspace (not closed), with a reference held
+ * for the duration of the call only. */
+typedef void (*ws_registry_list_cb)(void *userdata, struct ws_workspace *ws);
+void ws_registry_list(struct ws_registry *r, ws_registry_list_cb cb, void *userdata);
+
+void ws_workspace_ref(struct ws_workspace *ws);
+/* Accepts NULL. */
+void ws_workspace_unref(struct ws_workspace *ws);
+
+struct ws_workspace_info {
+    enum ws_state state;
+    int64_t opened_at_ms;
+    int64_t last_success_at_ms;
+    int64_t last_error_at_ms;
+    char last_error[WS_DIAG_MESSAGE_MAX + 64];
+};
+
+const char *ws_workspace_id(const struct ws_workspace *ws);
+const struct ws_provider *ws_workspace_provider(const struct ws_workspace *ws);
+/* The signed ref token; valid while the reference is held. */
+void ws_workspace_token(const struct ws_workspace *ws, const uint8_t **ret_data,
+                        size_t *ret_len);
+/* The effective capabilities (server defaults filled in). */
+const Workspace__V1__Capabilities *ws_workspace_capabilities(const struct ws_workspace *ws);
+/* Network policy of the provider config (NETWORK_OFF when not applicable). */
+Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws);
+uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws);
+/* The generic file operations over the workspace's storage; NULL unless
+ * the workspace is open. */
+struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws);
+void ws_workspace_info(struct ws_workspace *ws, struct ws_workspace_info *ret);
+
+/* Records the outcome of an operation for Describe: success updates
+ * last_success_at; backend failures (not a client's bad input) update
+ * last_error. */
+void ws_workspace_note(struct ws_workspace *ws, int err, const struct ws_diag *d);
+
+#endif

@@ -1,0 +1,457 @@
+/* The gRPC server: one completion queue served by N threads, armed
+ * requests for every registered method (and for unregistered ones, which
+ * are answered UNIMPLEMENTED), and the graceful drain.
+ *
+ * Tags on the queue are struct ws_tag embedded in their owner: a call
+ * object's accept tag and batch tags, the server's shutdown tag. The CQ
+ * threads only dispatch; they never block on anything but the queue.
+ */
+#include "server/rpc/internal.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/grpc_security.h>
+#include <grpc/support/time.h>
+
+/* Most CQ threads started, whatever the configuration asks. */
+#define THREADS_MAX         64
+/* How often a drain that is still waiting says so. */
+#define DRAIN_LOG_PERIOD_MS 5000
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static int log_level = WS_RPC_LOG_ERROR;
+
+static void log_init(void)
+{
+    const char *e = getenv("WS_RPC_LOG");
+
+    if (!e)
+        return;
+    if (strcmp(e, "debug") == 0)
+        log_level = WS_RPC_LOG_DEBUG;
+    else if (strcmp(e, "info") == 0)
+        log_level = WS_RPC_LOG_INFO;
+}
+
+bool ws_rpc_log_enabled(int level)
+{
+    pthread_once(&log_once, log_init);
+    return level <= log_level;
+}
+
+int64_t ws_rpc_now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void ws_rpc_log(int level, const char *event, const char *fmt, ...)
+{
+    static const char *const names[] = {"error", "info", "debug"};
+    char line[1024], stamp[32];
+    struct timespec ts;
+    struct tm tm;
+    va_list ap;
+    int n;
+
+    if (!ws_rpc_log_enabled(level))
+        return;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+    n = snprintf(line, sizeof(line), "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"event\":\"%s\"%s",
+                 stamp, ts.tv_nsec / 1000000, names[level], event, fmt && fmt[0] ? "," : "");
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    /* One write per line so lines from several threads do not interleave. */
+    fprintf(stderr, "%s}\n", line);
+}
+
+static void *cq_thread(void *arg)
+{
+    struct ws_rpc_server *s = arg;
+
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
+                                                   NULL);
+        struct ws_tag *tag;
+
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            break;
+        if (ev.type != GRPC_OP_COMPLETE)
+            continue;
+        tag = ev.tag;
+        tag->done(tag, ev.success != 0);
+    }
+    return NULL;
+}
+
+static void on_accept(struct ws_tag *t, bool ok);
+
+/* Hands gRPC a fresh call object to fill with the next call to method
+ * `index` (n_methods: any unregistered method). */
+static int arm(struct ws_rpc_server *s, size_t index)
+{
+    struct ws_call *c;
+    grpc_call_error e;
+
+    c = ws_rpc_call_alloc(s, index);
+    if (!c)
+        return -ENOMEM;
+    c->accept_tag.done = on_accept;
+    if (index < s->n_methods)
+        e = grpc_server_request_registered_call(s->server, s->registered[index], &c->call,
+                                                &c->deadline, &c->request_md, NULL, s->cq, s->cq,
+                                                &c->accept_tag);
+    else
+        e = grpc_server_request_call(s->server, &c->call, &c->details, &c->request_md, s->cq,
+                                     s->cq, &c->accept_tag);
+    if (e != GRPC_CALL_OK) {
+        ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.request_failed", "\"error\":\"%s\"",
+                   grpc_call_error_to_string(e));
+        ws_rpc_call_discard(c);
+        return -EIO;
+    }
+    return 0;
+}
+
+static void on_accept(struct ws_tag *t, bool ok)
+{
+    struct ws_call *c = ws_container_of(t, struct ws_call, accept_tag);
+    struct ws_rpc_server *s = c->server;
+    bool draining;
+
+    pthread_mutex_lock(&s->mu);
+    draining = s->shutdown_called;
+    if (ok)
+        s->live_calls++;
+    pthread_mutex_unlock(&s->mu);
+
+    if (!ok) {
+        /* The server is shutting down and gRPC hands back the requests it
+         * still held: nothing to re-arm. */
+        if (!draining)
+            ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.request_failed", "\"error\":\"not ok\"");
+        ws_rpc_call_discard(c);
+        return;
+    }
+    c->accepted = true;
+    /* Re-arm first, so the next call to this method is not kept waiting
+     * behind this one's handler. After shutdown gRPC fails the request at
+     * once and it comes back here as !ok. */
+    if (!draining)
+        arm(s, c->method_index);
+    ws_rpc_call_accepted(c);
+}
+
+void ws_rpc_server_call_gone(struct ws_rpc_server *s, bool accepted)
+{
+    pthread_mutex_lock(&s->mu);
+    s->objects--;
+    if (accepted)
+        s->live_calls--;
+    if (s->shutdown_called)
+        pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void on_shutdown_done(struct ws_tag *t, bool ok)
+{
+    struct ws_rpc_server *s = ws_container_of(t, struct ws_rpc_server, shutdown_tag);
+
+    ws_rpc_log(WS_RPC_LOG_DEBUG, "rpc.shutdown_notified", "\"ok\":%d", ok);
+    pthread_mutex_lock(&s->mu);
+    s->shutdown_notified = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mu);
+}
+
+long ws_rpc_server_live_calls(struct ws_rpc_server *s)
+{
+    long n;
+
+    pthread_mutex_lock(&s->mu);
+    n = s->live_calls;
+    pthread_mutex_unlock(&s->mu);
+    return n;
+}
+
+/* Waits on s->cond (s->mu held) until `deadline_ms` on the monotonic clock;
+ * false once it has passed. */
+static bool wait_until(struct ws_rpc_server *s, int64_t deadline_ms)
+{
+    struct timespec ts;
+
+    if (ws_rpc_now_ms() >= deadline_ms)
+        return false;
+    ts.tv_sec = deadline_ms / 1000;
+    ts.tv_nsec = (deadline_ms % 1000) * 1000000;
+    pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+    return true;
+}
+
+/* Shuts down a server whose CQ threads are not running, serving the queue
+ * from the calling thread. Calls grpc_server_shutdown_and_notify itself. */
+static void teardown_inline(struct ws_rpc_server *s)
+{
+    grpc_event ev;
+    bool done = false;
+
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+    grpc_server_cancel_all_calls(s->server);
+    while (!done) {
+        /* Bounded: the last call object may go on a handler's thread. */
+        ev = grpc_completion_queue_next(
+            s->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)),
+            NULL);
+        if (ev.type == GRPC_OP_COMPLETE)
+            ((struct ws_tag *)ev.tag)->done(ev.tag, ev.success != 0);
+        pthread_mutex_lock(&s->mu);
+        done = s->shutdown_notified && s->objects == 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    grpc_completion_queue_shutdown(s->cq);
+    do {
+        ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type == GRPC_OP_COMPLETE)
+            ((struct ws_tag *)ev.tag)->done(ev.tag, ev.success != 0);
+    } while (ev.type != GRPC_QUEUE_SHUTDOWN);
+    grpc_server_destroy(s->server);
+    s->server = NULL;
+    grpc_completion_queue_destroy(s->cq);
+    s->cq = NULL;
+}
+
+static void server_release(struct ws_rpc_server *s)
+{
+    free(s->registered);
+    free(s->threads);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    grpc_shutdown();
+}
+
+static int check_config(const struct ws_rpc_config *cfg, const struct ws_rpc_method *methods,
+                        size_t n_methods)
+{
+    size_t i;
+
+    if (!cfg || !cfg->listen || !cfg->listen[0] || cfg->threads < 0 ||
+        cfg->max_message_bytes < 0 || (n_methods && !methods))
+        return -EINVAL;
+    for (i = 0; i < n_methods; i++) {
+        const struct ws_rpc_method *m = &methods[i];
+        if (!m->path || m->path[0] != '/' || !m->request || !m->on_start)
+            return -EINVAL;
+        if (m->kind != WS_RPC_UNARY && m->kind != WS_RPC_SERVER_STREAM &&
+            m->kind != WS_RPC_CLIENT_STREAM && m->kind != WS_RPC_BIDI)
+            return -EINVAL;
+    }
+    return 0;
+}
+
+int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_method *methods,
+                      size_t n_methods, struct ws_rpc_server **ret_server, int *ret_port)
+{
+    struct ws_rpc_server *s = NULL;
+    grpc_server_credentials *creds;
+    pthread_condattr_t cattr;
+    grpc_channel_args args;
+    grpc_arg arg[2];
+    size_t i;
+    long ncpu;
+    int r, port;
+
+    r = check_config(cfg, methods, n_methods);
+    if (r < 0 || !ret_server)
+        return r < 0 ? r : -EINVAL;
+
+    s = calloc(1, sizeof(*s));
+    if (!s)
+        return -ENOMEM;
+    s->registered = calloc(n_methods ? n_methods : 1, sizeof(*s->registered));
+    if (!s->registered) {
+        free(s);
+        return -ENOMEM;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cond, &cattr);
+    pthread_condattr_destroy(&cattr);
+    s->methods = methods;
+    s->n_methods = n_methods;
+    s->shutdown_tag.done = on_shutdown_done;
+    s->max_message_bytes =
+        cfg->max_message_bytes > 0 ? cfg->max_message_bytes : WS_RPC_DEFAULT_MAX_MESSAGE;
+    ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->n_threads = cfg->threads > 0 ? cfg->threads : (ncpu > 2 ? (int)ncpu : 2);
+    if (s->n_threads > THREADS_MAX)
+        s->n_threads = THREADS_MAX;
+    s->is_unix = strncmp(cfg->listen, "unix", 4) == 0;
+
+    grpc_init();
+
+    memset(arg, 0, sizeof(arg));
+    arg[0].type = GRPC_ARG_INTEGER;
+    arg[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    arg[0].value.integer = s->max_message_bytes;
+    arg[1].type = GRPC_ARG_INTEGER;
+    arg[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    arg[1].value.integer = s->max_message_bytes;
+    args.num_args = 2;
+    args.args = arg;
+    s->server = grpc_server_create(&args, NULL);
+    s->cq = grpc_completion_queue_create_for_next(NULL);
+    grpc_server_register_completion_queue(s->server, s->cq, NULL);
+
+    for (i = 0; i < n_methods; i++) {
+        s->registered[i] = grpc_server_register_method(s->server, methods[i].path, NULL,
+                                                       GRPC_SRM_PAYLOAD_NONE, 0);
+        if (!s->registered[i]) {
+            /* gRPC refuses a path registered twice. */
+            r = -EINVAL;
+            goto fail;
+        }
+    }
+
+    creds = grpc_insecure_server_credentials_create();
+    port = grpc_server_add_http2_port(s->server, cfg->listen, creds);
+    grpc_server_credentials_release(creds);
+    if (port <= 0) {
+        ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.bind_failed", "\"listen\":\"%s\"", cfg->listen);
+        r = -EADDRNOTAVAIL;
+        goto fail;
+    }
+
+    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.listen", "\"port\":%d,\"methods\":%zu,\"threads\":%d",
+               s->is_unix ? 0 : port, n_methods, s->n_threads);
+    *ret_server = s;
+    if (ret_port)
+        *ret_port = s->is_unix ? 0 : port;
+    return 0;
+
+fail:
+    pthread_mutex_lock(&s->mu);
+    s->shutdown_called = true;
+    pthread_mutex_unlock(&s->mu);
+    teardown_inline(s);
+    server_release(s);
+    return r;
+}
+
+int ws_rpc_server_start(struct ws_rpc_server *s)
+{
+    size_t i;
+    int k, r = 0, e;
+
+    if (!s || s->started)
+        return -EINVAL;
+    s->threads = calloc((size_t)s->n_threads, sizeof(*s->threads));
+    if (!s->threads)
+        return -ENOMEM;
+    grpc_server_start(s->server);
+    s->started = true;
+
+    for (i = 0; i <= s->n_methods; i++)
+        for (k = 0; k < WS_RPC_REQUESTS_PER_METHOD; k++)
+            if (arm(s, i) < 0 && r == 0)
+                r = -ENOMEM;
+
+    for (k = 0; k < s->n_threads; k++) {
+        e = pthread_create(&s->threads[k], NULL, cq_thread, s);
+        if (e != 0) {
+            if (r == 0)
+                r = -e;
+            break;
+        }
+        s->threads_running++;
+    }
+    return r;
+}
+
+void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
+{
+    int64_t t0, deadline, next_log;
+    int k;
+
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s->shutdown_called) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->shutdown_called = true;
+    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.drain", "\"live_calls\":%ld,\"grace_ms\":%d", s->live_calls,
+               grace_ms);
+    pthread_mutex_unlock(&s->mu);
+
+    if (s->threads_running == 0) {
+        teardown_inline(s);
+        s->shut_down = true;
+        return;
+    }
+
+    t0 = ws_rpc_now_ms();
+    deadline = t0 + (grace_ms > 0 ? grace_ms : 0);
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+
+    /* Once no call is left, the only thing the tag still waits for is idle
+     * clients acknowledging the GOAWAY ping, which a C-core client with no
+     * call in progress may answer only seconds later: drop them then
+     * rather than sit out the grace period. */
+    pthread_mutex_lock(&s->mu);
+    while (!s->shutdown_notified && s->live_calls > 0 && wait_until(s, deadline))
+        ;
+    if (!s->shutdown_notified) {
+        ws_rpc_log(WS_RPC_LOG_INFO, "rpc.drain_cancel", "\"live_calls\":%ld", s->live_calls);
+        pthread_mutex_unlock(&s->mu);
+        /* Handlers learn of it through RECV_CLOSE_ON_SERVER: on_cancel. */
+        grpc_server_cancel_all_calls(s->server);
+        pthread_mutex_lock(&s->mu);
+    }
+    /* gRPC posts the tag once every channel, and so every call, is gone;
+     * the call objects follow as their last references drop. */
+    next_log = ws_rpc_now_ms() + DRAIN_LOG_PERIOD_MS;
+    while (!s->shutdown_notified || s->objects > 0) {
+        if (!wait_until(s, next_log)) {
+            ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.drain_waiting", "\"live_calls\":%ld,\"objects\":%ld",
+                       s->live_calls, s->objects);
+            next_log = ws_rpc_now_ms() + DRAIN_LOG_PERIOD_MS;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    grpc_completion_queue_shutdown(s->cq);
+    for (k = 0; k < s->threads_running; k++)
+        pthread_join(s->threads[k], NULL);
+    s->threads_running = 0;
+    grpc_server_destroy(s->server);
+    s->server = NULL;
+    grpc_completion_queue_destroy(s->cq);
+    s->cq = NULL;
+    s->shut_down = true;
+    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.stopped", "\"ms\":%lld", (long long)(ws_rpc_now_ms() - t0));
+}
+
+void ws_rpc_server_free(struct ws_rpc_server *s)
+{
+    if (!s)
+        return;
+    if (!s->shut_down)
+        ws_rpc_server_shutdown(s, 0);
+    server_release(s);
+}

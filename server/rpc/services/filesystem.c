@@ -1,0 +1,745 @@
+/* FileSystem: the ten file RPCs over the workspace's fs ops. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/rpc/services/internal.h"
+#include "workspace/v1/filesystem.pb-c.h"
+
+/* Bytes per ReadFile message. */
+#define READ_CHUNK (256 * 1024)
+/* Matches per Grep message. */
+#define GREP_BATCH 256
+/* A listing stops (truncated) before its response would pass this size,
+ * well under the 4 MiB message limit. */
+#define LIST_RESPONSE_BUDGET (3 * 1024 * 1024 + 512 * 1024)
+/* Rough per-entry cost of a FileInfo besides its path. */
+#define ENTRY_OVERHEAD 48
+
+static const char *root_if_empty(const char *path)
+{
+    return path[0] ? path : ".";
+}
+
+/* ---- ReadFile ---- */
+
+struct read_state {
+    struct ws_workspace *ws;
+    struct ws_vfs *fs;
+    struct ws_vfs_file *file;
+    struct ws_stat st;
+    char *path;
+    uint64_t off, end;
+    uint8_t *buf;
+    bool sent_info;
+};
+
+static void read_destroy(struct ws_call *call)
+{
+    struct read_state *rs = ws_call_data(call);
+
+    if (!rs)
+        return;
+    if (rs->file)
+        rs->fs->ops->close(rs->file);
+    ws_workspace_unref(rs->ws);
+    free(rs->path);
+    free(rs->buf);
+    free(rs);
+}
+
+/* Sends the next chunk; the last one goes out together with the status. */
+static void read_next(struct ws_call *call, struct read_state *rs)
+{
+    Workspace__V1__ReadFileResponse resp = WORKSPACE__V1__READ_FILE_RESPONSE__INIT;
+    Workspace__V1__FileInfo info;
+    size_t want = rs->end - rs->off > READ_CHUNK ? READ_CHUNK : (size_t)(rs->end - rs->off);
+    size_t got = 0;
+
+    while (got < want) {
+        ssize_t n = rs->fs->ops->pread(rs->file, rs->buf + got, want - got, rs->off + got);
+        if (n < 0) {
+            ws_services_fail(call, rs->ws, (int)n, NULL);
+            return;
+        }
+        if (n == 0)
+            break; /* the file shrank: stop at its new end */
+        got += (size_t)n;
+    }
+    resp.data.data = rs->buf;
+    resp.data.len = got;
+    resp.offset = rs->off;
+    if (!rs->sent_info) {
+        ws_fileinfo_fill(&info, rs->path, strlen(rs->path), &rs->st);
+        resp.info = &info;
+        rs->sent_info = true;
+    }
+    rs->off += got;
+    if (got < want)
+        rs->end = rs->off;
+    if (rs->off >= rs->end) {
+        ws_workspace_note(rs->ws, 0, NULL);
+        ws_call_finish(call, &resp.base);
+    } else {
+        ws_call_send(call, &resp.base);
+    }
+}
+
+static void read_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ReadFileRequest *req = (const void *)msg;
+    struct read_state *rs;
+    int err;
+
+    rs = calloc(1, sizeof(*rs));
+    if (!rs) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    ws_call_set_data(call, rs);
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &rs->ws) < 0)
+        return;
+    if (ws_services_check_path(call, rs->ws, req->path) < 0)
+        return;
+    rs->fs = ws_fsops_vfs(ws_workspace_fsops(rs->ws));
+    rs->path = strdup(req->path);
+    rs->buf = malloc(READ_CHUNK);
+    if (!rs->path || !rs->buf) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    err = rs->fs->ops->open_read(rs->fs, req->path, &rs->file, &rs->st);
+    if (err < 0) {
+        ws_services_fail(call, rs->ws, err, NULL);
+        return;
+    }
+    rs->off = req->offset < rs->st.size ? req->offset : rs->st.size;
+    rs->end = rs->st.size;
+    if (req->length && req->length < rs->end - rs->off)
+        rs->end = rs->off + req->length;
+    read_next(call, rs);
+}
+
+static void read_sent(struct ws_call *call, bool ok)
+{
+    struct read_state *rs = ws_call_data(call);
+
+    if (ok)
+        read_next(call, rs);
+}
+
+/* ---- WriteFile ---- */
+
+struct write_state {
+    struct ws_workspace *ws;
+    struct ws_write_session *session;
+    char *path;
+};
+
+static void write_destroy(struct ws_call *call)
+{
+    struct write_state *st = ws_call_data(call);
+
+    if (!st)
+        return;
+    ws_write_abort(st->session);
+    ws_workspace_unref(st->ws);
+    free(st->path);
+    free(st);
+}
+
+static void write_failed(struct ws_call *call, struct write_state *st, int err,
+                         const struct ws_diag *d)
+{
+    ws_write_abort(st->session);
+    st->session = NULL;
+    ws_services_fail(call, st->ws, err, d);
+}
+
+static void write_malformed(struct ws_call *call, struct write_state *st, const char *why)
+{
+    struct ws_diag d = {0};
+
+    ws_diag_set(&d, "%s", why);
+    ws_diag_meta(&d, "field", "msg");
+    write_failed(call, st, -WS_EMALFORMED, &d);
+}
+
+static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__WriteFileRequest *req = (const void *)msg;
+    struct write_state *st;
+    struct ws_diag d = {0};
+    int err;
+
+    st = calloc(1, sizeof(*st));
+    if (!st) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    ws_call_set_data(call, st);
+    if (!req || req->msg_case != WORKSPACE__V1__WRITE_FILE_REQUEST__MSG_HEADER) {
+        write_malformed(call, st, "the first message must be the header");
+        return;
+    }
+    const Workspace__V1__WriteFileHeader *h = req->header;
+    if (ws_services_workspace(call, h->workspace_id, WS_CAP_FS, &st->ws) < 0)
+        return;
+    if (ws_services_check_path(call, st->ws, h->path) < 0)
+        return;
+    struct ws_write_request wr = {
+        .path = h->path,
+        .opts =
+            {
+                .mode = h->mode & 0777,
+                .create_parents = h->create_parents,
+                .if_absent = h->if_absent,
+                .max_size = ws_workspace_max_file_size(st->ws),
+            },
+        .if_match = h->if_match,
+    };
+    st->path = strdup(h->path);
+    if (!st->path) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    err = ws_write_begin(ws_workspace_fsops(st->ws), &wr, &d, &st->session);
+    if (err < 0) {
+        write_failed(call, st, err, &d);
+        return;
+    }
+    ws_call_recv(call);
+}
+
+static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__WriteFileRequest *req = (const void *)msg;
+    struct write_state *st = ws_call_data(call);
+    struct ws_diag d = {0};
+    int err;
+
+    if (!st->session)
+        return;
+    if (req && req->msg_case != WORKSPACE__V1__WRITE_FILE_REQUEST__MSG_DATA) {
+        write_malformed(call, st, "only one header is allowed, then data");
+        return;
+    }
+    if (req) {
+        err = ws_write_append(st->session, req->data.data, req->data.len, &d);
+        if (err < 0) {
+            write_failed(call, st, err, &d);
+            return;
+        }
+        ws_call_recv(call);
+        return;
+    }
+
+    /* Half-close: the content is complete. */
+    Workspace__V1__WriteFileResponse resp = WORKSPACE__V1__WRITE_FILE_RESPONSE__INIT;
+    Workspace__V1__FileInfo info;
+    struct ws_write_result res;
+    struct ws_write_session *s = st->session;
+
+    st->session = NULL;
+    err = ws_write_commit(s, &d, &res);
+    if (err < 0) {
+        ws_services_fail(call, st->ws, err, &d);
+        return;
+    }
+    ws_fileinfo_fill(&info, st->path, strlen(st->path), &res.st);
+    resp.info = &info;
+    resp.bytes_written = res.bytes_written;
+    resp.sha256 = res.sha256;
+    ws_workspace_note(st->ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+}
+
+static void write_cancel(struct ws_call *call)
+{
+    struct write_state *st = ws_call_data(call);
+
+    /* A cancelled write must leave the old content: drop the temp file. */
+    if (st) {
+        ws_write_abort(st->session);
+        st->session = NULL;
+    }
+}
+
+/* ---- EditFile ---- */
+
+static void edit(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__EditFileRequest *req = (const void *)msg;
+    Workspace__V1__EditFileResponse resp = WORKSPACE__V1__EDIT_FILE_RESPONSE__INIT;
+    Workspace__V1__FileInfo info;
+    struct ws_workspace *ws = NULL;
+    struct ws_edit_result res;
+    struct ws_diag d = {0};
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+        return;
+    if (ws_services_check_path(call, ws, req->path) < 0)
+        goto out;
+    struct ws_edit_request er = {
+        .path = req->path,
+        .old_text = req->old_text,
+        .old_len = strlen(req->old_text),
+        .new_text = req->new_text,
+        .new_len = strlen(req->new_text),
+        .replace_all = req->replace_all,
+        .if_match = req->if_match,
+        .max_size = ws_workspace_max_file_size(ws),
+    };
+    err = ws_edit(ws_workspace_fsops(ws), &er, &d, &res);
+    if (err < 0) {
+        ws_services_fail(call, ws, err, &d);
+        goto out;
+    }
+    ws_fileinfo_fill(&info, req->path, strlen(req->path), &res.st);
+    resp.replacements = res.replacements;
+    resp.sha256 = res.sha256;
+    resp.info = &info;
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+out:
+    ws_workspace_unref(ws);
+}
+
+/* ---- ListDir, Glob ---- */
+
+/* Entries collected for one response; paths copied into one arena per
+ * entry (freed together). */
+struct entries {
+    Workspace__V1__FileInfo *infos;
+    Workspace__V1__FileInfo **ptrs;
+    char **paths;
+    size_t n, cap;
+    size_t bytes;
+    bool budget_hit;
+};
+
+static int entries_add(void *userdata, const struct ws_entry *e)
+{
+    struct entries *es = userdata;
+    char *copy;
+
+    if (es->bytes + e->path_len + ENTRY_OVERHEAD > LIST_RESPONSE_BUDGET) {
+        es->budget_hit = true;
+        return -ENOBUFS;
+    }
+    if (es->n == es->cap) {
+        size_t ncap = es->cap ? es->cap * 2 : 64;
+        void *a = realloc(es->infos, ncap * sizeof(*es->infos));
+        if (a)
+            es->infos = a;
+        void *b = realloc(es->paths, ncap * sizeof(*es->paths));
+        if (b)
+            es->paths = b;
+        if (!a || !b)
+            return -ENOMEM;
+        es->cap = ncap;
+    }
+    copy = malloc(e->path_len + 1);
+    if (!copy)
+        return -ENOMEM;
+    memcpy(copy, e->path, e->path_len);
+    copy[e->path_len] = '\0';
+    es->paths[es->n] = copy;
+    ws_fileinfo_fill(&es->infos[es->n], copy, e->path_len, &e->st);
+    es->n++;
+    es->bytes += e->path_len + ENTRY_OVERHEAD;
+    return 0;
+}
+
+static void entries_free(struct entries *es)
+{
+    for (size_t i = 0; i < es->n; i++)
+        free(es->paths[i]);
+    free(es->paths);
+    free(es->infos);
+    free(es->ptrs);
+}
+
+static int entries_finish(struct entries *es)
+{
+    es->ptrs = calloc(es->n ? es->n : 1, sizeof(*es->ptrs));
+    if (!es->ptrs)
+        return -ENOMEM;
+    for (size_t i = 0; i < es->n; i++)
+        es->ptrs[i] = &es->infos[i];
+    return 0;
+}
+
+static void list_dir(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ListDirRequest *req = (const void *)msg;
+    Workspace__V1__ListDirResponse resp = WORKSPACE__V1__LIST_DIR_RESPONSE__INIT;
+    struct ws_workspace *ws = NULL;
+    struct entries es = {0};
+    bool truncated = false;
+    const char *path = root_if_empty(req->path);
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+        return;
+    if (ws_services_check_path(call, ws, path) < 0)
+        goto out;
+    err = ws_list(ws_workspace_fsops(ws), path, req->depth, req->max_entries, entries_add, &es,
+                  &truncated);
+    if (err == -ENOBUFS && es.budget_hit) {
+        err = 0;
+        truncated = true;
+    }
+    if (err == 0)
+        err = entries_finish(&es);
+    if (err < 0) {
+        ws_services_fail(call, ws, err, NULL);
+        goto out;
+    }
+    resp.entries = es.ptrs;
+    resp.n_entries = es.n;
+    resp.truncated = truncated;
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+out:
+    entries_free(&es);
+    ws_workspace_unref(ws);
+}
+
+static void glob(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__GlobRequest *req = (const void *)msg;
+    Workspace__V1__GlobResponse resp = WORKSPACE__V1__GLOB_RESPONSE__INIT;
+    struct ws_workspace *ws = NULL;
+    struct entries es = {0};
+    bool truncated = false;
+    const char *base = root_if_empty(req->path);
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+        return;
+    if (ws_services_check_path(call, ws, base) < 0)
+        goto out;
+    err = ws_glob(ws_workspace_fsops(ws), base, req->pattern, req->max_results, entries_add, &es,
+                  &truncated);
+    if (err == -ENOBUFS && es.budget_hit) {
+        err = 0;
+        truncated = true;
+    }
+    if (err == 0)
+        err = entries_finish(&es);
+    if (err < 0) {
+        ws_services_fail(call, ws, err, NULL);
+        goto out;
+    }
+    resp.matches = es.ptrs;
+    resp.n_matches = es.n;
+    resp.truncated = truncated;
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+out:
+    entries_free(&es);
+    ws_workspace_unref(ws);
+}
+
+/* ---- Grep ---- */
+
+struct grep_state {
+    struct ws_workspace *ws;
+    struct ws_grep *grep;
+    Workspace__V1__GrepMatch matches[GREP_BATCH];
+    Workspace__V1__GrepMatch *ptrs[GREP_BATCH];
+    char *strings[GREP_BATCH]; /* path + line copies, one block each */
+    size_t n;
+};
+
+static void grep_clear(struct grep_state *gs)
+{
+    for (size_t i = 0; i < gs->n; i++)
+        free(gs->strings[i]);
+    gs->n = 0;
+}
+
+static void grep_destroy(struct ws_call *call)
+{
+    struct grep_state *gs = ws_call_data(call);
+
+    if (!gs)
+        return;
+    grep_clear(gs);
+    ws_grep_free(gs->grep);
+    ws_workspace_unref(gs->ws);
+    free(gs);
+}
+
+static int grep_collect(void *userdata, const struct ws_grep_match *m)
+{
+    struct grep_state *gs = userdata;
+    Workspace__V1__GrepMatch *gm;
+    char *block;
+
+    if (gs->n >= GREP_BATCH)
+        return -ENOBUFS;
+    block = malloc(m->path_len + 1 + m->line_len + 1);
+    if (!block)
+        return -ENOMEM;
+    memcpy(block, m->path, m->path_len);
+    block[m->path_len] = '\0';
+    memcpy(block + m->path_len + 1, m->line, m->line_len);
+    gm = &gs->matches[gs->n];
+    workspace__v1__grep_match__init(gm);
+    /* FileInfo's UTF-8 rule applies to the path here as well. */
+    Workspace__V1__FileInfo tmp;
+    struct ws_stat none = {0};
+    ws_fileinfo_fill(&tmp, block, m->path_len, &none);
+    gm->path = tmp.path;
+    gm->path_bytes = tmp.path_bytes;
+    gm->line_number = m->line_number;
+    gm->line.data = (uint8_t *)block + m->path_len + 1;
+    gm->line.len = m->line_len;
+    gm->line_truncated = m->line_truncated;
+    gs->strings[gs->n] = block;
+    gs->ptrs[gs->n] = gm;
+    gs->n++;
+    return 0;
+}
+
+static void grep_next(struct ws_call *call, struct grep_state *gs)
+{
+    Workspace__V1__GrepResponse resp = WORKSPACE__V1__GREP_RESPONSE__INIT;
+    Workspace__V1__GrepSummary summary = WORKSPACE__V1__GREP_SUMMARY__INIT;
+    struct ws_grep_summary sum;
+    int more;
+
+    grep_clear(gs);
+    more = ws_grep_next(gs->grep, GREP_BATCH, grep_collect, gs);
+    if (more < 0) {
+        ws_services_fail(call, gs->ws, more, NULL);
+        return;
+    }
+    resp.matches = gs->ptrs;
+    resp.n_matches = gs->n;
+    if (more) {
+        ws_call_send(call, &resp.base);
+        return;
+    }
+    ws_grep_summary(gs->grep, &sum);
+    summary.files_scanned = sum.files_scanned;
+    summary.binary_files_skipped = sum.binary_files_skipped;
+    summary.limited_files = sum.limited_files;
+    summary.matches = sum.matches;
+    summary.truncated = sum.truncated;
+    resp.summary = &summary;
+    ws_workspace_note(gs->ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+}
+
+static void grep_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__GrepRequest *req = (const void *)msg;
+    struct grep_state *gs;
+    struct ws_diag d = {0};
+    const char *path = root_if_empty(req->path);
+    int err;
+
+    gs = calloc(1, sizeof(*gs));
+    if (!gs) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    ws_call_set_data(call, gs);
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &gs->ws) < 0)
+        return;
+    if (ws_services_check_path(call, gs->ws, path) < 0)
+        return;
+    struct ws_grep_request gr = {
+        .path = path,
+        .pattern = req->pattern,
+        .include = req->include,
+        .ignore_case = req->ignore_case,
+        .max_matches = req->max_matches,
+        .max_depth = req->max_depth,
+    };
+    err = ws_grep_start(ws_workspace_fsops(gs->ws), &gr, &d, &gs->grep);
+    if (err < 0) {
+        ws_services_fail(call, gs->ws, err, &d);
+        return;
+    }
+    grep_next(call, gs);
+}
+
+static void grep_sent(struct ws_call *call, bool ok)
+{
+    struct grep_state *gs = ws_call_data(call);
+
+    if (ok && !ws_call_cancelled(call))
+        grep_next(call, gs);
+}
+
+/* ---- Stat, MakeDir, Remove, Move ---- */
+
+static void stat_file(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__StatRequest *req = (const void *)msg;
+    Workspace__V1__StatResponse resp = WORKSPACE__V1__STAT_RESPONSE__INIT;
+    Workspace__V1__FileInfo info;
+    struct ws_workspace *ws = NULL;
+    struct ws_stat st;
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+        return;
+    if (ws_services_check_path(call, ws, req->path) < 0)
+        goto out;
+    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    err = fs->ops->stat(fs, req->path, &st);
+    if (err < 0) {
+        ws_services_fail(call, ws, err, NULL);
+        goto out;
+    }
+    ws_fileinfo_fill(&info, req->path, strlen(req->path), &st);
+    resp.info = &info;
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+out:
+    ws_workspace_unref(ws);
+}
+
+static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__MakeDirRequest *req = (const void *)msg;
+    Workspace__V1__MakeDirResponse resp = WORKSPACE__V1__MAKE_DIR_RESPONSE__INIT;
+    Workspace__V1__FileInfo info;
+    struct ws_workspace *ws = NULL;
+    struct ws_stat st;
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+        return;
+    if (ws_services_check_path(call, ws, req->path) < 0)
+        goto out;
+    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    err = fs->ops->mkdir(fs, req->path, req->parents, req->mode ? req->mode & 0777 : 0755);
+    if (err == 0)
+        err = fs->ops->stat(fs, req->path, &st);
+    if (err < 0) {
+        ws_services_fail(call, ws, err, NULL);
+        goto out;
+    }
+    ws_fileinfo_fill(&info, req->path, strlen(req->path), &st);
+    resp.info = &info;
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+out:
+    ws_workspace_unref(ws);
+}
+
+static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__RemoveRequest *req = (const void *)msg;
+    Workspace__V1__RemoveResponse resp = WORKSPACE__V1__REMOVE_RESPONSE__INIT;
+    struct ws_workspace *ws = NULL;
+    struct ws_diag d = {0};
+    uint64_t removed = 0;
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+        return;
+    if (ws_services_check_path(call, ws, req->path) < 0)
+        goto out;
+    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    err = fs->ops->remove(fs, req->path, req->recursive, &removed);
+    if (err < 0) {
+        if (err == -EXDEV)
+            ws_diag_set(&d, "the path is the workspace root or outside it");
+        ws_services_fail(call, ws, err, &d);
+        goto out;
+    }
+    resp.removed = removed;
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+out:
+    ws_workspace_unref(ws);
+}
+
+static void move(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__MoveRequest *req = (const void *)msg;
+    Workspace__V1__MoveResponse resp = WORKSPACE__V1__MOVE_RESPONSE__INIT;
+    Workspace__V1__FileInfo info;
+    struct ws_workspace *ws = NULL;
+    struct ws_stat st;
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+        return;
+    if (ws_services_check_path(call, ws, req->from_path) < 0 ||
+        ws_services_check_path(call, ws, req->to_path) < 0)
+        goto out;
+    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    err = fs->ops->move(fs, req->from_path, req->to_path, req->replace);
+    if (err == 0)
+        err = fs->ops->stat(fs, req->to_path, &st);
+    if (err < 0) {
+        ws_services_fail(call, ws, err, NULL);
+        goto out;
+    }
+    ws_fileinfo_fill(&info, req->to_path, strlen(req->to_path), &st);
+    resp.info = &info;
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, &resp.base);
+out:
+    ws_workspace_unref(ws);
+}
+
+size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out)
+{
+    size_t n = 0;
+
+#define UNARY(name, type, fn)                                                                      \
+    out[n++] = (struct ws_rpc_method){                                                             \
+        .path = "/workspace.v1.FileSystem/" name,                                                  \
+        .kind = WS_RPC_UNARY,                                                                      \
+        .request = &workspace__v1__##type##_request__descriptor,                                   \
+        .on_start = fn,                                                                            \
+        .method_data = s,                                                                          \
+    }
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.FileSystem/ReadFile",
+        .kind = WS_RPC_SERVER_STREAM,
+        .request = &workspace__v1__read_file_request__descriptor,
+        .on_start = read_start,
+        .on_sent = read_sent,
+        .on_destroy = read_destroy,
+        .method_data = s,
+    };
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.FileSystem/WriteFile",
+        .kind = WS_RPC_CLIENT_STREAM,
+        .request = &workspace__v1__write_file_request__descriptor,
+        .on_start = write_start,
+        .on_message = write_message,
+        .on_cancel = write_cancel,
+        .on_destroy = write_destroy,
+        .method_data = s,
+    };
+    UNARY("EditFile", edit_file, edit);
+    UNARY("ListDir", list_dir, list_dir);
+    UNARY("Glob", glob, glob);
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.FileSystem/Grep",
+        .kind = WS_RPC_SERVER_STREAM,
+        .request = &workspace__v1__grep_request__descriptor,
+        .on_start = grep_start,
+        .on_sent = grep_sent,
+        .on_destroy = grep_destroy,
+        .method_data = s,
+    };
+    UNARY("Stat", stat, stat_file);
+    UNARY("MakeDir", make_dir, make_dir);
+    UNARY("Remove", remove, remove_path);
+    UNARY("Move", move, move);
+#undef UNARY
+    return n;
+}

@@ -1,0 +1,48 @@
+/* Shared by the service files; not for other modules. */
+#ifndef WS_RPC_SERVICES_INTERNAL_H
+#define WS_RPC_SERVICES_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "server/rpc/services/services.h"
+#include "server/vfs/ops.h"
+#include "workspace/v1/common.pb-c.h"
+
+struct ws_services {
+    struct ws_registry *reg;
+    atomic_bool draining;
+    pthread_mutex_t watch_lock;
+    struct watcher *watchers;
+    struct ws_rpc_method *methods;
+    size_t n_methods;
+};
+
+/* Each service file appends its methods; returns the number added. */
+size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out);
+size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out);
+size_t ws_services_providers(struct ws_services *s, struct ws_rpc_method *out);
+size_t ws_services_health(struct ws_services *s, struct ws_rpc_method *out);
+size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out);
+void ws_services_health_drain(struct ws_services *s);
+
+#define WS_SERVICES_MAX_METHODS 32
+
+/* A FileInfo whose strings live in `storage` (path, path_bytes point into
+ * the entry given). */
+void ws_fileinfo_fill(Workspace__V1__FileInfo *fi, const char *path, size_t path_len,
+                      const struct ws_stat *st);
+
+/* Looks up the workspace for an id-scoped call; on failure fails the call
+ * and returns the error. */
+int ws_services_workspace(struct ws_call *call, const char *id, unsigned need_caps,
+                          struct ws_workspace **ret);
+
+/* Fails the call with err, and records the outcome on the workspace. */
+void ws_services_fail(struct ws_call *call, struct ws_workspace *ws, int err,
+                      const struct ws_diag *d);
+
+/* Validates a client path (ws_vfs_check_path); fails the call if bad. */
+int ws_services_check_path(struct ws_call *call, struct ws_workspace *ws, const char *path);
+
+#endif

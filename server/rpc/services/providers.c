@@ -1,0 +1,50 @@
+/* Providers.ListProviders: every kind, its capabilities and a live probe. */
+#include <stdlib.h>
+
+#include "server/rpc/services/internal.h"
+#include "workspace/v1/providers.pb-c.h"
+
+static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
+{
+    Workspace__V1__ListProvidersResponse resp = WORKSPACE__V1__LIST_PROVIDERS_RESPONSE__INIT;
+    Workspace__V1__ProviderInfo infos[WS_PROVIDER_COUNT];
+    Workspace__V1__ProviderInfo *ptrs[WS_PROVIDER_COUNT];
+    struct ws_probe probes[WS_PROVIDER_COUNT];
+    char *caps[WS_PROVIDER_COUNT][2];
+
+    (void)req;
+    for (size_t i = 0; i < WS_PROVIDER_COUNT; i++) {
+        const struct ws_provider *p = ws_provider_get((enum ws_provider_kind)i);
+        Workspace__V1__ProviderInfo *info = &infos[i];
+        size_t nc = 0;
+
+        workspace__v1__provider_info__init(info);
+        p->probe(&probes[i]);
+        info->kind = (char *)p->name;
+        info->available = probes[i].available;
+        info->reason = probes[i].reason;
+        info->isolation = (char *)p->isolation;
+        if (p->caps & WS_CAP_FS)
+            caps[i][nc++] = "fs";
+        if (p->caps & WS_CAP_SHELL)
+            caps[i][nc++] = "shell";
+        info->capabilities = caps[i];
+        info->n_capabilities = nc;
+        ptrs[i] = info;
+    }
+    resp.providers = ptrs;
+    resp.n_providers = WS_PROVIDER_COUNT;
+    ws_call_finish(call, &resp.base);
+}
+
+size_t ws_services_providers(struct ws_services *s, struct ws_rpc_method *out)
+{
+    out[0] = (struct ws_rpc_method){
+        .path = "/workspace.v1.Providers/ListProviders",
+        .kind = WS_RPC_UNARY,
+        .request = &workspace__v1__list_providers_request__descriptor,
+        .on_start = list_providers,
+        .method_data = s,
+    };
+    return 1;
+}

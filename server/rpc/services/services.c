@@ -1,0 +1,126 @@
+#include "server/rpc/services/services.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/base/utf8.h"
+#include "server/rpc/services/internal.h"
+
+int ws_services_new(struct ws_registry *reg, struct ws_services **ret)
+{
+    struct ws_services *s = calloc(1, sizeof(*s));
+    size_t n = 0;
+
+    if (!s)
+        return -ENOMEM;
+    s->methods = calloc(WS_SERVICES_MAX_METHODS, sizeof(*s->methods));
+    if (!s->methods) {
+        free(s);
+        return -ENOMEM;
+    }
+    s->reg = reg;
+    atomic_init(&s->draining, false);
+    pthread_mutex_init(&s->watch_lock, NULL);
+    n += ws_services_providers(s, s->methods + n);
+    n += ws_services_workspaces(s, s->methods + n);
+    n += ws_services_filesystem(s, s->methods + n);
+    n += ws_services_exec(s, s->methods + n);
+    n += ws_services_health(s, s->methods + n);
+    s->n_methods = n;
+    *ret = s;
+    return 0;
+}
+
+void ws_services_free(struct ws_services *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_destroy(&s->watch_lock);
+    free(s->methods);
+    free(s);
+}
+
+const struct ws_rpc_method *ws_services_methods(struct ws_services *s, size_t *ret_n)
+{
+    *ret_n = s->n_methods;
+    return s->methods;
+}
+
+void ws_services_drain(struct ws_services *s)
+{
+    atomic_store(&s->draining, true);
+    ws_services_health_drain(s);
+}
+
+static Workspace__V1__FileType file_type(enum ws_ftype t)
+{
+    switch (t) {
+    case WS_FT_REGULAR:
+        return WORKSPACE__V1__FILE_TYPE__FILE_TYPE_REGULAR;
+    case WS_FT_DIRECTORY:
+        return WORKSPACE__V1__FILE_TYPE__FILE_TYPE_DIRECTORY;
+    case WS_FT_SYMLINK:
+        return WORKSPACE__V1__FILE_TYPE__FILE_TYPE_SYMLINK;
+    case WS_FT_OTHER:
+        return WORKSPACE__V1__FILE_TYPE__FILE_TYPE_OTHER;
+    default:
+        return WORKSPACE__V1__FILE_TYPE__FILE_TYPE_UNSPECIFIED;
+    }
+}
+
+void ws_fileinfo_fill(Workspace__V1__FileInfo *fi, const char *path, size_t path_len,
+                      const struct ws_stat *st)
+{
+    static char empty[] = "";
+
+    workspace__v1__file_info__init(fi);
+    /* A name that is not UTF-8 would corrupt a proto string: it travels as
+     * bytes instead. */
+    if (ws_utf8_valid(path, path_len)) {
+        fi->path = (char *)path;
+    } else {
+        fi->path = empty;
+        fi->path_bytes.data = (uint8_t *)path;
+        fi->path_bytes.len = path_len;
+    }
+    fi->type = file_type(st->type);
+    fi->size = st->size;
+    fi->mode = st->mode;
+    fi->mtime_unix_ns = st->mtime_ns;
+    fi->nlink = st->nlink;
+}
+
+int ws_services_workspace(struct ws_call *call, const char *id, unsigned need_caps,
+                          struct ws_workspace **ret)
+{
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_diag d = {0};
+    int err = ws_registry_get(s->reg, id, need_caps, &d, ret);
+
+    if (err < 0)
+        ws_call_fail(call, err, &d);
+    return err;
+}
+
+void ws_services_fail(struct ws_call *call, struct ws_workspace *ws, int err,
+                      const struct ws_diag *d)
+{
+    if (ws)
+        ws_workspace_note(ws, err, d);
+    ws_call_fail(call, err, d);
+}
+
+int ws_services_check_path(struct ws_call *call, struct ws_workspace *ws, const char *path)
+{
+    int err = ws_vfs_check_path(path);
+
+    if (err < 0) {
+        struct ws_diag d = {0};
+
+        ws_diag_set(&d, err == -EXDEV ? "absolute paths are outside the workspace"
+                                      : "the path is empty or too long");
+        ws_services_fail(call, ws, err, &d);
+    }
+    return err;
+}

@@ -1,0 +1,251 @@
+/* Workspaces: Open, Resolve, Close, Describe, List. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "server/rpc/services/internal.h"
+#include "workspace/v1/workspaces.pb-c.h"
+
+/* Fills `out` (and its ref) from a live workspace; strings stay owned by
+ * the workspace, which the caller keeps referenced until the send. */
+static void fill_workspace(struct ws_workspace *ws, Workspace__V1__Workspace *out,
+                           Workspace__V1__WorkspaceRef *ref)
+{
+    const uint8_t *token;
+    size_t len;
+
+    workspace__v1__workspace__init(out);
+    workspace__v1__workspace_ref__init(ref);
+    ws_workspace_token(ws, &token, &len);
+    ref->token.data = (uint8_t *)token;
+    ref->token.len = len;
+    out->id = (char *)ws_workspace_id(ws);
+    out->ref = ref;
+    out->provider = (char *)ws_workspace_provider(ws)->name;
+    out->capabilities = (Workspace__V1__Capabilities *)ws_workspace_capabilities(ws);
+}
+
+static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__OpenRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__OpenResponse resp = WORKSPACE__V1__OPEN_RESPONSE__INIT;
+    Workspace__V1__Workspace w;
+    Workspace__V1__WorkspaceRef ref;
+    struct ws_workspace *ws = NULL;
+    struct ws_diag d = {0};
+    int err;
+
+    err = ws_registry_open(s->reg, req, &d, &ws);
+    if (err < 0) {
+        ws_call_fail(call, err, &d);
+        return;
+    }
+    fill_workspace(ws, &w, &ref);
+    resp.workspace = &w;
+    ws_call_finish(call, &resp.base);
+    ws_workspace_unref(ws);
+}
+
+static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ResolveRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__ResolveResponse resp = WORKSPACE__V1__RESOLVE_RESPONSE__INIT;
+    Workspace__V1__Workspace w;
+    Workspace__V1__WorkspaceRef ref;
+    struct ws_workspace *ws = NULL;
+    struct ws_diag d = {0};
+    int err;
+
+    if (!req->ref) {
+        ws_diag_set(&d, "ref is required");
+        ws_diag_meta(&d, "field", "ref");
+        ws_call_fail(call, -WS_EMALFORMED, &d);
+        return;
+    }
+    err = ws_registry_resolve(s->reg, req->ref->token.data, req->ref->token.len, &d, &ws);
+    if (err < 0) {
+        ws_call_fail(call, err, &d);
+        return;
+    }
+    fill_workspace(ws, &w, &ref);
+    resp.workspace = &w;
+    ws_call_finish(call, &resp.base);
+    ws_workspace_unref(ws);
+}
+
+static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__CloseRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__CloseResponse resp = WORKSPACE__V1__CLOSE_RESPONSE__INIT;
+    struct ws_diag d = {0};
+    bool already = false;
+    int err;
+
+    err = ws_registry_close(s->reg, req->workspace_id, &already);
+    if (err < 0) {
+        ws_diag_set(&d, "no such workspace");
+        ws_call_fail(call, err, &d);
+        return;
+    }
+    resp.already_closed = already;
+    ws_call_finish(call, &resp.base);
+}
+
+static Workspace__V1__WorkspaceState state_of(enum ws_state st)
+{
+    return (Workspace__V1__WorkspaceState)st; /* same numbering by design */
+}
+
+static void append(char **ops, size_t *n, const char *name)
+{
+    ops[(*n)++] = (char *)name;
+}
+
+static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__DescribeRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__DescribeResponse resp = WORKSPACE__V1__DESCRIBE_RESPONSE__INIT;
+    Workspace__V1__Limits limits = WORKSPACE__V1__LIMITS__INIT;
+    struct ws_workspace_info info;
+    struct ws_workspace *ws = NULL;
+    struct ws_diag d = {0};
+    char *ops[16];
+    size_t n_ops = 0;
+    int err;
+
+    err = ws_registry_peek(s->reg, req->workspace_id, &ws);
+    if (err < 0) {
+        ws_diag_set(&d, "no such workspace");
+        ws_call_fail(call, err, &d);
+        return;
+    }
+    ws_workspace_info(ws, &info);
+    const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
+    resp.id = (char *)ws_workspace_id(ws);
+    resp.provider = (char *)ws_workspace_provider(ws)->name;
+    resp.state = state_of(info.state);
+    resp.isolation = (char *)ws_workspace_provider(ws)->isolation;
+    resp.capabilities = (Workspace__V1__Capabilities *)caps;
+    resp.network = ws_workspace_network(ws);
+    limits.max_file_size_bytes = ws_workspace_max_file_size(ws);
+    if (caps && caps->shell)
+        limits.max_duration_ms = caps->shell->max_duration_ms;
+    resp.limits = &limits;
+    if (caps && caps->fs) {
+        static const char *const fs_ops[] = {"ReadFile", "WriteFile", "EditFile",
+                                             "ListDir",  "Glob",      "Grep",
+                                             "Stat",     "MakeDir",   "Remove",
+                                             "Move"};
+        for (size_t i = 0; i < sizeof(fs_ops) / sizeof(fs_ops[0]); i++)
+            append(ops, &n_ops, fs_ops[i]);
+    }
+    resp.operations = ops;
+    resp.n_operations = n_ops;
+    resp.opened_at_unix_ms = info.opened_at_ms;
+    resp.last_success_at_unix_ms = info.last_success_at_ms;
+    resp.last_error_at_unix_ms = info.last_error_at_ms;
+    resp.last_error = info.last_error;
+    ws_call_finish(call, &resp.base);
+    ws_workspace_unref(ws);
+}
+
+struct list_acc {
+    Workspace__V1__WorkspaceSummary *items;
+    Workspace__V1__WorkspaceSummary **ptrs;
+    char (*ids)[WS_ID_LEN + 1];
+    size_t n, cap;
+    bool oom;
+};
+
+static void list_one(void *userdata, struct ws_workspace *ws)
+{
+    struct list_acc *acc = userdata;
+    struct ws_workspace_info info;
+
+    if (acc->oom)
+        return;
+    if (acc->n == acc->cap) {
+        size_t ncap = acc->cap ? acc->cap * 2 : 32;
+        void *a = realloc(acc->items, ncap * sizeof(*acc->items));
+        if (a)
+            acc->items = a;
+        void *b = realloc(acc->ids, ncap * sizeof(*acc->ids));
+        if (b)
+            acc->ids = b;
+        if (!a || !b) {
+            acc->oom = true;
+            return;
+        }
+        acc->cap = ncap;
+    }
+    ws_workspace_info(ws, &info);
+    Workspace__V1__WorkspaceSummary *it = &acc->items[acc->n];
+    workspace__v1__workspace_summary__init(it);
+    snprintf(acc->ids[acc->n], sizeof(acc->ids[acc->n]), "%s", ws_workspace_id(ws));
+    it->provider = (char *)ws_workspace_provider(ws)->name;
+    it->state = state_of(info.state);
+    it->opened_at_unix_ms = info.opened_at_ms;
+    acc->n++;
+}
+
+static void list_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__ListResponse resp = WORKSPACE__V1__LIST_RESPONSE__INIT;
+    struct list_acc acc = {0};
+
+    (void)msg;
+    ws_registry_list(s->reg, list_one, &acc);
+    if (acc.oom) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        goto out;
+    }
+    acc.ptrs = calloc(acc.n ? acc.n : 1, sizeof(*acc.ptrs));
+    if (!acc.ptrs) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        goto out;
+    }
+    for (size_t i = 0; i < acc.n; i++) {
+        acc.items[i].id = acc.ids[i];
+        acc.ptrs[i] = &acc.items[i];
+    }
+    resp.workspaces = acc.ptrs;
+    resp.n_workspaces = acc.n;
+    ws_call_finish(call, &resp.base);
+out:
+    free(acc.ptrs);
+    free(acc.items);
+    free(acc.ids);
+}
+
+size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
+{
+    static const struct {
+        const char *path;
+        const ProtobufCMessageDescriptor *req;
+        void (*fn)(struct ws_call *, const ProtobufCMessage *);
+    } m[] = {
+        {"/workspace.v1.Workspaces/Open", &workspace__v1__open_request__descriptor, open_ws},
+        {"/workspace.v1.Workspaces/Resolve", &workspace__v1__resolve_request__descriptor,
+         resolve_ws},
+        {"/workspace.v1.Workspaces/Close", &workspace__v1__close_request__descriptor, close_ws},
+        {"/workspace.v1.Workspaces/Describe", &workspace__v1__describe_request__descriptor,
+         describe_ws},
+        {"/workspace.v1.Workspaces/List", &workspace__v1__list_request__descriptor, list_ws},
+    };
+    size_t n = sizeof(m) / sizeof(m[0]);
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = (struct ws_rpc_method){
+            .path = m[i].path,
+            .kind = WS_RPC_UNARY,
+            .request = m[i].req,
+            .on_start = m[i].fn,
+            .method_data = s,
+        };
+    return n;
+}

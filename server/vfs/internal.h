@@ -1,0 +1,110 @@
+/* Private to //server/vfs:ops: the pieces the generic operations share
+ * (the fsops struct, a sorted iterative directory walker, compiled glob
+ * patterns, write-session internals). Not for use outside this library.
+ */
+#ifndef WS_VFS_INTERNAL_H
+#define WS_VFS_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server/base/errors.h"
+#include "server/vfs/ops.h"
+#include "server/vfs/vfs.h"
+
+struct ws_fsops {
+    struct ws_vfs *fs;
+    /* Serializes if_match checks with commits, and whole edits. */
+    pthread_mutex_t commit_lock;
+};
+
+/* ---- paths ---- */
+
+/* Lexically normalizes a workspace-relative path into buf: empty and "."
+ * components dropped, ".." folded into its parent. The root is "". Returns
+ * the length, -EXDEV when ".." would leave the root, -WS_EBADPATH when it
+ * does not fit (`size` includes the NUL). */
+int ws_path_normalize(const char *path, char *buf, size_t size);
+
+/* The vfs spelling of a normalized path: "" becomes ".". */
+static inline const char *ws_path_vfs(const char *normalized)
+{
+    return normalized[0] ? normalized : ".";
+}
+
+/* ---- hashing ---- */
+
+void ws_sha256_hex(const unsigned char digest[32], char ret_hex[WS_SHA256_HEX_LEN + 1]);
+/* Accepts 64 hex digits in either case and stores them lowercase; else
+ * -WS_EMALFORMED. */
+int ws_sha256_parse(const char *in, char ret_hex[WS_SHA256_HEX_LEN + 1]);
+
+/* ---- writes ---- */
+
+/* ws_write_commit for a caller that already holds ops->commit_lock. */
+int ws_write_commit_held(struct ws_write_session *s, struct ws_diag *d,
+                         struct ws_write_result *ret);
+
+/* ---- walking ---- */
+
+/* Longest path a walk can build: a base path plus WS_LIST_DEPTH_MAX
+ * components below it. */
+#define WS_WALK_PATH_MAX (WS_VFS_PATH_MAX + (WS_LIST_DEPTH_MAX + 1) * (WS_VFS_NAME_MAX + 1))
+/* Entries one directory may hold when all of them must be kept (to sort
+ * them); more is -WS_ELIMIT. */
+#define WS_WALK_DIR_MAX 1000000
+
+struct ws_walk;
+
+struct ws_walk_entry {
+    const char *path; /* workspace-relative, NUL-terminated; valid until the next ws_walk_next */
+    size_t path_len;
+    const char *name; /* last component of path */
+    size_t name_len;
+    enum ws_ftype type;     /* as readdir saw it; may be WS_FT_UNKNOWN */
+    unsigned depth;         /* 1 for the entries of the walk's root */
+    struct ws_vfs_dir *dir; /* the entry's parent, for the *_at operations */
+};
+
+/* Starts a walk of the directory `base` (normalized, "" = root). Each
+ * directory's entries come sorted by name (byte order); a directory's
+ * contents follow it only when the caller asks with ws_walk_descend.
+ * `keep` > 0 keeps only the `keep` smallest names of the directory (bounded
+ * memory when the caller cannot use more); 0 keeps all, up to
+ * WS_WALK_DIR_MAX. */
+int ws_walk_open(struct ws_vfs *fs, const char *base, size_t keep, struct ws_walk **ret);
+/* 1 and *ret filled, 0 at the end, or -errno. */
+int ws_walk_next(struct ws_walk *w, struct ws_walk_entry *ret);
+/* Descends into the directory last returned by ws_walk_next: its entries
+ * come next. -ENOTDIR when it is not (or no longer) a directory,
+ * -WS_ELIMIT past WS_LIST_DEPTH_MAX levels. */
+int ws_walk_descend(struct ws_walk *w, size_t keep);
+/* Accepts NULL. */
+void ws_walk_free(struct ws_walk *w);
+
+/* Errors on one entry that a walk skips rather than fails on: the entry
+ * vanished, changed type or is not readable. */
+bool ws_walk_skippable(int err);
+
+/* ---- glob patterns ---- */
+
+/* A pattern compiled into components, matched as an NFA whose state is a
+ * bitset of "next component to match" positions (one uint64_t word per 64
+ * positions, ws_globpat_words of them). */
+struct ws_globpat;
+
+int ws_globpat_compile(const char *pattern, struct ws_globpat **ret);
+void ws_globpat_free(struct ws_globpat *p);
+size_t ws_globpat_words(const struct ws_globpat *p);
+void ws_globpat_start(const struct ws_globpat *p, uint64_t *ret_state);
+/* State after matching one more path component `name`. */
+void ws_globpat_step(const struct ws_globpat *p, const uint64_t *state, const char *name,
+                     uint64_t *ret_state);
+/* The path so far matches the whole pattern. */
+bool ws_globpat_accepts(const struct ws_globpat *p, const uint64_t *state);
+/* Some longer path could still match (worth descending). */
+bool ws_globpat_alive(const struct ws_globpat *p, const uint64_t *state);
+
+#endif

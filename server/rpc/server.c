@@ -23,6 +23,8 @@
 #define THREADS_MAX         64
 /* How often a drain that is still waiting says so. */
 #define DRAIN_LOG_PERIOD_MS 5000
+/* How long a drain with no call left waits for clients to go away. */
+#define DRAIN_IDLE_MS       200
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static int log_level = WS_RPC_LOG_ERROR;
@@ -384,7 +386,7 @@ int ws_rpc_server_start(struct ws_rpc_server *s)
 
 void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
 {
-    int64_t t0, deadline, next_log;
+    int64_t t0, deadline, next_log, idle_deadline;
     int k;
 
     if (!s)
@@ -409,13 +411,26 @@ void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
     deadline = t0 + (grace_ms > 0 ? grace_ms : 0);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 
-    /* Once no call is left, the only thing the tag still waits for is idle
-     * clients acknowledging the GOAWAY ping, which a C-core client with no
-     * call in progress may answer only seconds later: drop them then
-     * rather than sit out the grace period. */
+    /* Once no call is left, the tag may still wait for idle clients to
+     * acknowledge the GOAWAY ping, which a C-core client with no call in
+     * progress answers only when its backup poller runs (seconds later):
+     * after a short settling time, drop them rather than sit out the
+     * grace period. */
     pthread_mutex_lock(&s->mu);
-    while (!s->shutdown_notified && s->live_calls > 0 && wait_until(s, deadline))
-        ;
+    idle_deadline = -1;
+    while (!s->shutdown_notified) {
+        int64_t until = deadline;
+        if (s->live_calls == 0) {
+            if (idle_deadline < 0)
+                idle_deadline = ws_rpc_now_ms() + DRAIN_IDLE_MS;
+            if (idle_deadline < until)
+                until = idle_deadline;
+        } else {
+            idle_deadline = -1;
+        }
+        if (!wait_until(s, until))
+            break;
+    }
     if (!s->shutdown_notified) {
         ws_rpc_log(WS_RPC_LOG_INFO, "rpc.drain_cancel", "\"live_calls\":%ld", s->live_calls);
         pthread_mutex_unlock(&s->mu);

@@ -1,6 +1,9 @@
-/* Lexical checks on a client path, before any lookup. Escapes through ".."
- * or symlinks are the resolver's business: this only refuses what no
- * resolver should ever see. */
+/* Lexical checks on a client path, before any lookup. Escapes through
+ * symlinks are the resolver's business; this refuses what no resolver
+ * should ever see, and any ".." that climbs above the root counted
+ * lexically. The latter is stricter than the kernel ("link/../.." may stay
+ * inside when link points deeper) but gives every provider the same answer,
+ * PATH_ESCAPE, whether or not the intermediate names exist. */
 #include "server/vfs/vfs.h"
 
 #include <errno.h>
@@ -11,6 +14,7 @@
 int ws_vfs_check_path(const char *path)
 {
     size_t len, comp = 0;
+    long depth = 0;
 
     if (!path || path[0] == '\0')
         return -WS_EBADPATH;
@@ -19,13 +23,21 @@ int ws_vfs_check_path(const char *path)
         return -WS_EBADPATH;
     if (path[0] == '/')
         return -EXDEV;
-    for (size_t i = 0; i < len; i++) {
-        if (path[i] == '/') {
-            comp = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len && path[i] != '/') {
+            if (++comp > WS_VFS_NAME_MAX)
+                return -WS_EBADPATH;
             continue;
         }
-        if (++comp > WS_VFS_NAME_MAX)
-            return -WS_EBADPATH;
+        /* End of a component of length comp ending before i. */
+        const char *c = path + i - comp;
+        if (comp == 2 && c[0] == '.' && c[1] == '.') {
+            if (--depth < 0)
+                return -EXDEV;
+        } else if (comp > 0 && !(comp == 1 && c[0] == '.')) {
+            depth++;
+        }
+        comp = 0;
     }
     return 0;
 }

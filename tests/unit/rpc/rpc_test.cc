@@ -755,6 +755,48 @@ TEST(RpcServer, DrainIdleIsQuick)
     EXPECT_LT(ms, 3000);
 }
 
+// SIGTERM while calls that finish within the grace period are in flight:
+// every one completes OK, and the drain ends as soon as they have.
+TEST(RpcServer, DrainLetsCallsFinish)
+{
+    ServerProcess server;
+    ASSERT_TRUE(server.Start({"--listen", "127.0.0.1:0", "--grace-ms", "5000"}));
+    auto ch = Connect("127.0.0.1:" + std::to_string(server.port()));
+    auto stat = [&](const char *name) {
+        grpc::ClientContext ctx;
+        HResp resp;
+        Unary(ch.get(), "/test.Echo/Stats", Req(name), &resp, &ctx);
+        return (long)resp.status();
+    };
+
+    const int n = 6;
+    std::atomic<int> ok{0};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < n; i++) {
+        threads.emplace_back([&, i] {
+            grpc::ClientContext ctx;
+            HReq resp;
+            std::string ms = std::to_string(200 + 50 * i);
+            grpc::Status st = Unary(ch.get(), "/test.Echo/Delayed", Req(ms), &resp, &ctx);
+            if (st.ok() && resp.service() == ms)
+                ok++;
+            else
+                ADD_FAILURE() << st.error_code() << ": " << st.error_message();
+        });
+    }
+    ASSERT_TRUE(WaitFor([&] { return stat("live") >= n + 1; }, 5000));
+
+    std::string last;
+    long ms = -1;
+    int status = server.Terminate(10000, &last, &ms);
+    for (auto &t : threads)
+        t.join();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_EQ(ok.load(), n);
+    EXPECT_LT(ms, 3000);
+    EXPECT_EQ(last.rfind("live_calls=0 ", 0), 0u) << last;
+}
+
 // SIGTERM while calls are in flight: a call that finishes within the grace
 // period completes normally; one that never would is cancelled when the
 // grace runs out (its handler sees on_cancel); the process exits 0 with no

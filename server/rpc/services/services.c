@@ -118,7 +118,7 @@ int ws_services_check_path(struct ws_call *call, struct ws_workspace *ws, const 
     if (err < 0) {
         struct ws_diag d = {0};
 
-        ws_diag_set(&d, err == -EXDEV ? "absolute paths are outside the workspace"
+        ws_diag_set(&d, err == -EXDEV ? "the path leads outside the workspace"
                                       : "the path is empty or too long");
         ws_services_fail(call, ws, err, &d);
     }

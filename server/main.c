@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -174,6 +176,37 @@ bad:
     return -1;
 }
 
+/* A unix socket left behind by a server that died would make the bind
+ * fail, and gRPC would silently take over the path of a live one. So: a
+ * socket nobody answers on is removed; one a server answers on is
+ * -EADDRINUSE. */
+static int claim_unix_socket(const char *listen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    const char *path = listen + 5;
+    struct stat st;
+    int fd, err = 0;
+
+    if (strncmp(listen, "unix:", 5) != 0)
+        return 0;
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+        err = -EADDRINUSE;
+    else if (errno == ECONNREFUSED && unlink(path) < 0)
+        err = -errno;
+    close(fd);
+    return err;
+}
+
 static int make_state_dir(const char *dir)
 {
     struct stat st;
@@ -226,6 +259,12 @@ int main(int argc, char **argv)
     if (err < 0) {
         fprintf(stderr, "workspaced: cannot open the state directory: %s\n",
                 strerror(-err < 4096 ? -err : EINVAL));
+        goto out;
+    }
+    err = claim_unix_socket(o.listen);
+    if (err < 0) {
+        fprintf(stderr, "workspaced: cannot listen on '%s': %s\n", o.listen,
+                err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
         goto out;
     }
     err = ws_services_new(reg, &svc);

@@ -148,7 +148,7 @@ void ws_probe_bwrap(struct ws_probe *ret)
         goto out;
     }
     first_line(err);
-    snprintf(r.reason, sizeof(r.reason), "bubblewrap cannot create a sandbox here%s%s",
+    snprintf(r.reason, sizeof(r.reason), "bubblewrap cannot create a sandbox here%s%.200s",
              err[0] ? ": " : "", err);
 out:
     if (pipefd[0] >= 0)

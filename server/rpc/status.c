@@ -14,8 +14,8 @@
 #include "google/rpc/status.pb-c.h"
 #include "server/base/errors.h"
 
-#define DOMAIN     "workspaced"
-#define TYPE_URL   "type.googleapis.com/google.rpc.ErrorInfo"
+#define DOMAIN   "workspaced"
+#define TYPE_URL "type.googleapis.com/google.rpc.ErrorInfo"
 /* ErrorInfo metadata pairs: the diag's plus the ones added here. */
 #define META_MAX   (WS_DIAG_META_MAX + 2)
 #define REASON_MAX 64
@@ -56,6 +56,12 @@ static const struct errmap {
     {-ENOTDIR, GRPC_STATUS_FAILED_PRECONDITION, "NOT_DIRECTORY"},
     {-ENOTEMPTY, GRPC_STATUS_FAILED_PRECONDITION, "NOT_EMPTY"},
     {-EROFS, GRPC_STATUS_FAILED_PRECONDITION, "READ_ONLY"},
+    {-EBUSY, GRPC_STATUS_FAILED_PRECONDITION, "BUSY"},
+    /* A concurrent rename kept the resolver from proving a lookup safe, or
+     * a file was swapped during an open: nothing happened, a retry may
+     * succeed. */
+    {-EAGAIN, GRPC_STATUS_UNAVAILABLE, "RETRY"},
+    {-ESTALE, GRPC_STATUS_UNAVAILABLE, "RETRY"},
     {-EEXIST, GRPC_STATUS_ALREADY_EXISTS, "EXISTS"},
     {-EACCES, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
     {-EPERM, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
@@ -96,6 +102,8 @@ static const struct {
     {"NOT_DIRECTORY", "not a directory"},
     {"NOT_EMPTY", "directory not empty"},
     {"READ_ONLY", "read-only"},
+    {"BUSY", "busy (a mount point)"},
+    {"RETRY", "a concurrent change got in the way; nothing was done, retry"},
     {"EXISTS", "already exists"},
     {"ACCESS_DENIED", "access denied"},
     {"CANCELLED", "cancelled"},
@@ -246,8 +254,7 @@ void ws_rpc_status_from_error(int err, const struct ws_diag *d, struct ws_rpc_st
     }
 
     ws_rpc_status_build(code, reason,
-                        d && memchr(d->message, 0, sizeof(d->message)) && d->message[0]
-                            ? d->message
-                            : NULL,
+                        d && memchr(d->message, 0, sizeof(d->message)) && d->message[0] ? d->message
+                                                                                        : NULL,
                         keys, values, n, ret);
 }

@@ -207,6 +207,9 @@ std::shared_ptr<grpc::Channel> Server::channel() {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(8 << 20);
     args.SetMaxSendMessageSize(8 << 20);
+    // Each server gets its own connection: a subchannel shared with a
+    // killed predecessor on the same address would fail the first call.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
   }
   return channel_;

@@ -61,6 +61,22 @@ TEST(Server, ListensOnUnixSocket) {
   auto ws = srv.workspaces();
   auto w = wstest::Open(ws.get(), "memory");
   EXPECT_FALSE(w.id.empty());
+  // A socket left by a killed server does not block the next start.
+  srv.Kill();
+  struct stat st;
+  ASSERT_EQ(lstat(sock.c_str(), &st), 0);
+  Server again({"--listen", "unix:" + sock});
+  auto ws2 = again.workspaces();
+  EXPECT_FALSE(wstest::Open(ws2.get(), "memory").id.empty());
+  // While that one runs, a second server on the same socket fails to start
+  // and leaves the live socket alone.
+  std::string err;
+  int status = wstest::RunServerToExit(
+      {"--listen", "unix:" + sock, "--state-dir", wstest::MakeTempDir("second")}, &err);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(err.find("another server is listening there"), std::string::npos) << err;
+  EXPECT_FALSE(wstest::Open(ws2.get(), "memory").id.empty());
 }
 
 TEST(Server, ListProvidersReportsAllFourLive) {

@@ -36,6 +36,13 @@
  *   -EINVAL   move of a directory into itself, or across mounts inside the
  *             workspace (the kernel's EXDEV there is not a path escape).
  *
+ * mkdir: mode 0 means 0755, else mode & 0777 (the umask applies);
+ * directories made on the way by mkdir with parents or by create_parents are
+ * 0755. Like mkdir -p, a failure part way (a later component escapes or is
+ * not a directory) leaves the directories already made; all of them are
+ * inside the workspace. With parents, an existing directory at the end is
+ * fine but a symlink to one is -EEXIST (the leaf is never followed).
+ *
  * Writes: write_begin creates an unnamed O_TMPFILE in the leaf's parent
  * (or, where the file system lacks O_TMPFILE, a hidden ".ws-tmp-*" file
  * created with O_EXCL); write_commit fsyncs it, links it under a hidden

@@ -340,8 +340,7 @@ static int split(const char *path, struct mpath *mp)
 
 /* The directory holding the last component. With `create`, missing
  * directories are made (mode 0755). */
-static int walk_parent(struct memfs *fs, const struct mpath *mp, bool create,
-                       struct mem_node **ret)
+static int walk_parent(struct memfs *fs, const struct mpath *mp, bool create, struct mem_node **ret)
 {
     struct mem_node *d = fs->root;
     int r;

@@ -262,7 +262,7 @@ struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws)
     return ws->fsops;
 }
 
-void ws_workspace_info(struct ws_workspace *ws, struct ws_workspace_info *ret)
+void ws_workspace_describe(struct ws_workspace *ws, struct ws_workspace_info *ret)
 {
     pthread_mutex_lock(&ws->lock);
     ret->state = ws->state;

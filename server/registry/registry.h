@@ -122,7 +122,7 @@ uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws);
 /* The generic file operations over the workspace's storage; NULL unless
  * the workspace is open. */
 struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws);
-void ws_workspace_info(struct ws_workspace *ws, struct ws_workspace_info *ret);
+void ws_workspace_describe(struct ws_workspace *ws, struct ws_workspace_info *ret);
 
 /* Records the outcome of an operation for Describe: success updates
  * last_success_at; backend failures (not a client's bad input) update

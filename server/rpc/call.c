@@ -201,8 +201,7 @@ static int start_batch(struct ws_call *c, const grpc_op *ops, size_t n, struct w
 }
 
 /* Serializes `msg` into one contiguous slice wrapped in a byte buffer. */
-static int pack_message(struct ws_call *c, const ProtobufCMessage *msg,
-                        grpc_byte_buffer **ret_bb)
+static int pack_message(struct ws_call *c, const ProtobufCMessage *msg, grpc_byte_buffer **ret_bb)
 {
     grpc_byte_buffer *bb;
     grpc_slice slice;
@@ -238,8 +237,7 @@ static void issue_status_locked(struct ws_call *c, grpc_byte_buffer *bb)
     }
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = c->code;
-    ops[n].data.send_status_from_server.status_details =
-        c->has_message ? &c->status_message : NULL;
+    ops[n].data.send_status_from_server.status_details = c->has_message ? &c->status_message : NULL;
     ops[n].data.send_status_from_server.trailing_metadata_count = c->n_trailer;
     ops[n].data.send_status_from_server.trailing_metadata = c->n_trailer ? c->trailer : NULL;
     n++;
@@ -289,9 +287,8 @@ static void fail_core_locked(struct ws_call *c, grpc_status_code code, const cha
 
     ws_rpc_status_build(code, reason, message, &key, &field, field && field[0] ? 1 : 0, &st);
     set_status_locked(c, &st);
-    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.rejected",
-               "\"method\":\"%s\",\"code\":%d,\"reason\":\"%s\"", call_path(c), (int)code,
-               reason ? reason : "");
+    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.rejected", "\"method\":\"%s\",\"code\":%d,\"reason\":\"%s\"",
+               call_path(c), (int)code, reason ? reason : "");
     finish_locked(c, NULL);
 }
 
@@ -309,8 +306,8 @@ static void deliver_cancel_locked(struct ws_call *c)
 
 /* Copies the byte buffer out, checks it on the wire, then unpacks it.
  * Returns 0 or -WS_EMALFORMED with the offending field's path in `field`. */
-static int decode(struct ws_call *c, grpc_byte_buffer *bb, ProtobufCMessage **ret_msg,
-                  char *field, size_t field_size)
+static int decode(struct ws_call *c, grpc_byte_buffer *bb, ProtobufCMessage **ret_msg, char *field,
+                  size_t field_size)
 {
     const ProtobufCMessageDescriptor *desc = c->method->request;
     grpc_byte_buffer_reader reader;
@@ -323,8 +320,8 @@ static int decode(struct ws_call *c, grpc_byte_buffer *bb, ProtobufCMessage **re
     slice = grpc_byte_buffer_reader_readall(&reader);
     grpc_byte_buffer_reader_destroy(&reader);
 
-    r = ws_rpc_validate_message(desc, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice),
-                                field, field_size);
+    r = ws_rpc_validate_message(desc, GRPC_SLICE_START_PTR(slice), GRPC_SLICE_LENGTH(slice), field,
+                                field_size);
     if (r < 0)
         goto out;
     msg = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(slice),
@@ -405,8 +402,8 @@ static void on_close_done(struct ws_tag *t, bool ok)
         else
             c->cancelled = true;
     }
-    ws_rpc_log(WS_RPC_LOG_DEBUG, "rpc.closed", "\"method\":\"%s\",\"cancelled\":%d",
-               call_path(c), c->close_cancelled);
+    ws_rpc_log(WS_RPC_LOG_DEBUG, "rpc.closed", "\"method\":\"%s\",\"cancelled\":%d", call_path(c),
+               c->close_cancelled);
     call_unlock(c);
     ws_call_unref(c);
 }

@@ -10,13 +10,17 @@
  * ws_call_finish / ws_call_fail; completions come back as on_sent and
  * on_message. on_cancel runs at most once if the client cancels, the
  * deadline passes or the server drains before the handler finished.
- * on_destroy runs exactly once, when the last reference is dropped.
+ * on_destroy runs exactly once, when the last reference is dropped, for
+ * every call whose on_start ran (a call the core rejects before on_start,
+ * e.g. a malformed first message, never reaches the handler at all).
  *
  * Thread safety: callbacks of one call never run concurrently (the call's
  * own recursive lock is held around each). Any thread may call the ws_call_*
  * functions on a call it holds a reference to; they take the same lock.
  * Threads other than the callback's own must hold a reference
- * (ws_call_ref / ws_call_unref).
+ * (ws_call_ref / ws_call_unref). A handler that takes its own lock inside
+ * a callback must not hold that lock while calling ws_call_* (the call's
+ * lock would then be taken in both orders).
  *
  * Messages handed to on_start / on_message are owned by the core and freed
  * when the callback returns. Messages passed to ws_call_send / finish are
@@ -55,7 +59,10 @@ struct ws_rpc_method {
      * bidi call whose client half-closed before sending anything. */
     void (*on_start)(struct ws_call *call, const ProtobufCMessage *req);
     /* Client-streaming and bidi: the message asked for by ws_call_recv, or
-     * NULL when the client half-closed. */
+     * NULL when the client half-closed. Not called if the stream broke
+     * (on_cancel follows instead). A later message that fails the
+     * UTF-8 / decoding checks ends the call INVALID_ARGUMENT MALFORMED and
+     * the handler gets on_cancel. */
     void (*on_message)(struct ws_call *call, const ProtobufCMessage *msg);
     /* The send started by ws_call_send completed; !ok means the stream is
      * gone (the call will be cancelled). Optional. */
@@ -79,27 +86,34 @@ void ws_call_unref(struct ws_call *call);
 
 /* Sends one response message (initial metadata goes with the first).
  * Returns 0, -EBUSY while a previous send is in flight, -ECANCELED after
- * a cancel, -EALREADY after finish/fail. on_sent follows a 0 return. */
+ * a cancel, -EALREADY after finish/fail, -EFBIG if the message is larger
+ * than the server's max_message_bytes. on_sent follows a 0 return. */
 int ws_call_send(struct ws_call *call, const ProtobufCMessage *msg);
 
 /* Asks for the next request message (client-streaming, bidi); on_message
- * follows a 0 return. -EBUSY if a receive is in flight. */
+ * follows a 0 return (unless the stream breaks: on_cancel). -EBUSY if a
+ * receive is in flight, -EINVAL for a unary or server-streaming method,
+ * -ECANCELED / -EALREADY as for ws_call_send. */
 int ws_call_recv(struct ws_call *call);
 
 /* Ends the call with OK, sending `msg` first if not NULL (unary calls must
  * pass their response). Waits for nothing: safe while a send is in flight
- * only if msg is NULL (the status then follows that send). Returns 0,
- * -EALREADY if already finished, -ECANCELED after a cancel. */
+ * only if msg is NULL (the status then follows that send; with a msg it
+ * is -EBUSY). Returns 0, -EALREADY if already finished, -ECANCELED after a
+ * cancel, -EFBIG if msg is over max_message_bytes (the call stays open:
+ * fail it). */
 int ws_call_finish(struct ws_call *call, const ProtobufCMessage *msg);
 
 /* Ends the call with the status for error `err` (a negated errno or WS_E*
  * number, see server/base/errors.h), the message and metadata of `d`
  * (may be NULL), and google.rpc.Status + ErrorInfo in
- * grpc-status-details-bin. */
+ * grpc-status-details-bin. An empty diag message is replaced by the
+ * reason's default; strings are made valid UTF-8. Like finish, safe while
+ * a send is in flight. Returns as ws_call_finish. */
 int ws_call_fail(struct ws_call *call, int err, const struct ws_diag *d);
 
 /* Ends the call with an explicit code and reason (reason may be NULL: no
- * ErrorInfo metadata beyond the domain). */
+ * ErrorInfo metadata beyond the domain). -EINVAL for GRPC_STATUS_OK. */
 int ws_call_fail_status(struct ws_call *call, grpc_status_code code, const char *reason,
                         const char *message);
 
@@ -124,14 +138,23 @@ struct ws_rpc_server;
 
 /* Creates the server, registers `methods` (the array must outlive the
  * server), binds the address. Unregistered methods are answered
- * UNIMPLEMENTED. *ret_port receives the bound TCP port (0 for unix). */
+ * UNIMPLEMENTED. *ret_port receives the bound TCP port (0 for unix).
+ * Calls grpc_init() (ws_rpc_server_free calls grpc_shutdown()). gRPC starts
+ * threads here: block the signals main wants to sigwait for before this.
+ * A unix socket path must not exist yet. Returns 0, -EINVAL for a bad
+ * config or a path registered twice, -EADDRNOTAVAIL if binding failed.
+ * Logging: errors only, on stderr, one JSON line each; WS_RPC_LOG=info
+ * adds failed calls and the drain, WS_RPC_LOG=debug every call event. */
 int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_method *methods,
                       size_t n_methods, struct ws_rpc_server **ret_server, int *ret_port);
 /* Starts the threads. */
 int ws_rpc_server_start(struct ws_rpc_server *s);
 /* Graceful drain: stops accepting calls, lets in-flight calls finish for up
- * to grace_ms, then cancels the rest (handlers see on_cancel), waits for
- * every call object to be destroyed and the threads to exit. */
+ * to grace_ms, then cancels the rest (handlers see on_cancel; clients see
+ * UNAVAILABLE), waits for every call object to be destroyed and the
+ * threads to exit. Ends early once no call is left (idle client
+ * connections are dropped after a short settling time). Blocks: never
+ * call it from a callback. */
 void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms);
 /* Accepts NULL. Only after shutdown. */
 void ws_rpc_server_free(struct ws_rpc_server *s);

@@ -17,7 +17,7 @@
 
 #include "server/rpc/call.h"
 
-#define ws_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define ws_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* A completion-queue tag. Every tag handed to gRPC is one of these,
  * embedded in the object it belongs to; the CQ threads call done() with
@@ -65,15 +65,15 @@ struct ws_call {
     grpc_byte_buffer *send_bb;
     grpc_byte_buffer *status_bb;
 
-    bool accepted;       /* matched to a client call */
-    bool started;        /* on_start ran */
-    bool md_sent;        /* initial metadata went out */
-    bool send_busy;      /* a SEND_MESSAGE batch is in flight */
-    bool recv_busy;      /* a RECV_MESSAGE batch is in flight */
-    bool finished;       /* a status was issued or queued */
-    bool status_queued;  /* ... queued behind the send in flight */
-    bool cancelled;      /* on_cancel delivered (or the call died unstarted) */
-    bool closed;         /* RECV_CLOSE_ON_SERVER completed */
+    bool accepted;      /* matched to a client call */
+    bool started;       /* on_start ran */
+    bool md_sent;       /* initial metadata went out */
+    bool send_busy;     /* a SEND_MESSAGE batch is in flight */
+    bool recv_busy;     /* a RECV_MESSAGE batch is in flight */
+    bool finished;      /* a status was issued or queued */
+    bool status_queued; /* ... queued behind the send in flight */
+    bool cancelled;     /* on_cancel delivered (or the call died unstarted) */
+    bool closed;        /* RECV_CLOSE_ON_SERVER completed */
 
     /* The status; owned here until its batch completes. */
     grpc_status_code code;
@@ -143,8 +143,8 @@ void ws_rpc_call_accepted(struct ws_call *c);
  * Returns 0 or -WS_EMALFORMED; on failure the dotted path of the offending
  * field (or of the message whose bytes are broken; empty at the top level)
  * is written to `field`. */
-int ws_rpc_validate_message(const ProtobufCMessageDescriptor *desc, const uint8_t *data,
-                            size_t len, char *field, size_t field_size);
+int ws_rpc_validate_message(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                            char *field, size_t field_size);
 /* True if p[0..n) is valid UTF-8 and contains no NUL byte. */
 bool ws_rpc_utf8_valid(const uint8_t *p, size_t n);
 /* Copies at most src_max bytes of the string `src` (NULL: "") into

@@ -20,11 +20,11 @@
 #include <grpc/support/time.h>
 
 /* Most CQ threads started, whatever the configuration asks. */
-#define THREADS_MAX         64
+#define THREADS_MAX 64
 /* How often a drain that is still waiting says so. */
 #define DRAIN_LOG_PERIOD_MS 5000
 /* How long a drain with no call left waits for clients to go away. */
-#define DRAIN_IDLE_MS       200
+#define DRAIN_IDLE_MS 200
 
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 static int log_level = WS_RPC_LOG_ERROR;
@@ -85,8 +85,8 @@ static void *cq_thread(void *arg)
     struct ws_rpc_server *s = arg;
 
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                                   NULL);
+        grpc_event ev =
+            grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
         struct ws_tag *tag;
 
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
@@ -117,8 +117,8 @@ static int arm(struct ws_rpc_server *s, size_t index)
                                                 &c->deadline, &c->request_md, NULL, s->cq, s->cq,
                                                 &c->accept_tag);
     else
-        e = grpc_server_request_call(s->server, &c->call, &c->details, &c->request_md, s->cq,
-                                     s->cq, &c->accept_tag);
+        e = grpc_server_request_call(s->server, &c->call, &c->details, &c->request_md, s->cq, s->cq,
+                                     &c->accept_tag);
     if (e != GRPC_CALL_OK) {
         ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.request_failed", "\"error\":\"%s\"",
                    grpc_call_error_to_string(e));
@@ -215,7 +215,8 @@ static void teardown_inline(struct ws_rpc_server *s)
     while (!done) {
         /* Bounded: the last call object may go on a handler's thread. */
         ev = grpc_completion_queue_next(
-            s->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)),
+            s->cq,
+            gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)),
             NULL);
         if (ev.type == GRPC_OP_COMPLETE)
             ((struct ws_tag *)ev.tag)->done(ev.tag, ev.success != 0);
@@ -250,8 +251,8 @@ static int check_config(const struct ws_rpc_config *cfg, const struct ws_rpc_met
 {
     size_t i;
 
-    if (!cfg || !cfg->listen || !cfg->listen[0] || cfg->threads < 0 ||
-        cfg->max_message_bytes < 0 || (n_methods && !methods))
+    if (!cfg || !cfg->listen || !cfg->listen[0] || cfg->threads < 0 || cfg->max_message_bytes < 0 ||
+        (n_methods && !methods))
         return -EINVAL;
     for (i = 0; i < n_methods; i++) {
         const struct ws_rpc_method *m = &methods[i];
@@ -320,8 +321,8 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
 
     for (i = 0; i < n_methods; i++) {
-        s->registered[i] = grpc_server_register_method(s->server, methods[i].path, NULL,
-                                                       GRPC_SRM_PAYLOAD_NONE, 0);
+        s->registered[i] =
+            grpc_server_register_method(s->server, methods[i].path, NULL, GRPC_SRM_PAYLOAD_NONE, 0);
         if (!s->registered[i]) {
             /* gRPC refuses a path registered twice. */
             r = -EINVAL;

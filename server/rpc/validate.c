@@ -206,8 +206,8 @@ static int walk(const ProtobufCMessageDescriptor *desc, const uint8_t *p, const 
     return 0;
 }
 
-int ws_rpc_validate_message(const ProtobufCMessageDescriptor *desc, const uint8_t *data,
-                            size_t len, char *field, size_t field_size)
+int ws_rpc_validate_message(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
+                            char *field, size_t field_size)
 {
     char path[WS_RPC_FIELD_PATH_MAX] = "";
     int r;

@@ -97,8 +97,7 @@ out:
 }
 
 /* Non-overlapping occurrences, left to right. */
-static uint64_t count_matches(const unsigned char *buf, size_t len, const char *needle,
-                              size_t nlen)
+static uint64_t count_matches(const unsigned char *buf, size_t len, const char *needle, size_t nlen)
 {
     uint64_t n = 0;
     size_t off = 0;

@@ -323,7 +323,7 @@ int ws_glob(struct ws_fsops *ops, const char *base, const char *pattern, unsigne
         goto out;
     }
     ws_globpat_start(p, states);
-    r = ws_walk_open(ops->fs, norm, 0, &w);
+    r = ws_walk_open(ops->fs, base, norm, 0, &w);
     if (r < 0)
         goto out;
     while ((r = ws_walk_next(w, &e)) > 0) {

@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifndef PCRE2_CODE_UNIT_WIDTH
+#define PCRE2_CODE_UNIT_WIDTH 8 /* @system//:pcre2 defines it too */
+#endif
 #include <pcre2.h>
 
 #include "server/vfs/internal.h"
@@ -44,7 +47,7 @@
 #define GREP_FILE_COST  4096
 #define GREP_ENTRY_COST 64
 
-#define GREP_COMPILE_OPTS                                                                     \
+#define GREP_COMPILE_OPTS                                                                          \
     (PCRE2_MULTILINE | PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_NEVER_BACKSLASH_C)
 
 struct ws_grep {
@@ -69,15 +72,17 @@ struct ws_grep {
     /* The file being scanned. */
     struct ws_vfs_file *file;
     uint64_t file_off;
+    uint64_t file_size; /* at open */
     bool eof;
-    bool probed;   /* binary check done */
-    bool per_line; /* a whole-chunk match hit a limit */
+    bool probed;       /* binary check done */
+    bool per_line;     /* a whole-chunk match hit a limit */
+    bool always_lines; /* the pattern can see past a line's end */
     unsigned char *buf;
-    size_t have;        /* valid bytes in buf */
-    size_t region;      /* buf[0, region) is complete lines */
-    size_t pos;         /* next search offset in the region, a line start */
-    size_t cnt_off;     /* newlines counted up to here... */
-    uint64_t cnt_line;  /* ...so this is the number of the line at cnt_off */
+    size_t have;       /* valid bytes in buf */
+    size_t region;     /* buf[0, region) is complete lines */
+    size_t pos;        /* next search offset in the region, a line start */
+    size_t cnt_off;    /* newlines counted up to here... */
+    uint64_t cnt_line; /* ...so this is the number of the line at cnt_off */
 
     /* A line longer than the chunk. */
     bool in_long;
@@ -172,8 +177,8 @@ static void report_line(struct ws_grep *g, size_t ls, size_t le, struct ws_grep_
 static int read_more(struct ws_grep *g)
 {
     while (g->have < GREP_CHUNK && !g->eof) {
-        ssize_t n = g->ops->fs->ops->pread(g->file, g->buf + g->have, GREP_CHUNK - g->have,
-                                           g->file_off);
+        ssize_t n =
+            g->ops->fs->ops->pread(g->file, g->buf + g->have, GREP_CHUNK - g->have, g->file_off);
 
         if (n < 0)
             return (int)n;
@@ -184,6 +189,10 @@ static int read_more(struct ws_grep *g)
         g->have += (size_t)n;
         g->file_off += (uint64_t)n;
         g->budget -= n;
+        /* A short read up to the size the file had when opened is the
+         * end: one read() per small file instead of two. */
+        if (g->have < GREP_CHUNK && g->file_off >= g->file_size)
+            g->eof = true;
     }
     return 0;
 }
@@ -343,8 +352,8 @@ static int long_next(struct ws_grep *g, struct ws_grep_match *m)
         if (!g->long_searched) {
             g->long_searched = true;
             if (!g->long_reported) {
-                uint32_t opts = (g->long_first ? 0 : PCRE2_NOTBOL) |
-                                (g->long_final ? 0 : PCRE2_NOTEOL);
+                uint32_t opts =
+                    (g->long_first ? 0 : PCRE2_NOTBOL) | (g->long_final ? 0 : PCRE2_NOTEOL);
 
                 r = match(g, g->buf, g->long_end, 0, opts);
                 if (r < 0) {
@@ -413,13 +422,15 @@ static int file_next(struct ws_grep *g, struct ws_grep_match *m)
     return 0;
 }
 
-static void file_start(struct ws_grep *g, struct ws_vfs_file *f, const char *path, size_t len)
+static void file_start(struct ws_grep *g, struct ws_vfs_file *f, const struct ws_stat *st,
+                       const char *path, size_t len)
 {
     g->file = f;
     g->file_off = 0;
+    g->file_size = st->size;
     g->eof = false;
     g->probed = false;
-    g->per_line = false;
+    g->per_line = g->always_lines;
     g->have = g->region = g->pos = g->cnt_off = 0;
     g->cnt_line = 1;
     g->in_long = false;
@@ -446,7 +457,7 @@ static int next_file(struct ws_grep *g)
         r = fs->ops->open_read(fs, g->path, &f, &st);
         if (r < 0)
             return ws_walk_skippable(r) ? 0 : r;
-        file_start(g, f, g->path, g->path_len);
+        file_start(g, f, &st, g->path, g->path_len);
         return 1;
     }
     for (;;) {
@@ -477,8 +488,7 @@ static int next_file(struct ws_grep *g)
             type = st.type;
         }
         if (type == WS_FT_DIRECTORY) {
-            if (e.depth >= g->max_depth ||
-                (g->include && !ws_globpat_alive(g->include, st_here)))
+            if (e.depth >= g->max_depth || (g->include && !ws_globpat_alive(g->include, st_here)))
                 continue;
             r = ws_walk_descend(g->walk, 0);
             if (r < 0 && !ws_walk_skippable(r))
@@ -495,7 +505,7 @@ static int next_file(struct ws_grep *g)
                 continue;
             return r;
         }
-        file_start(g, f, e.path, e.path_len);
+        file_start(g, f, &st, e.path, e.path_len);
         return 1;
     }
 }
@@ -545,7 +555,7 @@ int ws_grep_next(struct ws_grep *g, unsigned batch, ws_grep_cb cb, void *userdat
     }
 }
 
-void ws_grep_summary(const struct ws_grep *g, struct ws_grep_summary *ret)
+void ws_grep_get_summary(const struct ws_grep *g, struct ws_grep_summary *ret)
 {
     *ret = g->sum;
 }
@@ -567,6 +577,29 @@ void ws_grep_free(struct ws_grep *g)
     free(g);
 }
 
+/* Constructs whose result can depend on text beyond the line they match
+ * in when the subject is a whole chunk: lookarounds, \A \z \Z \G, \K
+ * (moves the reported start) and (*VERB)s (which can change what a
+ * newline is). Patterns with them are matched line by line. Erring
+ * towards true only costs speed. */
+static bool needs_lines(const char *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] == '\\' && i + 1 < len) {
+            if (strchr("AzZGK", p[i + 1]))
+                return true;
+            i++;
+        } else if (p[i] == '(' && i + 2 < len && (p[i + 1] == '*' || p[i + 1] == '?')) {
+            char c = p[i + 2];
+
+            if (p[i + 1] == '*' || c == '=' || c == '!' ||
+                (c == '<' && i + 3 < len && (p[i + 3] == '=' || p[i + 3] == '!')))
+                return true;
+        }
+    }
+    return false;
+}
+
 static int compile(struct ws_grep *g, const struct ws_grep_request *req, struct ws_diag *d)
 {
     pcre2_compile_context *cctx = NULL;
@@ -580,6 +613,7 @@ static int compile(struct ws_grep *g, const struct ws_grep_request *req, struct 
         ws_diag_meta(d, "limit", "%d", WS_GREP_PATTERN_MAX);
         return -WS_EBADPATTERN;
     }
+    g->always_lines = needs_lines(req->pattern, len);
     cctx = pcre2_compile_context_create(NULL);
     if (!cctx)
         return -ENOMEM;
@@ -696,12 +730,12 @@ int ws_grep_start(struct ws_fsops *ops, const struct ws_grep_request *req, struc
         goto out;
     }
 
-    r = ops->fs->ops->stat(ops->fs, ws_path_vfs(base), &st);
+    r = ops->fs->ops->stat(ops->fs, path, &st);
     if (r < 0)
         goto out;
     switch (st.type) {
     case WS_FT_DIRECTORY:
-        r = ws_walk_open(ops->fs, base, 0, &g->walk);
+        r = ws_walk_open(ops->fs, path, base, 0, &g->walk);
         if (r < 0)
             goto out;
         break;

@@ -22,10 +22,11 @@ struct ws_fsops {
 
 /* ---- paths ---- */
 
-/* Lexically normalizes a workspace-relative path into buf: empty and "."
- * components dropped, ".." folded into its parent. The root is "". Returns
- * the length, -EXDEV when ".." would leave the root, -WS_EBADPATH when it
- * does not fit (`size` includes the NUL). */
+/* Spells a workspace-relative path without empty and "." components into
+ * buf; ".." components stay (only the resolver knows where they lead once
+ * a symlink is involved). The root is "". Returns the length, -EXDEV when
+ * ".." would climb above the root lexically, -WS_EBADPATH when it does not
+ * fit (`size` includes the NUL). */
 int ws_path_normalize(const char *path, char *buf, size_t size);
 
 /* The vfs spelling of a normalized path: "" becomes ".". */
@@ -68,13 +69,16 @@ struct ws_walk_entry {
     struct ws_vfs_dir *dir; /* the entry's parent, for the *_at operations */
 };
 
-/* Starts a walk of the directory `base` (normalized, "" = root). Each
+/* Starts a walk of the directory `open_path` (as the client gave it, so it
+ * resolves exactly as in every other operation), naming entries below
+ * `base` (its normalized spelling, "" = root). Each
  * directory's entries come sorted by name (byte order); a directory's
  * contents follow it only when the caller asks with ws_walk_descend.
  * `keep` > 0 keeps only the `keep` smallest names of the directory (bounded
  * memory when the caller cannot use more); 0 keeps all, up to
  * WS_WALK_DIR_MAX. */
-int ws_walk_open(struct ws_vfs *fs, const char *base, size_t keep, struct ws_walk **ret);
+int ws_walk_open(struct ws_vfs *fs, const char *open_path, const char *base, size_t keep,
+                 struct ws_walk **ret);
 /* 1 and *ret filled, 0 at the end, or -errno. */
 int ws_walk_next(struct ws_walk *w, struct ws_walk_entry *ret);
 /* Descends into the directory last returned by ws_walk_next: its entries

@@ -45,6 +45,7 @@ struct ws_vfs *ws_fsops_vfs(struct ws_fsops *ops)
 int ws_path_normalize(const char *path, char *buf, size_t size)
 {
     size_t len = 0;
+    long depth = 0;
     const char *p = path;
 
     if (size == 0)
@@ -55,14 +56,14 @@ int ws_path_normalize(const char *path, char *buf, size_t size)
 
         if (n == 0 || (n == 1 && p[0] == '.')) {
             /* nothing */
-        } else if (n == 2 && p[0] == '.' && p[1] == '.') {
-            if (len == 0)
-                return -EXDEV;
-            while (len > 0 && buf[len - 1] != '/')
-                len--;
-            if (len > 0)
-                len--; /* the separator */
         } else {
+            /* ".." stays: folding it would be wrong after a symlink
+             * ("link/.." is link's target's parent, not "."). */
+            bool dotdot = n == 2 && p[0] == '.' && p[1] == '.';
+
+            depth += dotdot ? -1 : 1;
+            if (depth < 0)
+                return -EXDEV;
             size_t need = len + (len ? 1 : 0) + n;
 
             if (need + 1 > size)

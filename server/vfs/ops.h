@@ -52,7 +52,9 @@ int ws_write_begin(struct ws_fsops *ops, const struct ws_write_request *req, str
 int ws_write_append(struct ws_write_session *s, const void *buf, size_t len, struct ws_diag *d);
 /* Checks if_match against the current content (-WS_ECONFLICT with
  * metadata "actual_sha256") and commits, atomically with respect to other
- * writes through the same ws_fsops. Frees the session. */
+ * writes through the same ws_fsops. Frees the session. An if_match that
+ * is not 64 hex digits (either case) is -WS_EMALFORMED, metadata "field",
+ * at begin. `ret` may be NULL. */
 int ws_write_commit(struct ws_write_session *s, struct ws_diag *d, struct ws_write_result *ret);
 /* Frees the session; the old content stays. Accepts NULL. */
 void ws_write_abort(struct ws_write_session *s);
@@ -77,8 +79,12 @@ struct ws_edit_result {
 };
 
 /* -WS_ENOMATCH / -WS_EMULTIMATCH with metadata "matches"; -EFBIG past
- * max_size; -WS_EMALFORMED for an empty old_text; the old content is kept
- * on every error. */
+ * max_size (the file or the result; metadata "limit"); -WS_EMALFORMED for
+ * an empty old_text; -WS_ECONFLICT as for writes. Occurrences are counted
+ * left to right without overlap. The whole read-modify-write holds the
+ * commit lock, so no write through the same ws_fsops is lost. The file's
+ * mode is kept. The old content is kept on every error. `ret` may be
+ * NULL. */
 int ws_edit(struct ws_fsops *ops, const struct ws_edit_request *req, struct ws_diag *d,
             struct ws_edit_result *ret);
 
@@ -109,7 +115,14 @@ int ws_list(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max
             ws_entry_cb cb, void *userdata, bool *ret_truncated);
 
 /* Matches `pattern` (see filesystem.proto) below `base` ("" or "." for the
- * root). Pattern errors are -WS_EBADPATTERN. */
+ * root). Pattern errors are -WS_EBADPATTERN: empty, absolute, over
+ * WS_GLOB_PATTERN_MAX, an unclosed '[', a trailing '\\', a ".."
+ * component. Empty and "." components are ignored; "**" never matches a
+ * name starting with '.', and a last "**" component also matches the
+ * directory it follows (zero components). Walks at most
+ * WS_LIST_DEPTH_MAX levels, pruning directories no continuation of the
+ * pattern can match. max_results: 0 = WS_LIST_DEFAULT_ENTRIES, over
+ * WS_LIST_MAX_ENTRIES is -WS_ELIMIT. */
 int ws_glob(struct ws_fsops *ops, const char *base, const char *pattern, unsigned max_results,
             ws_entry_cb cb, void *userdata, bool *ret_truncated);
 
@@ -125,13 +138,20 @@ int ws_glob_match(const char *pattern, const char *path);
 #define WS_GREP_LINE_MAX        4096
 #define WS_GREP_BINARY_PROBE    8192
 
+/* Matching is per line (as grep): a match never spans a newline, ^ and $
+ * are the line's ends. Patterns are UTF-8 (bytes that are not UTF-8 in a
+ * file match nothing but do not stop the rest of the line matching).
+ * Files are visited in walk order (sorted by name per directory); symlinks
+ * and special files are skipped. A line longer than the read chunk
+ * (128 KiB) is searched in windows overlapping by 1 KiB: a match longer
+ * than that across a window boundary is missed. */
 struct ws_grep_request {
     const char *path;    /* "" or "." = root; a directory or a file */
     const char *pattern; /* PCRE2 */
-    const char *include; /* glob on the relative path, or NULL/"" */
+    const char *include; /* glob on the workspace-relative path, or NULL/"" */
     bool ignore_case;
     unsigned max_matches; /* 0 = default */
-    unsigned max_depth;   /* 0 = WS_LIST_DEPTH_MAX */
+    unsigned max_depth;   /* 0 = WS_LIST_DEPTH_MAX; 1 = the files directly in path */
 };
 
 struct ws_grep_match {
@@ -144,9 +164,9 @@ struct ws_grep_match {
 };
 
 struct ws_grep_summary {
-    uint64_t files_scanned;
-    uint64_t binary_files_skipped;
-    uint64_t limited_files;
+    uint64_t files_scanned;        /* text files searched */
+    uint64_t binary_files_skipped; /* NUL in the first WS_GREP_BINARY_PROBE bytes */
+    uint64_t limited_files;        /* stopped by a PCRE2 match/depth/heap limit */
     uint64_t matches;
     bool truncated;
 };
@@ -160,12 +180,16 @@ struct ws_grep;
  * limits (-WS_ELIMIT). */
 int ws_grep_start(struct ws_fsops *ops, const struct ws_grep_request *req, struct ws_diag *d,
                   struct ws_grep **ret);
-/* Reports up to `batch` matches through cb (a struct ws_grep_match * cast
- * to the callback's type below), then returns 1 if more may follow, 0 when
- * the search is complete (or truncated). */
+/* Reports up to `batch` matches (0: no limit) through cb, then returns 1
+ * if more may follow, 0 when the search is complete (or truncated). It
+ * also returns 1 after a bounded amount of work (about 16 MiB read) even
+ * with fewer matches, possibly none, so a caller can check for
+ * cancellation between calls. The match's strings are valid during the
+ * callback only. A negative return from cb stops the call and is returned
+ * (that match counts as reported). */
 typedef int (*ws_grep_cb)(void *userdata, const struct ws_grep_match *m);
 int ws_grep_next(struct ws_grep *g, unsigned batch, ws_grep_cb cb, void *userdata);
-void ws_grep_summary(const struct ws_grep *g, struct ws_grep_summary *ret);
+void ws_grep_get_summary(const struct ws_grep *g, struct ws_grep_summary *ret);
 /* Accepts NULL. */
 void ws_grep_free(struct ws_grep *g);
 

@@ -190,7 +190,8 @@ static int walk_push(struct ws_walk *w, struct ws_vfs_dir *dir, size_t path_len,
     return 0;
 }
 
-int ws_walk_open(struct ws_vfs *fs, const char *base, size_t keep, struct ws_walk **ret)
+int ws_walk_open(struct ws_vfs *fs, const char *open_path, const char *base, size_t keep,
+                 struct ws_walk **ret)
 {
     struct ws_walk *w;
     struct ws_vfs_dir *dir = NULL;
@@ -204,7 +205,7 @@ int ws_walk_open(struct ws_vfs *fs, const char *base, size_t keep, struct ws_wal
         return -ENOMEM;
     w->fs = fs;
     memcpy(w->path, base, blen + 1);
-    r = fs->ops->opendir(fs, ws_path_vfs(base), &dir);
+    r = fs->ops->opendir(fs, open_path, &dir);
     if (r < 0)
         goto out;
     r = walk_push(w, dir, blen, 0, keep);
@@ -305,7 +306,7 @@ int ws_list(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max
         return r;
     /* One name more than can be reported, to tell a full listing from a
      * truncated one. */
-    r = ws_walk_open(ops->fs, base, (size_t)max_entries + 1, &w);
+    r = ws_walk_open(ops->fs, path, base, (size_t)max_entries + 1, &w);
     if (r < 0)
         return r;
     while ((r = ws_walk_next(w, &e)) > 0) {

@@ -125,8 +125,7 @@ static int check_if_match(struct ws_write_session *s, struct ws_diag *d)
     return -WS_ECONFLICT;
 }
 
-int ws_write_commit_held(struct ws_write_session *s, struct ws_diag *d,
-                         struct ws_write_result *ret)
+int ws_write_commit_held(struct ws_write_session *s, struct ws_diag *d, struct ws_write_result *ret)
 {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int dlen = 0;

@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -39,7 +40,8 @@
 
 extern char **environ;
 
-namespace {
+namespace
+{
 
 namespace v1 = workspace::v1;
 using Clock = std::chrono::steady_clock;
@@ -66,14 +68,31 @@ struct Options {
     int grep_dirs = 100;
     int grep_files = 100;
     int grep_runs = 3;
+    int server_threads = 0; // 0: the server's default
     bool memory = true;
     bool keep = false;
+    // Parts to run: any of "small", "big", "grep", comma-separated.
+    std::string only = "small,big,grep";
 };
+
+// The server under test, killed by Die so that a failed run leaves no
+// server behind.
+pid_t g_server_pid = -1;
+// The run's temporary directory, removed by Die as well.
+std::string g_base;
+
+void RemoveTree(const std::string &path);
 
 [[noreturn]] void Die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void Die(const char *fmt, ...)
 {
     va_list ap;
+    if (g_server_pid > 0) {
+        kill(g_server_pid, SIGKILL);
+        waitpid(g_server_pid, nullptr, 0);
+    }
+    if (!g_base.empty())
+        RemoveTree(g_base);
     va_start(ap, fmt);
     fputs("fs_bench: ", stderr);
     vfprintf(stderr, fmt, ap);
@@ -212,8 +231,7 @@ double RunTimed(const std::vector<std::string> &argv, const std::string &out_pat
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     auto t1 = Clock::now();
-    if (!WIFEXITED(status) ||
-        (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != ok_status))
+    if (!WIFEXITED(status) || (WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != ok_status))
         Die("%s exited with status %d", args[0], status);
     return Seconds(t0, t1);
 }
@@ -223,7 +241,7 @@ double RunTimed(const std::vector<std::string> &argv, const std::string &out_pat
 class Server
 {
   public:
-    Server(const std::string &binary, const std::string &state_dir)
+    Server(const std::string &binary, const std::string &state_dir, int threads)
     {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -231,6 +249,10 @@ class Server
         std::string err_path = state_dir + ".stderr";
         std::vector<std::string> argv = {binary, "--listen", "127.0.0.1:0", "--state-dir",
                                          state_dir};
+        if (threads > 0) {
+            argv.push_back("--threads");
+            argv.push_back(std::to_string(threads));
+        }
         std::vector<char *> args;
         for (auto &a : argv)
             args.push_back(a.data());
@@ -245,6 +267,7 @@ class Server
         close(p[1]);
         if (rc != 0)
             Die("spawn %s: %s", binary.c_str(), strerror(rc));
+        g_server_pid = pid_;
         std::string line;
         bool ok = ReadLine(p[0], &line, 20000);
         close(p[0]);
@@ -267,6 +290,7 @@ class Server
     {
         if (pid_ <= 0)
             return;
+        g_server_pid = -1;
         kill(pid_, SIGTERM);
         int status;
         for (int i = 0; i < 1000; i++) {
@@ -294,8 +318,8 @@ class Server
     {
         auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
         for (;;) {
-            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                              Clock::now());
+            auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
             if (left.count() <= 0)
                 return false;
             struct pollfd pfd = {fd, POLLIN, 0};
@@ -351,6 +375,38 @@ bool ResetPeak(pid_t pid)
     close(fd);
     return ok;
 }
+
+// CPU seconds (user + system) used so far by `pid`, or by this process
+// when pid is 0.
+double CpuSeconds(pid_t pid)
+{
+    if (pid == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+               (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    }
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    // Fields after the parenthesised command name: state is field 3,
+    // utime and stime are fields 14 and 15.
+    const char *p = strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return 0;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+// Server and client CPU seconds spent inside a timed region.
+struct Cpu {
+    double server = 0, client = 0;
+};
 
 // Polls VmRSS every millisecond while alive; peak() is the largest seen.
 class RssSampler
@@ -563,7 +619,7 @@ void RpcWrite(v1::FileSystem::Stub *fs, const std::string &id, const std::string
         size_t n = std::min(chunk, len - off);
         d.set_data(data + off, n);
         if (off + n == len)
-            ok = w->WriteLast(d, grpc::WriteOptions());
+            ok = w->Write(d, grpc::WriteOptions().set_last_message());
         else
             ok = w->Write(d);
     }
@@ -600,14 +656,17 @@ void RawRead(int dirfd, const char *name, char *buf, size_t cap, size_t want)
 // What the server's posix write path does, minus its checks: an unnamed
 // O_TMPFILE in the parent, write, fsync, link under a temporary name,
 // rename over the target, fsync the directory. With `sync` false the two
-// fsyncs are left out.
-void RawWrite(int dirfd, const char *name, const char *data, size_t len, bool sync)
+// fsyncs are left out. Data goes in write() calls of at most `chunk` bytes,
+// as the server writes each data message.
+void RawWrite(int dirfd, const char *name, const char *data, size_t len, bool sync,
+              size_t chunk = kSmall)
 {
     static const char kTmp[] = ".fs_bench.tmp";
     int fd = openat(dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
     if (fd < 0)
         Die("open O_TMPFILE: %s", strerror(errno));
-    WriteAll(fd, data, len);
+    for (size_t off = 0; off < len; off += chunk)
+        WriteAll(fd, data + off, std::min(chunk, len - off));
     if (fchmod(fd, 0644) < 0 || (sync && fsync(fd) < 0))
         Die("fchmod/fsync: %s", strerror(errno));
     if (linkat(fd, "", dirfd, kTmp, AT_EMPTY_PATH) < 0) {
@@ -671,8 +730,8 @@ void BenchSmall(Env &e)
     auto raw_write = [&] { RawWrite(dirfd, "raw_w4k", data.data(), kSmall, true); };
     auto raw_write_nosync = [&] { RawWrite(dirfd, "raw_w4k", data.data(), kSmall, false); };
     l = Measure({rpc_write, raw_write, raw_write_nosync}, e.opt.warmup, e.opt.iters);
-    AddLatency("WriteFile 4 KiB (local-bash)", l[0],
-               "O_TMPFILE+write+fsync+link+rename+fsync(dir)", l[1], true);
+    AddLatency("WriteFile 4 KiB (local-bash)", l[0], "O_TMPFILE+write+fsync+link+rename+fsync(dir)",
+               l[1], true);
     AddLatency("WriteFile 4 KiB (local-bash)", l[0], "same, no fsync", l[2], false);
 
     auto rpc_stat = [&] {
@@ -727,15 +786,19 @@ void BenchBig(Env &e)
     RpcRead(e.fs, e.ws_id, "big/big.bin");
 
     std::vector<double> ws_t, base_t;
+    Cpu read_cpu, write_cpu;
     long long rss_before = ProcStatusBytes(pid, "VmRSS");
     bool peak_reset = ResetPeak(pid);
     long long sampled = 0;
     {
         RssSampler sampler(pid);
         for (int i = 0; i < e.opt.big_runs; i++) {
+            double s0 = CpuSeconds(pid), c0 = CpuSeconds(0);
             auto t0 = Clock::now();
             uint64_t got = RpcRead(e.fs, e.ws_id, "big/big.bin");
             ws_t.push_back(Seconds(t0, Clock::now()));
+            read_cpu.server += CpuSeconds(pid) - s0;
+            read_cpu.client += CpuSeconds(0) - c0;
             if (got != len)
                 Die("ReadFile big: %llu of %zu bytes", (unsigned long long)got, len);
             base_t.push_back(RunTimed({"cat", src}, "/dev/null", nullptr));
@@ -744,14 +807,29 @@ void BenchBig(Env &e)
     }
     long long hwm_read = ProcStatusBytes(pid, "VmHWM");
     double ws = Median(ws_t), base = Median(base_t);
+    std::vector<double> read_t = ws_t;
     g_rows.push_back({"ReadFile " + label + " (median of " + std::to_string(e.opt.big_runs) + ")",
                       Rate((double)len, ws), "cat FILE > /dev/null", Rate((double)len, base),
                       Ratio(ws, base), Goal((double)len / ws >= kGoalThroughputBps, ">= 1 GB/s")});
 
-    // Writes: the server fsyncs before the rename, so cat is shown both
-    // plain and followed by an fsync of its output (timed together).
+    // Writes: the server writes a new file, fsyncs it and renames it over
+    // the old one. cat is shown plain, followed by an fsync of its output
+    // (timed together), and writing a new file that is then fsynced and
+    // renamed over the old copy (the server's pattern: the old file's pages
+    // stay cached until the rename, so the new file needs fresh ones).
     std::string dst = big_dir + "/cat_out.bin";
-    std::vector<double> cat_t, cat_sync_t;
+    std::string dst_tmp = big_dir + "/cat_tmp.bin";
+    std::string dst_final = big_dir + "/cat_final.bin";
+    std::vector<double> cat_t, cat_sync_t, cat_rename_t, raw_t;
+    int dirfd = open(big_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0)
+        Die("open %s: %s", big_dir.c_str(), strerror(errno));
+    auto fsync_path = [](const std::string &path) {
+        int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || fsync(fd) < 0)
+            Die("fsync %s: %s", path.c_str(), strerror(errno));
+        close(fd);
+    };
     ws_t.clear();
     if (!peak_reset)
         fprintf(stderr, "fs_bench: cannot reset VmHWM; the write peak includes the read's\n");
@@ -759,17 +837,27 @@ void BenchBig(Env &e)
     {
         RssSampler sampler(pid);
         for (int i = 0; i < e.opt.big_runs; i++) {
+            double s0 = CpuSeconds(pid), c0 = CpuSeconds(0);
             auto t0 = Clock::now();
             RpcWrite(e.fs, e.ws_id, "big/out.bin", data.data(), len, chunk);
             ws_t.push_back(Seconds(t0, Clock::now()));
+            write_cpu.server += CpuSeconds(pid) - s0;
+            write_cpu.client += CpuSeconds(0) - c0;
             cat_t.push_back(RunTimed({"cat", src}, dst, nullptr));
             auto t1 = Clock::now();
             RunTimed({"cat", src}, dst, nullptr);
-            int fd = open(dst.c_str(), O_WRONLY | O_CLOEXEC);
-            if (fd < 0 || fsync(fd) < 0)
-                Die("fsync %s: %s", dst.c_str(), strerror(errno));
-            close(fd);
+            fsync_path(dst);
             cat_sync_t.push_back(Seconds(t1, Clock::now()));
+            auto t2 = Clock::now();
+            RunTimed({"cat", src}, dst_tmp, nullptr);
+            fsync_path(dst_tmp);
+            if (rename(dst_tmp.c_str(), dst_final.c_str()) < 0)
+                Die("rename %s: %s", dst_tmp.c_str(), strerror(errno));
+            fsync_path(big_dir);
+            cat_rename_t.push_back(Seconds(t2, Clock::now()));
+            auto t3 = Clock::now();
+            RawWrite(dirfd, "raw_out.bin", data.data(), len, true, chunk);
+            raw_t.push_back(Seconds(t3, Clock::now()));
         }
         sampled = std::max(sampled, sampler.peak());
     }
@@ -778,11 +866,29 @@ void BenchBig(Env &e)
     std::string wlabel = "WriteFile " + label + " (" + std::to_string(e.opt.chunk_kib) +
                          " KiB chunks, median of " + std::to_string(e.opt.big_runs) + ")";
     bool wgoal = (double)len / ws >= kGoalThroughputBps;
-    g_rows.push_back({wlabel, Rate((double)len, ws), "cat SRC > DST", Rate((double)len, Median(cat_t)),
-                      Ratio(ws, Median(cat_t)), Goal(wgoal, ">= 1 GB/s")});
-    g_rows.push_back({wlabel, Rate((double)len, ws), "cat SRC > DST; fsync DST",
-                      Rate((double)len, Median(cat_sync_t)), Ratio(ws, Median(cat_sync_t)),
-                      Goal(wgoal, ">= 1 GB/s")});
+    struct {
+        const char *name;
+        const std::vector<double> &t;
+    } write_bases[] = {
+        {"cat SRC > DST", cat_t},
+        {"cat SRC > DST; fsync DST", cat_sync_t},
+        {"cat SRC > NEW; fsync; rename over DST; fsync dir", cat_rename_t},
+        {"in-process O_TMPFILE+write(chunk)+fsync+link+rename+fsync(dir)", raw_t},
+    };
+    for (const auto &b : write_bases)
+        g_rows.push_back({wlabel, Rate((double)len, ws), b.name, Rate((double)len, Median(b.t)),
+                          Ratio(ws, Median(b.t)), Goal(wgoal, ">= 1 GB/s")});
+
+    auto cpu_row = [&](const char *op, const Cpu &c, const std::vector<double> &t) {
+        double runs = (double)e.opt.big_runs, wall = 0;
+        for (double x : t)
+            wall += x;
+        g_rows.push_back({Fmt("%s %s CPU per run", op, label.c_str()),
+                          Fmt("server %.2f s, client %.2f s", c.server / runs, c.client / runs),
+                          "wall time per run", Fmt("%.2f s", wall / runs), "-", "-"});
+    };
+    cpu_row("ReadFile", read_cpu, read_t);
+    cpu_row("WriteFile", write_cpu, ws_t);
 
     long long peak = std::max({hwm_read, hwm_write, sampled});
     auto mib = [](long long b) { return Fmt("%.1f MiB", (double)b / kMiB); };
@@ -795,6 +901,9 @@ void BenchBig(Env &e)
                       Goal(peak < kGoalRssBytes, "< 64 MiB")});
 
     unlink(dst.c_str());
+    unlink(dst_final.c_str());
+    unlinkat(dirfd, "raw_out.bin", 0);
+    close(dirfd);
     unlink((big_dir + "/out.bin").c_str());
     unlink(src.c_str());
 }
@@ -922,8 +1031,8 @@ void BenchGrep(Env &e)
     double ws = Median(ws_t);
     std::string op = Fmt("Grep %d files, %llu matching lines", nfiles, (unsigned long long)ws_n);
     auto ms = [](double s) { return Fmt("%.1f ms", s * 1000); };
-    g_rows.push_back({op, ms(ws), "grep -r > /dev/null", ms(Median(null_t)),
-                      Ratio(ws, Median(null_t)), "-"});
+    g_rows.push_back(
+        {op, ms(ws), "grep -r > /dev/null", ms(Median(null_t)), Ratio(ws, Median(null_t)), "-"});
     g_rows.push_back(
         {op, ms(ws), "grep -rc | reader", ms(Median(count_t)), Ratio(ws, Median(count_t)), "-"});
     g_rows.push_back({op, ms(ws), "grep -r | reader (all lines)", ms(Median(lines_t)),
@@ -936,20 +1045,21 @@ void BenchGrep(Env &e)
 
 void Usage(FILE *f)
 {
-    fprintf(f,
-            "usage: fs_bench --server PATH [options]\n"
-            "  --server PATH      the workspaced binary (required)\n"
-            "  --tmp DIR          where the server's state directory goes [$TMPDIR or /tmp]\n"
-            "  --iters N          timed iterations per latency measurement [2000]\n"
-            "  --warmup N         untimed iterations before each [200]\n"
-            "  --big-mib N        size of the streamed file in MiB [256]\n"
-            "  --big-runs N       streamed reads/writes each (median reported) [3]\n"
-            "  --chunk-kib N      WriteFile data message size in KiB [1024]\n"
-            "  --grep-dirs N      directories in the grep tree [100]\n"
-            "  --grep-files N     files per directory [100]\n"
-            "  --grep-runs N      timed greps each (median reported) [3]\n"
-            "  --no-memory        skip the memory-provider rows\n"
-            "  --keep             keep the state directory\n");
+    fprintf(f, "usage: fs_bench --server PATH [options]\n"
+               "  --server PATH      the workspaced binary (required)\n"
+               "  --server-threads N pass --threads N to the server [its default]\n"
+               "  --tmp DIR          where the server's state directory goes [$TMPDIR or /tmp]\n"
+               "  --iters N          timed iterations per latency measurement [2000]\n"
+               "  --warmup N         untimed iterations before each [200]\n"
+               "  --big-mib N        size of the streamed file in MiB [256]\n"
+               "  --big-runs N       streamed reads/writes each (median reported) [3]\n"
+               "  --chunk-kib N      WriteFile data message size in KiB [1024]\n"
+               "  --grep-dirs N      directories in the grep tree [100]\n"
+               "  --grep-files N     files per directory [100]\n"
+               "  --grep-runs N      timed greps each (median reported) [3]\n"
+               "  --only LIST        parts to run, comma-separated: small,big,grep [all]\n"
+               "  --no-memory        skip the memory-provider rows\n"
+               "  --keep             keep the state directory\n");
 }
 
 int ParseInt(const char *flag, const char *s, int min, int max)
@@ -1003,6 +1113,12 @@ Options ParseArgs(int argc, char **argv)
         } else if (a == "--grep-runs") {
             o.grep_runs = ParseInt("--grep-runs", v, 1, 1000);
             i++;
+        } else if (a == "--server-threads") {
+            o.server_threads = ParseInt("--server-threads", v, 1, 1024);
+            i++;
+        } else if (a == "--only" && v) {
+            o.only = v;
+            i++;
         } else if (a == "--no-memory") {
             o.memory = false;
         } else if (a == "--keep") {
@@ -1032,13 +1148,15 @@ int main(int argc, char **argv)
     if (!mkdtemp(buf.data()))
         Die("mkdtemp %s: %s", tmpl.c_str(), strerror(errno));
     std::string base = buf.data();
+    if (!opt.keep)
+        g_base = base;
     std::string state = base + "/state";
 
     struct utsname u;
     uname(&u);
     auto start = Clock::now();
     {
-        Server server(opt.server, state);
+        Server server(opt.server, state, opt.server_threads);
         auto workspaces = v1::Workspaces::NewStub(server.channel());
         auto fs = v1::FileSystem::NewStub(server.channel());
         Env e{opt, server, fs.get(), "", "", ""};
@@ -1052,17 +1170,25 @@ int main(int argc, char **argv)
 
         printf("fs_bench: %ld CPUs, Linux %s, server pid %d, iters %d (+%d warm-up), "
                "big file %d MiB x %d, grep tree %d x %d files x %d runs\n",
-               sysconf(_SC_NPROCESSORS_ONLN), u.release, (int)server.pid(), opt.iters,
-               opt.warmup, opt.big_mib, opt.big_runs, opt.grep_dirs, opt.grep_files,
-               opt.grep_runs);
+               sysconf(_SC_NPROCESSORS_ONLN), u.release, (int)server.pid(), opt.iters, opt.warmup,
+               opt.big_mib, opt.big_runs, opt.grep_dirs, opt.grep_files, opt.grep_runs);
         fflush(stdout);
 
-        BenchSmall(e);
-        fprintf(stderr, "fs_bench: small-file latencies done at %.1f s\n",
-                Seconds(start, Clock::now()));
-        BenchBig(e);
-        fprintf(stderr, "fs_bench: streaming done at %.1f s\n", Seconds(start, Clock::now()));
-        BenchGrep(e);
+        auto wanted = [&](const char *part) {
+            std::string list = "," + opt.only + ",";
+            return list.find(std::string(",") + part + ",") != std::string::npos;
+        };
+        if (wanted("small")) {
+            BenchSmall(e);
+            fprintf(stderr, "fs_bench: small-file latencies done at %.1f s\n",
+                    Seconds(start, Clock::now()));
+        }
+        if (wanted("big")) {
+            BenchBig(e);
+            fprintf(stderr, "fs_bench: streaming done at %.1f s\n", Seconds(start, Clock::now()));
+        }
+        if (wanted("grep"))
+            BenchGrep(e);
 
         CloseWorkspace(workspaces.get(), e.ws_id);
         if (opt.memory)

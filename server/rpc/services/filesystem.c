@@ -524,7 +524,7 @@ static void grep_next(struct ws_call *call, struct grep_state *gs)
         ws_call_send(call, &resp.base);
         return;
     }
-    ws_grep_summary(gs->grep, &sum);
+    ws_grep_get_summary(gs->grep, &sum);
     summary.files_scanned = sum.files_scanned;
     summary.binary_files_skipped = sum.binary_files_skipped;
     summary.limited_files = sum.limited_files;

@@ -123,7 +123,7 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
         ws_call_fail(call, err, &d);
         return;
     }
-    ws_workspace_info(ws, &info);
+    ws_workspace_describe(ws, &info);
     const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
     resp.id = (char *)ws_workspace_id(ws);
     resp.provider = (char *)ws_workspace_provider(ws)->name;
@@ -182,7 +182,7 @@ static void list_one(void *userdata, struct ws_workspace *ws)
         }
         acc->cap = ncap;
     }
-    ws_workspace_info(ws, &info);
+    ws_workspace_describe(ws, &info);
     Workspace__V1__WorkspaceSummary *it = &acc->items[acc->n];
     workspace__v1__workspace_summary__init(it);
     snprintf(acc->ids[acc->n], sizeof(acc->ids[acc->n]), "%s", ws_workspace_id(ws));

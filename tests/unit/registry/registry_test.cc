@@ -124,7 +124,7 @@ TEST(Registry, OpenCloseQuotaAndPersistence) {
   ASSERT_EQ(ws_registry_new(&cfg, &reg), 0);
   ASSERT_EQ(ws_registry_get(reg, id_b.c_str(), WS_CAP_FS, &d, &g), 0);
   struct ws_workspace_info info;
-  ws_workspace_info(g, &info);
+  ws_workspace_describe(g, &info);
   EXPECT_EQ(info.state, WS_STATE_OPEN);
   ws_workspace_unref(g);
   ASSERT_EQ(ws_registry_resolve(reg, token_b.data(), token_b.size(), &d, &g), 0);

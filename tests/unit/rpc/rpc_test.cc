@@ -34,7 +34,8 @@ extern "C" {
 
 extern char **environ;
 
-namespace {
+namespace
+{
 
 using HReq = grpc::health::v1::HealthCheckRequest;
 using HResp = grpc::health::v1::HealthCheckResponse;
@@ -499,8 +500,8 @@ TEST_F(Rpc, ErrorTableOverTheWire)
         EXPECT_EQ(d.meta["k"], "v") << c.arg;
         EXPECT_FALSE(st.error_message().empty()) << c.arg;
         if (c.arg.rfind(std::to_string(WS_EFAILED), 0) == 0) {
-            EXPECT_EQ(d.meta["transient"], c.code == grpc::StatusCode::UNAVAILABLE ? "true"
-                                                                                   : "false");
+            EXPECT_EQ(d.meta["transient"],
+                      c.code == grpc::StatusCode::UNAVAILABLE ? "true" : "false");
         }
         if (c.code == grpc::StatusCode::INTERNAL) {
             EXPECT_EQ(d.meta["errno"], "EIO");
@@ -582,7 +583,10 @@ TEST_F(Rpc, InvalidUtf8AndNulRejected)
     ExpectMalformed(channel_.get(), "/test.Echo/Unary", LenField(1, "\xed\xa0\x80"), "service");
     ExpectMalformed(channel_.get(), "/test.Echo/Unary", LenField(1, "\xc0\xaf"), "service");
     // Undecodable bytes: a length running past the end.
-    ExpectMalformed(channel_.get(), "/test.Echo/Unary", "\x0a\x05" "ab", "");
+    ExpectMalformed(channel_.get(), "/test.Echo/Unary",
+                    "\x0a\x05"
+                    "ab",
+                    "");
     // Valid raw bytes still work.
     grpc::ClientContext ctx;
     EXPECT_TRUE(RawUnary(channel_.get(), "/test.Echo/Unary", LenField(1, "ok"), &ctx).ok());
@@ -599,14 +603,14 @@ TEST_F(Rpc, NestedStringsChecked)
     ExpectMalformed(channel_.get(), "/test.Echo/Info",
                     LenField(3, LenField(1, std::string("k\0", 2))), "metadata.key");
     // google.rpc.Status: details are Any {1: type_url, 2: value (bytes)}.
-    ExpectMalformed(channel_.get(), "/test.Echo/Nested",
-                    LenField(3, LenField(1, "type\x80")), "details.type_url");
+    ExpectMalformed(channel_.get(), "/test.Echo/Nested", LenField(3, LenField(1, "type\x80")),
+                    "details.type_url");
 
     // Bytes fields may hold anything.
     grpc::ClientContext ctx;
-    grpc::Status st = RawUnary(channel_.get(), "/test.Echo/Nested",
-                               LenField(3, LenField(1, "t") + LenField(2, std::string("\xff\0", 2))),
-                               &ctx);
+    grpc::Status st =
+        RawUnary(channel_.get(), "/test.Echo/Nested",
+                 LenField(3, LenField(1, "t") + LenField(2, std::string("\xff\0", 2))), &ctx);
     EXPECT_TRUE(st.ok()) << st.error_message();
 }
 
@@ -663,8 +667,8 @@ TEST_F(Rpc, OversizedResponseIsSizeCap)
 {
     grpc::ClientContext ctx;
     HReq resp;
-    grpc::Status st = Unary(channel_.get(), "/test.Echo/Big",
-                            Req(std::to_string(5 * 1024 * 1024)), &resp, &ctx);
+    grpc::Status st =
+        Unary(channel_.get(), "/test.Echo/Big", Req(std::to_string(5 * 1024 * 1024)), &resp, &ctx);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
     Details d = GetDetails(ctx);
     ASSERT_TRUE(d.present);
@@ -701,8 +705,8 @@ TEST_F(Rpc, ConcurrentCalls)
                 HReq resp;
                 std::string s = std::to_string(t * 1000 + i);
                 const char *method = i % 5 == 0 ? "/test.Echo/Delayed" : "/test.Echo/Unary";
-                grpc::Status st = Unary(channel_.get(), method,
-                                        Req(i % 5 == 0 ? "20" : s), &resp, &ctx);
+                grpc::Status st =
+                    Unary(channel_.get(), method, Req(i % 5 == 0 ? "20" : s), &resp, &ctx);
                 if (st.ok() && resp.service() == (i % 5 == 0 ? "20" : s))
                     ok++;
             }
@@ -729,6 +733,22 @@ TEST(RpcServer, UnixSocket)
     int status = server.Terminate(10000, nullptr, nullptr);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     unlink(path.c_str());
+}
+
+TEST(RpcServer, Ipv6Loopback)
+{
+    ServerProcess server;
+    if (!server.Start({"--listen", "[::1]:0"}))
+        GTEST_SKIP() << "no IPv6 loopback here";
+    EXPECT_GT(server.port(), 0);
+    auto ch = Connect("ipv6:[::1]:" + std::to_string(server.port()));
+    grpc::ClientContext ctx;
+    HReq resp;
+    grpc::Status st = Unary(ch.get(), "/test.Echo/Unary", Req("v6"), &resp, &ctx);
+    ASSERT_TRUE(st.ok()) << st.error_message();
+    EXPECT_EQ(resp.service(), "v6");
+    int status = server.Terminate(10000, nullptr, nullptr);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
 TEST(RpcServer, BindFailureReported)

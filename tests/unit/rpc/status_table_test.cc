@@ -8,7 +8,8 @@ extern "C" {
 #include "server/rpc/call.h"
 }
 
-namespace {
+namespace
+{
 
 struct Row {
     int err;

@@ -474,8 +474,7 @@ int main(int argc, char **argv)
         return 1;
     ws_rpc_server_shutdown(server, grace_ms);
     printf("live_calls=%ld started=%ld destroyed=%ld cancelled=%ld\n",
-           ws_rpc_server_live_calls(server), (long)n_started, (long)n_destroyed,
-           (long)n_cancelled);
+           ws_rpc_server_live_calls(server), (long)n_started, (long)n_destroyed, (long)n_cancelled);
     fflush(stdout);
     ws_rpc_server_free(server);
     return 0;

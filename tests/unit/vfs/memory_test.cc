@@ -13,9 +13,11 @@ extern "C" {
 #include "server/vfs/vfs.h"
 }
 
-namespace {
+namespace
+{
 
-class MemFs : public ::testing::Test {
+class MemFs : public ::testing::Test
+{
   protected:
     void SetUp() override
     {

@@ -12,7 +12,8 @@
  *   ENOENT  no such file                            -> NO_SUCH_FILE
  *   EISDIR / ENOTDIR / ENOTEMPTY / EEXIST           -> IS_DIRECTORY / NOT_DIRECTORY /
  *                                                      NOT_EMPTY / EXISTS
- *   ENAMETOOLONG, EINVAL on a path                  -> BAD_PATH
+ *   ENAMETOOLONG                                    -> BAD_PATH
+ *   EINVAL                                          -> MALFORMED
  *   EFBIG   over the file size cap                  -> SIZE_CAP
  *   ECANCELED the client went away                  -> CANCELLED
  */

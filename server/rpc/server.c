@@ -21,6 +21,8 @@
 
 /* Most CQ threads started, whatever the configuration asks. */
 #define THREADS_MAX 64
+/* Flow-control window of one stream: what a sender may have in flight. */
+#define WS_RPC_STREAM_WINDOW (2 * 1024 * 1024)
 /* How often a drain that is still waiting says so. */
 #define DRAIN_LOG_PERIOD_MS 5000
 /* How long a drain with no call left waits for clients to go away. */
@@ -272,7 +274,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     grpc_server_credentials *creds;
     pthread_condattr_t cattr;
     grpc_channel_args args;
-    grpc_arg arg[2];
+    grpc_arg arg[4];
     size_t i;
     long ncpu;
     int r, port;
@@ -314,7 +316,15 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     arg[1].type = GRPC_ARG_INTEGER;
     arg[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     arg[1].value.integer = s->max_message_bytes;
-    args.num_args = 2;
+    /* A fixed flow-control window per stream (no BDP growth) bounds what
+     * a client streaming a large write can make the server buffer. */
+    arg[2].type = GRPC_ARG_INTEGER;
+    arg[2].key = (char *)GRPC_ARG_HTTP2_BDP_PROBE;
+    arg[2].value.integer = 0;
+    arg[3].type = GRPC_ARG_INTEGER;
+    arg[3].key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
+    arg[3].value.integer = WS_RPC_STREAM_WINDOW;
+    args.num_args = 4;
     args.args = arg;
     s->server = grpc_server_create(&args, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);

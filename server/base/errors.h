@@ -24,23 +24,23 @@
 
 enum {
     WS_ERR_BASE = 4096,
-    WS_ESYMLINK_LEAF,   /* last component is a symlink */
-    WS_ESPECIAL,        /* FIFO, socket or device */
-    WS_EHARDLINK,       /* write to a file with st_nlink > 1 */
-    WS_ECONFLICT,       /* if_match did not match */
-    WS_ENOMATCH,        /* edit: old_text not found */
-    WS_EMULTIMATCH,     /* edit: old_text found more than once */
-    WS_EBADPATTERN,     /* glob or regex pattern rejected */
-    WS_EBADPATH,        /* empty, overlong or otherwise unusable path */
-    WS_EMALFORMED,      /* request violates the API contract */
-    WS_ELIMIT,          /* a requested limit exceeds the server's ceiling */
-    WS_EQUOTA,          /* a server quota is exhausted */
-    WS_ECAPABILITY,     /* capability not declared or not supported */
-    WS_ENOWORKSPACE,    /* unknown or closed workspace id */
-    WS_EEVICTED,        /* the workspace's storage is gone */
-    WS_EFAILED,         /* the provider's backend is not usable */
-    WS_EBADREF,         /* ref does not verify */
-    WS_EINTERNAL,       /* a bug or an unexpected host failure */
+    WS_ESYMLINK_LEAF, /* last component is a symlink */
+    WS_ESPECIAL,      /* FIFO, socket or device */
+    WS_EHARDLINK,     /* write to a file with st_nlink > 1 */
+    WS_ECONFLICT,     /* if_match did not match */
+    WS_ENOMATCH,      /* edit: old_text not found */
+    WS_EMULTIMATCH,   /* edit: old_text found more than once */
+    WS_EBADPATTERN,   /* glob or regex pattern rejected */
+    WS_EBADPATH,      /* empty, overlong or otherwise unusable path */
+    WS_EMALFORMED,    /* request violates the API contract */
+    WS_ELIMIT,        /* a requested limit exceeds the server's ceiling */
+    WS_EQUOTA,        /* a server quota is exhausted */
+    WS_ECAPABILITY,   /* capability not declared or not supported */
+    WS_ENOWORKSPACE,  /* unknown or closed workspace id */
+    WS_EEVICTED,      /* the workspace's storage is gone */
+    WS_EFAILED,       /* the provider's backend is not usable */
+    WS_EBADREF,       /* ref does not verify */
+    WS_EINTERNAL,     /* a bug or an unexpected host failure */
     WS_ERR_END,
 };
 

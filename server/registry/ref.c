@@ -146,7 +146,7 @@ int ws_ref_verify(const struct ws_ref_key *key, const uint8_t *token, size_t len
     if (token[0] != WS_REF_SCHEMA)
         return -WS_EBADREF;
     rec = workspaced__internal__v1__workspace_record__unpack(NULL, len - 1 - WS_REF_MAC_LEN,
-                                                            token + 1);
+                                                             token + 1);
     if (!rec)
         return -WS_EBADREF;
     if (rec->schema != WS_REF_SCHEMA) {

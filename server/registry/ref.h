@@ -14,9 +14,9 @@
 
 #include "workspaced/internal/v1/record.pb-c.h"
 
-#define WS_REF_SCHEMA   1
-#define WS_REF_KEY_LEN  32
-#define WS_REF_MAC_LEN  32
+#define WS_REF_SCHEMA  1
+#define WS_REF_KEY_LEN 32
+#define WS_REF_MAC_LEN 32
 /* Upper bound on an accepted token (configs are small). */
 #define WS_REF_TOKEN_MAX 16384
 

@@ -17,12 +17,12 @@
 #include "server/registry/ref.h"
 #include "server/registry/storage.h"
 
-#define BUCKETS 256
-#define ID_PREFIX "ws_"
-#define RECORDS_DIR "records"
-#define DEFAULT_ROOT "workspaces"
+#define BUCKETS            256
+#define ID_PREFIX          "ws_"
+#define RECORDS_DIR        "records"
+#define DEFAULT_ROOT       "workspaces"
 #define DEFAULT_PIDS_LIMIT 512
-#define IMAGE_NAME_MAX 255
+#define IMAGE_NAME_MAX     255
 
 typedef Workspaced__Internal__V1__WorkspaceRecord Record;
 
@@ -704,8 +704,8 @@ static struct ws_workspace *find_ref(struct ws_registry *r, const char *id, bool
     return ws;
 }
 
-int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len,
-                        struct ws_diag *d, struct ws_workspace **ret)
+int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len, struct ws_diag *d,
+                        struct ws_workspace **ret)
 {
     Record *rec = NULL;
     struct ws_workspace *ws;

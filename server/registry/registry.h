@@ -30,7 +30,7 @@
 #include "server/vfs/ops.h"
 #include "workspace/v1/workspaces.pb-c.h"
 
-#define WS_ID_LEN 35 /* "ws_" + 32 hex */
+#define WS_ID_LEN                 35 /* "ws_" + 32 hex */
 #define WS_DEFAULT_MAX_WORKSPACES 256
 #define WS_DEFAULT_MAX_FILE_SIZE  (1ull << 30)
 /* Closed ids remembered so a second Close succeeds (oldest forgotten). */
@@ -73,8 +73,8 @@ int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *re
                      struct ws_diag *d, struct ws_workspace **ret);
 
 /* Errors: -WS_EBADREF, -WS_EEVICTED, -WS_EFAILED. */
-int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len,
-                        struct ws_diag *d, struct ws_workspace **ret);
+int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len, struct ws_diag *d,
+                        struct ws_workspace **ret);
 
 /* The workspace for an id-scoped call, re-attaching it if needed and
  * checking that its storage still exists. `need_caps` (WS_CAP_*) must all
@@ -112,8 +112,7 @@ struct ws_workspace_info {
 const char *ws_workspace_id(const struct ws_workspace *ws);
 const struct ws_provider *ws_workspace_provider(const struct ws_workspace *ws);
 /* The signed ref token; valid while the reference is held. */
-void ws_workspace_token(const struct ws_workspace *ws, const uint8_t **ret_data,
-                        size_t *ret_len);
+void ws_workspace_token(const struct ws_workspace *ws, const uint8_t **ret_data, size_t *ret_len);
 /* The effective capabilities (server defaults filled in). */
 const Workspace__V1__Capabilities *ws_workspace_capabilities(const struct ws_workspace *ws);
 /* Network policy of the provider config (NETWORK_OFF when not applicable). */

@@ -58,10 +58,10 @@ struct ws_dirent {
 };
 
 struct ws_write_opts {
-    uint32_t mode;        /* 0: keep an existing file's mode, else 0644 */
-    bool create_parents;  /* mkdir -p the parent (0755) */
-    bool if_absent;       /* -EEXIST when the file exists */
-    uint64_t max_size;    /* write() fails with -EFBIG past this; 0 = none */
+    uint32_t mode;       /* 0: keep an existing file's mode, else 0644 */
+    bool create_parents; /* mkdir -p the parent (0755) */
+    bool if_absent;      /* -EEXIST when the file exists */
+    uint64_t max_size;   /* write() fails with -EFBIG past this; 0 = none */
 };
 
 struct ws_vfs;

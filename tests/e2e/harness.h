@@ -19,92 +19,110 @@
 #include "workspace/v1/providers.grpc.pb.h"
 #include "workspace/v1/workspaces.grpc.pb.h"
 
-namespace wstest {
+namespace wstest
+{
 
 // A fresh directory under the test's temporary directory.
-std::string MakeTempDir(const std::string& prefix);
+std::string MakeTempDir(const std::string &prefix);
 
 // Every regular file under `dir` with its content hash, for "nothing outside
 // changed" checks.
-std::map<std::string, std::string> Snapshot(const std::string& dir);
+std::map<std::string, std::string> Snapshot(const std::string &dir);
 
-void WriteHostFile(const std::string& path, const std::string& content);
-std::string ReadHostFile(const std::string& path);
+void WriteHostFile(const std::string &path, const std::string &content);
+std::string ReadHostFile(const std::string &path);
 
-class Server {
- public:
-  // Starts workspaced with --state-dir `state_dir` (a new one when empty),
-  // --listen 127.0.0.1:0 unless `args` has a --listen, plus `args`.
-  explicit Server(std::vector<std::string> args = {}, std::string state_dir = "",
-                  std::vector<std::string> env = {});
-  ~Server();
+class Server
+{
+  public:
+    // Starts workspaced with --state-dir `state_dir` (a new one when empty),
+    // --listen 127.0.0.1:0 unless `args` has a --listen, plus `args`.
+    explicit Server(std::vector<std::string> args = {}, std::string state_dir = "",
+                    std::vector<std::string> env = {});
+    ~Server();
 
-  // SIGTERM (or `sig`), then the exit status as from waitpid.
-  int Stop(int sig = SIGTERM);
-  // SIGKILL, no drain.
-  void Kill();
-  bool running() const { return pid_ > 0; }
+    // SIGTERM (or `sig`), then the exit status as from waitpid.
+    int Stop(int sig = SIGTERM);
+    // SIGKILL, no drain.
+    void Kill();
+    bool running() const
+    {
+        return pid_ > 0;
+    }
 
-  const std::string& address() const { return address_; }
-  const std::string& state_dir() const { return state_dir_; }
-  const std::string& stderr_path() const { return stderr_path_; }
-  std::string workspace_dir(const std::string& id) const {
-    return state_dir_ + "/workspaces/" + id;
-  }
-  pid_t pid() const { return pid_; }
+    const std::string &address() const
+    {
+        return address_;
+    }
+    const std::string &state_dir() const
+    {
+        return state_dir_;
+    }
+    const std::string &stderr_path() const
+    {
+        return stderr_path_;
+    }
+    std::string workspace_dir(const std::string &id) const
+    {
+        return state_dir_ + "/workspaces/" + id;
+    }
+    pid_t pid() const
+    {
+        return pid_;
+    }
 
-  std::shared_ptr<grpc::Channel> channel();
-  std::unique_ptr<workspace::v1::Workspaces::Stub> workspaces();
-  std::unique_ptr<workspace::v1::FileSystem::Stub> fs();
-  std::unique_ptr<workspace::v1::Providers::Stub> providers();
-  std::unique_ptr<workspace::v1::Exec::Stub> exec();
-  std::unique_ptr<grpc::health::v1::Health::Stub> health();
+    std::shared_ptr<grpc::Channel> channel();
+    std::unique_ptr<workspace::v1::Workspaces::Stub> workspaces();
+    std::unique_ptr<workspace::v1::FileSystem::Stub> fs();
+    std::unique_ptr<workspace::v1::Providers::Stub> providers();
+    std::unique_ptr<workspace::v1::Exec::Stub> exec();
+    std::unique_ptr<grpc::health::v1::Health::Stub> health();
 
- private:
-  pid_t pid_ = -1;
-  std::string address_;
-  std::string state_dir_;
-  std::string stderr_path_;
-  std::shared_ptr<grpc::Channel> channel_;
+  private:
+    pid_t pid_ = -1;
+    std::string address_;
+    std::string state_dir_;
+    std::string stderr_path_;
+    std::shared_ptr<grpc::Channel> channel_;
 };
 
 // Runs the binary with `args` to completion; returns the exit status and
 // stderr.
-int RunServerToExit(const std::vector<std::string>& args, std::string* err, int timeout_s = 10);
+int RunServerToExit(const std::vector<std::string> &args, std::string *err, int timeout_s = 10);
 
 struct Error {
-  grpc::StatusCode code = grpc::StatusCode::OK;
-  std::string message;
-  std::string domain;
-  std::string reason;
-  std::map<std::string, std::string> metadata;
+    grpc::StatusCode code = grpc::StatusCode::OK;
+    std::string message;
+    std::string domain;
+    std::string reason;
+    std::map<std::string, std::string> metadata;
 };
 
 // Decodes google.rpc.Status / ErrorInfo from the status details.
-Error Decode(const grpc::Status& status);
+Error Decode(const grpc::Status &status);
 
 // Convenience client calls used by many tests.
 struct Ws {
-  std::string id;
-  std::string token;
+    std::string id;
+    std::string token;
 };
 
-Ws Open(workspace::v1::Workspaces::Stub* stub, const std::string& provider,
+Ws Open(workspace::v1::Workspaces::Stub *stub, const std::string &provider,
         uint64_t max_file_size = 0);
-grpc::Status Write(workspace::v1::FileSystem::Stub* fs, const std::string& id,
-                   const std::string& path, const std::string& data,
-                   workspace::v1::WriteFileResponse* resp = nullptr, bool create_parents = false,
-                   const std::string& if_match = "", size_t chunk = 64 * 1024);
-grpc::Status Read(workspace::v1::FileSystem::Stub* fs, const std::string& id,
-                  const std::string& path, std::string* out, uint64_t offset = 0,
+grpc::Status Write(workspace::v1::FileSystem::Stub *fs, const std::string &id,
+                   const std::string &path, const std::string &data,
+                   workspace::v1::WriteFileResponse *resp = nullptr, bool create_parents = false,
+                   const std::string &if_match = "", size_t chunk = 64 * 1024);
+grpc::Status Read(workspace::v1::FileSystem::Stub *fs, const std::string &id,
+                  const std::string &path, std::string *out, uint64_t offset = 0,
                   uint64_t length = 0);
 
 // Whether a call failed with exactly this code and ErrorInfo reason (domain
 // "workspaced"); the failure message says what came back instead.
-::testing::AssertionResult IsError(const grpc::Status& status, grpc::StatusCode code,
-                                   const std::string& reason);
+::testing::AssertionResult IsError(const grpc::Status &status, grpc::StatusCode code,
+                                   const std::string &reason);
 
-#define EXPECT_WS_ERROR(status, want_code, want_reason) \
-  EXPECT_TRUE(::wstest::IsError((status), (want_code), (want_reason)))
+#define EXPECT_WS_ERROR(status, want_code, want_reason)                                            \
+    EXPECT_TRUE(::wstest::IsError((status), (want_code), (want_reason)))
 
-}  // namespace wstest
+} // namespace wstest

@@ -17,308 +17,326 @@ using grpc::StatusCode;
 using namespace workspace::v1;
 using wstest::Server;
 
-namespace {
+namespace
+{
 
-TEST(Server, RefusesNonLoopbackWithoutAuth) {
-  for (const char* addr : {"0.0.0.0:0", "[::]:0", "10.1.2.3:0", "example.com:0", "127.evil:0"}) {
+TEST(Server, RefusesNonLoopbackWithoutAuth)
+{
+    for (const char *addr : {"0.0.0.0:0", "[::]:0", "10.1.2.3:0", "example.com:0", "127.evil:0"}) {
+        std::string err;
+        std::string state = wstest::MakeTempDir("nl");
+        int st = wstest::RunServerToExit({"--listen", addr, "--state-dir", state}, &err);
+        ASSERT_TRUE(WIFEXITED(st)) << addr;
+        EXPECT_EQ(WEXITSTATUS(st), 2) << addr;
+        EXPECT_NE(err.find("refusing to listen"), std::string::npos) << err;
+    }
+}
+
+TEST(Server, BadFlagsExitWithUsage)
+{
     std::string err;
-    std::string state = wstest::MakeTempDir("nl");
-    int st = wstest::RunServerToExit({"--listen", addr, "--state-dir", state}, &err);
-    ASSERT_TRUE(WIFEXITED(st)) << addr;
-    EXPECT_EQ(WEXITSTATUS(st), 2) << addr;
-    EXPECT_NE(err.find("refusing to listen"), std::string::npos) << err;
-  }
+    int st = wstest::RunServerToExit({"--listen", "127.0.0.1:0"}, &err);
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 2);
+    EXPECT_NE(err.find("--state-dir is required"), std::string::npos);
+    st = wstest::RunServerToExit({"--state-dir", "/tmp/x", "--max-workspaces", "-1"}, &err);
+    EXPECT_EQ(WEXITSTATUS(st), 2);
 }
 
-TEST(Server, BadFlagsExitWithUsage) {
-  std::string err;
-  int st = wstest::RunServerToExit({"--listen", "127.0.0.1:0"}, &err);
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 2);
-  EXPECT_NE(err.find("--state-dir is required"), std::string::npos);
-  st = wstest::RunServerToExit({"--state-dir", "/tmp/x", "--max-workspaces", "-1"}, &err);
-  EXPECT_EQ(WEXITSTATUS(st), 2);
+TEST(Server, CreatesStateDirPrivate)
+{
+    std::string parent = wstest::MakeTempDir("sd");
+    std::string state = parent + "/nested-state";
+    Server srv({}, state);
+    struct stat st;
+    ASSERT_EQ(stat(state.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    ASSERT_EQ(stat((state + "/ref.key").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_EQ(st.st_size, 32);
 }
 
-TEST(Server, CreatesStateDirPrivate) {
-  std::string parent = wstest::MakeTempDir("sd");
-  std::string state = parent + "/nested-state";
-  Server srv({}, state);
-  struct stat st;
-  ASSERT_EQ(stat(state.c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0700u);
-  ASSERT_EQ(stat((state + "/ref.key").c_str(), &st), 0);
-  EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_EQ(st.st_size, 32);
+TEST(Server, ListensOnUnixSocket)
+{
+    // sun_path is short: the socket goes under /tmp.
+    std::string sock = "/tmp/workspaced-test-" + std::to_string(getpid()) + ".sock";
+    unlink(sock.c_str());
+    Server srv({"--listen", "unix:" + sock});
+    EXPECT_EQ(srv.address(), "unix:" + sock);
+    auto ws = srv.workspaces();
+    auto w = wstest::Open(ws.get(), "memory");
+    EXPECT_FALSE(w.id.empty());
+    // A socket left by a killed server does not block the next start.
+    srv.Kill();
+    struct stat st;
+    ASSERT_EQ(lstat(sock.c_str(), &st), 0);
+    Server again({"--listen", "unix:" + sock});
+    auto ws2 = again.workspaces();
+    EXPECT_FALSE(wstest::Open(ws2.get(), "memory").id.empty());
+    // While that one runs, a second server on the same socket fails to start
+    // and leaves the live socket alone.
+    std::string err;
+    int status = wstest::RunServerToExit(
+        {"--listen", "unix:" + sock, "--state-dir", wstest::MakeTempDir("second")}, &err);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 1);
+    EXPECT_NE(err.find("another server is listening there"), std::string::npos) << err;
+    EXPECT_FALSE(wstest::Open(ws2.get(), "memory").id.empty());
 }
 
-TEST(Server, ListensOnUnixSocket) {
-  // sun_path is short: the socket goes under /tmp.
-  std::string sock = "/tmp/workspaced-test-" + std::to_string(getpid()) + ".sock";
-  unlink(sock.c_str());
-  Server srv({"--listen", "unix:" + sock});
-  EXPECT_EQ(srv.address(), "unix:" + sock);
-  auto ws = srv.workspaces();
-  auto w = wstest::Open(ws.get(), "memory");
-  EXPECT_FALSE(w.id.empty());
-  // A socket left by a killed server does not block the next start.
-  srv.Kill();
-  struct stat st;
-  ASSERT_EQ(lstat(sock.c_str(), &st), 0);
-  Server again({"--listen", "unix:" + sock});
-  auto ws2 = again.workspaces();
-  EXPECT_FALSE(wstest::Open(ws2.get(), "memory").id.empty());
-  // While that one runs, a second server on the same socket fails to start
-  // and leaves the live socket alone.
-  std::string err;
-  int status = wstest::RunServerToExit(
-      {"--listen", "unix:" + sock, "--state-dir", wstest::MakeTempDir("second")}, &err);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_NE(err.find("another server is listening there"), std::string::npos) << err;
-  EXPECT_FALSE(wstest::Open(ws2.get(), "memory").id.empty());
-}
-
-TEST(Server, ListProvidersReportsAllFourLive) {
-  Server srv;
-  auto p = srv.providers();
-  ClientContext ctx;
-  ListProvidersRequest req;
-  ListProvidersResponse resp;
-  ASSERT_TRUE(p->ListProviders(&ctx, req, &resp).ok());
-  ASSERT_EQ(resp.providers_size(), 4);
-  EXPECT_EQ(resp.providers(0).kind(), "memory");
-  EXPECT_EQ(resp.providers(1).kind(), "local-bash");
-  EXPECT_EQ(resp.providers(2).kind(), "local-sandbox");
-  EXPECT_EQ(resp.providers(3).kind(), "docker");
-  EXPECT_TRUE(resp.providers(0).available());
-  EXPECT_TRUE(resp.providers(1).available());
-  // The test setup installs bubblewrap and starts dockerd: both must be
-  // usable here, or the suite fails loudly rather than skipping.
-  EXPECT_TRUE(resp.providers(2).available()) << resp.providers(2).reason();
-  EXPECT_TRUE(resp.providers(3).available()) << resp.providers(3).reason();
-  EXPECT_EQ(resp.providers(2).isolation(), "namespaces+seccomp");
-  EXPECT_EQ(resp.providers(3).isolation(), "container");
-}
-
-TEST(Server, DockerUnreachableFailsClosedAndTransient) {
-  Server srv({}, "", {"DOCKER_HOST=unix:///nonexistent/docker.sock"});
-  auto p = srv.providers();
-  ClientContext ctx;
-  ListProvidersResponse resp;
-  ASSERT_TRUE(p->ListProviders(&ctx, ListProvidersRequest(), &resp).ok());
-  EXPECT_FALSE(resp.providers(3).available());
-  EXPECT_NE(resp.providers(3).reason().find("not reachable"), std::string::npos);
-  EXPECT_EQ(resp.providers(3).reason().find("/nonexistent"), std::string::npos);
-
-  auto ws = srv.workspaces();
-  OpenRequest req;
-  req.mutable_docker()->set_image("busybox:latest");
-  OpenResponse or_;
-  ClientContext c2;
-  auto s = ws->Open(&c2, req, &or_);
-  EXPECT_WS_ERROR(s, StatusCode::UNAVAILABLE, "WORKSPACE_FAILED");
-  EXPECT_EQ(wstest::Decode(s).metadata["transient"], "true");
-  // Nothing was created for the failed open.
-  auto snap = wstest::Snapshot(srv.state_dir() + "/workspaces");
-  EXPECT_TRUE(snap.empty());
-}
-
-TEST(Server, DockerImageIsRequired) {
-  Server srv;
-  auto ws = srv.workspaces();
-  OpenRequest req;
-  req.mutable_docker();
-  OpenResponse resp;
-  ClientContext ctx;
-  auto s = ws->Open(&ctx, req, &resp);
-  EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
-  EXPECT_EQ(wstest::Decode(s).metadata["field"], "image");
-}
-
-TEST(Server, HealthServingThenNotServingOnDrain) {
-  Server srv;
-  auto h = srv.health();
-  ClientContext ctx;
-  grpc::health::v1::HealthCheckRequest req;
-  grpc::health::v1::HealthCheckResponse resp;
-  ASSERT_TRUE(h->Check(&ctx, req, &resp).ok());
-  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
-  ClientContext c2;
-  req.set_service("no.such.Service");
-  EXPECT_EQ(h->Check(&c2, req, &resp).error_code(), StatusCode::NOT_FOUND);
-
-  ClientContext wctx;
-  req.set_service("");
-  auto reader = h->Watch(&wctx, req);
-  ASSERT_TRUE(reader->Read(&resp));
-  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
-  kill(srv.pid(), SIGTERM);
-  ASSERT_TRUE(reader->Read(&resp));
-  EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
-  EXPECT_FALSE(reader->Read(&resp));
-  reader->Finish();
-  int st = srv.Stop();
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 0);
-}
-
-TEST(Server, ExecAnswersUnimplementedWithDetails) {
-  Server srv;
-  auto ex = srv.exec();
-  ClientContext ctx;
-  RunRequest req;
-  req.mutable_process()->set_workspace_id("ws_00000000000000000000000000000000");
-  req.mutable_process()->add_argv("true");
-  RunResponse resp;
-  EXPECT_WS_ERROR(ex->Run(&ctx, req, &resp), StatusCode::UNIMPLEMENTED, "UNIMPLEMENTED");
-}
-
-TEST(Server, InvalidUtf8AndNulInStringsAreMalformed) {
-  Server srv;
-  auto ws = srv.workspaces();
-  auto w = wstest::Open(ws.get(), "memory");
-  // Build a StatRequest by hand so the path can carry bytes the C++
-  // library would refuse to serialize.
-  auto raw = [&](const std::string& path) {
-    std::string body;
-    body.push_back(0x0a);
-    body.push_back(static_cast<char>(w.id.size()));
-    body += w.id;
-    body.push_back(0x12);
-    body.push_back(static_cast<char>(path.size()));
-    body += path;
-    grpc::GenericStub gs(srv.channel());
+TEST(Server, ListProvidersReportsAllFourLive)
+{
+    Server srv;
+    auto p = srv.providers();
     ClientContext ctx;
-    grpc::ByteBuffer req_buf, resp_buf;
-    grpc::Slice slice(body);
-    req_buf = grpc::ByteBuffer(&slice, 1);
-    grpc::CompletionQueue cq;
-    grpc::Status status;
-    auto call = gs.PrepareUnaryCall(&ctx, "/workspace.v1.FileSystem/Stat", req_buf, &cq);
-    call->StartCall();
-    call->Finish(&resp_buf, &status, reinterpret_cast<void*>(1));
-    void* tag;
-    bool ok;
-    cq.Next(&tag, &ok);
-    return status;
-  };
-  auto s = raw(std::string("a\0/../../etc/passwd", 19));
-  EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
-  EXPECT_EQ(wstest::Decode(s).metadata["field"], "path");
-  s = raw("caf\xc3");
-  EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
+    ListProvidersRequest req;
+    ListProvidersResponse resp;
+    ASSERT_TRUE(p->ListProviders(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.providers_size(), 4);
+    EXPECT_EQ(resp.providers(0).kind(), "memory");
+    EXPECT_EQ(resp.providers(1).kind(), "local-bash");
+    EXPECT_EQ(resp.providers(2).kind(), "local-sandbox");
+    EXPECT_EQ(resp.providers(3).kind(), "docker");
+    EXPECT_TRUE(resp.providers(0).available());
+    EXPECT_TRUE(resp.providers(1).available());
+    // The test setup installs bubblewrap and starts dockerd: both must be
+    // usable here, or the suite fails loudly rather than skipping.
+    EXPECT_TRUE(resp.providers(2).available()) << resp.providers(2).reason();
+    EXPECT_TRUE(resp.providers(3).available()) << resp.providers(3).reason();
+    EXPECT_EQ(resp.providers(2).isolation(), "namespaces+seccomp");
+    EXPECT_EQ(resp.providers(3).isolation(), "container");
+}
+
+TEST(Server, DockerUnreachableFailsClosedAndTransient)
+{
+    Server srv({}, "", {"DOCKER_HOST=unix:///nonexistent/docker.sock"});
+    auto p = srv.providers();
+    ClientContext ctx;
+    ListProvidersResponse resp;
+    ASSERT_TRUE(p->ListProviders(&ctx, ListProvidersRequest(), &resp).ok());
+    EXPECT_FALSE(resp.providers(3).available());
+    EXPECT_NE(resp.providers(3).reason().find("not reachable"), std::string::npos);
+    EXPECT_EQ(resp.providers(3).reason().find("/nonexistent"), std::string::npos);
+
+    auto ws = srv.workspaces();
+    OpenRequest req;
+    req.mutable_docker()->set_image("busybox:latest");
+    OpenResponse or_;
+    ClientContext c2;
+    auto s = ws->Open(&c2, req, &or_);
+    EXPECT_WS_ERROR(s, StatusCode::UNAVAILABLE, "WORKSPACE_FAILED");
+    EXPECT_EQ(wstest::Decode(s).metadata["transient"], "true");
+    // Nothing was created for the failed open.
+    auto snap = wstest::Snapshot(srv.state_dir() + "/workspaces");
+    EXPECT_TRUE(snap.empty());
+}
+
+TEST(Server, DockerImageIsRequired)
+{
+    Server srv;
+    auto ws = srv.workspaces();
+    OpenRequest req;
+    req.mutable_docker();
+    OpenResponse resp;
+    ClientContext ctx;
+    auto s = ws->Open(&ctx, req, &resp);
+    EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
+    EXPECT_EQ(wstest::Decode(s).metadata["field"], "image");
+}
+
+TEST(Server, HealthServingThenNotServingOnDrain)
+{
+    Server srv;
+    auto h = srv.health();
+    ClientContext ctx;
+    grpc::health::v1::HealthCheckRequest req;
+    grpc::health::v1::HealthCheckResponse resp;
+    ASSERT_TRUE(h->Check(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+    ClientContext c2;
+    req.set_service("no.such.Service");
+    EXPECT_EQ(h->Check(&c2, req, &resp).error_code(), StatusCode::NOT_FOUND);
+
+    ClientContext wctx;
+    req.set_service("");
+    auto reader = h->Watch(&wctx, req);
+    ASSERT_TRUE(reader->Read(&resp));
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+    kill(srv.pid(), SIGTERM);
+    ASSERT_TRUE(reader->Read(&resp));
+    EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+    EXPECT_FALSE(reader->Read(&resp));
+    reader->Finish();
+    int st = srv.Stop();
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 0);
+}
+
+TEST(Server, ExecAnswersUnimplementedWithDetails)
+{
+    Server srv;
+    auto ex = srv.exec();
+    ClientContext ctx;
+    RunRequest req;
+    req.mutable_process()->set_workspace_id("ws_00000000000000000000000000000000");
+    req.mutable_process()->add_argv("true");
+    RunResponse resp;
+    EXPECT_WS_ERROR(ex->Run(&ctx, req, &resp), StatusCode::UNIMPLEMENTED, "UNIMPLEMENTED");
+}
+
+TEST(Server, InvalidUtf8AndNulInStringsAreMalformed)
+{
+    Server srv;
+    auto ws = srv.workspaces();
+    auto w = wstest::Open(ws.get(), "memory");
+    // Build a StatRequest by hand so the path can carry bytes the C++
+    // library would refuse to serialize.
+    auto raw = [&](const std::string &path) {
+        std::string body;
+        body.push_back(0x0a);
+        body.push_back(static_cast<char>(w.id.size()));
+        body += w.id;
+        body.push_back(0x12);
+        body.push_back(static_cast<char>(path.size()));
+        body += path;
+        grpc::GenericStub gs(srv.channel());
+        ClientContext ctx;
+        grpc::ByteBuffer req_buf, resp_buf;
+        grpc::Slice slice(body);
+        req_buf = grpc::ByteBuffer(&slice, 1);
+        grpc::CompletionQueue cq;
+        grpc::Status status;
+        auto call = gs.PrepareUnaryCall(&ctx, "/workspace.v1.FileSystem/Stat", req_buf, &cq);
+        call->StartCall();
+        call->Finish(&resp_buf, &status, reinterpret_cast<void *>(1));
+        void *tag;
+        bool ok;
+        cq.Next(&tag, &ok);
+        return status;
+    };
+    auto s = raw(std::string("a\0/../../etc/passwd", 19));
+    EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
+    EXPECT_EQ(wstest::Decode(s).metadata["field"], "path");
+    s = raw("caf\xc3");
+    EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
 }
 
 // SIGTERM while a long ReadFile stream is in flight: the stream ends (it
 // finishes or is cancelled), the process exits 0 promptly.
-TEST(Server, DrainsInFlightCallsOnSigterm) {
-  Server srv({"--drain-grace-ms", "500"});
-  auto ws = srv.workspaces();
-  auto fs = srv.fs();
-  auto w = wstest::Open(ws.get(), "memory");
-  ASSERT_TRUE(wstest::Write(fs.get(), w.id, "big", std::string(8 << 20, 'x')).ok());
-  ClientContext ctx;
-  ReadFileRequest req;
-  req.set_workspace_id(w.id);
-  req.set_path("big");
-  auto r = fs->ReadFile(&ctx, req);
-  ReadFileResponse m;
-  ASSERT_TRUE(r->Read(&m));  // the stream is live; we stop reading
-  auto t0 = std::chrono::steady_clock::now();
-  kill(srv.pid(), SIGTERM);
-  std::thread drain([&] {
-    while (r->Read(&m)) {
-    }
-  });
-  int st = srv.Stop();
-  drain.join();
-  auto s = r->Finish();
-  EXPECT_TRUE(s.ok() || s.error_code() == StatusCode::CANCELLED ||
-              s.error_code() == StatusCode::UNAVAILABLE)
-      << s.error_message();
-  ASSERT_TRUE(WIFEXITED(st));
-  EXPECT_EQ(WEXITSTATUS(st), 0);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+TEST(Server, DrainsInFlightCallsOnSigterm)
+{
+    Server srv({"--drain-grace-ms", "500"});
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    auto w = wstest::Open(ws.get(), "memory");
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "big", std::string(8 << 20, 'x')).ok());
+    ClientContext ctx;
+    ReadFileRequest req;
+    req.set_workspace_id(w.id);
+    req.set_path("big");
+    auto r = fs->ReadFile(&ctx, req);
+    ReadFileResponse m;
+    ASSERT_TRUE(r->Read(&m)); // the stream is live; we stop reading
+    auto t0 = std::chrono::steady_clock::now();
+    kill(srv.pid(), SIGTERM);
+    std::thread drain([&] {
+        while (r->Read(&m)) {
+        }
+    });
+    int st = srv.Stop();
+    drain.join();
+    auto s = r->Finish();
+    EXPECT_TRUE(s.ok() || s.error_code() == StatusCode::CANCELLED ||
+                s.error_code() == StatusCode::UNAVAILABLE)
+        << s.error_message();
+    ASSERT_TRUE(WIFEXITED(st));
+    EXPECT_EQ(WEXITSTATUS(st), 0);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 // Killing the server in the middle of a streamed write leaves the old
 // content (the new bytes never become visible).
-TEST(Server, CrashMidWriteKeepsOldContent) {
-  std::string state = wstest::MakeTempDir("crash");
-  Server srv({}, state);
-  auto ws = srv.workspaces();
-  auto fs = srv.fs();
-  auto w = wstest::Open(ws.get(), "local-bash");
-  ASSERT_TRUE(wstest::Write(fs.get(), w.id, "doc.txt", "old content").ok());
-  {
-    ClientContext ctx;
-    WriteFileResponse resp;
-    auto wr = fs->WriteFile(&ctx, &resp);
-    WriteFileRequest h;
-    h.mutable_header()->set_workspace_id(w.id);
-    h.mutable_header()->set_path("doc.txt");
-    ASSERT_TRUE(wr->Write(h));
-    WriteFileRequest d;
-    d.set_data(std::string(1 << 20, 'N'));
-    for (int i = 0; i < 4; i++) ASSERT_TRUE(wr->Write(d));
-    // Let the server take the chunks in.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    srv.Kill();
-    wr->WritesDone();
-    EXPECT_FALSE(wr->Finish().ok());
-  }
-  std::string dir = srv.workspace_dir(w.id);
-  EXPECT_EQ(wstest::ReadHostFile(dir + "/doc.txt"), "old content");
-  // No partial temp file is left behind in the workspace.
-  auto snap = wstest::Snapshot(dir);
-  EXPECT_EQ(snap.size(), 1u);
-  Server again({}, state);
-  auto fs2 = again.fs();
-  auto ws2 = again.workspaces();
-  grpc::ClientContext rc;
-  ResolveRequest rq;
-  rq.mutable_ref()->set_token(w.token);
-  ResolveResponse rr;
-  ASSERT_TRUE(ws2->Resolve(&rc, rq, &rr).ok());
-  std::string got;
-  ASSERT_TRUE(wstest::Read(fs2.get(), w.id, "doc.txt", &got).ok());
-  EXPECT_EQ(got, "old content");
+TEST(Server, CrashMidWriteKeepsOldContent)
+{
+    std::string state = wstest::MakeTempDir("crash");
+    Server srv({}, state);
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    auto w = wstest::Open(ws.get(), "local-bash");
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "doc.txt", "old content").ok());
+    {
+        ClientContext ctx;
+        WriteFileResponse resp;
+        auto wr = fs->WriteFile(&ctx, &resp);
+        WriteFileRequest h;
+        h.mutable_header()->set_workspace_id(w.id);
+        h.mutable_header()->set_path("doc.txt");
+        ASSERT_TRUE(wr->Write(h));
+        WriteFileRequest d;
+        d.set_data(std::string(1 << 20, 'N'));
+        for (int i = 0; i < 4; i++)
+            ASSERT_TRUE(wr->Write(d));
+        // Let the server take the chunks in.
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        srv.Kill();
+        wr->WritesDone();
+        EXPECT_FALSE(wr->Finish().ok());
+    }
+    std::string dir = srv.workspace_dir(w.id);
+    EXPECT_EQ(wstest::ReadHostFile(dir + "/doc.txt"), "old content");
+    // No partial temp file is left behind in the workspace.
+    auto snap = wstest::Snapshot(dir);
+    EXPECT_EQ(snap.size(), 1u);
+    Server again({}, state);
+    auto fs2 = again.fs();
+    auto ws2 = again.workspaces();
+    grpc::ClientContext rc;
+    ResolveRequest rq;
+    rq.mutable_ref()->set_token(w.token);
+    ResolveResponse rr;
+    ASSERT_TRUE(ws2->Resolve(&rc, rq, &rr).ok());
+    std::string got;
+    ASSERT_TRUE(wstest::Read(fs2.get(), w.id, "doc.txt", &got).ok());
+    EXPECT_EQ(got, "old content");
 }
 
-}  // namespace
+} // namespace
 
-namespace {
+namespace
+{
 
-long PeakRssKiB(pid_t pid) {
-  std::string status = wstest::ReadHostFile("/proc/" + std::to_string(pid) + "/status");
-  auto pos = status.find("VmHWM:");
-  return pos == std::string::npos ? -1 : std::stol(status.substr(pos + 6));
+long PeakRssKiB(pid_t pid)
+{
+    std::string status = wstest::ReadHostFile("/proc/" + std::to_string(pid) + "/status");
+    auto pos = status.find("VmHWM:");
+    return pos == std::string::npos ? -1 : std::stol(status.substr(pos + 6));
 }
 
 // Streaming 256 MiB in and out keeps the server's memory bounded: the
 // flow-control window and the chunked handlers, not the file size, decide
 // what it holds.
-TEST(Server, StreamingLargeFileKeepsMemoryBounded) {
-  if (getenv("WORKSPACED_SANITIZED"))
-    GTEST_SKIP() << "sanitizer builds hold freed memory in quarantine; the bound is asserted "
-                    "by the regular build of this suite";
-  Server srv;
-  auto ws = srv.workspaces();
-  auto fs = srv.fs();
-  auto w = wstest::Open(ws.get(), "local-bash");
-  const size_t size = 256u << 20;
-  std::string data(size, '\0');
-  for (size_t i = 0; i < size; i += 4096) data[i] = static_cast<char>(i >> 12);
-  WriteFileResponse wr;
-  ASSERT_TRUE(wstest::Write(fs.get(), w.id, "big.bin", data, &wr, false, "", 1 << 20).ok());
-  EXPECT_EQ(wr.bytes_written(), size);
-  std::string back;
-  ASSERT_TRUE(wstest::Read(fs.get(), w.id, "big.bin", &back).ok());
-  EXPECT_TRUE(back == data);
-  long peak = PeakRssKiB(srv.pid());
-  ASSERT_GT(peak, 0);
-  EXPECT_LT(peak, 64 * 1024) << "server peak RSS " << peak << " KiB";
+TEST(Server, StreamingLargeFileKeepsMemoryBounded)
+{
+    if (getenv("WORKSPACED_SANITIZED"))
+        GTEST_SKIP() << "sanitizer builds hold freed memory in quarantine; the bound is asserted "
+                        "by the regular build of this suite";
+    Server srv;
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    auto w = wstest::Open(ws.get(), "local-bash");
+    const size_t size = 256u << 20;
+    std::string data(size, '\0');
+    for (size_t i = 0; i < size; i += 4096)
+        data[i] = static_cast<char>(i >> 12);
+    WriteFileResponse wr;
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "big.bin", data, &wr, false, "", 1 << 20).ok());
+    EXPECT_EQ(wr.bytes_written(), size);
+    std::string back;
+    ASSERT_TRUE(wstest::Read(fs.get(), w.id, "big.bin", &back).ok());
+    EXPECT_TRUE(back == data);
+    long peak = PeakRssKiB(srv.pid());
+    ASSERT_GT(peak, 0);
+    EXPECT_LT(peak, 64 * 1024) << "server peak RSS " << peak << " KiB";
 }
 
-}  // namespace
+} // namespace

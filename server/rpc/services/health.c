@@ -36,8 +36,9 @@ static bool known(const char *service)
 
 static ServingStatus current(struct ws_services *s)
 {
-    return atomic_load(&s->draining) ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
-                                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    return atomic_load(&s->draining)
+               ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+               : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
 }
 
 static int send_status(struct ws_call *call, ServingStatus st)
@@ -103,9 +104,11 @@ static void watch(struct ws_call *call, const ProtobufCMessage *msg)
     w->next = s->watchers;
     s->watchers = w;
     pthread_mutex_unlock(&s->watch_lock);
-    if (send_status(call, known(req->service)
-                              ? current(s)
-                              : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN) < 0)
+    if (send_status(
+            call, known(req->service)
+                      ? current(s)
+                      : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN) <
+        0)
         ws_call_finish(call, NULL);
 }
 

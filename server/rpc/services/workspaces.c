@@ -136,10 +136,9 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
         limits.max_duration_ms = caps->shell->max_duration_ms;
     resp.limits = &limits;
     if (caps && caps->fs) {
-        static const char *const fs_ops[] = {"ReadFile", "WriteFile", "EditFile",
-                                             "ListDir",  "Glob",      "Grep",
-                                             "Stat",     "MakeDir",   "Remove",
-                                             "Move"};
+        static const char *const fs_ops[] = {"ReadFile", "WriteFile", "EditFile", "ListDir",
+                                             "Glob",     "Grep",      "Stat",     "MakeDir",
+                                             "Remove",   "Move"};
         for (size_t i = 0; i < sizeof(fs_ops) / sizeof(fs_ops[0]); i++)
             append(ops, &n_ops, fs_ops[i]);
     }

@@ -2,43 +2,56 @@
 
 #include <stdint.h>
 
-bool ws_utf8_valid(const char *str, size_t len)
+/* Returns the length of the UTF-8 sequence at p[0..n), or 0 if it is not
+ * valid (overlong forms, surrogates and code points above U+10FFFF are not),
+ * or is a NUL byte. */
+size_t ws_utf8_sequence(const uint8_t *p, size_t n)
 {
-    const uint8_t *s = (const uint8_t *)str;
+    uint8_t c = p[0];
+    size_t len, i;
+    uint8_t lo = 0x80, hi = 0xbf;
+
+    if (c == 0)
+        return 0;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+        len = 3;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4;
+    else
+        return 0;
+    if (n < len)
+        return 0;
+    /* The second byte's range depends on the first (RFC 3629, table 3-7). */
+    if (c == 0xe0)
+        lo = 0xa0;
+    else if (c == 0xed)
+        hi = 0x9f;
+    else if (c == 0xf0)
+        lo = 0x90;
+    else if (c == 0xf4)
+        hi = 0x8f;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return len;
+}
+
+bool ws_utf8_valid(const char *s, size_t len)
+{
+    const uint8_t *p = (const uint8_t *)s;
     size_t i = 0;
 
     while (i < len) {
-        uint8_t c = s[i];
-        size_t n;
-        uint32_t cp;
-
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        if (c >= 0xc2 && c <= 0xdf) {
-            n = 1;
-            cp = c & 0x1f;
-        } else if (c >= 0xe0 && c <= 0xef) {
-            n = 2;
-            cp = c & 0x0f;
-        } else if (c >= 0xf0 && c <= 0xf4) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
+        size_t k = ws_utf8_sequence(p + i, len - i);
+        if (k == 0)
             return false;
-        }
-        if (len - i <= n)
-            return false;
-        for (size_t k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-            (cp >= 0xd800 && cp <= 0xdfff))
-            return false;
-        i += n + 1;
+        i += k;
     }
     return true;
 }

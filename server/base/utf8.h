@@ -5,6 +5,14 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <stdint.h>
+
+/* Length (1-4) of the valid UTF-8 sequence starting at p (n > 0 bytes
+ * available), or 0 when none does. A NUL byte counts as invalid: no string
+ * the server accepts or reports may contain one. */
+size_t ws_utf8_sequence(const uint8_t *p, size_t n);
+
+/* Whether all `len` bytes are valid UTF-8 without NUL. */
 bool ws_utf8_valid(const char *s, size_t len);
 
 #endif

@@ -145,8 +145,6 @@ void ws_rpc_call_accepted(struct ws_call *c);
  * is written to `field`. */
 int ws_rpc_validate_message(const ProtobufCMessageDescriptor *desc, const uint8_t *data, size_t len,
                             char *field, size_t field_size);
-/* True if p[0..n) is valid UTF-8 and contains no NUL byte. */
-bool ws_rpc_utf8_valid(const uint8_t *p, size_t n);
 /* Copies at most src_max bytes of the string `src` (NULL: "") into
  * dst[0..size), always terminated, replacing bytes that are not valid UTF-8
  * with '?'. */

@@ -371,6 +371,19 @@ static int entries_finish(struct entries *es)
     return 0;
 }
 
+/* The outcome of a walk that filled `es`: a response budget hit becomes a
+ * truncated listing, and the pointer array is built. */
+static int entries_result(int err, struct entries *es, bool *truncated)
+{
+    if (err == -ENOBUFS && es->budget_hit) {
+        err = 0;
+        *truncated = true;
+    }
+    if (err == 0)
+        err = entries_finish(es);
+    return err;
+}
+
 static void list_dir(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__ListDirRequest *req = (const void *)msg;
@@ -387,12 +400,7 @@ static void list_dir(struct ws_call *call, const ProtobufCMessage *msg)
         goto out;
     err = ws_list(ws_workspace_fsops(ws), path, req->depth, req->max_entries, entries_add, &es,
                   &truncated);
-    if (err == -ENOBUFS && es.budget_hit) {
-        err = 0;
-        truncated = true;
-    }
-    if (err == 0)
-        err = entries_finish(&es);
+    err = entries_result(err, &es, &truncated);
     if (err < 0) {
         ws_services_fail(call, ws, err, NULL);
         goto out;
@@ -423,12 +431,7 @@ static void glob(struct ws_call *call, const ProtobufCMessage *msg)
         goto out;
     err = ws_glob(ws_workspace_fsops(ws), base, req->pattern, req->max_results, entries_add, &es,
                   &truncated);
-    if (err == -ENOBUFS && es.budget_hit) {
-        err = 0;
-        truncated = true;
-    }
-    if (err == 0)
-        err = entries_finish(&es);
+    err = entries_result(err, &es, &truncated);
     if (err < 0) {
         ws_services_fail(call, ws, err, NULL);
         goto out;

@@ -1,10 +1,23 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine (as root): installs what
-# is missing, starts dockerd, builds the test image, runs every test.
-set -euo pipefail
+# is missing, starts dockerd, builds the test image, then runs every test
+# twice: a regular build, and the same suite under ASan/UBSan.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
-bash bazel/setup.sh
-bash tests/fixtures/dockerd.sh
-bash tests/fixtures/image/build.sh
-bazel test //... "$@"
+bash bazel/setup.sh || exit 1
+bash tests/fixtures/dockerd.sh || exit 1
+bash tests/fixtures/image/build.sh || exit 1
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+bazel test //... "$@" 2>&1 | tee -a "$log" || status=1
+bazel test --config=asan //... "$@" 2>&1 | tee -a "$log" || status=1
+
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
+echo "$passed passed, $failed failed"
+if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ]; then
+  exit 1
+fi

@@ -38,10 +38,24 @@ extern "C" {
 #include "server/vfs/vfs.h"
 }
 
+#include "tests/corpus/corpus.h"
+
 namespace fs = std::filesystem;
 
 namespace
 {
+
+// The corpus format, its fixture and the host-side checks: tests/corpus.
+using wscorpus::CaseName;
+using wscorpus::CorpusCase;
+using wscorpus::CorpusDir;
+using wscorpus::CorpusFiles;
+using wscorpus::ListNames;
+using wscorpus::Ops;
+using wscorpus::ParseCase;
+using wscorpus::ReadAll;
+using wscorpus::TempFiles;
+using wscorpus::TreeSignature;
 
 // Every test must finish well inside this; a blocking open on a FIFO would
 // otherwise hang until Bazel's timeout. SIGALRM's default action kills us.
@@ -81,14 +95,6 @@ std::string ErrName(long r)
     return "errno " + std::to_string(-r) + " (" + strerror((int)-r) + ")";
 }
 
-std::string ReadAll(const std::string &path)
-{
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 void WriteAll(const std::string &path, const std::string &content, mode_t mode = 0644)
 {
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -96,56 +102,6 @@ void WriteAll(const std::string &path, const std::string &content, mode_t mode =
     ASSERT_EQ(write(fd, content.data(), content.size()), (ssize_t)content.size());
     ASSERT_EQ(fchmod(fd, mode), 0);
     close(fd);
-}
-
-// Everything observable about a tree, without following symlinks.
-std::string TreeSignature(const std::string &root)
-{
-    std::map<std::string, std::string> entries;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
-         it.increment(ec)) {
-        const std::string p = it->path().string();
-        struct stat st;
-        if (lstat(p.c_str(), &st) != 0) {
-            entries[p] = "vanished";
-            continue;
-        }
-        std::ostringstream d;
-        d << std::oct << st.st_mode << std::dec << " " << st.st_size << " " << st.st_mtim.tv_sec
-          << "." << st.st_mtim.tv_nsec;
-        if (S_ISREG(st.st_mode))
-            d << " content=" << ReadAll(p);
-        else if (S_ISLNK(st.st_mode))
-            d << " -> " << fs::read_symlink(p, ec).string();
-        entries[p] = d.str();
-    }
-    struct stat st;
-    lstat(root.c_str(), &st);
-    std::string sig = "root mtime " + std::to_string(st.st_mtim.tv_nsec) + "\n";
-    for (const auto &[p, d] : entries)
-        sig += p + ": " + d + "\n";
-    return sig;
-}
-
-std::set<std::string> ListDir(const std::string &dir)
-{
-    std::set<std::string> names;
-    for (const auto &e : fs::directory_iterator(dir))
-        names.insert(e.path().filename().string());
-    return names;
-}
-
-// Names of leftover temp files anywhere under `root`.
-std::vector<std::string> TempFiles(const std::string &root)
-{
-    std::vector<std::string> found;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
-         it.increment(ec))
-        if (it->path().filename().string().rfind(".ws-tmp-", 0) == 0)
-            found.push_back(it->path().string());
-    return found;
 }
 
 std::string TestTmp()
@@ -186,63 +142,9 @@ struct Sandbox {
         fs::remove_all(base, ec);
     }
 
-    void Symlink(const std::string &target, const std::string &rel)
-    {
-        if (symlink(target.c_str(), (ws + "/" + rel).c_str()) != 0)
-            abort();
-    }
-
     void Build()
     {
-        mkdir(ws.c_str(), 0755);
-        mkdir(outside.c_str(), 0755);
-        mkdir((outside + "/sub").c_str(), 0755);
-        WriteAll(outside + "/canary", "canary\n");
-        WriteAll(outside + "/f", "outside-f\n");
-        WriteAll(outside + "/sub/inner", "inner\n");
-
-        WriteAll(ws + "/file", "hello");
-        mkdir((ws + "/dir").c_str(), 0755);
-        mkdir((ws + "/dir/sub").c_str(), 0755);
-        mkdir((ws + "/empty").c_str(), 0755);
-        WriteAll(ws + "/dir/nested", "nested");
-        Symlink("..", "dir/up");
-        Symlink("../..", "dir/upup");
-        Symlink(outside, "abs_out");
-        Symlink(outside + "/canary", "abs_out_file");
-        Symlink("../outside", "rel_out");
-        Symlink("../outside/canary", "rel_out_file");
-        Symlink("dir", "in_dir");
-        Symlink("file", "in_file");
-        Symlink("/proc/self/root", "proc_root");
-        Symlink("/proc/self/cwd", "proc_cwd");
-        Symlink("../../../../../../../../../../../../../../../../proc/self/root", "proc_rel");
-        Symlink("loop_b", "loop_a");
-        Symlink("loop_a", "loop_b");
-        Symlink("self_loop", "self_loop");
-        Symlink("..", "parent_link");
-        Symlink(".", "dot_link");
-        Symlink("nowhere", "dangling");
-        if (mkfifo((ws + "/fifo").c_str(), 0644) != 0)
-            abort();
-        if (link((outside + "/canary").c_str(), (ws + "/hardlink_out").c_str()) != 0)
-            abort();
-        WriteAll(ws + "/pair_a", "pair");
-        if (link((ws + "/pair_a").c_str(), (ws + "/pair_b").c_str()) != 0)
-            abort();
-        have_chardev = mknod((ws + "/chardev").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0;
-
-        // sun_path is short and TEST_TMPDIR long: bind by a relative name.
-        int cwd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un sa = {};
-        sa.sun_family = AF_UNIX;
-        strcpy(sa.sun_path, "sock");
-        if (cwd < 0 || s < 0 || chdir(ws.c_str()) != 0 ||
-            bind(s, (struct sockaddr *)&sa, sizeof(sa)) != 0 || fchdir(cwd) != 0)
-            abort();
-        close(s);
-        close(cwd);
+        have_chardev = wscorpus::BuildFixture(ws, outside);
     }
 
     std::string Read(const std::string &rel)
@@ -261,13 +163,13 @@ class PosixFs : public ::testing::Test
         vfs_ = sb_->vfs;
         ops_ = vfs_->ops;
         outside_sig_ = TreeSignature(sb_->outside);
-        base_names_ = ListDir(sb_->base);
+        base_names_ = ListNames(sb_->base);
     }
 
     void TearDown() override
     {
         EXPECT_EQ(TreeSignature(sb_->outside), outside_sig_) << "the outside tree changed";
-        EXPECT_EQ(ListDir(sb_->base), base_names_) << "something appeared next to ws/";
+        EXPECT_EQ(ListNames(sb_->base), base_names_) << "something appeared next to ws/";
         EXPECT_TRUE(TempFiles(sb_->ws).empty()) << TempFiles(sb_->ws)[0];
         sb_.reset();
         alarm(0);
@@ -314,158 +216,6 @@ class PosixFs : public ::testing::Test
 };
 
 // ---- the corpus ----
-
-struct CorpusCase {
-    std::string file; // base name
-    std::string path;
-    std::map<std::string, std::string> expect; // op -> error name
-    std::set<std::string> requires_;
-};
-
-const std::vector<std::string> kOps = {"stat",     "open_read", "opendir", "write",
-                                       "write_p",  "mkdir",     "mkdir_p", "remove",
-                                       "remove_r", "move_from", "move_to"};
-
-// Decodes \\, \n, \t, \xHH and \r{N:text} (text repeated N times).
-bool Unescape(const std::string &in, std::string *out, std::string *err)
-{
-    out->clear();
-    for (size_t i = 0; i < in.size(); i++) {
-        if (in[i] != '\\') {
-            out->push_back(in[i]);
-            continue;
-        }
-        if (++i == in.size()) {
-            *err = "dangling backslash";
-            return false;
-        }
-        switch (in[i]) {
-        case '\\':
-            out->push_back('\\');
-            break;
-        case 'n':
-            out->push_back('\n');
-            break;
-        case 't':
-            out->push_back('\t');
-            break;
-        case 'x':
-            if (i + 2 >= in.size()) {
-                *err = "short \\x";
-                return false;
-            }
-            out->push_back((char)std::stoi(in.substr(i + 1, 2), nullptr, 16));
-            i += 2;
-            break;
-        case 'r': {
-            size_t close = in.find('}', i);
-            size_t colon = in.find(':', i);
-            if (i + 1 >= in.size() || in[i + 1] != '{' || close == std::string::npos ||
-                colon == std::string::npos || colon > close) {
-                *err = "bad \\r{N:text}";
-                return false;
-            }
-            int n = std::stoi(in.substr(i + 2, colon - i - 2));
-            std::string unit = in.substr(colon + 1, close - colon - 1);
-            for (int k = 0; k < n; k++)
-                *out += unit;
-            i = close;
-            break;
-        }
-        default:
-            *err = std::string("unknown escape \\") + in[i];
-            return false;
-        }
-    }
-    return true;
-}
-
-std::string CorpusDir()
-{
-    const char *srcdir = getenv("TEST_SRCDIR");
-    const char *ws = getenv("TEST_WORKSPACE");
-    if (!srcdir || !ws)
-        return "";
-    return std::string(srcdir) + "/" + ws + "/tests/corpus/paths";
-}
-
-std::vector<std::string> CorpusFiles()
-{
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto &e : fs::directory_iterator(CorpusDir(), ec))
-        if (e.path().extension() == ".case")
-            files.push_back(e.path().filename().string());
-    std::sort(files.begin(), files.end());
-    return files;
-}
-
-bool ParseCase(const std::string &file, CorpusCase *c, std::string *err)
-{
-    std::ifstream in(CorpusDir() + "/" + file);
-    if (!in) {
-        *err = "cannot open";
-        return false;
-    }
-    c->file = file;
-    bool have_path = false;
-    std::string all, line;
-    int lineno = 0;
-    while (std::getline(in, line)) {
-        lineno++;
-        if (line.empty() || line[0] == '#')
-            continue;
-        size_t colon = line.find(':');
-        if (colon == std::string::npos) {
-            *err = "line " + std::to_string(lineno) + ": no ':'";
-            return false;
-        }
-        std::string key = line.substr(0, colon);
-        std::string value = line.substr(colon + 1);
-        if (key == "path") {
-            // Exactly one space after the colon is syntax; the rest is the path.
-            if (!value.empty() && value[0] == ' ')
-                value.erase(0, 1);
-            if (!Unescape(value, &c->path, err)) {
-                *err = "line " + std::to_string(lineno) + ": " + *err;
-                return false;
-            }
-            have_path = true;
-            continue;
-        }
-        value.erase(0, value.find_first_not_of(" \t"));
-        value.erase(value.find_last_not_of(" \t") + 1);
-        if (key == "requires") {
-            c->requires_.insert(value);
-            continue;
-        }
-        if (!ErrorNames().count(value)) {
-            *err = "line " + std::to_string(lineno) + ": unknown result " + value;
-            return false;
-        }
-        if (key == "all") {
-            all = value;
-            continue;
-        }
-        if (std::find(kOps.begin(), kOps.end(), key) == kOps.end()) {
-            *err = "line " + std::to_string(lineno) + ": unknown op " + key;
-            return false;
-        }
-        c->expect[key] = value;
-    }
-    if (!have_path) {
-        *err = "no path";
-        return false;
-    }
-    if (!all.empty())
-        for (const auto &op : kOps)
-            c->expect.emplace(op, all);
-    if (c->expect.empty()) {
-        *err = "no expectations";
-        return false;
-    }
-    return true;
-}
 
 int RunOp(struct ws_vfs *vfs, const std::string &op, const std::string &path)
 {
@@ -555,14 +305,14 @@ TEST_P(Corpus, Case)
             }
             outside_sig = TreeSignature(sb->outside);
             ws_sig = TreeSignature(sb->ws);
-            base_names = ListDir(sb->base);
+            base_names = ListNames(sb->base);
         }
 
         int r = RunOp(sb->vfs, op, c.path);
         std::string what = GetParam() + ": " + op + "(\"" + c.path.substr(0, 80) + "\")";
         EXPECT_EQ(ErrName(r), want) << what;
         EXPECT_EQ(TreeSignature(sb->outside), outside_sig) << what;
-        EXPECT_EQ(ListDir(sb->base), base_names) << what;
+        EXPECT_EQ(ListNames(sb->base), base_names) << what;
         EXPECT_TRUE(TempFiles(sb->ws).empty()) << what;
         if (TreeSignature(sb->ws) != ws_sig) {
             // A refused operation changes nothing; only mkdir -p and
@@ -573,14 +323,6 @@ TEST_P(Corpus, Case)
         }
     }
     alarm(0);
-}
-
-std::string CaseName(const ::testing::TestParamInfo<std::string> &info)
-{
-    std::string name;
-    for (char ch : info.param.substr(0, info.param.size() - 5))
-        name += isalnum((unsigned char)ch) ? ch : '_';
-    return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, Corpus, ::testing::ValuesIn(CorpusFiles()), CaseName);
@@ -755,10 +497,10 @@ TEST_F(PosixFs, NothingVisibleBeforeCommitAndAbortKeepsOld)
     ASSERT_EQ(ops_->write_begin(vfs_, "file", &o, &w), 0);
     ASSERT_EQ(ops_->write(w, "replacement", 11), 0);
     EXPECT_EQ(sb_->Read("file"), "hello");
-    std::set<std::string> during = ListDir(sb_->ws);
+    std::set<std::string> during = ListNames(sb_->ws);
     ops_->write_abort(w);
     EXPECT_EQ(sb_->Read("file"), "hello");
-    EXPECT_EQ(ListDir(sb_->ws), during);
+    EXPECT_EQ(ListNames(sb_->ws), during);
     ops_->write_abort(nullptr);
 
     ASSERT_EQ(ops_->write_begin(vfs_, "not_yet", &o, &w), 0);
@@ -1099,7 +841,7 @@ TEST_F(PosixFs, NoFdLeaks)
     };
     int before = count_fds();
     for (int i = 0; i < 3; i++) {
-        for (const auto &op : kOps)
+        for (const auto &op : Ops())
             for (const char *p : {"file", "dir", "abs_out/x", "fifo", "dir/sub/", "loop_a/x",
                                   "hardlink_out", ".", "nope/x"})
                 RunOp(vfs_, op, p);
@@ -1141,7 +883,7 @@ void ExchangeRace(Target target, std::chrono::milliseconds duration)
     WriteAll(sb.outside + "/w", "outside-w\n");
     WriteAll(sb.outside + "/g", "outside-g\n");
     std::string outside_sig = TreeSignature(sb.outside);
-    std::set<std::string> base_names = ListDir(sb.base);
+    std::set<std::string> base_names = ListNames(sb.base);
 
     int ws_fd = open(sb.ws.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
     ASSERT_GE(ws_fd, 0);
@@ -1232,7 +974,7 @@ void ExchangeRace(Target target, std::chrono::milliseconds duration)
 
     EXPECT_GT(swaps.load(), 100);
     EXPECT_EQ(TreeSignature(sb.outside), outside_sig);
-    EXPECT_EQ(ListDir(sb.base), base_names);
+    EXPECT_EQ(ListNames(sb.base), base_names);
     EXPECT_TRUE(TempFiles(sb.ws).empty());
     for (const auto &h : host_names)
         EXPECT_EQ(access(h.c_str(), F_OK) == 0, host_before[h]) << h;

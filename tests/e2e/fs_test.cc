@@ -162,6 +162,40 @@ TEST_P(FsTest, SizeCapKeepsOldContent)
     ASSERT_TRUE(wstest::Write(fs_.get(), ws_.id, "g", std::string(1 << 20, 'z')).ok());
 }
 
+// A write the client cancels halfway leaves the old content and no
+// temporary file.
+TEST_P(FsTest, CancelledWriteKeepsOldContent)
+{
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws_.id, "doc", "old").ok());
+    {
+        ClientContext ctx;
+        WriteFileResponse resp;
+        auto w = fs_->WriteFile(&ctx, &resp);
+        WriteFileRequest h;
+        h.mutable_header()->set_workspace_id(ws_.id);
+        h.mutable_header()->set_path("doc");
+        ASSERT_TRUE(w->Write(h));
+        WriteFileRequest d;
+        d.set_data(std::string(64 * 1024, 'N'));
+        ASSERT_TRUE(w->Write(d));
+        ASSERT_TRUE(w->Write(d));
+        ctx.TryCancel();
+        EXPECT_EQ(w->Finish().error_code(), StatusCode::CANCELLED);
+    }
+    EXPECT_EQ(Content("doc"), "old");
+    ClientContext ctx;
+    ListDirRequest req;
+    ListDirResponse resp;
+    req.set_workspace_id(ws_.id);
+    req.set_path(".");
+    ASSERT_TRUE(fs_->ListDir(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.entries_size(), 1);
+    EXPECT_EQ(resp.entries(0).path(), "doc");
+    if (GetParam() == "local-bash") {
+        EXPECT_EQ(wstest::Snapshot(srv_->workspace_dir(ws_.id)).size(), 1u);
+    }
+}
+
 TEST_P(FsTest, WriteProtocolViolationsAreMalformed)
 {
     ClientContext ctx;

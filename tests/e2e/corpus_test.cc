@@ -14,19 +14,11 @@
 // fixture's relative links (../outside) resolve to it exactly as in the unit
 // test. After every operation nothing outside the workspace may have changed
 // and a refused operation may not have changed the workspace either.
-#include <fcntl.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -35,6 +27,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/corpus/corpus.h"
 #include "tests/e2e/harness.h"
 
 using grpc::ClientContext;
@@ -45,171 +38,6 @@ namespace fs = std::filesystem;
 
 namespace
 {
-
-// ---- the corpus format (copied from tests/unit/posix/fs_test.cc) ----
-
-const std::set<std::string> &ErrorNames()
-{
-    static const std::set<std::string> names = {
-        "OK",          "ENOENT",       "EXDEV",       "ELOOP",        "ENOTDIR",
-        "EISDIR",      "EEXIST",       "ENOTEMPTY",   "ENAMETOOLONG", "EINVAL",
-        "EBUSY",       "EFBIG",        "EAGAIN",      "ESTALE",       "WS_ESYMLINK_LEAF",
-        "WS_ESPECIAL", "WS_EHARDLINK", "WS_EBADPATH", "WS_ELIMIT",
-    };
-    return names;
-}
-
-struct CorpusCase {
-    std::string file; // base name
-    std::string path;
-    std::map<std::string, std::string> expect; // op -> error name
-    std::set<std::string> requires_;
-};
-
-const std::vector<std::string> kOps = {"stat",     "open_read", "opendir", "write",
-                                       "write_p",  "mkdir",     "mkdir_p", "remove",
-                                       "remove_r", "move_from", "move_to"};
-
-// Decodes \\, \n, \t, \xHH and \r{N:text} (text repeated N times).
-bool Unescape(const std::string &in, std::string *out, std::string *err)
-{
-    out->clear();
-    for (size_t i = 0; i < in.size(); i++) {
-        if (in[i] != '\\') {
-            out->push_back(in[i]);
-            continue;
-        }
-        if (++i == in.size()) {
-            *err = "dangling backslash";
-            return false;
-        }
-        switch (in[i]) {
-        case '\\':
-            out->push_back('\\');
-            break;
-        case 'n':
-            out->push_back('\n');
-            break;
-        case 't':
-            out->push_back('\t');
-            break;
-        case 'x':
-            if (i + 2 >= in.size()) {
-                *err = "short \\x";
-                return false;
-            }
-            out->push_back((char)std::stoi(in.substr(i + 1, 2), nullptr, 16));
-            i += 2;
-            break;
-        case 'r': {
-            size_t close = in.find('}', i);
-            size_t colon = in.find(':', i);
-            if (i + 1 >= in.size() || in[i + 1] != '{' || close == std::string::npos ||
-                colon == std::string::npos || colon > close) {
-                *err = "bad \\r{N:text}";
-                return false;
-            }
-            int n = std::stoi(in.substr(i + 2, colon - i - 2));
-            std::string unit = in.substr(colon + 1, close - colon - 1);
-            for (int k = 0; k < n; k++)
-                *out += unit;
-            i = close;
-            break;
-        }
-        default:
-            *err = std::string("unknown escape \\") + in[i];
-            return false;
-        }
-    }
-    return true;
-}
-
-std::string CorpusDir()
-{
-    const char *srcdir = getenv("TEST_SRCDIR");
-    const char *ws = getenv("TEST_WORKSPACE");
-    if (!srcdir || !ws)
-        return "";
-    return std::string(srcdir) + "/" + ws + "/tests/corpus/paths";
-}
-
-std::vector<std::string> CorpusFiles()
-{
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto &e : fs::directory_iterator(CorpusDir(), ec))
-        if (e.path().extension() == ".case")
-            files.push_back(e.path().filename().string());
-    std::sort(files.begin(), files.end());
-    return files;
-}
-
-bool ParseCase(const std::string &file, CorpusCase *c, std::string *err)
-{
-    std::ifstream in(CorpusDir() + "/" + file);
-    if (!in) {
-        *err = "cannot open";
-        return false;
-    }
-    c->file = file;
-    bool have_path = false;
-    std::string all, line;
-    int lineno = 0;
-    while (std::getline(in, line)) {
-        lineno++;
-        if (line.empty() || line[0] == '#')
-            continue;
-        size_t colon = line.find(':');
-        if (colon == std::string::npos) {
-            *err = "line " + std::to_string(lineno) + ": no ':'";
-            return false;
-        }
-        std::string key = line.substr(0, colon);
-        std::string value = line.substr(colon + 1);
-        if (key == "path") {
-            // Exactly one space after the colon is syntax; the rest is the path.
-            if (!value.empty() && value[0] == ' ')
-                value.erase(0, 1);
-            if (!Unescape(value, &c->path, err)) {
-                *err = "line " + std::to_string(lineno) + ": " + *err;
-                return false;
-            }
-            have_path = true;
-            continue;
-        }
-        value.erase(0, value.find_first_not_of(" \t"));
-        value.erase(value.find_last_not_of(" \t") + 1);
-        if (key == "requires") {
-            c->requires_.insert(value);
-            continue;
-        }
-        if (!ErrorNames().count(value)) {
-            *err = "line " + std::to_string(lineno) + ": unknown result " + value;
-            return false;
-        }
-        if (key == "all") {
-            all = value;
-            continue;
-        }
-        if (std::find(kOps.begin(), kOps.end(), key) == kOps.end()) {
-            *err = "line " + std::to_string(lineno) + ": unknown op " + key;
-            return false;
-        }
-        c->expect[key] = value;
-    }
-    if (!have_path) {
-        *err = "no path";
-        return false;
-    }
-    if (!all.empty())
-        for (const auto &op : kOps)
-            c->expect.emplace(op, all);
-    if (c->expect.empty()) {
-        *err = "no expectations";
-        return false;
-    }
-    return true;
-}
 
 // ---- errno name -> what the client sees (the table in server/rpc/status.c) ----
 
@@ -347,7 +175,7 @@ bool ValidUtf8(const std::string &s)
 }
 
 // Whether a table row's reason actually applies to (case, op).
-bool DifferenceApplies(const RpcDifference &d, const CorpusCase &c, const std::string &op)
+bool DifferenceApplies(const RpcDifference &d, const wscorpus::CorpusCase &c, const std::string &op)
 {
     const std::string rpc = d.rpc;
     switch (d.why) {
@@ -364,86 +192,11 @@ bool DifferenceApplies(const RpcDifference &d, const CorpusCase &c, const std::s
     return false;
 }
 
-// ---- host-side helpers (copied from tests/unit/posix/fs_test.cc) ----
-
-std::string ReadAll(const std::string &path)
-{
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-void WriteAll(const std::string &path, const std::string &content, mode_t mode = 0644)
-{
-    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-    if (fd < 0 || write(fd, content.data(), content.size()) != (ssize_t)content.size() ||
-        fchmod(fd, mode) != 0)
-        abort();
-    close(fd);
-}
-
-// Everything observable about a tree, without following symlinks (names,
-// types, modes, sizes, mtimes, contents, link targets).
-std::string TreeSignature(const std::string &root)
-{
-    std::map<std::string, std::string> entries;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
-         it.increment(ec)) {
-        const std::string p = it->path().string();
-        struct stat st;
-        if (lstat(p.c_str(), &st) != 0) {
-            entries[p] = "vanished";
-            continue;
-        }
-        std::ostringstream d;
-        d << std::oct << st.st_mode << std::dec << " " << st.st_size << " " << st.st_mtim.tv_sec
-          << "." << st.st_mtim.tv_nsec;
-        if (S_ISREG(st.st_mode))
-            d << " content=" << ReadAll(p);
-        else if (S_ISLNK(st.st_mode))
-            d << " -> " << fs::read_symlink(p, ec).string();
-        entries[p] = d.str();
-    }
-    struct stat st;
-    lstat(root.c_str(), &st);
-    std::string sig = "root mtime " + std::to_string(st.st_mtim.tv_nsec) + "\n";
-    for (const auto &[p, d] : entries)
-        sig += p + ": " + d + "\n";
-    return sig;
-}
-
-std::set<std::string> ListNames(const std::string &dir)
-{
-    std::set<std::string> names;
-    for (const auto &e : fs::directory_iterator(dir))
-        names.insert(e.path().filename().string());
-    return names;
-}
-
-std::vector<std::string> TempFiles(const std::string &root)
-{
-    std::vector<std::string> found;
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(root, ec); !ec && it != fs::end(it);
-         it.increment(ec))
-        if (it->path().filename().string().rfind(".ws-tmp-", 0) == 0)
-            found.push_back(it->path().string());
-    return found;
-}
-
 // The corpus README's tree: `ws` is the workspace directory, `outside` its
 // sibling. Rebuilt in place (the server keeps the workspace directory open).
 struct Fixture {
     std::string ws, outside;
     bool have_chardev = false;
-
-    void Symlink(const std::string &target, const std::string &rel)
-    {
-        if (symlink(target.c_str(), (ws + "/" + rel).c_str()) != 0)
-            abort();
-    }
 
     void Clear()
     {
@@ -456,54 +209,7 @@ struct Fixture {
     void Build()
     {
         Clear();
-        mkdir(outside.c_str(), 0755);
-        mkdir((outside + "/sub").c_str(), 0755);
-        WriteAll(outside + "/canary", "canary\n");
-        WriteAll(outside + "/f", "outside-f\n");
-        WriteAll(outside + "/sub/inner", "inner\n");
-
-        WriteAll(ws + "/file", "hello");
-        mkdir((ws + "/dir").c_str(), 0755);
-        mkdir((ws + "/dir/sub").c_str(), 0755);
-        mkdir((ws + "/empty").c_str(), 0755);
-        WriteAll(ws + "/dir/nested", "nested");
-        Symlink("..", "dir/up");
-        Symlink("../..", "dir/upup");
-        Symlink(outside, "abs_out");
-        Symlink(outside + "/canary", "abs_out_file");
-        Symlink("../outside", "rel_out");
-        Symlink("../outside/canary", "rel_out_file");
-        Symlink("dir", "in_dir");
-        Symlink("file", "in_file");
-        Symlink("/proc/self/root", "proc_root");
-        Symlink("/proc/self/cwd", "proc_cwd");
-        Symlink("../../../../../../../../../../../../../../../../proc/self/root", "proc_rel");
-        Symlink("loop_b", "loop_a");
-        Symlink("loop_a", "loop_b");
-        Symlink("self_loop", "self_loop");
-        Symlink("..", "parent_link");
-        Symlink(".", "dot_link");
-        Symlink("nowhere", "dangling");
-        if (mkfifo((ws + "/fifo").c_str(), 0644) != 0)
-            abort();
-        if (link((outside + "/canary").c_str(), (ws + "/hardlink_out").c_str()) != 0)
-            abort();
-        WriteAll(ws + "/pair_a", "pair");
-        if (link((ws + "/pair_a").c_str(), (ws + "/pair_b").c_str()) != 0)
-            abort();
-        have_chardev = mknod((ws + "/chardev").c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0;
-
-        // sun_path is short and TEST_TMPDIR long: bind by a relative name.
-        int cwd = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        struct sockaddr_un sa = {};
-        sa.sun_family = AF_UNIX;
-        strcpy(sa.sun_path, "sock");
-        if (cwd < 0 || s < 0 || chdir(ws.c_str()) != 0 ||
-            bind(s, (struct sockaddr *)&sa, sizeof(sa)) != 0 || fchdir(cwd) != 0)
-            abort();
-        close(s);
-        close(cwd);
+        have_chardev = wscorpus::BuildFixture(ws, outside);
     }
 };
 
@@ -668,7 +374,8 @@ wstest::Server *Corpus::srv_ = nullptr;
 
 TEST(CorpusFiles, Present)
 {
-    EXPECT_GE(CorpusFiles().size(), 40u) << "corpus not found in " << CorpusDir();
+    EXPECT_GE(wscorpus::CorpusFiles().size(), 40u)
+        << "corpus not found in " << wscorpus::CorpusDir();
 }
 
 // Every row of the differences table names a real (case, op), changes its
@@ -676,9 +383,9 @@ TEST(CorpusFiles, Present)
 TEST(CorpusFiles, DifferencesTableIsCurrent)
 {
     for (const auto &d : kRpcDifferences) {
-        CorpusCase c;
+        wscorpus::CorpusCase c;
         std::string err;
-        ASSERT_TRUE(ParseCase(d.file, &c, &err)) << d.file << ": " << err;
+        ASSERT_TRUE(wscorpus::ParseCase(d.file, &c, &err)) << d.file << ": " << err;
         ASSERT_TRUE(RpcTable().count(d.rpc)) << d.rpc;
         ASSERT_TRUE(std::string(d.op) == "*" || c.expect.count(d.op))
             << d.file << " has no " << d.op;
@@ -694,9 +401,9 @@ TEST(CorpusFiles, DifferencesTableIsCurrent)
 
 TEST_P(Corpus, Case)
 {
-    CorpusCase c;
+    wscorpus::CorpusCase c;
     std::string err;
-    ASSERT_TRUE(ParseCase(GetParam(), &c, &err)) << GetParam() << ": " << err;
+    ASSERT_TRUE(wscorpus::ParseCase(GetParam(), &c, &err)) << GetParam() << ": " << err;
     ASSERT_NE(srv_, nullptr);
 
     auto wsstub = srv_->workspaces();
@@ -713,9 +420,9 @@ TEST_P(Corpus, Case)
     }
 
     std::map<std::string, std::string> outside_snap = wstest::Snapshot(fx.outside);
-    std::string outside_sig = TreeSignature(fx.outside);
-    std::string ws_sig = TreeSignature(fx.ws);
-    std::set<std::string> base_names = ListNames(base);
+    std::string outside_sig = wscorpus::TreeSignature(fx.outside);
+    std::string ws_sig = wscorpus::TreeSignature(fx.ws);
+    std::set<std::string> base_names = wscorpus::ListNames(base);
 
     for (const auto &[op, unit_want] : c.expect) {
         const RpcDifference *diff = FindDifference(c.file, op);
@@ -731,11 +438,12 @@ TEST_P(Corpus, Case)
             EXPECT_TRUE(wstest::IsError(s, want.code, want.reason)) << what;
 
         EXPECT_EQ(wstest::Snapshot(fx.outside), outside_snap) << what << ": outside changed";
-        EXPECT_EQ(TreeSignature(fx.outside), outside_sig) << what << ": outside changed";
-        EXPECT_EQ(ListNames(base), base_names) << what << ": something appeared next to ws/";
-        std::vector<std::string> tmp = TempFiles(fx.ws);
+        EXPECT_EQ(wscorpus::TreeSignature(fx.outside), outside_sig) << what << ": outside changed";
+        EXPECT_EQ(wscorpus::ListNames(base), base_names)
+            << what << ": something appeared next to ws/";
+        std::vector<std::string> tmp = wscorpus::TempFiles(fx.ws);
         EXPECT_TRUE(tmp.empty()) << what << ": temp file left: " << tmp[0];
-        if (TreeSignature(fx.ws) != ws_sig) {
+        if (wscorpus::TreeSignature(fx.ws) != ws_sig) {
             // A refused operation changes nothing; only mkdir -p and
             // create_parents may leave directories made before the failure.
             // (An operation that succeeded at the fs level may still be
@@ -745,8 +453,8 @@ TEST_P(Corpus, Case)
                 << what << ": failed with " << Describe(s) << " but changed the workspace";
             fx.Build();
             outside_snap = wstest::Snapshot(fx.outside);
-            outside_sig = TreeSignature(fx.outside);
-            ws_sig = TreeSignature(fx.ws);
+            outside_sig = wscorpus::TreeSignature(fx.outside);
+            ws_sig = wscorpus::TreeSignature(fx.ws);
         }
     }
 
@@ -764,14 +472,7 @@ TEST_P(Corpus, Case)
     fs::remove_all(fx.outside, ec);
 }
 
-std::string CaseName(const ::testing::TestParamInfo<std::string> &info)
-{
-    std::string name;
-    for (char ch : info.param.substr(0, info.param.size() - 5))
-        name += isalnum((unsigned char)ch) ? ch : '_';
-    return name;
-}
-
-INSTANTIATE_TEST_SUITE_P(Paths, Corpus, ::testing::ValuesIn(CorpusFiles()), CaseName);
+INSTANTIATE_TEST_SUITE_P(Paths, Corpus, ::testing::ValuesIn(wscorpus::CorpusFiles()),
+                         wscorpus::CaseName);
 
 } // namespace

@@ -5,15 +5,13 @@
 // each operation the outside tree's signature (names, types, modes, sizes,
 // contents, mtimes, symlink targets) must be unchanged and no new entry may
 // appear next to `ws/`. Hostile paths are data: tests/corpus/paths/*.case
-// (format in tests/corpus/paths/README.md), run against the fixture below.
+// (format in tests/corpus/paths/README.md; parser and fixture in
+// tests/corpus/corpus.h).
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,10 +20,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -61,6 +57,7 @@ using wscorpus::TreeSignature;
 // otherwise hang until Bazel's timeout. SIGALRM's default action kills us.
 constexpr unsigned kWatchdogSeconds = 45;
 
+// The errno value of each result name a case may give (wscorpus::ResultNames()).
 const std::map<std::string, int> &ErrorNames()
 {
     static const std::map<std::string, int> names = {
@@ -126,7 +123,7 @@ struct Sandbox {
         base = buf.data();
         ws = base + "/ws";
         outside = base + "/outside";
-        Build();
+        have_chardev = wscorpus::BuildFixture(ws, outside);
         int r = ws_posixfs_open_with(AT_FDCWD, ws.c_str(), flags, &vfs);
         if (r != 0) {
             fprintf(stderr, "ws_posixfs_open: %d\n", r);
@@ -140,11 +137,6 @@ struct Sandbox {
             vfs->ops->destroy(vfs);
         std::error_code ec;
         fs::remove_all(base, ec);
-    }
-
-    void Build()
-    {
-        have_chardev = wscorpus::BuildFixture(ws, outside);
     }
 
     std::string Read(const std::string &rel)

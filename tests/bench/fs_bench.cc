@@ -603,7 +603,8 @@ uint64_t RpcRead(v1::FileSystem::Stub *fs, const std::string &id, const std::str
     return got;
 }
 
-// Header, then the data in chunks; the last chunk carries the half-close.
+// Header, then the data in chunks; the last chunk carries `finish` and the
+// half-close.
 void RpcWrite(v1::FileSystem::Stub *fs, const std::string &id, const std::string &path,
               const char *data, size_t len, size_t chunk)
 {
@@ -613,11 +614,13 @@ void RpcWrite(v1::FileSystem::Stub *fs, const std::string &id, const std::string
     v1::WriteFileRequest h;
     h.mutable_header()->set_workspace_id(id);
     h.mutable_header()->set_path(path);
+    h.set_finish(len == 0);
     bool ok = w->Write(h);
     v1::WriteFileRequest d;
     for (size_t off = 0; ok && off < len; off += chunk) {
         size_t n = std::min(chunk, len - off);
         d.set_data(data + off, n);
+        d.set_finish(off + n == len);
         if (off + n == len)
             ok = w->Write(d, grpc::WriteOptions().set_last_message());
         else

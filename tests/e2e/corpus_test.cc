@@ -283,6 +283,7 @@ grpc::Status RunOp(FileSystem::Stub *stub, const std::string &id, const std::str
         if (w->Write(h)) {
             WriteFileRequest d;
             d.set_data("data");
+            d.set_finish(true);
             w->Write(d);
         }
         w->WritesDone();

@@ -196,6 +196,25 @@ TEST_P(FsTest, CancelledWriteKeepsOldContent)
     }
 }
 
+// Half-closing without `finish` is not a complete upload: nothing changes.
+TEST_P(FsTest, WriteWithoutFinishCommitsNothing)
+{
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws_.id, "doc", "old").ok());
+    ClientContext ctx;
+    WriteFileResponse resp;
+    auto w = fs_->WriteFile(&ctx, &resp);
+    WriteFileRequest h;
+    h.mutable_header()->set_workspace_id(ws_.id);
+    h.mutable_header()->set_path("doc");
+    ASSERT_TRUE(w->Write(h));
+    WriteFileRequest d;
+    d.set_data("truncated upload");
+    ASSERT_TRUE(w->Write(d));
+    w->WritesDone();
+    EXPECT_WS_ERROR(w->Finish(), StatusCode::ABORTED, "INCOMPLETE");
+    EXPECT_EQ(Content("doc"), "old");
+}
+
 TEST_P(FsTest, WriteProtocolViolationsAreMalformed)
 {
     ClientContext ctx;

@@ -204,8 +204,8 @@ Server::~Server()
     if (pid_ > 0) {
         int status = Stop();
         EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-            << "workspaced did not exit cleanly (status " << status << "): "
-            << ReadHostFile(stderr_path_);
+            << "workspaced did not exit cleanly (status " << status
+            << "): " << ReadHostFile(stderr_path_);
     }
 }
 
@@ -363,10 +363,12 @@ grpc::Status Write(workspace::v1::FileSystem::Stub *fs, const std::string &id,
     h.mutable_header()->set_path(path);
     h.mutable_header()->set_create_parents(create_parents);
     h.mutable_header()->set_if_match(if_match);
+    h.set_finish(data.empty());
     if (w->Write(h)) {
         for (size_t off = 0; off < data.size(); off += chunk) {
             workspace::v1::WriteFileRequest d;
             d.set_data(data.substr(off, chunk));
+            d.set_finish(off + chunk >= data.size());
             if (!w->Write(d))
                 break;
         }

@@ -156,6 +156,8 @@ static void write_failed(struct ws_call *call, struct write_state *st, int err,
     ws_services_fail(call, st->ws, err, d);
 }
 
+static void write_commit(struct ws_call *call, struct write_state *st);
+
 static void write_malformed(struct ws_call *call, struct write_state *st, const char *why)
 {
     struct ws_diag d = {0};
@@ -208,37 +210,21 @@ static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
         write_failed(call, st, err, &d);
         return;
     }
-    ws_call_recv(call);
+    if (req->finish)
+        write_commit(call, st);
+    else
+        ws_call_recv(call);
 }
 
-static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
+/* Commits the write (the client sent `finish`) and answers. */
+static void write_commit(struct ws_call *call, struct write_state *st)
 {
-    const Workspace__V1__WriteFileRequest *req = (const void *)msg;
-    struct write_state *st = ws_call_data(call);
-    struct ws_diag d = {0};
-    int err;
-
-    if (!st->session)
-        return;
-    if (req && req->msg_case != WORKSPACE__V1__WRITE_FILE_REQUEST__MSG_DATA) {
-        write_malformed(call, st, "only one header is allowed, then data");
-        return;
-    }
-    if (req) {
-        err = ws_write_append(st->session, req->data.data, req->data.len, &d);
-        if (err < 0) {
-            write_failed(call, st, err, &d);
-            return;
-        }
-        ws_call_recv(call);
-        return;
-    }
-
-    /* Half-close: the content is complete. */
     Workspace__V1__WriteFileResponse resp = WORKSPACE__V1__WRITE_FILE_RESPONSE__INIT;
     Workspace__V1__FileInfo info;
     struct ws_write_result res;
     struct ws_write_session *s = st->session;
+    struct ws_diag d = {0};
+    int err;
 
     st->session = NULL;
     err = ws_write_commit(s, &d, &res);
@@ -252,6 +238,39 @@ static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
     resp.sha256 = res.sha256;
     ws_workspace_note(st->ws, 0, NULL);
     ws_call_finish(call, &resp.base);
+}
+
+static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__WriteFileRequest *req = (const void *)msg;
+    struct write_state *st = ws_call_data(call);
+    struct ws_diag d = {0};
+    int err;
+
+    if (!st->session)
+        return;
+    if (!req) {
+        /* The stream ended without `finish`: a cancelled call looks just
+         * like this to the server, so nothing is committed. */
+        ws_write_abort(st->session);
+        st->session = NULL;
+        ws_call_fail_status(call, GRPC_STATUS_ABORTED, "INCOMPLETE",
+                            "the write stream ended without finish; nothing was written");
+        return;
+    }
+    if (req->msg_case == WORKSPACE__V1__WRITE_FILE_REQUEST__MSG_HEADER) {
+        write_malformed(call, st, "only one header is allowed, then data");
+        return;
+    }
+    err = ws_write_append(st->session, req->data.data, req->data.len, &d);
+    if (err < 0) {
+        write_failed(call, st, err, &d);
+        return;
+    }
+    if (req->finish)
+        write_commit(call, st);
+    else
+        ws_call_recv(call);
 }
 
 static void write_cancel(struct ws_call *call)

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs the Python tour from README.md, as written, against a real server:
+# the README's example must keep working.
+set -euo pipefail
+
+readme=README.md
+server=server/workspaced
+tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/readme.XXXXXX")
+trap 'kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+
+"$server" --listen 127.0.0.1:0 --state-dir "$tmp/state" >"$tmp/out" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 1 100); do
+  grep -q "listening on" "$tmp/out" 2>/dev/null && break
+  sleep 0.1
+done
+addr=$(sed -n 's/^workspaced listening on //p' "$tmp/out")
+[ -n "$addr" ] || { cat "$tmp/err"; echo "server did not start"; exit 1; }
+
+# The stub generation line and the Python program, exactly as in the README
+# (only the output directory and the address differ).
+mkdir -p "$tmp/client"
+(cd proto && protoc -I. -I/usr/include --python_out="$tmp/client" --grpc_out="$tmp/client" \
+  --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin \
+  $(ls workspace/v1/*.proto google/rpc/*.proto))
+sed -n "/^PYTHONPATH=.*python3 - <<'PY'$/,/^PY$/p" "$readme" | sed '1d;$d' \
+  | sed "s/127.0.0.1:7878/$addr/" > "$tmp/tour.py"
+[ -s "$tmp/tour.py" ] || { echo "no Python tour found in the README"; exit 1; }
+
+out=$(PYTHONPATH="$tmp/client" /usr/bin/python3 "$tmp/tour.py")
+echo "$out"
+grep -q "write tests" <<<"$out" || { echo "FAIL: the file did not round-trip"; exit 1; }
+grep -q "StatusCode.INVALID_ARGUMENT" <<<"$out" || { echo "FAIL: the escape was not refused"; exit 1; }
+echo "README tour OK"

@@ -35,17 +35,20 @@ struct options {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: workspaced [options]\n"
-            "  --listen ADDR          host:port (loopback only) or unix:PATH [" DEFAULT_LISTEN "]\n"
-            "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
-            "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
-            "  --max-workspaces N     cap on open workspaces [%d]\n"
-            "  --max-file-size BYTES  default and ceiling of a workspace's file size cap [%llu]\n"
-            "  --threads N            completion-queue threads [number of CPUs]\n"
-            "  --drain-grace-ms MS    how long in-flight calls may finish on SIGTERM [%d]\n",
-            WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
-            DEFAULT_GRACE_MS);
+    fprintf(
+        f,
+        "usage: workspaced [options]\n"
+        "  --listen ADDR          host:port (loopback only) or unix:PATH [" DEFAULT_LISTEN "]\n"
+        "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
+        "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
+        "  --max-workspaces N     cap on open workspaces [%d]\n"
+        "  --max-file-size BYTES  default and ceiling of a workspace's file size cap [%llu]\n"
+        "  --threads N            completion-queue threads [number of CPUs]\n"
+        "  --drain-grace-ms MS    how long in-flight calls may finish on SIGTERM [%d]\n"
+        "environment:\n"
+        "  WORKSPACED_BWRAP       the bubblewrap binary for local-sandbox (no search when set)\n"
+        "  DOCKER_HOST            the Docker daemon (unix://PATH or tcp://HOST:PORT)\n",
+        WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE, DEFAULT_GRACE_MS);
 }
 
 static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)

@@ -39,7 +39,12 @@ static const char *find_in_path(const char *name, char *buf, size_t size)
 const char *ws_probe_bwrap_path(void)
 {
     static _Thread_local char found[4096];
+    const char *forced = getenv(WS_BWRAP_ENV);
 
+    /* An operator's explicit choice replaces the search: if it is not
+     * usable there is no backend, never a fallback to another binary. */
+    if (forced && forced[0])
+        return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
     for (size_t i = 0; i < sizeof(bwrap_fixed_paths) / sizeof(bwrap_fixed_paths[0]); i++)
         if (access(bwrap_fixed_paths[i], X_OK) == 0)
             return bwrap_fixed_paths[i];

@@ -18,8 +18,13 @@ void ws_probe_bwrap(struct ws_probe *ret);
  * unix socket) answered GET /_ping with 200 OK. Failures are transient. */
 void ws_probe_docker(struct ws_probe *ret);
 
-/* Path of the bwrap binary the server will use, or NULL if none; the
- * string is static. */
+/* Environment variable naming the bwrap binary to use (absolute path);
+ * when set, nothing else is searched. */
+#define WS_BWRAP_ENV "WORKSPACED_BWRAP"
+
+/* Path of the bwrap binary the server will use (WORKSPACED_BWRAP, else a
+ * fixed path, else the server's PATH), or NULL if none; the string is
+ * static. */
 const char *ws_probe_bwrap_path(void);
 
 #endif

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -337,6 +338,95 @@ TEST(Server, StreamingLargeFileKeepsMemoryBounded)
     long peak = PeakRssKiB(srv.pid());
     ASSERT_GT(peak, 0);
     EXPECT_LT(peak, 64 * 1024) << "server peak RSS " << peak << " KiB";
+}
+
+} // namespace
+
+namespace
+{
+
+ListProvidersResponse Providers(Server &srv)
+{
+    auto p = srv.providers();
+    ClientContext ctx;
+    ListProvidersResponse resp;
+    EXPECT_TRUE(p->ListProviders(&ctx, ListProvidersRequest(), &resp).ok());
+    return resp;
+}
+
+grpc::Status OpenSandbox(Server &srv, OpenResponse *resp)
+{
+    auto ws = srv.workspaces();
+    OpenRequest req;
+    req.mutable_local_sandbox();
+    req.mutable_capabilities()->mutable_fs();
+    ClientContext ctx;
+    return ws->Open(&ctx, req, resp);
+}
+
+// No usable bubblewrap: local-sandbox is reported unavailable with the
+// reason, and Open fails closed without creating anything.
+TEST(Server, LocalSandboxFailsClosedWithoutBwrap)
+{
+    for (const char *bwrap : {"/nonexistent/bwrap", "/bin/false"}) {
+        Server srv({}, "", {std::string("WORKSPACED_BWRAP=") + bwrap});
+        auto resp = Providers(srv);
+        EXPECT_FALSE(resp.providers(2).available()) << bwrap;
+        EXPECT_NE(resp.providers(2).reason().find(strcmp(bwrap, "/bin/false") == 0
+                                                      ? "cannot create a sandbox"
+                                                      : "not installed"),
+                  std::string::npos)
+            << resp.providers(2).reason();
+        EXPECT_TRUE(resp.providers(1).available());
+        OpenResponse or_;
+        auto s = OpenSandbox(srv, &or_);
+        EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED") << bwrap;
+        EXPECT_EQ(wstest::Decode(s).metadata["transient"], "false");
+        EXPECT_TRUE(wstest::Snapshot(srv.state_dir() + "/workspaces").empty());
+    }
+}
+
+// A ref never pins a backend: after a restart on a host whose bubblewrap
+// stopped working, resuming a local-sandbox workspace fails closed, and
+// works again once the backend is back.
+TEST(Server, LocalSandboxResumeRedetectsBackend)
+{
+    std::string state = wstest::MakeTempDir("sbx");
+    std::string id, token;
+    {
+        Server srv({}, state);
+        OpenResponse resp;
+        ASSERT_TRUE(OpenSandbox(srv, &resp).ok());
+        id = resp.workspace().id();
+        token = resp.workspace().ref().token();
+        auto fs = srv.fs();
+        ASSERT_TRUE(wstest::Write(fs.get(), id, "kept.txt", "still here").ok());
+    }
+    {
+        Server srv({}, state, {"WORKSPACED_BWRAP=/bin/false"});
+        auto ws = srv.workspaces();
+        ClientContext ctx;
+        ResolveRequest req;
+        req.mutable_ref()->set_token(token);
+        ResolveResponse rr;
+        EXPECT_WS_ERROR(ws->Resolve(&ctx, req, &rr), StatusCode::FAILED_PRECONDITION,
+                        "WORKSPACE_FAILED");
+        auto fs = srv.fs();
+        std::string got;
+        EXPECT_WS_ERROR(wstest::Read(fs.get(), id, "kept.txt", &got),
+                        StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    }
+    Server srv({}, state);
+    auto ws = srv.workspaces();
+    ClientContext ctx;
+    ResolveRequest req;
+    req.mutable_ref()->set_token(token);
+    ResolveResponse rr;
+    ASSERT_TRUE(ws->Resolve(&ctx, req, &rr).ok());
+    auto fs = srv.fs();
+    std::string got;
+    ASSERT_TRUE(wstest::Read(fs.get(), id, "kept.txt", &got).ok());
+    EXPECT_EQ(got, "still here");
 }
 
 } // namespace

@@ -29,6 +29,7 @@ struct options {
     const char *workspace_root;
     unsigned long max_workspaces;
     unsigned long long max_file_size;
+    unsigned long long memory_max_bytes;
     long threads;
     long grace_ms;
 };
@@ -43,12 +44,14 @@ static void usage(FILE *f)
         "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
         "  --max-workspaces N     cap on open workspaces [%d]\n"
         "  --max-file-size BYTES  default and ceiling of a workspace's file size cap [%llu]\n"
+        "  --memory-workspace-bytes BYTES  what one memory workspace may hold [%llu]\n"
         "  --threads N            completion-queue threads [number of CPUs]\n"
         "  --drain-grace-ms MS    how long in-flight calls may finish on SIGTERM [%d]\n"
         "environment:\n"
         "  WORKSPACED_BWRAP       the bubblewrap binary for local-sandbox (no search when set)\n"
         "  DOCKER_HOST            the Docker daemon (unix://PATH or tcp://HOST:PORT)\n",
-        WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE, DEFAULT_GRACE_MS);
+        WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
+        (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS);
 }
 
 static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)
@@ -103,13 +106,14 @@ static bool listen_is_local(const char *addr)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { LISTEN = 256, STATE, ROOT, MAXWS, MAXSIZE, THREADS, GRACE, HELP };
+    enum { LISTEN = 256, STATE, ROOT, MAXWS, MAXSIZE, MEMBYTES, THREADS, GRACE, HELP };
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, LISTEN},
         {"state-dir", required_argument, NULL, STATE},
         {"workspace-root", required_argument, NULL, ROOT},
         {"max-workspaces", required_argument, NULL, MAXWS},
         {"max-file-size", required_argument, NULL, MAXSIZE},
+        {"memory-workspace-bytes", required_argument, NULL, MEMBYTES},
         {"threads", required_argument, NULL, THREADS},
         {"drain-grace-ms", required_argument, NULL, GRACE},
         {"help", no_argument, NULL, HELP},
@@ -139,6 +143,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (!parse_ull(optarg, 1ull << 40, &v) || v == 0)
                 goto bad;
             o->max_file_size = v;
+            break;
+        case MEMBYTES:
+            if (!parse_ull(optarg, 1ull << 40, &v) || v == 0)
+                goto bad;
+            o->memory_max_bytes = v;
             break;
         case THREADS:
             if (!parse_ull(optarg, 256, &v))
@@ -257,6 +266,7 @@ int main(int argc, char **argv)
         .workspace_root = o.workspace_root,
         .max_workspaces = (unsigned)o.max_workspaces,
         .max_file_size = o.max_file_size,
+        .memory_max_bytes = o.memory_max_bytes,
     };
     err = ws_registry_new(&rc_cfg, &reg);
     if (err < 0) {

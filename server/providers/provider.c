@@ -67,10 +67,19 @@ const struct ws_provider *ws_provider_by_name(const char *name)
     return NULL;
 }
 
-int ws_provider_attach_storage(const struct ws_provider *p, int dir_fd, struct ws_vfs **ret_fs)
+int ws_provider_attach_storage(const struct ws_provider *p, int dir_fd,
+                               const struct ws_storage_limits *limits, struct ws_vfs **ret_fs)
 {
-    if (!p->on_disk)
-        return ws_memfs_new(ret_fs);
+    if (!p->on_disk) {
+        struct ws_vfs *fs;
+        int err = ws_memfs_new(&fs);
+
+        if (err < 0)
+            return err;
+        ws_memfs_set_limits(fs, limits ? limits->memory_max_bytes : 0, 0);
+        *ret_fs = fs;
+        return 0;
+    }
     if (dir_fd < 0)
         return -EBADF;
     return ws_posixfs_open(dir_fd, ".", ret_fs);

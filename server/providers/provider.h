@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "server/base/errors.h"
 #include "server/vfs/vfs.h"
@@ -59,9 +60,15 @@ const struct ws_provider *ws_provider_get(enum ws_provider_kind kind);
 /* By name ("local-bash"), or NULL. */
 const struct ws_provider *ws_provider_by_name(const char *name);
 
+/* Bounds on storage the server holds itself (the memory provider). */
+struct ws_storage_limits {
+    uint64_t memory_max_bytes; /* 0: the memory provider's default */
+};
+
 /* Storage of a new or re-attached workspace: the in-process tree for
  * memory, otherwise the confined view of `dir_fd` (an open workspace
  * directory, not consumed). */
-int ws_provider_attach_storage(const struct ws_provider *p, int dir_fd, struct ws_vfs **ret_fs);
+int ws_provider_attach_storage(const struct ws_provider *p, int dir_fd,
+                               const struct ws_storage_limits *limits, struct ws_vfs **ret_fs);
 
 #endif

@@ -57,6 +57,7 @@ struct ws_registry {
     int root_fd;
     unsigned max_workspaces;
     uint64_t max_file_size;
+    struct ws_storage_limits limits;
     unsigned live;
     struct ws_workspace *buckets[BUCKETS];
     char (*closed)[WS_ID_LEN + 1];
@@ -366,7 +367,7 @@ static int attach_locked(struct ws_registry *r, struct ws_workspace *ws, struct 
             goto out;
         }
     }
-    err = ws_provider_attach_storage(ws->provider, dir_fd, &fs);
+    err = ws_provider_attach_storage(ws->provider, dir_fd, &r->limits, &fs);
     if (err < 0)
         goto out;
     err = ws_fsops_new(fs, &ops);
@@ -963,6 +964,8 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     pthread_mutex_init(&r->lock, NULL);
     r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
     r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
+    r->limits.memory_max_bytes =
+        cfg->memory_max_bytes ? cfg->memory_max_bytes : WS_DEFAULT_MEMORY_MAX_BYTES;
     r->closed = calloc(WS_CLOSED_IDS_KEPT, sizeof(*r->closed));
     err = -ENOMEM;
     if (!r->closed)

@@ -33,6 +33,8 @@
 #define WS_ID_LEN                 35 /* "ws_" + 32 hex */
 #define WS_DEFAULT_MAX_WORKSPACES 256
 #define WS_DEFAULT_MAX_FILE_SIZE  (1ull << 30)
+/* Memory workspaces live in the server's own memory: each is bounded. */
+#define WS_DEFAULT_MEMORY_MAX_BYTES (256ull << 20)
 /* Closed ids remembered so a second Close succeeds (oldest forgotten). */
 #define WS_CLOSED_IDS_KEPT 4096
 
@@ -44,6 +46,8 @@ struct ws_registry_config {
     unsigned max_workspaces;
     /* Default and ceiling of a workspace's max_file_size_bytes; 0: 1 GiB. */
     uint64_t max_file_size;
+    /* Bytes one memory workspace may hold; 0: 256 MiB. */
+    uint64_t memory_max_bytes;
 };
 
 enum ws_state {

@@ -642,3 +642,28 @@ TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
 }
 
 } // namespace
+
+namespace
+{
+
+// A memory workspace lives in the server's own memory: it is bounded, and
+// the bound is a clean RESOURCE_EXHAUSTED that loses nothing.
+TEST(MemoryProvider, HoldsAtMostItsBudget)
+{
+    Server srv({"--memory-workspace-bytes", "1000000"});
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    auto w = wstest::Open(ws.get(), "memory");
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "a", std::string(600000, 'a')).ok());
+    auto s = wstest::Write(fs.get(), w.id, "b", std::string(600000, 'b'));
+    EXPECT_WS_ERROR(s, StatusCode::RESOURCE_EXHAUSTED, "QUOTA");
+    std::string got;
+    ASSERT_TRUE(wstest::Read(fs.get(), w.id, "a", &got).ok());
+    EXPECT_EQ(got.size(), 600000u);
+    EXPECT_WS_ERROR(wstest::Read(fs.get(), w.id, "b", &got), StatusCode::NOT_FOUND, "NO_SUCH_FILE");
+    // Another memory workspace has its own budget.
+    auto w2 = wstest::Open(ws.get(), "memory");
+    EXPECT_TRUE(wstest::Write(fs.get(), w2.id, "b", std::string(600000, 'b')).ok());
+}
+
+} // namespace

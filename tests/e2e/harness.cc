@@ -18,6 +18,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <openssl/evp.h>
+
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
 
@@ -147,6 +149,21 @@ std::string MakeTempDir(const std::string &prefix)
     if (!mkdtemp(buf.data()))
         throw std::runtime_error("mkdtemp");
     return buf.data();
+}
+
+std::string Sha256Hex(const std::string &data)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    static const char hex[] = "0123456789abcdef";
+    std::string out;
+
+    EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+    for (unsigned int i = 0; i < len; i++) {
+        out.push_back(hex[md[i] >> 4]);
+        out.push_back(hex[md[i] & 15]);
+    }
+    return out;
 }
 
 std::map<std::string, std::string> Snapshot(const std::string &dir)

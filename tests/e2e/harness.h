@@ -30,6 +30,8 @@ std::string MakeTempDir(const std::string &prefix);
 std::map<std::string, std::string> Snapshot(const std::string &dir);
 
 void WriteHostFile(const std::string &path, const std::string &content);
+// Lowercase hex SHA-256, as the server reports it.
+std::string Sha256Hex(const std::string &data);
 std::string ReadHostFile(const std::string &path);
 
 class Server

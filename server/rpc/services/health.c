@@ -140,13 +140,22 @@ static void watch_destroy(struct ws_call *call)
 
 void ws_services_health_drain(struct ws_services *s)
 {
-    struct ws_call *calls[256];
-    size_t n = 0;
+    struct ws_call **calls = NULL;
+    size_t n = 0, cap = 0;
 
     /* Collect references under the list lock, act outside it: the calls'
      * own locks are taken by the sends. */
     pthread_mutex_lock(&s->watch_lock);
-    for (struct watcher *w = s->watchers; w && n < 256; w = w->next) {
+    for (struct watcher *w = s->watchers; w; w = w->next) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            struct ws_call **tmp = realloc(calls, ncap * sizeof(*calls));
+
+            if (!tmp)
+                break; /* the rest end with the server's own shutdown */
+            calls = tmp;
+            cap = ncap;
+        }
         ws_call_ref(w->call);
         calls[n++] = w->call;
     }
@@ -158,6 +167,7 @@ void ws_services_health_drain(struct ws_services *s)
             watcher_drain(w);
         ws_call_unref(calls[i]);
     }
+    free(calls);
 }
 
 size_t ws_services_health(struct ws_services *s, struct ws_rpc_method *out)

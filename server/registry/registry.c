@@ -58,6 +58,10 @@ struct ws_registry {
     unsigned max_workspaces;
     uint64_t max_file_size;
     struct ws_storage_limits limits;
+    /* Canonical paths of the state directory and workspace root, only to
+     * keep them out of sandbox binds. */
+    char *state_path;
+    char *root_path;
     unsigned live;
     struct ws_workspace *buckets[BUCKETS];
     char (*closed)[WS_ID_LEN + 1];
@@ -485,7 +489,23 @@ static bool user_valid(const char *s)
     return sscanf(s, "%lu:%lu%c", &uid, &gid, &tail) == 2 && strspn(s, "0123456789:") == strlen(s);
 }
 
-static int check_paths(size_t n, char **paths, const char *what, struct ws_diag *d)
+/* Whether one of two canonical paths contains the other. */
+static bool paths_overlap(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), n = la < lb ? la : lb;
+
+    if (strncmp(a, b, n) != 0)
+        return false;
+    /* "/" contains everything; otherwise the shorter must end at a '/'. */
+    return la == lb || n == 1 || (la > lb ? a[n] : b[n]) == '/';
+}
+
+/* Extra host paths for the sandbox must be canonical (so what is checked
+ * is what gets bound) and must neither be nor contain nor sit inside the
+ * server's state directory or workspace root: the ref key and other
+ * workspaces stay out of every sandbox. */
+static int check_paths(struct ws_registry *r, size_t n, char **paths, const char *what,
+                       struct ws_diag *d)
 {
     for (size_t i = 0; i < n; i++) {
         char *canon = realpath(paths[i], NULL);
@@ -498,12 +518,17 @@ static int check_paths(size_t n, char **paths, const char *what, struct ws_diag 
             ws_diag_meta(d, "field", "%s", what);
             return -WS_EMALFORMED;
         }
+        if (paths_overlap(paths[i], r->state_path) || paths_overlap(paths[i], r->root_path)) {
+            ws_diag_set(d, "%s[%zu] overlaps the server's own directories", what, i);
+            ws_diag_meta(d, "field", "%s", what);
+            return -WS_EMALFORMED;
+        }
     }
     return 0;
 }
 
-static int check_config(const Workspace__V1__OpenRequest *req, struct ws_diag *d,
-                        const struct ws_provider **ret)
+static int check_config(struct ws_registry *r, const Workspace__V1__OpenRequest *req,
+                        struct ws_diag *d, const struct ws_provider **ret)
 {
     enum ws_provider_kind kind;
     int err;
@@ -518,9 +543,9 @@ static int check_config(const Workspace__V1__OpenRequest *req, struct ws_diag *d
     case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX: {
         const Workspace__V1__LocalSandboxConfig *c = req->local_sandbox;
 
-        err = check_paths(c->n_read_write_paths, c->read_write_paths, "read_write_paths", d);
+        err = check_paths(r, c->n_read_write_paths, c->read_write_paths, "read_write_paths", d);
         if (err == 0)
-            err = check_paths(c->n_read_only_paths, c->read_only_paths, "read_only_paths", d);
+            err = check_paths(r, c->n_read_only_paths, c->read_only_paths, "read_only_paths", d);
         if (err < 0)
             return err;
         kind = WS_PROVIDER_LOCAL_SANDBOX;
@@ -568,7 +593,7 @@ int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *re
     char id[WS_ID_LEN + 1];
     int err;
 
-    err = check_config(req, d, &p);
+    err = check_config(r, req, d, &p);
     if (err < 0)
         return err;
 
@@ -985,6 +1010,14 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
         err = open_dir_at(r->state_fd, DEFAULT_ROOT, true, &r->root_fd);
     if (err < 0)
         goto fail;
+    r->state_path = realpath(cfg->state_dir, NULL);
+    r->root_path = cfg->workspace_root ? realpath(cfg->workspace_root, NULL) : NULL;
+    if (!r->root_path && r->state_path &&
+        asprintf(&r->root_path, "%s/%s", r->state_path, DEFAULT_ROOT) < 0)
+        r->root_path = NULL;
+    err = -ENOMEM;
+    if (!r->state_path || !r->root_path)
+        goto fail;
     err = load_records(r);
     if (err < 0)
         goto fail;
@@ -1013,6 +1046,8 @@ void ws_registry_free(struct ws_registry *r)
     if (r->root_fd >= 0)
         close(r->root_fd);
     free(r->closed);
+    free(r->state_path);
+    free(r->root_path);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

@@ -322,3 +322,54 @@ TEST(Workspaces, VanishedDirectoryWhileDownIsEvictedAfterRestart)
 }
 
 } // namespace
+
+namespace
+{
+
+// Extra sandbox binds are checked at Open: canonical, existing, and never
+// overlapping the server's own state (the ref key, other workspaces).
+TEST(Workspaces, SandboxBindPathsAreChecked)
+{
+    Server srv;
+    auto ws = srv.workspaces();
+    std::string link = wstest::MakeTempDir("bind") + "/link";
+    ASSERT_EQ(symlink("/usr", link.c_str()), 0);
+    char *canon_state = realpath(srv.state_dir().c_str(), nullptr);
+    std::string state = canon_state;
+    free(canon_state);
+    struct Case {
+        std::string path;
+        bool ok;
+    } cases[] = {
+        {"/usr", true},
+        {"/", false},
+        {"usr", false},
+        {"/usr/../etc", false},
+        {"/nonexistent/dir", false},
+        {link, false},
+        {state, false},
+        {state + "/workspaces", false},
+        {state.substr(0, state.rfind('/')), false},
+    };
+    for (const auto &c : cases) {
+        for (bool rw : {false, true}) {
+            OpenRequest req;
+            if (rw)
+                req.mutable_local_sandbox()->add_read_write_paths(c.path);
+            else
+                req.mutable_local_sandbox()->add_read_only_paths(c.path);
+            OpenResponse resp;
+            ClientContext ctx;
+            auto s = ws->Open(&ctx, req, &resp);
+            if (c.ok) {
+                EXPECT_TRUE(s.ok()) << c.path << ": " << s.error_message();
+            } else {
+                EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED") << c.path;
+                EXPECT_EQ(wstest::Decode(s).metadata["field"],
+                          rw ? "read_write_paths" : "read_only_paths");
+            }
+        }
+    }
+}
+
+} // namespace

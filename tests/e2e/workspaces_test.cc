@@ -373,3 +373,36 @@ TEST(Workspaces, SandboxBindPathsAreChecked)
 }
 
 } // namespace
+
+namespace
+{
+
+// The docker provider's storage is the same confined host directory (the
+// container over it comes with the exec layer): with the daemon up, Open
+// succeeds, files work, and the ref keeps the config but no container id.
+TEST(Workspaces, DockerWorkspaceHasConfinedStorage)
+{
+    Server srv;
+    auto ws = srv.workspaces();
+    OpenRequest req;
+    req.mutable_docker()->set_image("workspaced-test:busybox");
+    req.mutable_docker()->set_pull_policy(PULL_NEVER);
+    req.mutable_capabilities()->mutable_fs();
+    OpenResponse resp;
+    ClientContext ctx;
+    auto s = ws->Open(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    const auto &w = resp.workspace();
+    EXPECT_EQ(w.provider(), "docker");
+    auto fs = srv.fs();
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id(), "in/container.txt", "hi", nullptr, true).ok());
+    EXPECT_EQ(wstest::ReadHostFile(srv.workspace_dir(w.id()) + "/in/container.txt"), "hi");
+    EXPECT_WS_ERROR(wstest::Write(fs.get(), w.id(), "../escape", "x"), StatusCode::INVALID_ARGUMENT,
+                    "PATH_ESCAPE");
+    DescribeResponse dr;
+    ASSERT_TRUE(Describe(ws.get(), w.id(), &dr).ok());
+    EXPECT_EQ(dr.isolation(), "container");
+    EXPECT_EQ(dr.network(), NETWORK_OFF);
+}
+
+} // namespace

@@ -1,0 +1,124 @@
+/* Validation of an Open request's provider config, before anything is
+ * created. */
+#include "server/registry/config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define IMAGE_NAME_MAX 255
+
+static bool image_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n == 0 || n > IMAGE_NAME_MAX || s[0] == '-')
+        return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr("._-/:@", *s)))
+            return false;
+    return true;
+}
+
+static bool user_valid(const char *s)
+{
+    unsigned long uid, gid;
+    char tail;
+
+    if (!*s)
+        return true;
+    return sscanf(s, "%lu:%lu%c", &uid, &gid, &tail) == 2 && strspn(s, "0123456789:") == strlen(s);
+}
+
+/* Whether one of two canonical paths contains the other. */
+static bool paths_overlap(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), n = la < lb ? la : lb;
+
+    if (strncmp(a, b, n) != 0)
+        return false;
+    /* "/" contains everything; otherwise the shorter must end at a '/'. */
+    return la == lb || n == 1 || (la > lb ? a[n] : b[n]) == '/';
+}
+
+/* Extra host paths for the sandbox must be canonical (so what is checked
+ * is what gets bound) and must neither be nor contain nor sit inside the
+ * server's state directory or workspace root: the ref key and other
+ * workspaces stay out of every sandbox. */
+static int check_paths(size_t n, char **paths, const char *what, const char *const *own,
+                       size_t n_own, struct ws_diag *d)
+{
+    for (size_t i = 0; i < n; i++) {
+        char *canon = realpath(paths[i], NULL);
+        bool ok = paths[i][0] == '/' && canon && strcmp(canon, paths[i]) == 0;
+
+        free(canon);
+        if (!ok) {
+            ws_diag_set(d, "%s[%zu] must be an existing canonical absolute path (no symlinks)",
+                        what, i);
+            ws_diag_meta(d, "field", "%s", what);
+            return -WS_EMALFORMED;
+        }
+        for (size_t k = 0; k < n_own; k++) {
+            if (paths_overlap(paths[i], own[k])) {
+                ws_diag_set(d, "%s[%zu] overlaps the server's own directories", what, i);
+                ws_diag_meta(d, "field", "%s", what);
+                return -WS_EMALFORMED;
+            }
+        }
+    }
+    return 0;
+}
+
+int ws_config_check(const Workspace__V1__OpenRequest *req, const char *const *own, size_t n_own,
+                    struct ws_diag *d, const struct ws_provider **ret)
+{
+    enum ws_provider_kind kind;
+    int err;
+
+    switch (req->provider_case) {
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_MEMORY:
+        kind = WS_PROVIDER_MEMORY;
+        break;
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_BASH:
+        kind = WS_PROVIDER_LOCAL_BASH;
+        break;
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX: {
+        const Workspace__V1__LocalSandboxConfig *c = req->local_sandbox;
+
+        err = check_paths(c->n_read_write_paths, c->read_write_paths, "read_write_paths", own,
+                          n_own, d);
+        if (err == 0)
+            err = check_paths(c->n_read_only_paths, c->read_only_paths, "read_only_paths", own,
+                              n_own, d);
+        if (err < 0)
+            return err;
+        kind = WS_PROVIDER_LOCAL_SANDBOX;
+        break;
+    }
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER: {
+        const Workspace__V1__DockerConfig *c = req->docker;
+
+        if (!image_name_valid(c->image)) {
+            ws_diag_set(d, c->image[0] ? "docker.image is not a valid image reference"
+                                       : "docker.image is required (there is no default image)");
+            ws_diag_meta(d, "field", "image");
+            return -WS_EMALFORMED;
+        }
+        if (!user_valid(c->user) || c->cpus < 0) {
+            ws_diag_set(d, "docker.user must be \"uid:gid\" and cpus >= 0");
+            ws_diag_meta(d, "field", c->cpus < 0 ? "cpus" : "user");
+            return -WS_EMALFORMED;
+        }
+        kind = WS_PROVIDER_DOCKER;
+        break;
+    }
+    default:
+        ws_diag_set(d, "exactly one provider config is required");
+        ws_diag_meta(d, "field", "provider");
+        return -WS_EMALFORMED;
+    }
+    *ret = ws_provider_get(kind);
+    return 0;
+}

@@ -1,0 +1,19 @@
+/* Checks of the provider config in an Open request. */
+#ifndef WS_REGISTRY_CONFIG_H
+#define WS_REGISTRY_CONFIG_H
+
+#include <stddef.h>
+
+#include "server/base/errors.h"
+#include "server/providers/provider.h"
+#include "workspace/v1/workspaces.pb-c.h"
+
+/* Picks the provider of `req` and validates its config: exactly one
+ * provider (else -WS_EMALFORMED, metadata "field"), a docker image and user
+ * that are well-formed, local-sandbox bind paths that are existing,
+ * canonical, absolute and do not overlap any of the `own` canonical paths
+ * (the server's state directory and workspace root). */
+int ws_config_check(const Workspace__V1__OpenRequest *req, const char *const *own, size_t n_own,
+                    struct ws_diag *d, const struct ws_provider **ret);
+
+#endif

@@ -729,3 +729,50 @@ TEST(ConcurrentWrites, IfMatchLosesNoUpdate)
 }
 
 } // namespace
+
+namespace
+{
+
+// A listing never outgrows the message limit: with long names it is cut
+// (truncated) well before max_entries instead of failing the call.
+TEST(Limits, ListingIsCutAtTheResponseBudget)
+{
+    Server srv;
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    auto w = wstest::Open(ws.get(), "local-bash");
+    std::string dir = srv.workspace_dir(w.id);
+    const int files = 20000;
+    for (int i = 0; i < files; i++) {
+        char num[16];
+        snprintf(num, sizeof(num), "%05d-", i);
+        std::string name = dir + "/" + num + std::string(240, 'n');
+        int fd = open(name.c_str(), O_WRONLY | O_CREAT, 0644);
+        ASSERT_GE(fd, 0);
+        close(fd);
+    }
+    ClientContext ctx;
+    ListDirRequest req;
+    ListDirResponse resp;
+    req.set_workspace_id(w.id);
+    req.set_path(".");
+    req.set_max_entries(100000);
+    auto s = fs->ListDir(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_TRUE(resp.truncated());
+    EXPECT_GT(resp.entries_size(), 1000);
+    EXPECT_LT(resp.entries_size(), files);
+    EXPECT_LT(resp.ByteSizeLong(), 4u << 20);
+    // The same tree through Glob.
+    ClientContext c2;
+    GlobRequest g;
+    GlobResponse gr;
+    g.set_workspace_id(w.id);
+    g.set_pattern("*");
+    g.set_max_results(100000);
+    ASSERT_TRUE(fs->Glob(&c2, g, &gr).ok());
+    EXPECT_TRUE(gr.truncated());
+    EXPECT_LT(gr.matches_size(), files);
+}
+
+} // namespace

@@ -41,6 +41,12 @@ enum {
     WS_EFAILED,       /* the provider's backend is not usable */
     WS_EBADREF,       /* ref does not verify */
     WS_EINTERNAL,     /* a bug or an unexpected host failure */
+    WS_ENOTALLOWED,   /* shell guard: command not in the allowlist */
+    WS_EMETACHAR,     /* shell guard: shell metacharacter or control byte */
+    WS_EGLOB,         /* shell guard: glob, brace or tilde form */
+    WS_EENVDENIED,    /* shell guard: environment variable on the denylist */
+    WS_ECWDESCAPE,    /* shell guard: cwd escapes the workspace */
+    WS_EARGLIMIT,     /* shell guard: argument or environment limit exceeded */
     WS_ERR_END,
 };
 

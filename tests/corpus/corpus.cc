@@ -23,9 +23,6 @@ namespace fs = std::filesystem;
 namespace wscorpus
 {
 
-namespace
-{
-
 // Decodes \\, \n, \t, \xHH and \r{N:text} (text repeated N times).
 bool Unescape(const std::string &in, std::string *out, std::string *err)
 {
@@ -79,6 +76,9 @@ bool Unescape(const std::string &in, std::string *out, std::string *err)
     }
     return true;
 }
+
+namespace
+{
 
 void WriteFixtureFile(const std::string &path, const std::string &content, mode_t mode = 0644)
 {

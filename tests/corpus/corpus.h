@@ -39,6 +39,10 @@ std::vector<std::string> CorpusFiles();
 // Parses CorpusDir()/`file`; on failure says why in `*err`.
 bool ParseCase(const std::string &file, CorpusCase *c, std::string *err);
 
+// Decodes the corpus escapes: \\, \n, \t, \xHH and \r{N:text} (text repeated
+// N times). Shared by every corpus format of the project.
+bool Unescape(const std::string &in, std::string *out, std::string *err);
+
 // A test name for a parameter that is a .case file name.
 std::string CaseName(const ::testing::TestParamInfo<std::string> &info);
 

@@ -403,66 +403,104 @@ static int entries_result(int err, struct entries *es, bool *truncated)
     return err;
 }
 
-static void list_dir(struct ws_call *call, const ProtobufCMessage *msg)
+/* ListDir and Glob differ only in the walk they run and the response they
+ * fill. */
+struct listing {
+    const char *workspace_id;
+    const char *path;
+    int (*walk)(struct ws_fsops *ops, const struct listing *l, ws_entry_cb cb, void *userdata,
+                bool *ret_truncated);
+    const void *req;
+    /* Fills and sends the response from the collected entries. */
+    void (*reply)(struct ws_call *call, struct entries *es, bool truncated);
+};
+
+static void run_listing(struct ws_call *call, const struct listing *l)
 {
-    const Workspace__V1__ListDirRequest *req = (const void *)msg;
-    Workspace__V1__ListDirResponse resp = WORKSPACE__V1__LIST_DIR_RESPONSE__INIT;
     struct ws_workspace *ws = NULL;
     struct entries es = {0};
     bool truncated = false;
-    const char *path = root_if_empty(req->path);
     int err;
 
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+    if (ws_services_workspace(call, l->workspace_id, WS_CAP_FS, &ws) < 0)
         return;
-    if (ws_services_check_path(call, ws, path) < 0)
+    if (ws_services_check_path(call, ws, l->path) < 0)
         goto out;
-    err = ws_list(ws_workspace_fsops(ws), path, req->depth, req->max_entries, entries_add, &es,
-                  &truncated);
+    err = l->walk(ws_workspace_fsops(ws), l, entries_add, &es, &truncated);
     err = entries_result(err, &es, &truncated);
     if (err < 0) {
         ws_services_fail(call, ws, err, NULL);
         goto out;
     }
-    resp.entries = es.ptrs;
-    resp.n_entries = es.n;
-    resp.truncated = truncated;
     ws_workspace_note(ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
+    l->reply(call, &es, truncated);
 out:
     entries_free(&es);
     ws_workspace_unref(ws);
 }
 
+static int list_walk(struct ws_fsops *ops, const struct listing *l, ws_entry_cb cb, void *userdata,
+                     bool *ret_truncated)
+{
+    const Workspace__V1__ListDirRequest *req = l->req;
+
+    return ws_list(ops, l->path, req->depth, req->max_entries, cb, userdata, ret_truncated);
+}
+
+static void list_reply(struct ws_call *call, struct entries *es, bool truncated)
+{
+    Workspace__V1__ListDirResponse resp = WORKSPACE__V1__LIST_DIR_RESPONSE__INIT;
+
+    resp.entries = es->ptrs;
+    resp.n_entries = es->n;
+    resp.truncated = truncated;
+    ws_call_finish(call, &resp.base);
+}
+
+static void list_dir(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ListDirRequest *req = (const void *)msg;
+    struct listing l = {
+        .workspace_id = req->workspace_id,
+        .path = root_if_empty(req->path),
+        .walk = list_walk,
+        .req = req,
+        .reply = list_reply,
+    };
+
+    run_listing(call, &l);
+}
+
+static int glob_walk(struct ws_fsops *ops, const struct listing *l, ws_entry_cb cb, void *userdata,
+                     bool *ret_truncated)
+{
+    const Workspace__V1__GlobRequest *req = l->req;
+
+    return ws_glob(ops, l->path, req->pattern, req->max_results, cb, userdata, ret_truncated);
+}
+
+static void glob_reply(struct ws_call *call, struct entries *es, bool truncated)
+{
+    Workspace__V1__GlobResponse resp = WORKSPACE__V1__GLOB_RESPONSE__INIT;
+
+    resp.matches = es->ptrs;
+    resp.n_matches = es->n;
+    resp.truncated = truncated;
+    ws_call_finish(call, &resp.base);
+}
+
 static void glob(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__GlobRequest *req = (const void *)msg;
-    Workspace__V1__GlobResponse resp = WORKSPACE__V1__GLOB_RESPONSE__INIT;
-    struct ws_workspace *ws = NULL;
-    struct entries es = {0};
-    bool truncated = false;
-    const char *base = root_if_empty(req->path);
-    int err;
+    struct listing l = {
+        .workspace_id = req->workspace_id,
+        .path = root_if_empty(req->path),
+        .walk = glob_walk,
+        .req = req,
+        .reply = glob_reply,
+    };
 
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
-        return;
-    if (ws_services_check_path(call, ws, base) < 0)
-        goto out;
-    err = ws_glob(ws_workspace_fsops(ws), base, req->pattern, req->max_results, entries_add, &es,
-                  &truncated);
-    err = entries_result(err, &es, &truncated);
-    if (err < 0) {
-        ws_services_fail(call, ws, err, NULL);
-        goto out;
-    }
-    resp.matches = es.ptrs;
-    resp.n_matches = es.n;
-    resp.truncated = truncated;
-    ws_workspace_note(ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
-out:
-    entries_free(&es);
-    ws_workspace_unref(ws);
+    run_listing(call, &l);
 }
 
 /* ---- Grep ---- */

@@ -23,6 +23,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/corpus/corpus.h"
+
 extern "C" {
 #include "server/base/errors.h"
 #include "server/posix/guard.h"
@@ -192,60 +194,6 @@ std::vector<std::string> CorpusFiles()
     return files;
 }
 
-// Decodes \\, \n, \t, \xHH and \r{N:text} (text repeated N times).
-bool Unescape(const std::string &in, std::string *out, std::string *err)
-{
-    out->clear();
-    for (size_t i = 0; i < in.size(); i++) {
-        if (in[i] != '\\') {
-            out->push_back(in[i]);
-            continue;
-        }
-        if (++i == in.size()) {
-            *err = "dangling backslash";
-            return false;
-        }
-        switch (in[i]) {
-        case '\\':
-            out->push_back('\\');
-            break;
-        case 'n':
-            out->push_back('\n');
-            break;
-        case 't':
-            out->push_back('\t');
-            break;
-        case 'x':
-            if (i + 2 >= in.size()) {
-                *err = "short \\x";
-                return false;
-            }
-            out->push_back((char)std::stoi(in.substr(i + 1, 2), nullptr, 16));
-            i += 2;
-            break;
-        case 'r': {
-            size_t close = in.find('}', i);
-            size_t colon = in.find(':', i);
-            if (i + 1 >= in.size() || in[i + 1] != '{' || close == std::string::npos ||
-                colon == std::string::npos || colon > close) {
-                *err = "bad \\r{N:text}";
-                return false;
-            }
-            long n = std::stol(in.substr(i + 2, colon - i - 2));
-            std::string unit = in.substr(colon + 1, close - colon - 1);
-            for (long k = 0; k < n; k++)
-                *out += unit;
-            i = close;
-            break;
-        }
-        default:
-            *err = std::string("unknown escape \\") + in[i];
-            return false;
-        }
-    }
-    return true;
-}
-
 struct Case {
     Input in;
     std::string expect;
@@ -289,13 +237,13 @@ bool ParseCase(const std::string &file, Case *c, std::string *err)
             size_t eq = raw.find('=');
             if (eq == std::string::npos)
                 return fail("env without '='");
-            if (!Unescape(raw.substr(0, eq), &value, err) ||
-                !Unescape(raw.substr(eq + 1), &value2, err))
+            if (!wscorpus::Unescape(raw.substr(0, eq), &value, err) ||
+                !wscorpus::Unescape(raw.substr(eq + 1), &value2, err))
                 return fail(*err);
             c->in.env.emplace_back(value, value2);
             continue;
         }
-        if (!Unescape(raw, &value, err))
+        if (!wscorpus::Unescape(raw, &value, err))
             return fail(*err);
         if (key == "command") {
             c->in.has_command = true;

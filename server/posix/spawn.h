@@ -1,0 +1,177 @@
+/* Starting and controlling a child process tree on the host.
+ *
+ * The server is multithreaded (gRPC), so there is no fork(): ws_spawn() uses
+ * glibc's posix_spawn(), which clones with CLONE_VM | CLONE_VFORK, runs the
+ * file actions in the child and reports an exec failure (ENOENT, EACCES,
+ * ENOEXEC...) as its own return value after reaping the failed child. A
+ * pidfd is opened right after the spawn; since only this module reaps the
+ * child, its pid cannot be recycled while the struct ws_child lives.
+ *
+ * What the child gets:
+ *   - its own session and process group (POSIX_SPAWN_SETSID): pgid == sid
+ *     == pid, so the whole tree is signalled with kill(-pid, sig);
+ *   - an empty signal mask and every signal's disposition at its default,
+ *     whatever the server blocks or ignores (the server ignores SIGPIPE),
+ *     glibc's internal signals 32 and 33 included (glibc's own spawn would
+ *     leave them ignored);
+ *   - exactly fds 0-2, everything else closed (closefrom(3) in the child);
+ *   - exactly opts->envp as its environment, nothing inherited;
+ *   - opts->cwd_fd as its working directory (fchdir);
+ *   - the server's umask, inherited unchanged: the server sets 077 at start,
+ *     so files a command creates are private to the server's user unless
+ *     the command widens them itself;
+ *   - stdin: /dev/null, or a pipe (WS_SPAWN_STDIN_PIPE); stdout and stderr:
+ *     two separate pipes, or
+ *   - with opts->pty, a pseudo-terminal instead: the slave, opened by name
+ *     after setsid() and without O_NOCTTY, becomes the controlling terminal
+ *     and fds 0, 1 and 2; stdin_mode is ignored (input goes to the master).
+ * The parent's ends (pipes, PTY master) are O_CLOEXEC | O_NONBLOCK and owned
+ * by the struct ws_child: callers may read, write and poll them but must
+ * not close them (except through ws_child_close_stdin).
+ *
+ * Reaping: ws_child_try_reap() and ws_child_kill_tree() call wait4() on the
+ * child's pid. The rest of the server must not reap with waitpid(-1, ...)
+ * nor set SIGCHLD to SIG_IGN (both steal the exit status: -ECHILD).
+ *
+ * Limitation: a descendant that calls setsid() (or setpgid() into another
+ * group) leaves the process group, and ws_child_signal() and
+ * ws_child_kill_tree() no longer reach it. The sandbox providers close that
+ * hole with a pid namespace; the local provider needs a cgroup or a child
+ * subreaper sweep on top of this module. When the server is a subreaper,
+ * ws_child_kill_tree() reaps the group members re-parented to it.
+ *
+ * Thread safety: ws_spawn() may be called from many threads at once (every
+ * fd it makes is O_CLOEXEC, so a concurrent spawn never inherits another's
+ * pipe). A struct ws_child is used by one thread at a time.
+ *
+ * Returns: int functions return >= 0 or a negated errno; ret_* are written
+ * only on success.
+ */
+#ifndef WS_POSIX_SPAWN_H
+#define WS_POSIX_SPAWN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Largest grace period ws_child_kill_tree() waits between SIGTERM and
+ * SIGKILL; longer requests are clamped. */
+#define WS_SPAWN_GRACE_MS_MAX 60000
+/* After SIGKILL, how long ws_child_kill_tree() waits for the leader to die
+ * and for the group to empty before giving up with -ETIMEDOUT. */
+#define WS_SPAWN_SETTLE_MS 5000
+/* Polling step while waiting for group members other than the leader,
+ * which have no pidfd here. */
+#define WS_SPAWN_POLL_STEP_MS 5
+/* Terminal size bounds (struct winsize holds unsigned shorts). */
+#define WS_SPAWN_PTY_DIM_MAX 4096
+/* Default terminal size when opts->pty_rows / pty_cols are 0. */
+#define WS_SPAWN_PTY_ROWS_DEFAULT 24
+#define WS_SPAWN_PTY_COLS_DEFAULT 80
+/* Buffer for the PTY slave's path (/dev/pts/N). */
+#define WS_SPAWN_PTY_NAME_MAX 64
+
+enum ws_spawn_stdin {
+    WS_SPAWN_STDIN_NULL = 0, /* /dev/null: a read gets EOF at once */
+    WS_SPAWN_STDIN_PIPE,     /* a pipe; the parent writes ws_child_stdin_fd() */
+};
+
+struct ws_spawn_opts {
+    /* NULL-terminated; argv[0] is the absolute path executed (no PATH
+     * search), already vetted by the shell guard. Borrowed for the call. */
+    const char *const *argv;
+    /* NULL-terminated "NAME=value" strings: the complete environment. */
+    const char *const *envp;
+    /* Directory fd the child starts in (e.g. ws_posixfs_open_dir_fd());
+     * borrowed, the caller keeps it. */
+    int cwd_fd;
+    enum ws_spawn_stdin stdin_mode;
+    /* A pseudo-terminal for fds 0-2 instead of pipes. rows/cols 0 means
+     * the default, at most WS_SPAWN_PTY_DIM_MAX. */
+    bool pty;
+    unsigned pty_rows;
+    unsigned pty_cols;
+};
+
+struct ws_child;
+
+/* How the group leader ended, from wait4(). */
+struct ws_child_exit {
+    bool signaled;    /* killed by `signal`, else exited with `exit_code` */
+    int exit_code;    /* 0-255 when !signaled, else 0 */
+    int signal;       /* the terminating signal when signaled, else 0 */
+    bool core_dumped; /* signaled with a core dump */
+    /* CPU time and peak resident set of the leader and of the descendants
+     * it waited for (rusage semantics). */
+    uint64_t user_ms;
+    uint64_t sys_ms;
+    uint64_t max_rss_kib;
+};
+
+/* Starts opts->argv. Returns 0 and a new child in *ret (free with
+ * ws_child_free), or:
+ *   -EINVAL  NULL opts/argv/envp, empty argv, argv[0] not absolute, a PTY
+ *            dimension over WS_SPAWN_PTY_DIM_MAX, unknown stdin_mode;
+ *   -EBADF   cwd_fd < 0 (or not open: reported by the child's fchdir);
+ *   -ENOENT, -EACCES, -ENOEXEC, -ENOTDIR... the exec (or fchdir) failed in
+ *            the child; the failed child is already reaped and every fd
+ *            this call opened is closed again;
+ *   -EMFILE, -ENOMEM, -EAGAIN... resource exhaustion;
+ *   -ENOSYS  no pidfd_open (Linux < 5.3); the child is killed and reaped. */
+int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret);
+
+/* The leader's pid, which is also the session id and process group id. */
+pid_t ws_child_pid(const struct ws_child *c);
+/* The leader's pidfd: becomes readable (POLLIN) when the leader exits.
+ * Owned by c. */
+int ws_child_pidfd(const struct ws_child *c);
+/* Parent ends, owned by c; -1 when absent (stdin not piped, or closed by
+ * ws_child_close_stdin; stdout/stderr in PTY mode; the master without a
+ * PTY). */
+int ws_child_stdin_fd(const struct ws_child *c);
+int ws_child_stdout_fd(const struct ws_child *c);
+int ws_child_stderr_fd(const struct ws_child *c);
+int ws_child_pty_fd(const struct ws_child *c);
+
+/* Sends `sig` (0 probes) to the child's whole process group. Works after the
+ * leader has exited while other members live on. Returns 0, -ESRCH when no
+ * member is left (also once the tree is known dead: no signal is sent then,
+ * so a recycled pid is never hit), -EINVAL for a bad signal number. */
+int ws_child_signal(struct ws_child *c, int sig);
+
+/* Sets the terminal size (TIOCSWINSZ on the master; the child gets
+ * SIGWINCH). Returns 0, -ENOTTY without a PTY, -EINVAL for a dimension of 0
+ * or over WS_SPAWN_PTY_DIM_MAX. */
+int ws_child_resize(struct ws_child *c, unsigned rows, unsigned cols);
+
+/* Closes the parent's end of the stdin pipe so the child reads EOF.
+ * Returns 0 (also when already closed), -EBADF when stdin was not a pipe.
+ * In PTY mode, write the terminal's EOF character (^D) to the master. */
+int ws_child_close_stdin(struct ws_child *c);
+
+/* Non-blocking reap of the leader. Returns 0 and fills *ret once the
+ * leader has exited (again on later calls: the status is kept), -EAGAIN
+ * while it runs, -ECHILD when someone else reaped it. Other group members
+ * may still run after the leader exited; ws_child_kill_tree ends them. */
+int ws_child_try_reap(struct ws_child *c, struct ws_child_exit *ret);
+
+/* Ends the whole tree: SIGTERM (and SIGCONT, so stopped members act on it)
+ * to the group, waits up to grace_ms (clamped to WS_SPAWN_GRACE_MS_MAX; <= 0
+ * skips the wait) for the group to empty, then SIGKILL to the group, reaps
+ * the leader (its status stays available to ws_child_try_reap) and waits
+ * until no member of the group is left. Blocks up to grace_ms +
+ * WS_SPAWN_SETTLE_MS. Returns 0 when the group is gone (also when it
+ * already was), -ETIMEDOUT when members were still there after the settle
+ * time (a process stuck in the kernel, or a zombie its parent does not
+ * reap), -ECHILD when the leader was reaped by someone else. Members that
+ * left the group (setsid) are not reached: see the limitation above. */
+int ws_child_kill_tree(struct ws_child *c, int grace_ms);
+
+/* Ends the tree if anything of it is left (ws_child_kill_tree with no
+ * grace, i.e. SIGKILL at once: call that first for a graceful stop), reaps,
+ * closes every fd and frees c. Blocks up to WS_SPAWN_SETTLE_MS, longer only
+ * if the leader is stuck in the kernel (it is reaped rather than left a
+ * zombie). Accepts NULL. */
+void ws_child_free(struct ws_child *c);
+
+#endif

@@ -396,8 +396,10 @@ class TempDir : public ::testing::Test
   protected:
     void SetUp() override
     {
-        const char *base = getenv("TEST_TMPDIR");
-        std::string tmpl = std::string(base ? base : "/tmp") + "/guardXXXXXX";
+        // Under /tmp, not the test's own (deep) temporary directory: the
+        // paths made here are compared whole with the "token" metadata,
+        // which the guard cuts at 127 bytes.
+        std::string tmpl = "/tmp/guardXXXXXX";
         std::vector<char> buf(tmpl.begin(), tmpl.end());
         buf.push_back('\0');
         ASSERT_NE(mkdtemp(buf.data()), nullptr);

@@ -530,6 +530,35 @@ static int check_open_locked(struct ws_call *c)
     return 0;
 }
 
+int ws_call_send_headers(struct ws_call *call)
+{
+    grpc_op op;
+    int r;
+
+    call_lock(call);
+    r = check_open_locked(call);
+    if (r < 0)
+        goto out;
+    if (call->md_sent) {
+        r = -EALREADY;
+        goto out;
+    }
+    if (call->send_busy) {
+        r = -EBUSY;
+        goto out;
+    }
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_SEND_INITIAL_METADATA;
+    r = start_batch(call, &op, 1, &call->send_tag);
+    if (r < 0)
+        goto out;
+    call->send_busy = true;
+    call->md_sent = true;
+out:
+    call_unlock(call);
+    return r;
+}
+
 int ws_call_send(struct ws_call *call, const ProtobufCMessage *msg)
 {
     grpc_byte_buffer *bb = NULL;

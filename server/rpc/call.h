@@ -90,6 +90,14 @@ void ws_call_unref(struct ws_call *call);
  * than the server's max_message_bytes. on_sent follows a 0 return. */
 int ws_call_send(struct ws_call *call, const ProtobufCMessage *msg);
 
+/* Sends the response headers (initial metadata) alone; on_sent follows a 0
+ * return. A client that cancelled shows up to the server as an ordinary
+ * half-close (an empty receive), but its stream is already closed for
+ * writing: this send then completes with !ok. Handlers that must not act on
+ * a cancelled stream (a write commit) probe with it first. -EALREADY when
+ * headers were already sent, -EBUSY while a send is in flight. */
+int ws_call_send_headers(struct ws_call *call);
+
 /* Asks for the next request message (client-streaming, bidi); on_message
  * follows a 0 return (unless the stream breaks: on_cancel). -EBUSY if a
  * receive is in flight, -EINVAL for a unary or server-streaming method,

@@ -196,8 +196,9 @@ TEST_P(FsTest, CancelledWriteKeepsOldContent)
     }
 }
 
-// Half-closing without `finish` is not a complete upload: nothing changes.
-TEST_P(FsTest, WriteWithoutFinishCommitsNothing)
+// A plain half-close (no `finish`) commits too: the stream was not
+// cancelled.
+TEST_P(FsTest, HalfCloseWithoutFinishCommits)
 {
     ASSERT_TRUE(wstest::Write(fs_.get(), ws_.id, "doc", "old").ok());
     ClientContext ctx;
@@ -208,11 +209,14 @@ TEST_P(FsTest, WriteWithoutFinishCommitsNothing)
     h.mutable_header()->set_path("doc");
     ASSERT_TRUE(w->Write(h));
     WriteFileRequest d;
-    d.set_data("truncated upload");
+    d.set_data("new ");
+    ASSERT_TRUE(w->Write(d));
+    d.set_data("content");
     ASSERT_TRUE(w->Write(d));
     w->WritesDone();
-    EXPECT_WS_ERROR(w->Finish(), StatusCode::ABORTED, "INCOMPLETE");
-    EXPECT_EQ(Content("doc"), "old");
+    ASSERT_TRUE(w->Finish().ok());
+    EXPECT_EQ(resp.bytes_written(), 11u);
+    EXPECT_EQ(Content("doc"), "new content");
 }
 
 TEST_P(FsTest, WriteProtocolViolationsAreMalformed)

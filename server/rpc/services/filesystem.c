@@ -157,6 +157,7 @@ static void write_failed(struct ws_call *call, struct write_state *st, int err,
 }
 
 static void write_commit(struct ws_call *call, struct write_state *st);
+static void write_cancel(struct ws_call *call);
 
 static void write_malformed(struct ws_call *call, struct write_state *st, const char *why)
 {
@@ -250,12 +251,12 @@ static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
     if (!st->session)
         return;
     if (!req) {
-        /* The stream ended without `finish`: a cancelled call looks just
-         * like this to the server, so nothing is committed. */
-        ws_write_abort(st->session);
-        st->session = NULL;
-        ws_call_fail_status(call, GRPC_STATUS_ABORTED, "INCOMPLETE",
-                            "the write stream ended without finish; nothing was written");
+        /* Half-close without `finish`. A client's cancel looks exactly like
+         * this to the server, so prove the stream is still open before
+         * committing: the headers go out first and write_sent commits only
+         * if they could be sent. */
+        if (ws_call_send_headers(call) < 0)
+            write_cancel(call);
         return;
     }
     if (req->msg_case == WORKSPACE__V1__WRITE_FILE_REQUEST__MSG_HEADER) {
@@ -271,6 +272,19 @@ static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
         write_commit(call, st);
     else
         ws_call_recv(call);
+}
+
+/* The probe of a half-closed stream went out (ok) or found it cancelled. */
+static void write_sent(struct ws_call *call, bool ok)
+{
+    struct write_state *st = ws_call_data(call);
+
+    if (!st->session)
+        return;
+    if (ok && !ws_call_cancelled(call))
+        write_commit(call, st);
+    else
+        write_cancel(call);
 }
 
 static void write_cancel(struct ws_call *call)
@@ -780,6 +794,7 @@ size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out)
         .request = &workspace__v1__write_file_request__descriptor,
         .on_start = write_start,
         .on_message = write_message,
+        .on_sent = write_sent,
         .on_cancel = write_cancel,
         .on_destroy = write_destroy,
         .method_data = s,

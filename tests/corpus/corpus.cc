@@ -110,20 +110,20 @@ const std::vector<std::string> &Ops()
     return ops;
 }
 
-std::string CorpusDir()
+std::string CorpusDir(const std::string &name)
 {
     const char *srcdir = getenv("TEST_SRCDIR");
     const char *ws = getenv("TEST_WORKSPACE");
     if (!srcdir || !ws)
         return "";
-    return std::string(srcdir) + "/" + ws + "/tests/corpus/paths";
+    return std::string(srcdir) + "/" + ws + "/tests/corpus/" + name;
 }
 
-std::vector<std::string> CorpusFiles()
+std::vector<std::string> CorpusFiles(const std::string &name)
 {
     std::vector<std::string> files;
     std::error_code ec;
-    for (const auto &e : fs::directory_iterator(CorpusDir(), ec))
+    for (const auto &e : fs::directory_iterator(CorpusDir(name), ec))
         if (e.path().extension() == ".case")
             files.push_back(e.path().filename().string());
     std::sort(files.begin(), files.end());

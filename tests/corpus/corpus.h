@@ -30,11 +30,12 @@ struct CorpusCase {
     std::set<std::string> requires_;
 };
 
-// The corpus directory in the test's runfiles ("" outside `bazel test`).
-std::string CorpusDir();
+// tests/corpus/<name> in the test's runfiles ("" outside `bazel test`);
+// "paths" is the hostile-path corpus, "commands" the hostile-command one.
+std::string CorpusDir(const std::string &name = "paths");
 
-// The base names of all *.case files in CorpusDir(), sorted.
-std::vector<std::string> CorpusFiles();
+// The base names of all *.case files in CorpusDir(name), sorted.
+std::vector<std::string> CorpusFiles(const std::string &name = "paths");
 
 // Parses CorpusDir()/`file`; on failure says why in `*err`.
 bool ParseCase(const std::string &file, CorpusCase *c, std::string *err);

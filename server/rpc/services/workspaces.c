@@ -25,6 +25,14 @@ static void fill_workspace(struct ws_workspace *ws, Workspace__V1__Workspace *ou
     out->capabilities = (Workspace__V1__Capabilities *)ws_workspace_capabilities(ws);
 }
 
+/* Sends a response whose strings point into `ws`, then drops the
+ * handler's reference (the message is serialized before that). */
+static void finish_with(struct ws_call *call, struct ws_workspace *ws, const ProtobufCMessage *resp)
+{
+    ws_call_finish(call, resp);
+    ws_workspace_unref(ws);
+}
+
 static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__OpenRequest *req = (const void *)msg;
@@ -43,8 +51,7 @@ static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
     }
     fill_workspace(ws, &w, &ref);
     resp.workspace = &w;
-    ws_call_finish(call, &resp.base);
-    ws_workspace_unref(ws);
+    finish_with(call, ws, &resp.base);
 }
 
 static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
@@ -71,8 +78,7 @@ static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
     }
     fill_workspace(ws, &w, &ref);
     resp.workspace = &w;
-    ws_call_finish(call, &resp.base);
-    ws_workspace_unref(ws);
+    finish_with(call, ws, &resp.base);
 }
 
 static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)

@@ -176,22 +176,12 @@ const std::map<std::string, int> &ErrorNames()
 
 std::string CorpusDir()
 {
-    const char *srcdir = getenv("TEST_SRCDIR");
-    const char *ws = getenv("TEST_WORKSPACE");
-    if (!srcdir || !ws)
-        return "";
-    return std::string(srcdir) + "/" + ws + "/tests/corpus/commands";
+    return wscorpus::CorpusDir("commands");
 }
 
 std::vector<std::string> CorpusFiles()
 {
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto &e : fs::directory_iterator(CorpusDir(), ec))
-        if (e.path().extension() == ".case")
-            files.push_back(e.path().filename().string());
-    std::sort(files.begin(), files.end());
-    return files;
+    return wscorpus::CorpusFiles("commands");
 }
 
 struct Case {

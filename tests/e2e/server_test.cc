@@ -173,18 +173,6 @@ TEST(Server, HealthServingThenNotServingOnDrain)
     EXPECT_EQ(WEXITSTATUS(st), 0);
 }
 
-TEST(Server, ExecAnswersUnimplementedWithDetails)
-{
-    Server srv;
-    auto ex = srv.exec();
-    ClientContext ctx;
-    RunRequest req;
-    req.mutable_process()->set_workspace_id("ws_00000000000000000000000000000000");
-    req.mutable_process()->add_argv("true");
-    RunResponse resp;
-    EXPECT_WS_ERROR(ex->Run(&ctx, req, &resp), StatusCode::UNIMPLEMENTED, "UNIMPLEMENTED");
-}
-
 TEST(Server, InvalidUtf8AndNulInStringsAreMalformed)
 {
     Server srv;

@@ -16,6 +16,7 @@
 #include <curl/curl.h>
 #include <grpc/grpc.h>
 
+#include "server/exec/exec.h"
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
 #include "server/rpc/services/services.h"
@@ -32,6 +33,8 @@ struct options {
     unsigned long long memory_max_bytes;
     long threads;
     long grace_ms;
+    long kill_grace_ms;
+    bool force_subreaper;
 };
 
 static void usage(FILE *f)
@@ -47,11 +50,16 @@ static void usage(FILE *f)
         "  --memory-workspace-bytes BYTES  what one memory workspace may hold [%llu]\n"
         "  --threads N            completion-queue threads [number of CPUs]\n"
         "  --drain-grace-ms MS    how long in-flight calls may finish on SIGTERM [%d]\n"
+        "  --kill-grace-ms MS     SIGTERM-to-SIGKILL grace when a command is ended [%d]\n"
+        "  --process-containment auto|subreaper\n"
+        "                         how a command's whole tree is ended: a cgroup per\n"
+        "                         command where possible (auto), or the subreaper sweep [auto]\n"
         "environment:\n"
         "  WORKSPACED_BWRAP       the bubblewrap binary for local-sandbox (no search when set)\n"
         "  DOCKER_HOST            the Docker daemon (unix://PATH or tcp://HOST:PORT)\n",
         WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
-        (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS);
+        (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS,
+        WS_EXEC_GRACE_MS_DEFAULT);
 }
 
 static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)
@@ -106,7 +114,19 @@ static bool listen_is_local(const char *addr)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    enum { LISTEN = 256, STATE, ROOT, MAXWS, MAXSIZE, MEMBYTES, THREADS, GRACE, HELP };
+    enum {
+        LISTEN = 256,
+        STATE,
+        ROOT,
+        MAXWS,
+        MAXSIZE,
+        MEMBYTES,
+        THREADS,
+        GRACE,
+        KILLGRACE,
+        CONTAIN,
+        HELP
+    };
     static const struct option longopts[] = {
         {"listen", required_argument, NULL, LISTEN},
         {"state-dir", required_argument, NULL, STATE},
@@ -116,6 +136,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"memory-workspace-bytes", required_argument, NULL, MEMBYTES},
         {"threads", required_argument, NULL, THREADS},
         {"drain-grace-ms", required_argument, NULL, GRACE},
+        {"kill-grace-ms", required_argument, NULL, KILLGRACE},
+        {"process-containment", required_argument, NULL, CONTAIN},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
@@ -158,6 +180,21 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (!parse_ull(optarg, 3600000, &v))
                 goto bad;
             o->grace_ms = (long)v;
+            break;
+        case KILLGRACE:
+            if (!parse_ull(optarg, WS_EXEC_GRACE_MS_MAX, &v))
+                goto bad;
+            /* 0 on the command line means no grace (the config's 0 is
+             * "default"). */
+            o->kill_grace_ms = v ? (long)v : -1;
+            break;
+        case CONTAIN:
+            if (strcmp(optarg, "auto") == 0)
+                o->force_subreaper = false;
+            else if (strcmp(optarg, "subreaper") == 0)
+                o->force_subreaper = true;
+            else
+                goto bad;
             break;
         case HELP:
             usage(stdout);
@@ -280,7 +317,14 @@ int main(int argc, char **argv)
                 err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
         goto out;
     }
-    err = ws_services_new(reg, &svc);
+    struct ws_services_config sc = {
+        .kill_grace_ms = (int)o.kill_grace_ms,
+        .force_subreaper = o.force_subreaper,
+    };
+    err = ws_services_new(reg, &sc, &svc);
+    if (err < 0)
+        fprintf(stderr, "workspaced: cannot start the exec layer: %s\n",
+                strerror(-err < 4096 ? -err : EINVAL));
     if (err < 0)
         goto out;
     size_t n_methods;

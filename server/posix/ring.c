@@ -63,6 +63,11 @@ uint64_t ws_ring_end(const struct ws_ring *r)
     return r->end;
 }
 
+size_t ws_ring_capacity(const struct ws_ring *r)
+{
+    return r->capacity;
+}
+
 uint64_t ws_ring_start(const struct ws_ring *r)
 {
     return r->end > r->capacity ? r->end - r->capacity : 0;

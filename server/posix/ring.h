@@ -31,6 +31,8 @@ void ws_ring_append(struct ws_ring *r, const void *data, size_t len);
 
 /* Offset one past the last byte ever appended (the stream's length). */
 uint64_t ws_ring_end(const struct ws_ring *r);
+/* The capacity given at creation. */
+size_t ws_ring_capacity(const struct ws_ring *r);
 /* Oldest offset still held (end - bytes held). */
 uint64_t ws_ring_start(const struct ws_ring *r);
 

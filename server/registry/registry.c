@@ -67,6 +67,8 @@ struct ws_registry {
     struct ws_workspace *buckets[BUCKETS];
     char (*closed)[WS_ID_LEN + 1];
     size_t closed_next;
+    ws_registry_close_hook close_hook;
+    void *close_hook_ud;
 };
 
 static int64_t now_ms(void)
@@ -419,6 +421,9 @@ static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
     pthread_mutex_unlock(&ws->lock);
     if (ws->provider->on_disk)
         unlinkat(r->records_fd, ws->id, 0);
+    /* Its commands run in a directory that is gone: end them too. */
+    if (r->close_hook)
+        r->close_hook(r->close_hook_ud, ws->id);
 }
 
 /* Makes sure `ws` is usable: re-attaches a CONFIGURED one, detects a
@@ -743,6 +748,8 @@ int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_c
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_STATE_CLOSING;
     pthread_mutex_unlock(&ws->lock);
+    if (r->close_hook)
+        r->close_hook(r->close_hook_ud, ws->id);
     if (ws->provider->on_disk) {
         /* Record first: a crash after this point leaves only a directory
          * without a record, which the next start removes. */
@@ -755,6 +762,23 @@ int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_c
     pthread_mutex_unlock(&ws->lock);
     ws_workspace_unref(ws); /* the table's reference */
     *ret_already_closed = false;
+    return 0;
+}
+
+void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata)
+{
+    r->close_hook = fn;
+    r->close_hook_ud = userdata;
+}
+
+int ws_registry_workspace_path(struct ws_registry *r, const struct ws_workspace *ws, char *buf,
+                               size_t len)
+{
+    if (!ws->provider->on_disk)
+        return -EINVAL;
+    int n = snprintf(buf, len, "%s/%s", r->root_path, ws->id);
+    if (n < 0 || (size_t)n >= len)
+        return -ENAMETOOLONG;
     return 0;
 }
 

@@ -96,6 +96,19 @@ int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace 
  * -WS_ENOWORKSPACE. */
 int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_closed);
 
+/* Called by ws_registry_close for a workspace that is being closed, after
+ * it stopped accepting calls (state CLOSING) and before its storage is
+ * removed, and when a workspace is found evicted: the exec layer ends the
+ * workspace's commands there (blocking until they are gone). Set once,
+ * before serving. */
+typedef void (*ws_registry_close_hook)(void *userdata, const char *id);
+void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata);
+
+/* The host path of an on-disk workspace's directory (HOME of its commands)
+ * into buf. Returns 0, -ENAMETOOLONG, -EINVAL for a memory workspace. */
+int ws_registry_workspace_path(struct ws_registry *r, const struct ws_workspace *ws, char *buf,
+                               size_t len);
+
 /* Calls cb for every known workspace (not closed), with a reference held
  * for the duration of the call only. */
 typedef void (*ws_registry_list_cb)(void *userdata, struct ws_workspace *ws);

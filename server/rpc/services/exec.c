@@ -1,39 +1,980 @@
-/* Exec: declared, answered UNIMPLEMENTED until the exec layer lands. */
+/* Exec: Run, Start, Attach, ListProcesses, SendSignal.
+ *
+ * Every command passes the shell guard first (nothing is spawned for a
+ * refused one), then starts through the exec layer (server/exec), which
+ * owns the process tree, the pump and the output rings. This file turns
+ * requests into guard and exec calls and the exec layer's subscriber
+ * events into ProcessEvent messages.
+ *
+ * Streaming: a Start or Attach call holds one subscriber. Events are
+ * pulled from it whenever no send is in flight: after each completed send
+ * (on_sent) and when the pump says there is something new (notify, on the
+ * pump thread). `sending` and `kick` under the call's own mutex make sure
+ * exactly one of them sends and no wakeup is lost between "nothing to
+ * send" and "something arrived".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "server/exec/exec.h"
+#include "server/posix/fs.h"
+#include "server/posix/guard.h"
+#include "server/posix/spawn.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/exec.pb-c.h"
 
-static void unimplemented(struct ws_call *call, const ProtobufCMessage *req)
+/* The PATH commands are looked up in, and the child's PATH. */
+#define EXEC_PATH          "/usr/local/bin:/usr/bin:/bin"
+#define RUN_OUTPUT_DEFAULT (1024 * 1024)
+#define RUN_OUTPUT_MAX     (2 * 1024 * 1024)
+#define RUN_STDIN_MAX      (1024 * 1024)
+/* Run keeps a small ring too, so a running Run command can be attached. */
+#define RUN_RING_BYTES     (64 * 1024)
+#define START_RING_DEFAULT (256 * 1024)
+#define START_RING_MAX     (1024 * 1024)
+#define START_RING_MIN     (4 * 1024)
+#define HOME_MAX           4096
+
+/* ---- shared ---- */
+
+static bool tag_valid(const char *t)
 {
-    (void)req;
-    ws_call_fail_status(call, GRPC_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED",
-                        "command execution is not available in this server version");
+    size_t n = strlen(t);
+
+    if (n == 0 || n > WS_PROC_TAG_MAX)
+        return false;
+    for (const char *c = t; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '.' || *c == '_' || *c == '-'))
+            return false;
+    return true;
+}
+
+uint64_t ws_services_max_duration_ms(const Workspace__V1__Capabilities *caps)
+{
+    if (caps && caps->shell && caps->shell->max_duration_ms)
+        return caps->shell->max_duration_ms;
+    return WS_SERVICES_MAX_DURATION_DEFAULT_MS;
+}
+
+/* What Run and Start share: validation, the guard, the cwd, the spawn.
+ * On failure the call has been failed and *ret is untouched. */
+struct launch {
+    bool stdin_pipe;
+    bool background;
+    size_t ring_bytes;
+    size_t capture_bytes;
+};
+
+static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__ProcessConfig *pc,
+                  const struct launch *how, struct ws_workspace **ret_ws, struct ws_proc **ret)
+{
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_workspace *ws = NULL;
+    struct ws_guard_result *g = NULL;
+    struct ws_guard_env *env = NULL;
+    struct ws_diag d = {0};
+    char home[HOME_MAX];
+    int cwd_fd = -1;
+    int err;
+
+    if (!pc) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                            "the request has no process config");
+        return -EINVAL;
+    }
+    err = ws_services_workspace(call, ws_id, WS_CAP_FS | WS_CAP_SHELL, &ws);
+    if (err < 0)
+        return err;
+    if (pc->tag[0] && !tag_valid(pc->tag)) {
+        ws_diag_set(&d, "a tag is 1-%d bytes of letters, digits, '.', '_' and '-'",
+                    WS_PROC_TAG_MAX);
+        ws_diag_meta(&d, "field", "tag");
+        err = -WS_EMALFORMED;
+        goto fail;
+    }
+    if (pc->pty && (pc->pty->rows > WS_SPAWN_PTY_DIM_MAX || pc->pty->cols > WS_SPAWN_PTY_DIM_MAX)) {
+        ws_diag_set(&d, "terminal size over %d", WS_SPAWN_PTY_DIM_MAX);
+        ws_diag_meta(&d, "field", "pty");
+        err = -WS_EMALFORMED;
+        goto fail;
+    }
+    err = ws_registry_workspace_path(s->reg, ws, home, sizeof(home));
+    if (err < 0)
+        goto fail;
+
+    const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
+    const Workspace__V1__ShellCapability *sh = caps->shell;
+    env = calloc(pc->n_env ? pc->n_env : 1, sizeof(*env));
+    if (!env) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < pc->n_env; i++)
+        env[i] = (struct ws_guard_env){.name = pc->env[i]->key, .value = pc->env[i]->value};
+    struct ws_guard_policy policy = {
+        .allowed = (const char *const *)sh->allowed_commands,
+        .n_allowed = sh->n_allowed_commands,
+        .pass_env = (const char *const *)sh->pass_env,
+        .n_pass_env = sh->n_pass_env,
+        .path = EXEC_PATH,
+        .home = home,
+    };
+    struct ws_guard_request greq = {
+        .argv = (const char *const *)pc->argv,
+        .argc = pc->n_argv,
+        .command = pc->command,
+        .command_len = strlen(pc->command),
+        .env = env,
+        .n_env = pc->n_env,
+        .cwd = pc->cwd,
+    };
+    err = ws_guard_check(&policy, &greq, &d, &g);
+    if (err < 0)
+        goto fail;
+    err = ws_posixfs_open_dir_fd(ws_fsops_vfs(ws_workspace_fsops(ws)), g->cwd, &cwd_fd);
+    if (err < 0) {
+        if (!d.message[0])
+            ws_diag_set(&d, "the working directory cannot be used");
+        ws_diag_meta(&d, "field", "cwd");
+        goto fail;
+    }
+
+    uint64_t max_ms = ws_services_max_duration_ms(caps);
+    struct ws_proc_config cfg = {
+        .argv = (const char *const *)g->argv,
+        .envp = (const char *const *)g->envp,
+        .cwd_fd = cwd_fd,
+        .cwd = g->cwd,
+        .stdin_pipe = how->stdin_pipe,
+        .pty = pc->pty != NULL,
+        .pty_rows = pc->pty ? pc->pty->rows : 0,
+        .pty_cols = pc->pty ? pc->pty->cols : 0,
+        .timeout_ms = pc->timeout_ms && pc->timeout_ms < max_ms ? pc->timeout_ms : max_ms,
+        .background = how->background,
+        .tag = pc->tag,
+        .ring_bytes = how->ring_bytes,
+        .capture_bytes = how->capture_bytes,
+    };
+    err = ws_exec_start(s->exec, ws_workspace_id(ws), &cfg, &d, ret);
+    if (err < 0) {
+        if (err != -EEXIST && err != -WS_EQUOTA && err != -WS_ENOWORKSPACE) {
+            /* The guard resolved the command, so this is the host's
+             * refusal (resources, a vanished binary). */
+            ws_diag_set(&d, "the command could not be started: %s", strerror(-err));
+            if (err != -ENOMEM && err != -EMFILE && err != -ENFILE && err != -EAGAIN)
+                err = -WS_EFAILED;
+        }
+        goto fail;
+    }
+    close(cwd_fd);
+    ws_guard_result_free(g);
+    free(env);
+    *ret_ws = ws;
+    return 0;
+
+fail:
+    if (cwd_fd >= 0)
+        close(cwd_fd);
+    ws_guard_result_free(g);
+    free(env);
+    ws_services_fail(call, ws, err, &d);
+    ws_workspace_unref(ws);
+    return err;
+}
+
+static Workspace__V1__ExitCause cause_to_pb(enum ws_cause c)
+{
+    switch (c) {
+    case WS_CAUSE_EXITED:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_EXITED;
+    case WS_CAUSE_SIGNALED:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_SIGNALED;
+    case WS_CAUSE_TIMEOUT:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_TIMEOUT;
+    case WS_CAUSE_OOM:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_OOM;
+    case WS_CAUSE_CANCELLED:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_CANCELLED;
+    case WS_CAUSE_EVICTED:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_EVICTED;
+    default:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_UNSPECIFIED;
+    }
+}
+
+/* Storage for one Exited message. */
+struct exited_pb {
+    Workspace__V1__Exited x;
+    Workspace__V1__StreamStats ss[WS_STREAM_COUNT];
+};
+
+/* delivered: a subscriber's counts, or NULL for Run (the capture). */
+static void fill_exited(struct exited_pb *e, const struct ws_proc_result *r,
+                        const uint64_t *delivered)
+{
+    workspace__v1__exited__init(&e->x);
+    e->x.cause = cause_to_pb(r->cause);
+    e->x.exit_code = r->exit_code;
+    e->x.signal = r->signal;
+    e->x.wall_time_ms = r->wall_ms;
+    e->x.cpu_user_ms = r->user_ms;
+    e->x.cpu_system_ms = r->sys_ms;
+    e->x.peak_memory_bytes = r->max_rss_bytes;
+    for (int i = 0; i < WS_STREAM_COUNT; i++) {
+        const struct ws_proc_stream_stats *st = &r->streams[i];
+        Workspace__V1__StreamStats *ss = &e->ss[i];
+
+        workspace__v1__stream_stats__init(ss);
+        if (!st->present)
+            continue;
+        ss->bytes_total = st->total;
+        if (delivered) {
+            ss->bytes_delivered = delivered[i];
+            ss->truncated = delivered[i] < st->total;
+        } else {
+            ss->bytes_delivered = st->head + st->tail;
+            ss->head_bytes = st->head;
+            ss->tail_bytes = st->tail;
+            ss->truncated = st->truncated;
+        }
+        if (i == WS_STREAM_STDOUT)
+            e->x.stdout = ss;
+        else if (i == WS_STREAM_STDERR)
+            e->x.stderr = ss;
+        else
+            e->x.pty = ss;
+    }
+}
+
+/* ---- Run ---- */
+
+struct run {
+    struct ws_call *call;
+    struct ws_workspace *ws;
+    struct ws_proc *p;
+};
+
+static void run_done(void *arg, struct ws_proc *p)
+{
+    struct run *r = arg;
+    Workspace__V1__RunResponse resp = WORKSPACE__V1__RUN_RESPONSE__INIT;
+    struct ws_proc_result res;
+    struct exited_pb ex;
+    uint8_t *out = NULL, *err_buf = NULL;
+
+    ws_proc_get_result(p, &res);
+    fill_exited(&ex, &res, NULL);
+    resp.exited = &ex.x;
+    resp.process_id = (char *)ws_proc_id(p);
+    /* PTY output is returned as stdout. */
+    enum ws_stream first = res.streams[WS_STREAM_PTY].present ? WS_STREAM_PTY : WS_STREAM_STDOUT;
+    size_t n_out = res.streams[first].head + res.streams[first].tail;
+    size_t n_err = res.streams[WS_STREAM_STDERR].head + res.streams[WS_STREAM_STDERR].tail;
+    out = malloc(n_out ? n_out : 1);
+    err_buf = malloc(n_err ? n_err : 1);
+    if (!out || !err_buf) {
+        ws_call_fail(r->call, -ENOMEM, NULL);
+        goto out;
+    }
+    resp.stdout.data = out;
+    resp.stdout.len = ws_proc_capture(p, first, out, n_out);
+    resp.stderr.data = err_buf;
+    resp.stderr.len = res.streams[WS_STREAM_STDERR].present
+                          ? ws_proc_capture(p, WS_STREAM_STDERR, err_buf, n_err)
+                          : 0;
+    ws_workspace_note(r->ws, 0, NULL);
+    ws_call_finish(r->call, &resp.base);
+out:
+    free(out);
+    free(err_buf);
+    ws_call_unref(r->call); /* the done callback's reference */
+}
+
+static void run_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__RunRequest *req = (const Workspace__V1__RunRequest *)msg;
+    const Workspace__V1__ProcessConfig *pc = req->process;
+    struct run *r;
+    struct ws_workspace *ws = NULL;
+    struct ws_proc *p = NULL;
+
+    if (pc && pc->background) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                            "Run cannot start a background process: use Start");
+        return;
+    }
+    if (req->stdin_data.len > RUN_STDIN_MAX) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+                            "stdin_data is larger than 1 MiB: stream it with Start");
+        return;
+    }
+    if (pc && pc->max_output_bytes > RUN_OUTPUT_MAX) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+                            "max_output_bytes is above 2 MiB: stream the output with Start");
+        return;
+    }
+    r = calloc(1, sizeof(*r));
+    if (!r) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    r->call = call;
+    ws_call_set_data(call, r);
+    bool want_stdin = req->stdin_data.len > 0 || (pc && pc->stdin);
+    struct launch how = {
+        .stdin_pipe = want_stdin,
+        .ring_bytes = RUN_RING_BYTES,
+        .capture_bytes = pc && pc->max_output_bytes ? pc->max_output_bytes : RUN_OUTPUT_DEFAULT,
+    };
+    if (launch(call, req->workspace_id, pc, &how, &ws, &p) < 0)
+        return;
+    r->ws = ws;
+    r->p = p;
+    if (want_stdin && !(pc && pc->pty)) {
+        if (req->stdin_data.len)
+            (void)ws_proc_write_stdin(p, req->stdin_data.data, req->stdin_data.len, NULL, NULL);
+        (void)ws_proc_close_stdin(p);
+    }
+    ws_call_ref(call);
+    if (ws_proc_on_done(p, run_done, r) < 0) {
+        ws_call_unref(call);
+        ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
+        ws_call_fail(call, -ENOMEM, NULL);
+    }
+}
+
+static void run_cancel(struct ws_call *call)
+{
+    struct run *r = ws_call_data(call);
+
+    if (r && r->p)
+        ws_proc_kill(r->p, WS_CAUSE_CANCELLED, true);
+}
+
+static void run_destroy(struct ws_call *call)
+{
+    struct run *r = ws_call_data(call);
+
+    if (!r)
+        return;
+    ws_proc_unref(r->p);
+    ws_workspace_unref(r->ws);
+    free(r);
+}
+
+/* ---- event streams (Start, Attach) ---- */
+
+struct stream {
+    struct ws_call *call;
+    struct ws_workspace *ws;
+    struct ws_proc *p;
+    struct ws_sub *sub;
+    bool owner;      /* Start: the stream's end may kill the process */
+    bool want_stdin; /* Start: stdin messages are accepted */
+    pthread_mutex_t lock;
+    bool sending;
+    bool kick;
+    bool finished;
+    uint8_t buf[WS_PROC_CHUNK_MAX];
+};
+
+static void stream_pump(struct stream *st);
+
+static void stream_notify(void *arg)
+{
+    stream_pump(arg);
+}
+
+static void stream_release(void *arg)
+{
+    struct stream *st = arg;
+    ws_call_unref(st->call);
+}
+
+static Workspace__V1__OutputStream stream_pb(enum ws_stream s)
+{
+    switch (s) {
+    case WS_STREAM_STDOUT:
+        return WORKSPACE__V1__OUTPUT_STREAM__OUTPUT_STREAM_STDOUT;
+    case WS_STREAM_STDERR:
+        return WORKSPACE__V1__OUTPUT_STREAM__OUTPUT_STREAM_STDERR;
+    default:
+        return WORKSPACE__V1__OUTPUT_STREAM__OUTPUT_STREAM_PTY;
+    }
+}
+
+/* Sends the next event if none is in flight. */
+static void stream_pump(struct stream *st)
+{
+    pthread_mutex_lock(&st->lock);
+    if (st->sending || st->finished) {
+        st->kick = true;
+        pthread_mutex_unlock(&st->lock);
+        return;
+    }
+    st->sending = true;
+    st->kick = false;
+    pthread_mutex_unlock(&st->lock);
+
+    for (;;) {
+        struct ws_sub_event ev;
+        ws_sub_next(st->sub, st->buf, sizeof(st->buf), &ev);
+        if (ev.kind == WS_SUB_NONE) {
+            pthread_mutex_lock(&st->lock);
+            if (st->kick) {
+                st->kick = false;
+                pthread_mutex_unlock(&st->lock);
+                continue;
+            }
+            st->sending = false;
+            pthread_mutex_unlock(&st->lock);
+            return;
+        }
+
+        Workspace__V1__ProcessEvent pe = WORKSPACE__V1__PROCESS_EVENT__INIT;
+        Workspace__V1__Started started = WORKSPACE__V1__STARTED__INIT;
+        Workspace__V1__OutputChunk chunk = WORKSPACE__V1__OUTPUT_CHUNK__INIT;
+        Workspace__V1__Gap gap = WORKSPACE__V1__GAP__INIT;
+        struct exited_pb ex;
+
+        switch (ev.kind) {
+        case WS_SUB_STARTED:
+            started.pid = ws_proc_pid(st->p);
+            started.id = (char *)ws_proc_id(st->p);
+            started.tag = (char *)ws_proc_tag(st->p);
+            pe.event_case = WORKSPACE__V1__PROCESS_EVENT__EVENT_STARTED;
+            pe.started = &started;
+            break;
+        case WS_SUB_DATA:
+            chunk.data.data = st->buf;
+            chunk.data.len = ev.len;
+            chunk.offset = ev.offset;
+            if (ev.stream == WS_STREAM_STDOUT) {
+                pe.event_case = WORKSPACE__V1__PROCESS_EVENT__EVENT_STDOUT;
+                pe.stdout = &chunk;
+            } else if (ev.stream == WS_STREAM_STDERR) {
+                pe.event_case = WORKSPACE__V1__PROCESS_EVENT__EVENT_STDERR;
+                pe.stderr = &chunk;
+            } else {
+                pe.event_case = WORKSPACE__V1__PROCESS_EVENT__EVENT_PTY;
+                pe.pty = &chunk;
+            }
+            break;
+        case WS_SUB_GAP:
+            gap.stream = stream_pb(ev.stream);
+            gap.offset = ev.offset;
+            gap.bytes_dropped = ev.dropped;
+            pe.event_case = WORKSPACE__V1__PROCESS_EVENT__EVENT_GAP;
+            pe.gap = &gap;
+            break;
+        case WS_SUB_EXITED:
+            fill_exited(&ex, &ev.result, ev.delivered);
+            pe.event_case = WORKSPACE__V1__PROCESS_EVENT__EVENT_EXITED;
+            pe.exited = &ex.x;
+            break;
+        default:
+            break;
+        }
+        if (ev.kind == WS_SUB_EXITED) {
+            pthread_mutex_lock(&st->lock);
+            st->finished = true;
+            struct ws_sub *sub = st->sub;
+            st->sub = NULL;
+            pthread_mutex_unlock(&st->lock);
+            ws_call_send(st->call, &pe.base);
+            ws_call_finish(st->call, NULL);
+            /* Last: releasing the subscriber drops its call reference. */
+            ws_sub_close(sub);
+            return;
+        }
+        if (ws_call_send(st->call, &pe.base) < 0) {
+            /* Cancelled or finished: on_cancel detaches. */
+            pthread_mutex_lock(&st->lock);
+            st->finished = true;
+            pthread_mutex_unlock(&st->lock);
+        }
+        /* on_sent continues. */
+        return;
+    }
+}
+
+static void stream_sent(struct ws_call *call, bool ok)
+{
+    struct stream *st = ws_call_data(call);
+
+    pthread_mutex_lock(&st->lock);
+    st->sending = false;
+    if (!ok)
+        st->finished = true;
+    pthread_mutex_unlock(&st->lock);
+    if (ok)
+        stream_pump(st);
+}
+
+static void stream_cancel(struct ws_call *call)
+{
+    struct stream *st = ws_call_data(call);
+
+    if (!st || !st->p)
+        return;
+    pthread_mutex_lock(&st->lock);
+    st->finished = true;
+    struct ws_sub *sub = st->sub;
+    st->sub = NULL;
+    pthread_mutex_unlock(&st->lock);
+    if (st->owner && !ws_proc_background(st->p))
+        ws_proc_kill(st->p, WS_CAUSE_CANCELLED, true);
+    ws_sub_close(sub);
+}
+
+static void stream_destroy(struct ws_call *call)
+{
+    struct stream *st = ws_call_data(call);
+
+    if (!st)
+        return;
+    /* The subscriber is gone: it held a reference to this call. */
+    ws_proc_unref(st->p);
+    ws_workspace_unref(st->ws);
+    pthread_mutex_destroy(&st->lock);
+    free(st);
+}
+
+static struct stream *stream_new(struct ws_call *call)
+{
+    struct stream *st = calloc(1, sizeof(*st));
+
+    if (!st)
+        return NULL;
+    st->call = call;
+    pthread_mutex_init(&st->lock, NULL);
+    ws_call_set_data(call, st);
+    return st;
+}
+
+/* Subscribes and sends `started`. The subscriber holds a call reference
+ * until it is released. */
+static int stream_attach(struct stream *st, uint64_t offset)
+{
+    ws_call_ref(st->call);
+    int err = ws_sub_new(st->p, offset, stream_notify, stream_release, st, &st->sub);
+    if (err < 0) {
+        ws_call_unref(st->call);
+        return err;
+    }
+    stream_pump(st);
+    return 0;
+}
+
+/* ---- Start ---- */
+
+static void start_recv(struct stream *st)
+{
+    (void)ws_call_recv(st->call);
+}
+
+static void stdin_written(void *arg, int err)
+{
+    struct stream *st = arg;
+
+    /* -EPIPE: the command closed stdin or ended; later chunks meet the
+     * same fate, which is no error of the client's. */
+    (void)err;
+    start_recv(st);
+    ws_call_unref(st->call);
+}
+
+static void start_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__StartRequest *req = (const Workspace__V1__StartRequest *)msg;
+    struct stream *st;
+
+    if (!req || req->msg_case != WORKSPACE__V1__START_REQUEST__MSG_START || !req->start) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                            "the first message must be `start`");
+        return;
+    }
+    const Workspace__V1__ProcessConfig *pc = req->start->process;
+    if (pc && pc->max_output_bytes > START_RING_MAX) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+                            "max_output_bytes is above 1 MiB");
+        return;
+    }
+    st = stream_new(call);
+    if (!st) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    size_t ring = pc && pc->max_output_bytes ? pc->max_output_bytes : START_RING_DEFAULT;
+    if (ring < START_RING_MIN)
+        ring = START_RING_MIN;
+    struct launch how = {
+        .stdin_pipe = pc && pc->stdin,
+        .background = pc && pc->background,
+        .ring_bytes = ring,
+    };
+    if (launch(call, req->start->workspace_id, pc, &how, &st->ws, &st->p) < 0)
+        return;
+    st->owner = true;
+    st->want_stdin = pc->stdin || pc->pty;
+    if (stream_attach(st, 0) < 0) {
+        ws_proc_kill(st->p, WS_CAUSE_CANCELLED, false);
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    start_recv(st);
+}
+
+static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__StartRequest *req = (const Workspace__V1__StartRequest *)msg;
+    struct stream *st = ws_call_data(call);
+    int err;
+
+    if (!req)
+        return; /* half-close: the command runs on, output keeps coming */
+    switch (req->msg_case) {
+    case WORKSPACE__V1__START_REQUEST__MSG_STDIN:
+        if (!st->want_stdin) {
+            ws_call_fail_status(call, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
+                                "stdin was not requested (set process.stdin)");
+            return;
+        }
+        ws_call_ref(call);
+        err = ws_proc_write_stdin(st->p, req->stdin.data, req->stdin.len, stdin_written, st);
+        if (err == 0)
+            return; /* the next receive follows the write */
+        ws_call_unref(call);
+        if (err == -EBADF) {
+            ws_call_fail_status(call, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
+                                "stdin was already closed");
+            return;
+        }
+        if (err == -E2BIG) {
+            ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+                                "a stdin message holds at most 1 MiB");
+            return;
+        }
+        break; /* -EPIPE: the command has ended */
+    case WORKSPACE__V1__START_REQUEST__MSG_CLOSE_STDIN:
+        if (st->want_stdin)
+            (void)ws_proc_close_stdin(st->p);
+        break;
+    case WORKSPACE__V1__START_REQUEST__MSG_SIGNAL:
+        if (req->signal <= 0 || req->signal >= NSIG) {
+            ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                                "signal number out of range");
+            return;
+        }
+        (void)ws_proc_signal(st->p, req->signal);
+        break;
+    case WORKSPACE__V1__START_REQUEST__MSG_RESIZE:
+        err = req->resize ? ws_proc_resize(st->p, req->resize->rows, req->resize->cols) : -EINVAL;
+        if (err == -ENOTTY) {
+            ws_call_fail_status(call, GRPC_STATUS_FAILED_PRECONDITION, "NO_PTY",
+                                "the process has no terminal");
+            return;
+        }
+        if (err == -EINVAL) {
+            ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                                "terminal size out of range");
+            return;
+        }
+        break;
+    default:
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                            "`start` may only be the first message");
+        return;
+    }
+    start_recv(st);
+}
+
+/* ---- Attach ---- */
+
+static int find_target(struct ws_call *call, const char *ws_id, const char *id, const char *tag,
+                       struct ws_workspace **ret_ws, struct ws_proc **ret)
+{
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_workspace *ws = NULL;
+    int err;
+
+    if ((id[0] != 0) == (tag[0] != 0)) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                            "name the process by exactly one of id and tag");
+        return -EINVAL;
+    }
+    err = ws_services_workspace(call, ws_id, WS_CAP_SHELL, &ws);
+    if (err < 0)
+        return err;
+    err = ws_exec_find(s->exec, ws_workspace_id(ws), id, tag, ret);
+    if (err < 0) {
+        struct ws_diag d = {0};
+        ws_diag_set(&d, "no such process in this workspace");
+        ws_diag_meta(&d, id[0] ? "id" : "tag", "%s", id[0] ? id : tag);
+        ws_call_fail(call, err, &d);
+        ws_workspace_unref(ws);
+        return err;
+    }
+    *ret_ws = ws;
+    return 0;
+}
+
+static void attach_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__AttachRequest *req = (const Workspace__V1__AttachRequest *)msg;
+    struct stream *st = stream_new(call);
+
+    if (!st) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    if (find_target(call, req->workspace_id, req->id, req->tag, &st->ws, &st->p) < 0)
+        return;
+    if (stream_attach(st, req->offset) < 0)
+        ws_call_fail(call, -ENOMEM, NULL);
+}
+
+/* ---- ListProcesses ---- */
+
+struct list_ctx {
+    Workspace__V1__ProcessInfo **infos;
+    struct exited_pb *exited;
+    size_t n, cap;
+    bool oom;
+};
+
+static void list_one(void *ud, struct ws_proc *p)
+{
+    struct list_ctx *lc = ud;
+
+    if (lc->n == lc->cap) {
+        size_t ncap = lc->cap ? lc->cap * 2 : 16;
+        Workspace__V1__ProcessInfo **ni = realloc(lc->infos, ncap * sizeof(*ni));
+        if (!ni) {
+            lc->oom = true;
+            return;
+        }
+        lc->infos = ni;
+        struct exited_pb *ne = realloc(lc->exited, ncap * sizeof(*ne));
+        if (!ne) {
+            lc->oom = true;
+            return;
+        }
+        /* Exited messages point into lc->exited: re-point after moving. */
+        for (size_t i = 0; i < lc->n; i++)
+            if (lc->infos[i]->exited) {
+                struct exited_pb *e = &ne[i];
+                lc->infos[i]->exited = &e->x;
+                for (int k = 0; k < WS_STREAM_COUNT; k++) {
+                    Workspace__V1__StreamStats *ss = &e->ss[k];
+                    if (k == WS_STREAM_STDOUT && e->x.stdout)
+                        e->x.stdout = ss;
+                    if (k == WS_STREAM_STDERR && e->x.stderr)
+                        e->x.stderr = ss;
+                    if (k == WS_STREAM_PTY && e->x.pty)
+                        e->x.pty = ss;
+                }
+            }
+        lc->exited = ne;
+        lc->cap = ncap;
+    }
+    Workspace__V1__ProcessInfo *pi = malloc(sizeof(*pi));
+    if (!pi) {
+        lc->oom = true;
+        return;
+    }
+    workspace__v1__process_info__init(pi);
+    pi->id = (char *)ws_proc_id(p);
+    pi->tag = (char *)ws_proc_tag(p);
+    pi->pid = ws_proc_pid(p);
+    const char *const *argv = ws_proc_argv(p);
+    size_t argc = 0;
+    while (argv[argc])
+        argc++;
+    pi->n_argv = argc;
+    pi->argv = (char **)argv;
+    pi->background = ws_proc_background(p);
+    pi->started_at_unix_ms = ws_proc_started_at_ms(p);
+    struct ws_proc_result r;
+    pi->running = !ws_proc_get_result(p, &r);
+    if (!pi->running) {
+        fill_exited(&lc->exited[lc->n], &r, NULL);
+        pi->exited = &lc->exited[lc->n].x;
+    }
+    lc->infos[lc->n++] = pi;
+}
+
+struct list_hold {
+    struct ws_proc **procs;
+    size_t n, cap;
+};
+
+static void list_hold_one(void *ud, struct ws_proc *p)
+{
+    struct list_hold *h = ud;
+
+    if (h->n == h->cap) {
+        size_t ncap = h->cap ? h->cap * 2 : 16;
+        struct ws_proc **np = realloc(h->procs, ncap * sizeof(*np));
+        if (!np)
+            return;
+        h->procs = np;
+        h->cap = ncap;
+    }
+    ws_proc_ref(p);
+    h->procs[h->n++] = p;
+}
+
+static void list_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ListProcessesRequest *req =
+        (const Workspace__V1__ListProcessesRequest *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_workspace *ws = NULL;
+    struct list_hold h = {0};
+    struct list_ctx lc = {0};
+
+    if (ws_services_workspace(call, req->workspace_id, WS_CAP_SHELL, &ws) < 0)
+        return;
+    /* Hold the processes (their argv and ids back the response) while it
+     * is built and sent. */
+    ws_exec_list(s->exec, ws_workspace_id(ws), list_hold_one, &h);
+    for (size_t i = 0; i < h.n && !lc.oom; i++)
+        list_one(&lc, h.procs[i]);
+    if (lc.oom) {
+        ws_call_fail(call, -ENOMEM, NULL);
+    } else {
+        Workspace__V1__ListProcessesResponse resp = WORKSPACE__V1__LIST_PROCESSES_RESPONSE__INIT;
+        resp.n_processes = lc.n;
+        resp.processes = lc.infos;
+        ws_call_finish(call, &resp.base);
+    }
+    for (size_t i = 0; i < lc.n; i++)
+        free(lc.infos[i]);
+    free(lc.infos);
+    free(lc.exited);
+    for (size_t i = 0; i < h.n; i++)
+        ws_proc_unref(h.procs[i]);
+    free(h.procs);
+    ws_workspace_unref(ws);
+}
+
+/* ---- SendSignal ---- */
+
+static void signal_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__SendSignalRequest *req = (const Workspace__V1__SendSignalRequest *)msg;
+    struct ws_workspace *ws = NULL;
+    struct ws_proc *p = NULL;
+
+    if (req->signal <= 0 || req->signal >= NSIG) {
+        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                            "signal number out of range");
+        return;
+    }
+    if (find_target(call, req->workspace_id, req->id, req->tag, &ws, &p) < 0)
+        return;
+    int err = ws_proc_signal(p, req->signal);
+    if (err == -ESRCH) {
+        struct ws_diag d = {0};
+        ws_diag_set(&d, "the process has already ended");
+        ws_call_fail(call, err, &d);
+    } else if (err < 0) {
+        ws_call_fail(call, err, NULL);
+    } else {
+        Workspace__V1__SendSignalResponse resp = WORKSPACE__V1__SEND_SIGNAL_RESPONSE__INIT;
+        ws_call_finish(call, &resp.base);
+    }
+    ws_proc_unref(p);
+    ws_workspace_unref(ws);
+}
+
+/* ---- audit ---- */
+
+/* One JSON line per finished command on stderr: what ran, where, how it
+ * ended. Never the environment (it may hold secrets). */
+void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *p,
+                            const struct ws_proc_result *r)
+{
+    (void)ud;
+    json_t *argv = json_array();
+    for (const char *const *a = ws_proc_argv(p); argv && *a; a++)
+        json_array_append_new(argv, json_string(*a));
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s, s:b, s:i, s:i, s:I, s:I, s:I, s:I}", "event",
+                  "command", "workspace", workspace_id, "id", ws_proc_id(p), "tag", ws_proc_tag(p),
+                  "argv", argv ? argv : json_null(), "cwd", ws_proc_cwd(p), "cause",
+                  ws_cause_name(r->cause), "background", ws_proc_background(p), "exit_code",
+                  r->exit_code, "signal", r->signal, "duration_ms", (json_int_t)r->wall_ms,
+                  "stdout_bytes", (json_int_t)r->streams[WS_STREAM_STDOUT].total, "stderr_bytes",
+                  (json_int_t)r->streams[WS_STREAM_STDERR].total, "pty_bytes",
+                  (json_int_t)r->streams[WS_STREAM_PTY].total);
+    if (!o)
+        return;
+    char *line = json_dumps(o, JSON_COMPACT);
+    if (line) {
+        fprintf(stderr, "%s\n", line);
+        free(line);
+    }
+    json_decref(o);
 }
 
 size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out)
 {
-    static const struct {
-        const char *path;
-        enum ws_rpc_kind kind;
-        const ProtobufCMessageDescriptor *req;
-    } m[] = {
-        {"/workspace.v1.Exec/Run", WS_RPC_UNARY, &workspace__v1__run_request__descriptor},
-        {"/workspace.v1.Exec/Start", WS_RPC_BIDI, &workspace__v1__start_request__descriptor},
-        {"/workspace.v1.Exec/Attach", WS_RPC_SERVER_STREAM,
-         &workspace__v1__attach_request__descriptor},
-        {"/workspace.v1.Exec/ListProcesses", WS_RPC_UNARY,
-         &workspace__v1__list_processes_request__descriptor},
-        {"/workspace.v1.Exec/SendSignal", WS_RPC_UNARY,
-         &workspace__v1__send_signal_request__descriptor},
-    };
-    size_t n = sizeof(m) / sizeof(m[0]);
+    size_t n = 0;
 
-    for (size_t i = 0; i < n; i++)
-        out[i] = (struct ws_rpc_method){
-            .path = m[i].path,
-            .kind = m[i].kind,
-            .request = m[i].req,
-            .on_start = unimplemented,
-            .method_data = s,
-        };
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.Exec/Run",
+        .kind = WS_RPC_UNARY,
+        .request = &workspace__v1__run_request__descriptor,
+        .on_start = run_start,
+        .on_cancel = run_cancel,
+        .on_destroy = run_destroy,
+        .method_data = s,
+    };
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.Exec/Start",
+        .kind = WS_RPC_BIDI,
+        .request = &workspace__v1__start_request__descriptor,
+        .on_start = start_start,
+        .on_message = start_message,
+        .on_sent = stream_sent,
+        .on_cancel = stream_cancel,
+        .on_destroy = stream_destroy,
+        .method_data = s,
+    };
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.Exec/Attach",
+        .kind = WS_RPC_SERVER_STREAM,
+        .request = &workspace__v1__attach_request__descriptor,
+        .on_start = attach_start,
+        .on_sent = stream_sent,
+        .on_cancel = stream_cancel,
+        .on_destroy = stream_destroy,
+        .method_data = s,
+    };
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.Exec/ListProcesses",
+        .kind = WS_RPC_UNARY,
+        .request = &workspace__v1__list_processes_request__descriptor,
+        .on_start = list_start,
+        .method_data = s,
+    };
+    out[n++] = (struct ws_rpc_method){
+        .path = "/workspace.v1.Exec/SendSignal",
+        .kind = WS_RPC_UNARY,
+        .request = &workspace__v1__send_signal_request__descriptor,
+        .on_start = signal_start,
+        .method_data = s,
+    };
     return n;
 }

@@ -9,8 +9,13 @@
 #include "server/vfs/ops.h"
 #include "workspace/v1/common.pb-c.h"
 
+struct ws_exec;
+struct ws_proc;
+struct ws_proc_result;
+
 struct ws_services {
     struct ws_registry *reg;
+    struct ws_exec *exec;
     atomic_bool draining;
     pthread_mutex_t watch_lock;
     struct watcher *watchers;
@@ -27,6 +32,16 @@ size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out);
 void ws_services_health_drain(struct ws_services *s);
 
 #define WS_SERVICES_MAX_METHODS 32
+
+/* A command's time limit when the workspace's shell policy sets none. */
+#define WS_SERVICES_MAX_DURATION_DEFAULT_MS (60ull * 60 * 1000)
+
+/* The effective shell.max_duration_ms of a workspace. */
+uint64_t ws_services_max_duration_ms(const Workspace__V1__Capabilities *caps);
+
+/* The exec layer's audit callback (struct ws_exec_config.on_finished). */
+void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *p,
+                            const struct ws_proc_result *r);
 
 /* A FileInfo whose strings live in `storage` (path, path_bytes point into
  * the entry given). */

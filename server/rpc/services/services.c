@@ -5,12 +5,21 @@
 #include <string.h>
 
 #include "server/base/utf8.h"
+#include "server/exec/exec.h"
 #include "server/rpc/services/internal.h"
 
-int ws_services_new(struct ws_registry *reg, struct ws_services **ret)
+static void close_hook(void *ud, const char *id)
+{
+    struct ws_services *s = ud;
+    ws_exec_close_workspace(s->exec, id, WS_CAUSE_EVICTED);
+}
+
+int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cfg,
+                    struct ws_services **ret)
 {
     struct ws_services *s = calloc(1, sizeof(*s));
     size_t n = 0;
+    int err;
 
     if (!s)
         return -ENOMEM;
@@ -20,6 +29,19 @@ int ws_services_new(struct ws_registry *reg, struct ws_services **ret)
         return -ENOMEM;
     }
     s->reg = reg;
+    struct ws_exec_config ec = {
+        .grace_ms = cfg ? cfg->kill_grace_ms : 0,
+        .containment = cfg && cfg->force_subreaper ? WS_TREE_FORCE_SUBREAPER : WS_TREE_AUTO,
+        .on_finished = ws_services_exec_audit,
+        .ud = s,
+    };
+    err = ws_exec_new(&ec, &s->exec);
+    if (err < 0) {
+        free(s->methods);
+        free(s);
+        return err;
+    }
+    ws_registry_set_close_hook(reg, close_hook, s);
     atomic_init(&s->draining, false);
     pthread_mutex_init(&s->watch_lock, NULL);
     n += ws_services_providers(s, s->methods + n);
@@ -36,6 +58,7 @@ void ws_services_free(struct ws_services *s)
 {
     if (!s)
         return;
+    ws_exec_free(s->exec);
     pthread_mutex_destroy(&s->watch_lock);
     free(s->methods);
     free(s);

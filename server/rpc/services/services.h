@@ -13,9 +13,19 @@
 
 struct ws_services;
 
-/* Handlers share `reg` (not owned). */
-int ws_services_new(struct ws_registry *reg, struct ws_services **ret);
-/* Only after the RPC server that used the methods has shut down. */
+struct ws_services_config {
+    /* SIGTERM-to-SIGKILL grace for commands; 0: the default. */
+    int kill_grace_ms;
+    /* Force the subreaper fallback instead of a cgroup per command. */
+    bool force_subreaper;
+};
+
+/* Handlers share `reg` (not owned). Starts the exec layer (its pump
+ * thread) and hooks it into workspace Close. */
+int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cfg,
+                    struct ws_services **ret);
+/* Only after the RPC server that used the methods has shut down: ends
+ * every command still running (background ones too) and waits for them. */
 void ws_services_free(struct ws_services *s);
 
 /* The method table to register with ws_rpc_server_new. */

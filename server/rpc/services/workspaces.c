@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "server/exec/exec.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/workspaces.pb-c.h"
 
@@ -139,7 +140,7 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     resp.network = ws_workspace_network(ws);
     limits.max_file_size_bytes = ws_workspace_max_file_size(ws);
     if (caps && caps->shell)
-        limits.max_duration_ms = caps->shell->max_duration_ms;
+        limits.max_duration_ms = ws_services_max_duration_ms(caps);
     resp.limits = &limits;
     if (caps && caps->fs) {
         static const char *const fs_ops[] = {"ReadFile", "WriteFile", "EditFile", "ListDir",
@@ -147,6 +148,13 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
                                              "Remove",   "Move"};
         for (size_t i = 0; i < sizeof(fs_ops) / sizeof(fs_ops[0]); i++)
             append(ops, &n_ops, fs_ops[i]);
+    }
+    if (caps && caps->shell) {
+        static const char *const exec_ops[] = {"Run", "Start", "Attach", "ListProcesses",
+                                               "SendSignal"};
+        for (size_t i = 0; i < sizeof(exec_ops) / sizeof(exec_ops[0]); i++)
+            append(ops, &n_ops, exec_ops[i]);
+        resp.process_containment = (char *)ws_exec_containment(s->exec);
     }
     resp.operations = ops;
     resp.n_operations = n_ops;

@@ -1,0 +1,422 @@
+/* Process tables per workspace; see exec.h. */
+#include "server/exec/exec.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUCKETS 256
+
+struct entry {
+    struct ws_proc *p; /* NULL while its spawn is in progress */
+    char tag[WS_PROC_TAG_MAX + 1];
+    bool running;
+    struct entry *next;
+};
+
+struct table {
+    char id[64];
+    bool closed;
+    unsigned running;
+    unsigned finished;
+    struct entry *entries; /* newest first */
+    struct table *next;
+};
+
+struct ws_exec {
+    struct ws_exec_config cfg;
+    struct ws_proc_env env;
+    struct ws_pump *pump;
+    struct ws_tree_host *trees;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* signalled whenever a command ends */
+    unsigned running;
+    struct table *buckets[BUCKETS];
+};
+
+static unsigned hash(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h % BUCKETS;
+}
+
+/* lock held */
+static struct table *table_get(struct ws_exec *e, const char *ws_id, bool create)
+{
+    unsigned b = hash(ws_id);
+    for (struct table *t = e->buckets[b]; t; t = t->next)
+        if (strcmp(t->id, ws_id) == 0)
+            return t;
+    if (!create || strlen(ws_id) >= sizeof(((struct table *)0)->id))
+        return NULL;
+    struct table *t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    snprintf(t->id, sizeof(t->id), "%s", ws_id);
+    t->next = e->buckets[b];
+    e->buckets[b] = t;
+    return t;
+}
+
+int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
+{
+    struct ws_exec *e = calloc(1, sizeof(*e));
+    int err;
+
+    if (!e)
+        return -ENOMEM;
+    e->cfg = *cfg;
+    if (e->cfg.grace_ms == 0)
+        e->cfg.grace_ms = WS_EXEC_GRACE_MS_DEFAULT;
+    if (e->cfg.grace_ms < 0)
+        e->cfg.grace_ms = 0;
+    if (e->cfg.grace_ms > WS_EXEC_GRACE_MS_MAX)
+        e->cfg.grace_ms = WS_EXEC_GRACE_MS_MAX;
+    if (!e->cfg.running_per_workspace)
+        e->cfg.running_per_workspace = WS_EXEC_RUNNING_PER_WS_DEFAULT;
+    if (!e->cfg.running_total)
+        e->cfg.running_total = WS_EXEC_RUNNING_TOTAL_DEFAULT;
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_cond_init(&e->cond, NULL);
+    struct ws_tree_host_config tc = {.mode = cfg->containment, .cgroup_root = cfg->cgroup_root};
+    err = ws_tree_host_new(&tc, &e->trees);
+    if (err < 0)
+        goto fail;
+    err = ws_pump_new(&e->pump);
+    if (err < 0)
+        goto fail;
+    e->env = (struct ws_proc_env){.pump = e->pump, .trees = e->trees, .grace_ms = e->cfg.grace_ms};
+    *ret = e;
+    return 0;
+fail:
+    ws_tree_host_free(e->trees);
+    pthread_mutex_destroy(&e->lock);
+    pthread_cond_destroy(&e->cond);
+    free(e);
+    return err;
+}
+
+const char *ws_exec_containment(const struct ws_exec *e)
+{
+    return ws_tree_host_mechanism(e->trees);
+}
+
+/* Drops the oldest finished entries over the limit; lock held. Returns the
+ * processes to unref after unlocking, through *ret_drop. */
+static void trim_finished(struct table *t, struct ws_proc **drop, size_t *n_drop, size_t max_drop)
+{
+    while (t->finished > WS_EXEC_FINISHED_KEPT && *n_drop < max_drop) {
+        struct entry **last = NULL;
+        for (struct entry **pp = &t->entries; *pp; pp = &(*pp)->next)
+            if (!(*pp)->running && (*pp)->p)
+                last = pp;
+        if (!last)
+            return;
+        struct entry *victim = *last;
+        *last = victim->next;
+        drop[(*n_drop)++] = victim->p;
+        free(victim);
+        t->finished--;
+    }
+}
+
+struct done_ctx {
+    struct ws_exec *e;
+    char ws_id[64];
+};
+
+static void on_proc_done(void *arg, struct ws_proc *p)
+{
+    struct done_ctx *dc = arg;
+    struct ws_exec *e = dc->e;
+    struct ws_proc_result r;
+    struct ws_proc *drop[4];
+    size_t n_drop = 0;
+
+    ws_proc_get_result(p, &r);
+    if (e->cfg.on_finished)
+        e->cfg.on_finished(e->cfg.ud, dc->ws_id, p, &r);
+    pthread_mutex_lock(&e->lock);
+    struct table *t = table_get(e, dc->ws_id, false);
+    if (t) {
+        for (struct entry *en = t->entries; en; en = en->next)
+            if (en->p == p && en->running) {
+                en->running = false;
+                t->running--;
+                t->finished++;
+                e->running--;
+                break;
+            }
+        trim_finished(t, drop, &n_drop, sizeof(drop) / sizeof(drop[0]));
+    }
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+    for (size_t i = 0; i < n_drop; i++)
+        ws_proc_unref(drop[i]);
+    /* Subreaper mode: orphans of this command that died are the server's
+     * zombies now. */
+    ws_tree_host_reap(e->trees);
+    free(dc);
+}
+
+int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
+                  struct ws_diag *d, struct ws_proc **ret)
+{
+    struct entry *en = calloc(1, sizeof(*en));
+    struct done_ctx *dc = calloc(1, sizeof(*dc));
+    struct ws_proc *p = NULL;
+    int err;
+
+    if (!en || !dc) {
+        free(en);
+        free(dc);
+        return -ENOMEM;
+    }
+    dc->e = e;
+    snprintf(dc->ws_id, sizeof(dc->ws_id), "%s", ws_id);
+    if (cfg->tag)
+        snprintf(en->tag, sizeof(en->tag), "%s", cfg->tag);
+    en->running = true;
+
+    /* Reserve the slot (and the tag) before the spawn, which runs
+     * unlocked. */
+    pthread_mutex_lock(&e->lock);
+    struct table *t = table_get(e, ws_id, true);
+    err = -ENOMEM;
+    if (!t)
+        goto unlock_fail;
+    err = -WS_ENOWORKSPACE;
+    if (t->closed)
+        goto unlock_fail;
+    if (en->tag[0])
+        for (struct entry *x = t->entries; x; x = x->next)
+            if (strcmp(x->tag, en->tag) == 0) {
+                err = -EEXIST;
+                ws_diag_set(d, "tag '%s' is in use in this workspace", en->tag);
+                ws_diag_meta(d, "tag", "%s", en->tag);
+                goto unlock_fail;
+            }
+    if (t->running >= e->cfg.running_per_workspace) {
+        err = -WS_EQUOTA;
+        ws_diag_set(d, "the workspace already runs %u commands", t->running);
+        ws_diag_meta(d, "quota", "%s", "processes");
+        goto unlock_fail;
+    }
+    if (e->running >= e->cfg.running_total) {
+        err = -WS_EQUOTA;
+        ws_diag_set(d, "the server already runs %u commands", e->running);
+        ws_diag_meta(d, "quota", "%s", "processes_total");
+        goto unlock_fail;
+    }
+    t->running++;
+    e->running++;
+    en->next = t->entries;
+    t->entries = en;
+    pthread_mutex_unlock(&e->lock);
+
+    err = ws_proc_spawn(&e->env, cfg, &p);
+
+    pthread_mutex_lock(&e->lock);
+    if (err < 0 || t->closed) {
+        for (struct entry **pp = &t->entries; *pp; pp = &(*pp)->next)
+            if (*pp == en) {
+                *pp = en->next;
+                break;
+            }
+        t->running--;
+        e->running--;
+        pthread_cond_broadcast(&e->cond);
+        pthread_mutex_unlock(&e->lock);
+        free(en);
+        free(dc);
+        if (err == 0) {
+            /* Closed while spawning: the command never counts as started. */
+            ws_proc_kill(p, WS_CAUSE_EVICTED, false);
+            ws_proc_unref(p);
+            err = -WS_ENOWORKSPACE;
+        }
+        return err;
+    }
+    en->p = p; /* the table's reference */
+    pthread_mutex_unlock(&e->lock);
+
+    ws_proc_ref(p); /* the caller's */
+    err = ws_proc_on_done(p, on_proc_done, dc);
+    if (err < 0) {
+        /* Without its done callback the slot would never be released. */
+        ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
+        free(dc);
+        pthread_mutex_lock(&e->lock);
+        en->running = false;
+        t->running--;
+        t->finished++;
+        e->running--;
+        pthread_mutex_unlock(&e->lock);
+    }
+    *ret = p;
+    return 0;
+
+unlock_fail:
+    pthread_mutex_unlock(&e->lock);
+    free(en);
+    free(dc);
+    return err;
+}
+
+int ws_exec_find(struct ws_exec *e, const char *ws_id, const char *id, const char *tag,
+                 struct ws_proc **ret)
+{
+    int err = -ESRCH;
+
+    pthread_mutex_lock(&e->lock);
+    struct table *t = table_get(e, ws_id, false);
+    for (struct entry *en = t ? t->entries : NULL; en; en = en->next) {
+        if (!en->p)
+            continue;
+        bool match = id && id[0] ? strcmp(ws_proc_id(en->p), id) == 0
+                                 : tag && tag[0] && strcmp(en->tag, tag) == 0;
+        if (match) {
+            ws_proc_ref(en->p);
+            *ret = en->p;
+            err = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return err;
+}
+
+void ws_exec_list(struct ws_exec *e, const char *ws_id, void (*cb)(void *ud, struct ws_proc *p),
+                  void *ud)
+{
+    struct ws_proc **all = NULL;
+    size_t n = 0, cap = 0;
+
+    pthread_mutex_lock(&e->lock);
+    struct table *t = table_get(e, ws_id, false);
+    for (struct entry *en = t ? t->entries : NULL; en; en = en->next) {
+        if (!en->p)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 32;
+            struct ws_proc **na = realloc(all, ncap * sizeof(*na));
+            if (!na)
+                break;
+            all = na;
+            cap = ncap;
+        }
+        ws_proc_ref(en->p);
+        all[n++] = en->p;
+    }
+    pthread_mutex_unlock(&e->lock);
+    /* Entries are newest first: report running ones, then finished, each
+     * oldest first. */
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = n; i-- > 0;) {
+            bool done = ws_proc_get_result(all[i], NULL);
+            if (done == (pass == 1))
+                cb(ud, all[i]);
+        }
+    for (size_t i = 0; i < n; i++)
+        ws_proc_unref(all[i]);
+    free(all);
+}
+
+/* Ends every running command of t (or of all tables when t is NULL) and
+ * waits; lock held on entry and exit. */
+static void kill_and_wait(struct ws_exec *e, struct table *only, enum ws_cause cause)
+{
+    for (;;) {
+        struct ws_proc *victims[64];
+        size_t n = 0;
+        bool any = false;
+
+        for (unsigned b = 0; b < BUCKETS; b++)
+            for (struct table *t = e->buckets[b]; t; t = t->next) {
+                if (only && t != only)
+                    continue;
+                if (t->running)
+                    any = true;
+                for (struct entry *en = t->entries; en && n < 64; en = en->next)
+                    if (en->running && en->p) {
+                        ws_proc_ref(en->p);
+                        victims[n++] = en->p;
+                    }
+            }
+        if (!any)
+            return;
+        pthread_mutex_unlock(&e->lock);
+        for (size_t i = 0; i < n; i++) {
+            ws_proc_kill(victims[i], cause, true);
+            ws_proc_unref(victims[i]);
+        }
+        pthread_mutex_lock(&e->lock);
+        /* Wait for one to end (or a spawn in progress to register). */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+        pthread_cond_timedwait(&e->cond, &e->lock, &ts);
+    }
+}
+
+void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause cause)
+{
+    pthread_mutex_lock(&e->lock);
+    struct table *t = table_get(e, ws_id, true);
+    if (!t) {
+        pthread_mutex_unlock(&e->lock);
+        return;
+    }
+    t->closed = true;
+    kill_and_wait(e, t, cause);
+    /* Forget the finished ones; the table stays as a tombstone so a
+     * command racing the close is refused. */
+    struct entry *list = t->entries;
+    t->entries = NULL;
+    t->finished = 0;
+    pthread_mutex_unlock(&e->lock);
+    while (list) {
+        struct entry *next = list->next;
+        ws_proc_unref(list->p);
+        free(list);
+        list = next;
+    }
+}
+
+void ws_exec_free(struct ws_exec *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&e->lock);
+    for (unsigned b = 0; b < BUCKETS; b++)
+        for (struct table *t = e->buckets[b]; t; t = t->next)
+            t->closed = true;
+    kill_and_wait(e, NULL, WS_CAUSE_CANCELLED);
+    pthread_mutex_unlock(&e->lock);
+    for (unsigned b = 0; b < BUCKETS; b++)
+        while (e->buckets[b]) {
+            struct table *t = e->buckets[b];
+            e->buckets[b] = t->next;
+            while (t->entries) {
+                struct entry *en = t->entries;
+                t->entries = en->next;
+                ws_proc_unref(en->p);
+                free(en);
+            }
+            free(t);
+        }
+    /* The pump runs the posted frees before it stops. */
+    ws_pump_free(e->pump);
+    ws_tree_host_free(e->trees);
+    pthread_cond_destroy(&e->cond);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}

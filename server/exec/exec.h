@@ -1,0 +1,71 @@
+/* The exec layer's state: the pump thread, process-tree containment, and
+ * each workspace's table of running and recently finished commands (ids,
+ * tags, quotas, the audit record of every finished command).
+ *
+ * Thread safety: every function may be called from any thread except
+ * ws_exec_free (not from the pump thread). Returned processes carry a
+ * reference (ws_proc_unref).
+ */
+#ifndef WS_EXEC_EXEC_H
+#define WS_EXEC_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/base/errors.h"
+#include "server/exec/process.h"
+
+/* Default grace between SIGTERM and SIGKILL, and its ceiling. */
+#define WS_EXEC_GRACE_MS_DEFAULT 1000
+#define WS_EXEC_GRACE_MS_MAX     60000
+/* Commands running at once in one workspace, and in the server. */
+#define WS_EXEC_RUNNING_PER_WS_DEFAULT 256
+#define WS_EXEC_RUNNING_TOTAL_DEFAULT  1024
+/* Finished commands kept per workspace for Attach and ListProcesses
+ * (oldest forgotten first). */
+#define WS_EXEC_FINISHED_KEPT 64
+
+struct ws_exec_config {
+    int grace_ms;                   /* 0: default; < 0: no grace */
+    enum ws_tree_mode containment;  /* auto or forced subreaper */
+    const char *cgroup_root;        /* NULL: the host's freezer hierarchy */
+    unsigned running_per_workspace; /* 0: default */
+    unsigned running_total;         /* 0: default */
+    /* Called once per finished command, on the pump thread (audit). */
+    void (*on_finished)(void *ud, const char *workspace_id, struct ws_proc *p,
+                        const struct ws_proc_result *r);
+    void *ud;
+};
+
+struct ws_exec;
+
+int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret);
+/* Kills every command (cause CANCELLED, with grace), waits for them to end,
+ * stops the pump. Accepts NULL. */
+void ws_exec_free(struct ws_exec *e);
+
+/* "cgroup-v1-freezer" or "subreaper". */
+const char *ws_exec_containment(const struct ws_exec *e);
+
+/* Starts a command in workspace `ws_id`. Errors: -EEXIST (tag in use,
+ * diag metadata "tag"), -WS_EQUOTA (metadata "quota" = "processes" or
+ * "processes_total"), -WS_ENOWORKSPACE (the workspace is closing), or the
+ * spawn's error. */
+int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
+                  struct ws_diag *d, struct ws_proc **ret);
+
+/* By id, or by tag when id is NULL or empty. -ESRCH when unknown. */
+int ws_exec_find(struct ws_exec *e, const char *ws_id, const char *id, const char *tag,
+                 struct ws_proc **ret);
+
+/* Calls cb for each command of the workspace, running ones first, oldest
+ * first within each group. */
+void ws_exec_list(struct ws_exec *e, const char *ws_id, void (*cb)(void *ud, struct ws_proc *p),
+                  void *ud);
+
+/* For Close: refuses new commands in the workspace from now on, ends the
+ * running ones with `cause` (SIGTERM, grace, SIGKILL) and waits until all
+ * have ended. */
+void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause cause);
+
+#endif

@@ -1,0 +1,1083 @@
+/* Commands: spawn, output streams, subscribers, ending; see process.h. */
+#include "server/exec/process.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/timerfd.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/posix/ring.h"
+#include "server/posix/spawn.h"
+
+/* Pipe buffer asked for the output pipes: fewer wakeups when the child
+ * writes fast (capped by /proc/sys/fs/pipe-max-size; failure is fine). */
+#define PIPE_BUFFER_BYTES (1024 * 1024)
+
+enum phase {
+    PHASE_RUNNING = 0,
+    /* SIGTERM sent; SIGKILL at phase_deadline. */
+    PHASE_TERMINATING,
+    /* SIGKILL sent; waiting for the tree to empty and EOF. */
+    PHASE_KILLED,
+    PHASE_DONE,
+};
+
+struct stream {
+    struct ws_proc *p;
+    enum ws_stream which;
+    bool present;
+    bool eof;
+    bool paused;
+    int fd; /* borrowed from the child; -1 once at EOF */
+    struct ws_pump_watch w;
+    struct ws_ring *ring;
+    struct ws_capture *cap;
+    uint64_t total;
+};
+
+struct done_cb {
+    ws_proc_done_fn fn;
+    void *arg;
+    struct done_cb *next;
+};
+
+struct ws_sub {
+    atomic_int refs;
+    struct ws_proc *p;
+    uint64_t off[WS_STREAM_COUNT];
+    uint64_t delivered[WS_STREAM_COUNT];
+    bool started_sent;
+    bool exited_sent;
+    bool waiting;
+    bool closed;
+    unsigned rr; /* next stream to serve first */
+    void (*notify)(void *arg);
+    void (*release)(void *arg);
+    void *arg;
+    struct ws_sub *next;
+};
+
+struct ws_proc {
+    atomic_int refs;
+    char id[WS_PROC_ID_LEN + 1];
+    char tag[WS_PROC_TAG_MAX + 1];
+    char **argv;
+    char *cwd;
+    bool background;
+    int64_t started_unix_ms;
+    int64_t started_mono_ms;
+    uint64_t timeout_ms;
+    int grace_ms;
+    struct ws_pump *pump;
+    struct ws_tree *tree;
+    struct ws_child *child;
+    pid_t pid;
+
+    pthread_mutex_t lock; /* everything below */
+    enum phase phase;
+    enum ws_cause kill_cause;
+    int64_t timeout_at;     /* monotonic ms; 0: none */
+    int64_t phase_deadline; /* TERMINATING: SIGKILL; KILLED: give up */
+    bool leader_done;
+    struct ws_child_exit leader;
+    struct stream streams[WS_STREAM_COUNT];
+    struct ws_pump_watch pidfd_w;
+    struct ws_pump_watch timer_w;
+    int timer_fd;
+    /* stdin */
+    int stdin_fd; /* borrowed; -1 when closed or absent */
+    bool is_pty;
+    struct ws_pump_watch stdin_w;
+    uint8_t *in_buf;
+    size_t in_len;
+    size_t in_off;
+    ws_proc_write_fn in_cb;
+    void *in_arg;
+    bool in_close_after;
+    struct ws_sub *subs;
+    struct done_cb *done_cbs;
+    struct ws_proc_result result;
+};
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+const char *ws_cause_name(enum ws_cause c)
+{
+    static const char *const names[] = {
+        [WS_CAUSE_NONE] = "NONE",         [WS_CAUSE_EXITED] = "EXITED",
+        [WS_CAUSE_SIGNALED] = "SIGNALED", [WS_CAUSE_TIMEOUT] = "TIMEOUT",
+        [WS_CAUSE_OOM] = "OOM",           [WS_CAUSE_CANCELLED] = "CANCELLED",
+        [WS_CAUSE_EVICTED] = "EVICTED",
+    };
+    return (unsigned)c < sizeof(names) / sizeof(names[0]) ? names[c] : "NONE";
+}
+
+/* ---- references ---- */
+
+static void proc_free(struct ws_proc *p)
+{
+    for (int i = 0; i < WS_STREAM_COUNT; i++) {
+        ws_ring_free(p->streams[i].ring);
+        ws_capture_free(p->streams[i].cap);
+    }
+    if (p->timer_fd >= 0)
+        close(p->timer_fd);
+    ws_child_free(p->child);
+    ws_tree_free(p->tree);
+    if (p->argv)
+        for (char **a = p->argv; *a; a++)
+            free(*a);
+    free(p->argv);
+    free(p->cwd);
+    free(p->in_buf);
+    while (p->done_cbs) {
+        struct done_cb *d = p->done_cbs;
+        p->done_cbs = d->next;
+        free(d);
+    }
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+void ws_proc_ref(struct ws_proc *p)
+{
+    atomic_fetch_add(&p->refs, 1);
+}
+
+static void proc_free_posted(void *arg)
+{
+    proc_free(arg);
+}
+
+/* The last reference is dropped through the pump: an event for one of the
+ * command's watches may sit in the batch the pump is dispatching, and the
+ * batch must end before the memory goes. If the post fails the command is
+ * leaked rather than freed under the pump. */
+void ws_proc_unref(struct ws_proc *p)
+{
+    if (p && atomic_fetch_sub(&p->refs, 1) == 1)
+        (void)ws_pump_post(p->pump, proc_free_posted, p);
+}
+
+/* ---- timer ---- */
+
+/* Arms the timer for the earliest pending deadline; lock held. */
+static void arm_timer(struct ws_proc *p)
+{
+    int64_t at = 0;
+
+    if (p->phase == PHASE_DONE)
+        at = 0;
+    else if (p->phase == PHASE_RUNNING)
+        at = p->timeout_at;
+    else
+        at = p->phase_deadline;
+    /* While ending, the tree's emptiness is polled. */
+    if (p->phase == PHASE_TERMINATING || p->phase == PHASE_KILLED) {
+        int64_t tick = mono_ms() + WS_PROC_POLL_MS;
+        if (!at || tick < at)
+            at = tick;
+    }
+    struct itimerspec its = {0};
+    if (at) {
+        int64_t d = at - mono_ms();
+        if (d < 1)
+            d = 1;
+        its.it_value.tv_sec = d / 1000;
+        its.it_value.tv_nsec = (d % 1000) * 1000000;
+    }
+    timerfd_settime(p->timer_fd, 0, &its, NULL);
+}
+
+/* ---- ending ---- */
+
+struct notify_list {
+    struct ws_sub *subs[64];
+    size_t n;
+    bool overflow;
+};
+
+/* Collects waiting subscribers (with a reference each) to notify once the
+ * lock is dropped; lock held. */
+static void collect_waiting(struct ws_proc *p, struct notify_list *nl)
+{
+    for (struct ws_sub *s = p->subs; s; s = s->next) {
+        if (!s->waiting || s->closed)
+            continue;
+        if (nl->n == sizeof(nl->subs) / sizeof(nl->subs[0])) {
+            nl->overflow = true;
+            break;
+        }
+        s->waiting = false;
+        atomic_fetch_add(&s->refs, 1);
+        nl->subs[nl->n++] = s;
+    }
+}
+
+static void sub_unref(struct ws_sub *s);
+
+static void run_notify(struct ws_proc *p, struct notify_list *nl)
+{
+    for (;;) {
+        for (size_t i = 0; i < nl->n; i++) {
+            nl->subs[i]->notify(nl->subs[i]->arg);
+            sub_unref(nl->subs[i]);
+        }
+        if (!nl->overflow)
+            return;
+        nl->n = 0;
+        nl->overflow = false;
+        pthread_mutex_lock(&p->lock);
+        collect_waiting(p, nl);
+        pthread_mutex_unlock(&p->lock);
+    }
+}
+
+static bool all_eof(const struct ws_proc *p)
+{
+    for (int i = 0; i < WS_STREAM_COUNT; i++)
+        if (p->streams[i].present && !p->streams[i].eof)
+            return false;
+    return true;
+}
+
+static void close_stream(struct ws_proc *p, struct stream *st)
+{
+    if (st->eof)
+        return;
+    ws_pump_watch_del(p->pump, &st->w);
+    st->eof = true;
+    st->fd = -1; /* the child owns the fd; closed with it */
+}
+
+static void fill_result(struct ws_proc *p)
+{
+    struct ws_proc_result *r = &p->result;
+
+    r->cause = p->kill_cause;
+    if (p->leader_done) {
+        if (!r->cause)
+            r->cause = p->leader.signaled ? WS_CAUSE_SIGNALED : WS_CAUSE_EXITED;
+        r->exit_code = p->leader.exit_code;
+        r->signal = p->leader.signal;
+        r->user_ms = p->leader.user_ms;
+        r->sys_ms = p->leader.sys_ms;
+        r->max_rss_bytes = p->leader.max_rss_kib * 1024;
+    } else if (!r->cause) {
+        r->cause = WS_CAUSE_CANCELLED;
+    }
+    r->wall_ms = (uint64_t)(mono_ms() - p->started_mono_ms);
+    for (int i = 0; i < WS_STREAM_COUNT; i++) {
+        struct stream *st = &p->streams[i];
+        struct ws_proc_stream_stats *ss = &r->streams[i];
+
+        ss->present = st->present;
+        ss->total = st->total;
+        if (st->cap) {
+            struct ws_capture_view v;
+            ws_capture_get_view(st->cap, &v);
+            ss->head = v.head_len;
+            ss->tail = v.tail_len;
+            ss->truncated = v.truncated;
+        }
+    }
+}
+
+/* Finishes the command when everything has ended; lock held. Returns true
+ * when it just became done (the caller runs the done callbacks). */
+static bool check_done(struct ws_proc *p)
+{
+    if (p->phase == PHASE_DONE || !p->leader_done)
+        return false;
+    bool settled = p->phase == PHASE_KILLED && mono_ms() >= p->phase_deadline;
+    if (!all_eof(p) && !settled)
+        return false;
+    if (!settled && ws_tree_count(p->tree) > 0)
+        return false;
+    for (int i = 0; i < WS_STREAM_COUNT; i++)
+        if (p->streams[i].present)
+            close_stream(p, &p->streams[i]);
+    ws_pump_watch_del(p->pump, &p->timer_w);
+    ws_pump_watch_del(p->pump, &p->stdin_w);
+    if (p->in_cb) {
+        /* A pending stdin write can no longer happen. */
+        p->in_len = p->in_off = 0;
+    }
+    fill_result(p);
+    p->phase = PHASE_DONE;
+    return true;
+}
+
+static void run_done(struct ws_proc *p)
+{
+    struct done_cb *list;
+    ws_proc_write_fn in_cb = NULL;
+    void *in_arg = NULL;
+    struct notify_list nl = {.n = 0};
+
+    struct ws_tree *tree;
+
+    pthread_mutex_lock(&p->lock);
+    list = p->done_cbs;
+    p->done_cbs = NULL;
+    /* The tree is empty: give its cgroup back now rather than when the
+     * finished command is forgotten. */
+    tree = p->tree;
+    p->tree = NULL;
+    /* Likewise the child's pipes, pidfd and timer: a finished command kept
+     * for replay holds memory only. */
+    struct ws_child *child = p->child;
+    p->child = NULL;
+    p->stdin_fd = -1;
+    int timer_fd = p->timer_fd;
+    p->timer_fd = -1;
+    if (p->in_cb) {
+        in_cb = p->in_cb;
+        in_arg = p->in_arg;
+        p->in_cb = NULL;
+    }
+    collect_waiting(p, &nl);
+    pthread_mutex_unlock(&p->lock);
+    ws_child_free(child);
+    if (timer_fd >= 0)
+        close(timer_fd);
+    ws_tree_free(tree);
+    if (in_cb)
+        in_cb(in_arg, -EPIPE);
+    run_notify(p, &nl);
+    while (list) {
+        struct done_cb *next = list->next;
+        list->fn(list->arg, p);
+        free(list);
+        list = next;
+    }
+}
+
+/* Starts ending the tree; lock held. */
+static void begin_kill(struct ws_proc *p, bool graceful)
+{
+    if (p->phase == PHASE_DONE || p->phase == PHASE_KILLED)
+        return;
+    if (graceful && p->phase == PHASE_RUNNING && p->grace_ms > 0) {
+        ws_tree_signal(p->tree, SIGTERM);
+        ws_child_signal(p->child, SIGTERM);
+        ws_child_signal(p->child, SIGCONT);
+        p->phase = PHASE_TERMINATING;
+        p->phase_deadline = mono_ms() + p->grace_ms;
+    } else {
+        ws_tree_kill(p->tree);
+        ws_child_signal(p->child, SIGKILL);
+        p->phase = PHASE_KILLED;
+        p->phase_deadline = mono_ms() + WS_PROC_SETTLE_MS;
+    }
+    arm_timer(p);
+}
+
+void ws_proc_kill(struct ws_proc *p, enum ws_cause cause, bool graceful)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->phase == PHASE_RUNNING && !p->leader_done && !p->kill_cause)
+        p->kill_cause = cause;
+    if (!graceful || p->phase == PHASE_RUNNING)
+        begin_kill(p, graceful);
+    pthread_mutex_unlock(&p->lock);
+}
+
+int ws_proc_signal(struct ws_proc *p, int sig)
+{
+    int r = 0;
+
+    if (sig <= 0 || sig >= NSIG)
+        return -EINVAL;
+    pthread_mutex_lock(&p->lock);
+    if (p->phase == PHASE_DONE) {
+        r = -ESRCH;
+    } else if (sig == SIGKILL) {
+        if (!p->leader_done && !p->kill_cause)
+            p->kill_cause = WS_CAUSE_SIGNALED;
+        begin_kill(p, false);
+    } else {
+        ws_tree_signal(p->tree, sig);
+        ws_child_signal(p->child, sig);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+/* ---- pump callbacks ---- */
+
+/* Bytes stream st may read now without overwriting what an attached
+ * subscriber has not taken; lock held. */
+static size_t stream_room(struct ws_proc *p, struct stream *st)
+{
+    uint64_t end = ws_ring_end(st->ring);
+    uint64_t lag = 0;
+
+    for (struct ws_sub *s = p->subs; s; s = s->next) {
+        if (s->closed)
+            continue;
+        if (s->off[st->which] < end && end - s->off[st->which] > lag)
+            lag = end - s->off[st->which];
+    }
+    size_t ring_cap = ws_ring_capacity(st->ring);
+    if (lag >= ring_cap)
+        return 0;
+    size_t room = ring_cap - (size_t)lag;
+    return room < WS_PROC_READ_MAX ? room : WS_PROC_READ_MAX;
+}
+
+static _Thread_local uint8_t read_buf[WS_PROC_READ_MAX];
+
+static void on_stream(void *arg, uint32_t events)
+{
+    struct stream *st = arg;
+    struct ws_proc *p = st->p;
+    struct notify_list nl = {.n = 0};
+    bool done = false;
+
+    (void)events;
+    pthread_mutex_lock(&p->lock);
+    if (st->eof) {
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    size_t room = stream_room(p, st);
+    if (room == 0) {
+        st->paused = true;
+        ws_pump_watch_set(p->pump, &st->w, false);
+        pthread_mutex_unlock(&p->lock);
+        return;
+    }
+    ssize_t n = read(st->fd, read_buf, room);
+    if (n > 0) {
+        ws_ring_append(st->ring, read_buf, (size_t)n);
+        if (st->cap)
+            ws_capture_append(st->cap, read_buf, (size_t)n);
+        st->total += (uint64_t)n;
+    } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        /* EOF; a PTY master reads EIO once the last slave fd closed. */
+        close_stream(p, st);
+        done = check_done(p);
+    }
+    collect_waiting(p, &nl);
+    pthread_mutex_unlock(&p->lock);
+    run_notify(p, &nl);
+    if (done)
+        run_done(p);
+}
+
+static void on_pidfd(void *arg, uint32_t events)
+{
+    struct ws_proc *p = arg;
+    bool done = false;
+
+    (void)events;
+    pthread_mutex_lock(&p->lock);
+    if (!p->leader_done && ws_child_try_reap(p->child, &p->leader) == 0) {
+        p->leader_done = true;
+        ws_pump_watch_del(p->pump, &p->pidfd_w);
+        /* Nothing outlives its command: what the first process left
+         * running is ended too. */
+        if (p->phase == PHASE_RUNNING && ws_tree_count(p->tree) > 0)
+            begin_kill(p, true);
+        else if (p->phase == PHASE_RUNNING && !all_eof(p)) {
+            /* The tree is gone but a pipe is still open: its write end
+             * went to a process outside the tree. Give it the settle
+             * time, then stop waiting. */
+            p->phase = PHASE_KILLED;
+            p->phase_deadline = mono_ms() + p->grace_ms;
+            arm_timer(p);
+        }
+        done = check_done(p);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (done)
+        run_done(p);
+}
+
+static void on_timer(void *arg, uint32_t events)
+{
+    struct ws_proc *p = arg;
+    uint64_t ticks;
+    bool done = false;
+
+    (void)events;
+    (void)!read(p->timer_fd, &ticks, sizeof(ticks));
+    pthread_mutex_lock(&p->lock);
+    int64_t now = mono_ms();
+    switch (p->phase) {
+    case PHASE_RUNNING:
+        if (p->timeout_at && now >= p->timeout_at) {
+            if (!p->leader_done && !p->kill_cause)
+                p->kill_cause = WS_CAUSE_TIMEOUT;
+            begin_kill(p, true);
+        }
+        break;
+    case PHASE_TERMINATING:
+        if (now >= p->phase_deadline)
+            begin_kill(p, false);
+        else if (p->leader_done && ws_tree_count(p->tree) == 0 && !all_eof(p)) {
+            /* Tree gone, pipe still open elsewhere: settle as above. */
+            p->phase = PHASE_KILLED;
+            p->phase_deadline = now + p->grace_ms;
+        }
+        break;
+    case PHASE_KILLED:
+        /* Keep killing: a process stopped or forking at the first kill. */
+        if (ws_tree_count(p->tree) > 0)
+            ws_tree_kill(p->tree);
+        break;
+    default:
+        break;
+    }
+    done = check_done(p);
+    if (!done)
+        arm_timer(p);
+    pthread_mutex_unlock(&p->lock);
+    if (done)
+        run_done(p);
+}
+
+static void on_stdin(void *arg, uint32_t events)
+{
+    struct ws_proc *p = arg;
+    ws_proc_write_fn cb = NULL;
+    void *cb_arg = NULL;
+    int cb_err = 0;
+
+    (void)events;
+    pthread_mutex_lock(&p->lock);
+    while (p->in_off < p->in_len && p->stdin_fd >= 0) {
+        ssize_t n = write(p->stdin_fd, p->in_buf + p->in_off, p->in_len - p->in_off);
+        if (n > 0) {
+            p->in_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        /* EPIPE: the command closed its stdin; the rest is dropped. */
+        cb_err = -EPIPE;
+        p->in_off = p->in_len;
+        if (!p->is_pty) {
+            ws_pump_watch_del(p->pump, &p->stdin_w);
+            ws_child_close_stdin(p->child);
+            p->stdin_fd = -1;
+        }
+        break;
+    }
+    if (p->in_off >= p->in_len) {
+        ws_pump_watch_set_out(p->pump, &p->stdin_w, false);
+        cb = p->in_cb;
+        cb_arg = p->in_arg;
+        p->in_cb = NULL;
+        p->in_len = p->in_off = 0;
+        if (p->in_close_after && p->stdin_fd >= 0) {
+            p->in_close_after = false;
+            if (p->is_pty) {
+                char eof = CEOF;
+                (void)!write(p->stdin_fd, &eof, 1);
+            } else {
+                ws_pump_watch_del(p->pump, &p->stdin_w);
+                ws_child_close_stdin(p->child);
+                p->stdin_fd = -1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (cb)
+        cb(cb_arg, cb_err);
+}
+
+/* ---- spawn ---- */
+
+static char **dup_argv(const char *const *argv)
+{
+    size_t n = 0;
+    while (argv[n])
+        n++;
+    char **out = calloc(n + 1, sizeof(*out));
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        out[i] = strdup(argv[i]);
+        if (!out[i]) {
+            for (size_t j = 0; j < i; j++)
+                free(out[j]);
+            free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static void make_id(char *buf)
+{
+    uint8_t r[8];
+    static const char hex[] = "0123456789abcdef";
+
+    if (getrandom(r, sizeof(r), 0) != sizeof(r)) {
+        /* getrandom on Linux does not fail for 8 bytes once seeded; a
+         * counter keeps ids unique regardless. */
+        static atomic_ulong ctr;
+        unsigned long v = atomic_fetch_add(&ctr, 1) ^ (unsigned long)mono_ms();
+        memcpy(r, &v, sizeof(r));
+    }
+    buf[0] = 'p';
+    buf[1] = '_';
+    for (int i = 0; i < 8; i++) {
+        buf[2 + 2 * i] = hex[r[i] >> 4];
+        buf[3 + 2 * i] = hex[r[i] & 15];
+    }
+    buf[WS_PROC_ID_LEN] = 0;
+}
+
+static int setup_stream(struct ws_proc *p, enum ws_stream which, int fd, size_t ring_bytes,
+                        size_t capture_bytes)
+{
+    struct stream *st = &p->streams[which];
+    int err;
+
+    st->p = p;
+    st->which = which;
+    st->present = true;
+    st->fd = fd;
+    err = ws_ring_new(ring_bytes, &st->ring);
+    if (err < 0)
+        return err;
+    if (capture_bytes) {
+        size_t head = capture_bytes / 2;
+        err = ws_capture_new(head, capture_bytes - head, &st->cap);
+        if (err < 0)
+            return err;
+    }
+    if (which != WS_STREAM_PTY)
+        (void)fcntl(fd, F_SETPIPE_SZ, PIPE_BUFFER_BYTES);
+    st->w = (struct ws_pump_watch){.fd = fd, .cb = on_stream, .arg = st};
+    return 0;
+}
+
+int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cfg,
+                  struct ws_proc **ret)
+{
+    struct ws_proc *p = calloc(1, sizeof(*p));
+    int err = -ENOMEM;
+
+    if (!p)
+        return -ENOMEM;
+    atomic_init(&p->refs, 1);
+    pthread_mutex_init(&p->lock, NULL);
+    p->timer_fd = -1;
+    p->stdin_fd = -1;
+    p->pump = env->pump;
+    p->grace_ms = env->grace_ms;
+    p->background = cfg->background;
+    p->timeout_ms = cfg->timeout_ms;
+    make_id(p->id);
+    if (cfg->tag)
+        snprintf(p->tag, sizeof(p->tag), "%s", cfg->tag);
+    p->argv = dup_argv(cfg->argv);
+    p->cwd = strdup(cfg->cwd && cfg->cwd[0] ? cfg->cwd : ".");
+    if (!p->argv || !p->cwd)
+        goto fail;
+    p->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+    if (p->timer_fd < 0) {
+        err = -errno;
+        goto fail;
+    }
+    err = ws_tree_new(env->trees, &p->tree);
+    if (err < 0)
+        goto fail;
+
+    struct ws_spawn_opts so = {
+        .argv = cfg->argv,
+        .envp = cfg->envp,
+        .cwd_fd = cfg->cwd_fd,
+        .stdin_mode = cfg->stdin_pipe ? WS_SPAWN_STDIN_PIPE : WS_SPAWN_STDIN_NULL,
+        .pty = cfg->pty,
+        .pty_rows = cfg->pty_rows,
+        .pty_cols = cfg->pty_cols,
+    };
+    err = ws_tree_enter(p->tree);
+    if (err < 0)
+        goto fail;
+    p->started_mono_ms = mono_ms();
+    p->started_unix_ms = unix_ms();
+    err = ws_spawn(&so, &p->child);
+    int leave = ws_tree_leave(p->tree);
+    if (err < 0)
+        goto fail;
+    if (leave < 0) {
+        err = leave;
+        goto fail;
+    }
+    p->pid = ws_child_pid(p->child);
+    ws_tree_set_leader(p->tree, p->pid);
+
+    if (cfg->pty) {
+        p->is_pty = true;
+        err = setup_stream(p, WS_STREAM_PTY, ws_child_pty_fd(p->child), cfg->ring_bytes,
+                           cfg->capture_bytes);
+        p->stdin_fd = ws_child_pty_fd(p->child);
+    } else {
+        err = setup_stream(p, WS_STREAM_STDOUT, ws_child_stdout_fd(p->child), cfg->ring_bytes,
+                           cfg->capture_bytes);
+        if (err == 0)
+            err = setup_stream(p, WS_STREAM_STDERR, ws_child_stderr_fd(p->child), cfg->ring_bytes,
+                               cfg->capture_bytes);
+        p->stdin_fd = ws_child_stdin_fd(p->child);
+    }
+    if (err < 0)
+        goto fail_kill;
+    if (p->stdin_fd >= 0) {
+        p->in_buf = malloc(WS_PROC_STDIN_MAX);
+        if (!p->in_buf) {
+            err = -ENOMEM;
+            goto fail_kill;
+        }
+    }
+    p->pidfd_w = (struct ws_pump_watch){.fd = ws_child_pidfd(p->child), .cb = on_pidfd, .arg = p};
+    p->timer_w = (struct ws_pump_watch){.fd = p->timer_fd, .cb = on_timer, .arg = p};
+    p->stdin_w = (struct ws_pump_watch){.fd = p->stdin_fd, .cb = on_stdin, .arg = p};
+    if (cfg->timeout_ms)
+        p->timeout_at = p->started_mono_ms + (int64_t)cfg->timeout_ms;
+
+    /* From here on the pump owns the I/O; registration happens under the
+     * lock so no callback sees a half-built command. */
+    pthread_mutex_lock(&p->lock);
+    arm_timer(p);
+    err = ws_pump_watch_add(p->pump, &p->timer_w, true);
+    if (err == 0)
+        err = ws_pump_watch_add(p->pump, &p->pidfd_w, true);
+    for (int i = 0; i < WS_STREAM_COUNT && err == 0; i++)
+        if (p->streams[i].present)
+            err = ws_pump_watch_add(p->pump, &p->streams[i].w, true);
+    if (err == 0 && p->stdin_fd >= 0)
+        err = ws_pump_watch_add(p->pump, &p->stdin_w, false);
+    if (err < 0) {
+        ws_pump_watch_del(p->pump, &p->timer_w);
+        ws_pump_watch_del(p->pump, &p->pidfd_w);
+        ws_pump_watch_del(p->pump, &p->stdin_w);
+        for (int i = 0; i < WS_STREAM_COUNT; i++)
+            ws_pump_watch_del(p->pump, &p->streams[i].w);
+        pthread_mutex_unlock(&p->lock);
+        goto fail_kill;
+    }
+    pthread_mutex_unlock(&p->lock);
+    *ret = p;
+    return 0;
+
+fail_kill:
+    ws_tree_kill(p->tree);
+fail:
+    /* ws_child_free kills and reaps what is left; a tree whose spawn
+     * failed is empty. */
+    proc_free(p);
+    return err;
+}
+
+/* ---- accessors ---- */
+
+const char *ws_proc_id(const struct ws_proc *p)
+{
+    return p->id;
+}
+
+const char *ws_proc_tag(const struct ws_proc *p)
+{
+    return p->tag;
+}
+
+pid_t ws_proc_pid(const struct ws_proc *p)
+{
+    return p->pid;
+}
+
+bool ws_proc_background(const struct ws_proc *p)
+{
+    return p->background;
+}
+
+int64_t ws_proc_started_at_ms(const struct ws_proc *p)
+{
+    return p->started_unix_ms;
+}
+
+const char *ws_proc_cwd(const struct ws_proc *p)
+{
+    return p->cwd;
+}
+
+const char *const *ws_proc_argv(const struct ws_proc *p)
+{
+    return (const char *const *)p->argv;
+}
+
+bool ws_proc_get_result(struct ws_proc *p, struct ws_proc_result *ret)
+{
+    bool done;
+
+    pthread_mutex_lock(&p->lock);
+    done = p->phase == PHASE_DONE;
+    if (done && ret)
+        *ret = p->result;
+    pthread_mutex_unlock(&p->lock);
+    return done;
+}
+
+int ws_proc_on_done(struct ws_proc *p, ws_proc_done_fn fn, void *arg)
+{
+    struct done_cb *d = malloc(sizeof(*d));
+
+    if (!d)
+        return -ENOMEM;
+    d->fn = fn;
+    d->arg = arg;
+    pthread_mutex_lock(&p->lock);
+    if (p->phase != PHASE_DONE) {
+        d->next = p->done_cbs;
+        p->done_cbs = d;
+        pthread_mutex_unlock(&p->lock);
+        return 0;
+    }
+    pthread_mutex_unlock(&p->lock);
+    free(d);
+    fn(arg, p);
+    return 0;
+}
+
+int ws_proc_write_stdin(struct ws_proc *p, const void *data, size_t len, ws_proc_write_fn cb,
+                        void *arg)
+{
+    int r = 0;
+
+    if (len > WS_PROC_STDIN_MAX)
+        return -E2BIG;
+    pthread_mutex_lock(&p->lock);
+    if (p->stdin_fd < 0 || p->in_close_after) {
+        r = -EBADF;
+    } else if (p->in_cb || p->in_len) {
+        r = -EBUSY;
+    } else if (p->phase == PHASE_DONE) {
+        r = -EPIPE;
+    } else {
+        memcpy(p->in_buf, data, len);
+        p->in_len = len;
+        p->in_off = 0;
+        p->in_cb = cb;
+        p->in_arg = arg;
+        ws_pump_watch_set_out(p->pump, &p->stdin_w, true);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+int ws_proc_close_stdin(struct ws_proc *p)
+{
+    int r = 0;
+
+    pthread_mutex_lock(&p->lock);
+    if (p->stdin_fd < 0) {
+        r = p->is_pty || p->in_buf ? 0 : -EBADF;
+    } else if (p->in_len) {
+        p->in_close_after = true;
+    } else if (p->is_pty) {
+        char eof = CEOF;
+        (void)!write(p->stdin_fd, &eof, 1);
+    } else {
+        ws_pump_watch_del(p->pump, &p->stdin_w);
+        ws_child_close_stdin(p->child);
+        p->stdin_fd = -1;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+int ws_proc_resize(struct ws_proc *p, unsigned rows, unsigned cols)
+{
+    int r;
+
+    pthread_mutex_lock(&p->lock);
+    if (p->phase == PHASE_DONE)
+        r = -ESRCH;
+    else
+        r = ws_child_resize(p->child, rows, cols);
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+size_t ws_proc_capture(struct ws_proc *p, enum ws_stream s, void *buf, size_t max)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&p->lock);
+    struct stream *st = &p->streams[s];
+    if (st->present && st->cap) {
+        struct ws_capture_view v;
+        ws_capture_get_view(st->cap, &v);
+        if (v.head_len + v.tail_len <= max) {
+            memcpy(buf, v.head, v.head_len);
+            ws_capture_tail(st->cap, (uint8_t *)buf + v.head_len);
+            n = v.head_len + v.tail_len;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    return n;
+}
+
+/* ---- subscribers ---- */
+
+static void sub_unref(struct ws_sub *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) == 1) {
+        struct ws_proc *p = s->p;
+        if (s->release)
+            s->release(s->arg);
+        free(s);
+        ws_proc_unref(p);
+    }
+}
+
+int ws_sub_new(struct ws_proc *p, uint64_t offset, void (*notify)(void *arg),
+               void (*release)(void *arg), void *arg, struct ws_sub **ret)
+{
+    struct ws_sub *s = calloc(1, sizeof(*s));
+
+    if (!s)
+        return -ENOMEM;
+    atomic_init(&s->refs, 1);
+    s->p = p;
+    ws_proc_ref(p);
+    for (int i = 0; i < WS_STREAM_COUNT; i++)
+        s->off[i] = offset;
+    s->notify = notify;
+    s->release = release;
+    s->arg = arg;
+    pthread_mutex_lock(&p->lock);
+    /* An offset past the end waits for the stream to get there. */
+    s->next = p->subs;
+    p->subs = s;
+    pthread_mutex_unlock(&p->lock);
+    *ret = s;
+    return 0;
+}
+
+struct ws_proc *ws_sub_proc(struct ws_sub *s)
+{
+    return s->p;
+}
+
+/* Resumes a paused stream once a subscriber made room; lock held. */
+static void maybe_resume(struct ws_proc *p, struct stream *st)
+{
+    if (st->paused && !st->eof && stream_room(p, st) > 0) {
+        st->paused = false;
+        ws_pump_watch_set(p->pump, &st->w, true);
+    }
+}
+
+void ws_sub_next(struct ws_sub *s, void *buf, size_t max, struct ws_sub_event *ret)
+{
+    struct ws_proc *p = s->p;
+
+    memset(ret, 0, sizeof(*ret));
+    pthread_mutex_lock(&p->lock);
+    if (s->closed || s->exited_sent)
+        goto none;
+    if (!s->started_sent) {
+        s->started_sent = true;
+        ret->kind = WS_SUB_STARTED;
+        goto out;
+    }
+    for (unsigned k = 0; k < WS_STREAM_COUNT; k++) {
+        unsigned i = (s->rr + k) % WS_STREAM_COUNT;
+        struct stream *st = &p->streams[i];
+        if (!st->present)
+            continue;
+        uint64_t start = ws_ring_start(st->ring), end = ws_ring_end(st->ring);
+        if (s->off[i] < start) {
+            ret->kind = WS_SUB_GAP;
+            ret->stream = i;
+            ret->offset = s->off[i];
+            ret->dropped = start - s->off[i];
+            s->off[i] = start;
+            s->rr = i + 1;
+            goto out;
+        }
+        if (s->off[i] < end) {
+            uint64_t gap = 0;
+            size_t n = ws_ring_read(st->ring, s->off[i], buf, max, &gap);
+            ret->kind = WS_SUB_DATA;
+            ret->stream = i;
+            ret->offset = s->off[i];
+            ret->len = n;
+            s->off[i] += n;
+            s->delivered[i] += n;
+            s->rr = i + 1;
+            maybe_resume(p, st);
+            goto out;
+        }
+    }
+    if (p->phase == PHASE_DONE) {
+        s->exited_sent = true;
+        ret->kind = WS_SUB_EXITED;
+        ret->result = p->result;
+        memcpy(ret->delivered, s->delivered, sizeof(s->delivered));
+        goto out;
+    }
+none:
+    ret->kind = WS_SUB_NONE;
+    if (!s->closed && !s->exited_sent)
+        s->waiting = true;
+out:
+    pthread_mutex_unlock(&p->lock);
+}
+
+void ws_sub_delivered(struct ws_sub *s, uint64_t ret[WS_STREAM_COUNT])
+{
+    pthread_mutex_lock(&s->p->lock);
+    memcpy(ret, s->delivered, sizeof(s->delivered));
+    pthread_mutex_unlock(&s->p->lock);
+}
+
+void ws_sub_close(struct ws_sub *s)
+{
+    if (!s)
+        return;
+    struct ws_proc *p = s->p;
+    pthread_mutex_lock(&p->lock);
+    s->closed = true;
+    s->waiting = false;
+    for (struct ws_sub **pp = &p->subs; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    for (int i = 0; i < WS_STREAM_COUNT; i++)
+        if (p->streams[i].present)
+            maybe_resume(p, &p->streams[i]);
+    pthread_mutex_unlock(&p->lock);
+    sub_unref(s);
+}

@@ -1,0 +1,208 @@
+/* A running (or recently finished) command: its process tree, its output
+ * streams, the subscribers reading them, and the record of how it ended.
+ *
+ * Output: every stream (stdout and stderr, or one PTY stream) is read by
+ * the pump thread into a fixed-size replay ring (ring_bytes) and, for Run,
+ * into a head+tail capture. Subscribers (a Start stream, Attach streams)
+ * pull events with ws_sub_next(); each has its own offset per stream.
+ * While a subscriber is attached the pump never overwrites bytes it has not
+ * taken: it stops reading the pipe instead, so the child blocks and memory
+ * stays bounded. A subscriber that asks for bytes the ring no longer holds
+ * (it attached late) gets a gap event first, never a silent drop.
+ *
+ * Ending: when the first process exits, whatever it left running is ended
+ * (SIGTERM, grace, SIGKILL) and the pipes are drained; when it is killed
+ * (timeout, cancel, close, SIGKILL from a client) the same happens to the
+ * whole tree. The command is done once the first process is reaped, the
+ * tree is empty and every stream reached EOF. Then `exited` is final,
+ * subscribers see it after the last byte, and done callbacks run.
+ *
+ * Threads: all I/O runs on the pump thread; every function here may be
+ * called from any thread. Subscriber notifications and done callbacks run
+ * on the pump thread, with no lock of this module held.
+ *
+ * References: ws_proc_spawn returns one reference; subscribers and done
+ * callbacks hold their own until they end.
+ */
+#ifndef WS_EXEC_PROCESS_H
+#define WS_EXEC_PROCESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "server/posix/pump.h"
+#include "server/posix/tree.h"
+
+#define WS_PROC_ID_LEN  18 /* "p_" + 16 hex */
+#define WS_PROC_TAG_MAX 128
+/* Largest read from a child pipe, and largest chunk handed to a
+ * subscriber. */
+#define WS_PROC_READ_MAX  (256 * 1024)
+#define WS_PROC_CHUNK_MAX (128 * 1024)
+/* Bytes buffered for one pending stdin write. */
+#define WS_PROC_STDIN_MAX (1024 * 1024)
+/* After SIGKILL, how long to wait for the tree to empty and the pipes to
+ * reach EOF before giving up on them (a pipe end passed to a process
+ * outside the tree never closes). */
+#define WS_PROC_SETTLE_MS 5000
+/* Tick while waiting for a tree to empty (no notification exists for it). */
+#define WS_PROC_POLL_MS 10
+
+enum ws_stream { WS_STREAM_STDOUT = 0, WS_STREAM_STDERR, WS_STREAM_PTY, WS_STREAM_COUNT };
+
+enum ws_cause {
+    WS_CAUSE_NONE = 0,
+    WS_CAUSE_EXITED,
+    WS_CAUSE_SIGNALED,
+    WS_CAUSE_TIMEOUT,
+    WS_CAUSE_OOM,
+    WS_CAUSE_CANCELLED,
+    WS_CAUSE_EVICTED,
+};
+
+/* "EXITED", "SIGNALED", ... */
+const char *ws_cause_name(enum ws_cause c);
+
+struct ws_proc_stream_stats {
+    bool present;
+    uint64_t total;
+    /* Run: the capture's head and tail; truncated when bytes were not
+     * kept. Subscribers fill their own delivered counts. */
+    uint64_t head;
+    uint64_t tail;
+    bool truncated;
+};
+
+struct ws_proc_result {
+    enum ws_cause cause;
+    int exit_code;
+    int signal;
+    uint64_t wall_ms;
+    uint64_t user_ms;
+    uint64_t sys_ms;
+    uint64_t max_rss_bytes;
+    struct ws_proc_stream_stats streams[WS_STREAM_COUNT];
+};
+
+struct ws_proc_env {
+    struct ws_pump *pump;
+    struct ws_tree_host *trees;
+    int grace_ms;
+};
+
+struct ws_proc_config {
+    /* Vetted by the shell guard; argv[0] absolute. Borrowed. */
+    const char *const *argv;
+    const char *const *envp;
+    int cwd_fd;      /* borrowed */
+    const char *cwd; /* workspace-relative, for ListProcesses and audit */
+    bool stdin_pipe;
+    bool pty;
+    unsigned pty_rows;
+    unsigned pty_cols;
+    /* 0: none. */
+    uint64_t timeout_ms;
+    bool background;
+    const char *tag; /* NULL or "" */
+    size_t ring_bytes;
+    /* Run: head+tail kept per stream; 0: no capture. */
+    size_t capture_bytes;
+};
+
+struct ws_proc;
+
+/* Starts the command. Returns 0 and a reference, or the spawn's error
+ * (-ENOENT, -EACCES, -EMFILE, ...). */
+int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cfg,
+                  struct ws_proc **ret);
+
+void ws_proc_ref(struct ws_proc *p);
+/* Accepts NULL. */
+void ws_proc_unref(struct ws_proc *p);
+
+const char *ws_proc_id(const struct ws_proc *p);
+const char *ws_proc_tag(const struct ws_proc *p); /* "" when none */
+pid_t ws_proc_pid(const struct ws_proc *p);
+bool ws_proc_background(const struct ws_proc *p);
+int64_t ws_proc_started_at_ms(const struct ws_proc *p); /* unix ms */
+/* The working directory as the client named it ("." for the root). */
+const char *ws_proc_cwd(const struct ws_proc *p);
+/* argv as vetted (argv[0] the resolved path); valid for p's life. */
+const char *const *ws_proc_argv(const struct ws_proc *p);
+
+/* Whether the command is done; fills *ret when it is. */
+bool ws_proc_get_result(struct ws_proc *p, struct ws_proc_result *ret);
+
+/* Runs fn(arg, p) once on the pump thread when the command is done (at
+ * once on the calling thread if it already is). Returns 0 or -ENOMEM. */
+typedef void (*ws_proc_done_fn)(void *arg, struct ws_proc *p);
+int ws_proc_on_done(struct ws_proc *p, ws_proc_done_fn fn, void *arg);
+
+/* Ends the whole tree with `cause` (unless the command already ended or is
+ * being ended: the first cause wins): SIGTERM, the grace period, SIGKILL;
+ * without `graceful` SIGKILL at once. */
+void ws_proc_kill(struct ws_proc *p, enum ws_cause cause, bool graceful);
+
+/* Sends sig to every process of the tree. SIGKILL ends the command
+ * (cause SIGNALED). Returns 0, -ESRCH when it is already done, -EINVAL. */
+int ws_proc_signal(struct ws_proc *p, int sig);
+
+/* Queues data for stdin (copied); cb(arg, err) runs on the pump thread
+ * once it is written (err 0) or cannot be (-EPIPE: the command closed its
+ * stdin or ended; the data is dropped). Returns 0, -EBUSY while a write is
+ * pending, -EBADF when stdin is not a pipe or was closed, -E2BIG over
+ * WS_PROC_STDIN_MAX. With a PTY the bytes go to the terminal. */
+typedef void (*ws_proc_write_fn)(void *arg, int err);
+int ws_proc_write_stdin(struct ws_proc *p, const void *data, size_t len, ws_proc_write_fn cb,
+                        void *arg);
+/* Closes stdin after any pending write (with a PTY: sends the terminal's
+ * EOF character). Returns 0 or -EBADF as above. */
+int ws_proc_close_stdin(struct ws_proc *p);
+/* -ENOTTY without a PTY, -EINVAL for a bad size, -ESRCH when done. */
+int ws_proc_resize(struct ws_proc *p, unsigned rows, unsigned cols);
+
+/* The Run capture of a done command: the head and tail of `stream`
+ * concatenated into buf (at least head+tail bytes, see the result). */
+size_t ws_proc_capture(struct ws_proc *p, enum ws_stream s, void *buf, size_t max);
+
+/* ---- subscribers ---- */
+
+struct ws_sub;
+
+enum ws_sub_event_kind {
+    WS_SUB_NONE = 0, /* nothing now: notify will be called */
+    WS_SUB_STARTED,
+    WS_SUB_DATA,
+    WS_SUB_GAP,
+    WS_SUB_EXITED,
+};
+
+struct ws_sub_event {
+    enum ws_sub_event_kind kind;
+    enum ws_stream stream;
+    uint64_t offset;  /* DATA, GAP */
+    size_t len;       /* DATA: bytes copied into buf */
+    uint64_t dropped; /* GAP */
+    /* EXITED: the result, with this subscriber's delivered counts. */
+    struct ws_proc_result result;
+    uint64_t delivered[WS_STREAM_COUNT];
+};
+
+/* Subscribes from `offset` on every stream. notify(arg) runs on the pump
+ * thread when ws_sub_next returned NONE and something new is there;
+ * release(arg) runs once when the subscriber is freed (after
+ * ws_sub_close and any notification in progress). Returns 0 or -ENOMEM. */
+int ws_sub_new(struct ws_proc *p, uint64_t offset, void (*notify)(void *arg),
+               void (*release)(void *arg), void *arg, struct ws_sub **ret);
+/* The next event; data goes to buf (max bytes). Events come in order:
+ * STARTED once, then DATA/GAP, EXITED once last, then NONE forever. */
+void ws_sub_next(struct ws_sub *s, void *buf, size_t max, struct ws_sub_event *ret);
+/* Bytes handed to this subscriber per stream so far. */
+void ws_sub_delivered(struct ws_sub *s, uint64_t ret[WS_STREAM_COUNT]);
+/* Detaches; the subscriber no longer holds the pump back. */
+void ws_sub_close(struct ws_sub *s);
+struct ws_proc *ws_sub_proc(struct ws_sub *s);
+
+#endif

@@ -94,7 +94,8 @@ struct ws_proc {
     struct ws_pump_watch timer_w;
     int timer_fd;
     /* stdin */
-    int stdin_fd; /* borrowed; -1 when closed or absent */
+    int stdin_fd;  /* borrowed; -1 when closed or absent */
+    int pty_in_fd; /* owned duplicate of the PTY master for stdin */
     bool is_pty;
     struct ws_pump_watch stdin_w;
     uint8_t *in_buf;
@@ -143,6 +144,8 @@ static void proc_free(struct ws_proc *p)
     }
     if (p->timer_fd >= 0)
         close(p->timer_fd);
+    if (p->pty_in_fd >= 0)
+        close(p->pty_in_fd);
     ws_child_free(p->child);
     ws_tree_free(p->tree);
     if (p->argv)
@@ -310,7 +313,13 @@ static bool check_done(struct ws_proc *p)
 {
     if (p->phase == PHASE_DONE || !p->leader_done)
         return false;
-    bool settled = p->phase == PHASE_KILLED && mono_ms() >= p->phase_deadline;
+    /* Give up on a pipe only when it is not being drained: a paused
+     * stream (a slow reader) still has bytes the command wrote. */
+    bool paused = false;
+    for (int i = 0; i < WS_STREAM_COUNT; i++)
+        if (p->streams[i].present && !p->streams[i].eof && p->streams[i].paused)
+            paused = true;
+    bool settled = p->phase == PHASE_KILLED && !paused && mono_ms() >= p->phase_deadline;
     if (!all_eof(p) && !settled)
         return false;
     if (!settled && ws_tree_count(p->tree) > 0)
@@ -352,6 +361,8 @@ static void run_done(struct ws_proc *p)
     p->stdin_fd = -1;
     int timer_fd = p->timer_fd;
     p->timer_fd = -1;
+    int pty_in_fd = p->pty_in_fd;
+    p->pty_in_fd = -1;
     if (p->in_cb) {
         in_cb = p->in_cb;
         in_arg = p->in_arg;
@@ -362,6 +373,8 @@ static void run_done(struct ws_proc *p)
     ws_child_free(child);
     if (timer_fd >= 0)
         close(timer_fd);
+    if (pty_in_fd >= 0)
+        close(pty_in_fd);
     ws_tree_free(tree);
     if (in_cb)
         in_cb(in_arg, -EPIPE);
@@ -380,9 +393,9 @@ static void begin_kill(struct ws_proc *p, bool graceful)
     if (p->phase == PHASE_DONE || p->phase == PHASE_KILLED)
         return;
     if (graceful && p->phase == PHASE_RUNNING && p->grace_ms > 0) {
+        /* The tree covers the leader's group too (and sends SIGCONT after,
+         * so stopped members act on it): one delivery per process. */
         ws_tree_signal(p->tree, SIGTERM);
-        ws_child_signal(p->child, SIGTERM);
-        ws_child_signal(p->child, SIGCONT);
         p->phase = PHASE_TERMINATING;
         p->phase_deadline = mono_ms() + p->grace_ms;
     } else {
@@ -419,7 +432,6 @@ int ws_proc_signal(struct ws_proc *p, int sig)
         begin_kill(p, false);
     } else {
         ws_tree_signal(p->tree, sig);
-        ws_child_signal(p->child, sig);
     }
     pthread_mutex_unlock(&p->lock);
     return r;
@@ -475,6 +487,9 @@ static void on_stream(void *arg, uint32_t events)
         if (st->cap)
             ws_capture_append(st->cap, read_buf, (size_t)n);
         st->total += (uint64_t)n;
+        /* Still draining what the tree wrote: not the time to give up. */
+        if (p->phase == PHASE_KILLED && p->leader_done)
+            p->phase_deadline = mono_ms() + WS_PROC_SETTLE_MS;
     } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
         /* EOF; a PTY master reads EIO once the last slave fd closed. */
         close_stream(p, st);
@@ -691,6 +706,7 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     pthread_mutex_init(&p->lock, NULL);
     p->timer_fd = -1;
     p->stdin_fd = -1;
+    p->pty_in_fd = -1;
     p->pump = env->pump;
     p->grace_ms = env->grace_ms;
     p->background = cfg->background;
@@ -740,7 +756,12 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
         p->is_pty = true;
         err = setup_stream(p, WS_STREAM_PTY, ws_child_pty_fd(p->child), cfg->ring_bytes,
                            cfg->capture_bytes);
-        p->stdin_fd = ws_child_pty_fd(p->child);
+        /* epoll registers an fd number once: stdin writes go through a
+         * duplicate of the master (same terminal, own registration). */
+        p->pty_in_fd = fcntl(ws_child_pty_fd(p->child), F_DUPFD_CLOEXEC, 3);
+        if (p->pty_in_fd < 0 && err == 0)
+            err = -errno;
+        p->stdin_fd = p->pty_in_fd;
     } else {
         err = setup_stream(p, WS_STREAM_STDOUT, ws_child_stdout_fd(p->child), cfg->ring_bytes,
                            cfg->capture_bytes);

@@ -1362,14 +1362,14 @@ void ws_tree_free(struct ws_tree *t)
     if (t->entered && t->entered_tid == gettid())
         (void)ws_tree_leave(t);
 
+    close_fd(&t->tasks_fd);
+    close_fd(&t->dir_fd);
     if (h->mech == MECH_CGROUP) {
         /* With a thread still inside, neither freeze nor rmdir can work:
-         * the host (or the next start's sweep) removes the cgroup. */
-        bool empty = !t->entered && cg_kill_until_empty(h, t->dir_fd, t->rel) == 0;
-        close_fd(&t->tasks_fd);
-        close_fd(&t->dir_fd);
-        if (empty)
-            (void)unlinkat(h->host_fd, t->name, AT_REMOVEDIR);
+         * the host (or the next start's sweep) removes the cgroup. Below
+         * it, too, what a command running as root may have made. */
+        if (!t->entered)
+            (void)cg_destroy(h, h->host_fd, t->name, t->rel, 0);
     } else {
         /* Entering moved no thread here: the kill is safe regardless. */
         t->entered = false;

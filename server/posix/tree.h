@@ -220,12 +220,14 @@ int ws_tree_kill(struct ws_tree *t);
 
 /* The number of live processes in the tree (zombies, the leader awaiting
  * wait4 included, are not counted; neither is a server thread between
- * enter and leave). Returns >= 0 or a read error. */
+ * enter and leave). Signal, kill and count cover the tree's cgroup itself,
+ * not cgroups a command running as root made below it (only free does).
+ * Returns >= 0 or a read error. */
 int ws_tree_count(struct ws_tree *t);
 
 /* Kills what is left of the tree, waits up to WS_TREE_FREE_WAIT_MS for it
- * to die, removes its cgroup (left for the host or the next start's sweep
- * when something is stuck), forgets it, and in subreaper mode reaps
+ * to die, removes its cgroup and any a command made below it (left for the
+ * host or the next start's sweep when something is stuck), forgets it, and in subreaper mode reaps
  * adopted zombies (ws_tree_host_reap): free the leader's struct ws_child,
  * which reaps it, first. Accepts NULL. */
 void ws_tree_free(struct ws_tree *t);

@@ -549,6 +549,17 @@ static void stream_destroy(struct ws_call *call)
     free(st);
 }
 
+/* Ends a Start call with an error the handler chose: the call will see no
+ * on_cancel, so what on_cancel would do happens here (the process ends
+ * with its stream unless it runs in the background; the subscriber and
+ * its call reference go). */
+static void stream_fail(struct stream *st, grpc_status_code code, const char *reason,
+                        const char *message)
+{
+    ws_call_fail_status(st->call, code, reason, message);
+    stream_cancel(st->call);
+}
+
 static struct stream *stream_new(struct ws_call *call)
 {
     struct stream *st = calloc(1, sizeof(*st));
@@ -645,8 +656,8 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
     switch (req->msg_case) {
     case WORKSPACE__V1__START_REQUEST__MSG_STDIN:
         if (!st->want_stdin) {
-            ws_call_fail_status(call, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
-                                "stdin was not requested (set process.stdin)");
+            stream_fail(st, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
+                        "stdin was not requested (set process.stdin)");
             return;
         }
         ws_call_ref(call);
@@ -655,13 +666,13 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
             return; /* the next receive follows the write */
         ws_call_unref(call);
         if (err == -EBADF) {
-            ws_call_fail_status(call, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
-                                "stdin was already closed");
+            stream_fail(st, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
+                        "stdin was already closed");
             return;
         }
         if (err == -E2BIG) {
-            ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
-                                "a stdin message holds at most 1 MiB");
+            stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+                        "a stdin message holds at most 1 MiB");
             return;
         }
         break; /* -EPIPE: the command has ended */
@@ -671,8 +682,8 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
         break;
     case WORKSPACE__V1__START_REQUEST__MSG_SIGNAL:
         if (req->signal <= 0 || req->signal >= NSIG) {
-            ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
-                                "signal number out of range");
+            stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                        "signal number out of range");
             return;
         }
         (void)ws_proc_signal(st->p, req->signal);
@@ -680,19 +691,19 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
     case WORKSPACE__V1__START_REQUEST__MSG_RESIZE:
         err = req->resize ? ws_proc_resize(st->p, req->resize->rows, req->resize->cols) : -EINVAL;
         if (err == -ENOTTY) {
-            ws_call_fail_status(call, GRPC_STATUS_FAILED_PRECONDITION, "NO_PTY",
-                                "the process has no terminal");
+            stream_fail(st, GRPC_STATUS_FAILED_PRECONDITION, "NO_PTY",
+                        "the process has no terminal");
             return;
         }
         if (err == -EINVAL) {
-            ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
-                                "terminal size out of range");
+            stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                        "terminal size out of range");
             return;
         }
         break;
     default:
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
-                            "`start` may only be the first message");
+        stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+                    "`start` may only be the first message");
         return;
     }
     start_recv(st);

@@ -621,7 +621,11 @@ TEST_P(TreeTest, ConcurrentTreesStayApart)
         size_t k = i % 2 ? cmds.size() - 1 - i / 2 : i / 2;
         EXPECT_EQ(ws_tree_kill(cmds[k].t), 4);
         killed[k] = true;
-        EXPECT_TRUE(WaitFor([&] { return Marked(cmds[k].m).empty(); }));
+        // Settled, not just signalled: in subreaper mode an escapee that is
+        // still dying has been re-parented to the server and, by the orphan
+        // rule, also counts for a live tree that started earlier.
+        EXPECT_TRUE(
+            WaitFor([&] { return Marked(cmds[k].m).empty() && ws_tree_count(cmds[k].t) == 0; }));
         for (size_t j = 0; j < cmds.size(); j++)
             if (!killed[j]) {
                 EXPECT_EQ(Marked(cmds[j].m).size(), 3u) << "killing one tree hit another";
@@ -861,6 +865,70 @@ TEST_F(CgroupTest, StaleHostDirectoriesAreSwept)
     EXPECT_EQ(rmdir(live.c_str()), 0);
 }
 
+// A command running as root can make cgroups below its own; freeing the
+// tree ends what is in them and removes them too.
+TEST_F(CgroupTest, FreeRemovesNestedCgroups)
+{
+    std::string m = NewMarker();
+    ws_tree *t = NewTree();
+    ASSERT_NE(t, nullptr);
+    ws_child *c = Spawn(t, "sleep " + m);
+    ASSERT_NE(c, nullptr);
+    auto trees = NumericDirs(HostDir());
+    ASSERT_EQ(trees.size(), 1u);
+    std::string nested = HostDir() + "/" + *trees.begin() + "/made-by-command";
+    ASSERT_EQ(mkdir(nested.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((nested + "/deeper").c_str(), 0755), 0);
+    ws_child *inner = SpawnArgv({"/bin/sleep", m});
+    ASSERT_NE(inner, nullptr);
+    ASSERT_EQ(WriteFile(nested + "/deeper/cgroup.procs", std::to_string(ws_child_pid(inner))), 0);
+    ASSERT_TRUE(WaitFor([&] { return Marked(m).size() == 2; }));
+
+    ws_child_free(c);
+    ws_tree_free(t);
+    EXPECT_TRUE(NumericDirs(HostDir()).empty());
+    EXPECT_TRUE(Marked(m).empty());
+    EXPECT_EQ(WaitExit(inner).signal, SIGKILL);
+    ws_child_free(inner);
+}
+
+// Removal of a stale directory goes WS_TREE_CGROUP_DEPTH_MAX levels down and
+// no further: what is deeper stays, and so does the path to it.
+TEST_F(CgroupTest, SweepDepthIsBounded)
+{
+    ws_tree_host_free(host_);
+    host_ = nullptr;
+    std::string hosts = root_ + "/workspaced";
+    ASSERT_TRUE(mkdir(hosts.c_str(), 0755) == 0 || errno == EEXIST);
+    long pid_max = strtol(ReadFile("/proc/sys/kernel/pid_max").c_str(), nullptr, 10);
+    std::vector<std::string> levels = {hosts + "/" + std::to_string(pid_max + 777)};
+    for (int i = 1; i <= WS_TREE_CGROUP_DEPTH_MAX + 2; i++)
+        levels.push_back(levels.back() + "/d");
+    for (auto &dir : levels)
+        ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
+
+    std::string m_shallow = NewMarker(), m_deep = NewMarker();
+    ws_child *shallow = SpawnArgv({"/bin/sleep", m_shallow});
+    ws_child *deep = SpawnArgv({"/bin/sleep", m_deep});
+    ASSERT_NE(shallow, nullptr);
+    ASSERT_NE(deep, nullptr);
+    ASSERT_EQ(WriteFile(levels[1] + "/cgroup.procs", std::to_string(ws_child_pid(shallow))), 0);
+    ASSERT_EQ(WriteFile(levels.back() + "/cgroup.procs", std::to_string(ws_child_pid(deep))), 0);
+    ASSERT_TRUE(
+        WaitFor([&] { return Marked(m_shallow).size() == 1 && Marked(m_deep).size() == 1; }));
+
+    NewHost();
+    EXPECT_EQ(WaitExit(shallow).signal, SIGKILL);
+    EXPECT_EQ(Marked(m_deep).size(), 1u);
+    EXPECT_TRUE(Exists(levels.back()));
+    EXPECT_TRUE(Exists(levels[0]));
+
+    ws_child_free(shallow);
+    ws_child_free(deep); // kills it, then the directories can go
+    for (size_t i = levels.size(); i-- > 0;)
+        EXPECT_EQ(rmdir(levels[i].c_str()), 0) << levels[i] << ": " << strerror(errno);
+}
+
 TEST(TreeHostConfigTest, RejectsBadConfig)
 {
     ws_tree_host *h = nullptr;
@@ -946,7 +1014,8 @@ TEST_F(SubreaperTest, AdoptedZombiesAreReapedButLeadersAreNot)
     ASSERT_EQ(ws_child_try_reap(c2, &e), 0);
     EXPECT_EQ(e.exit_code, 4);
 
-    EXPECT_EQ(ws_tree_kill(t), 2);
+    ASSERT_TRUE(WaitFor([&] { return Marked(m).size() == 1; }));
+    EXPECT_EQ(ws_tree_kill(t), 2); // sh and its sleep
     EXPECT_TRUE(WaitFor([&] { return Marked(m).empty(); }));
     ws_child_free(c);
     ws_tree_free(t);
@@ -962,6 +1031,7 @@ TEST_F(SubreaperTest, SpawnInFlightIsNeitherReapedNorKilled)
     ASSERT_NE(t1, nullptr);
     ws_child *c1 = Spawn(t1, "sleep " + m1);
     ASSERT_NE(c1, nullptr);
+    ASSERT_TRUE(WaitFor([&] { return Marked(m1).size() == 1; }));
 
     // t2's leader exists but is not registered yet: it looks like an
     // orphan of t1 (a child of ours that started after t1's leader).

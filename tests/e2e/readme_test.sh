@@ -31,4 +31,8 @@ out=$(PYTHONPATH="$tmp/client" /usr/bin/python3 "$tmp/tour.py")
 echo "$out"
 grep -q "write tests" <<<"$out" || { echo "FAIL: the file did not round-trip"; exit 1; }
 grep -q "StatusCode.INVALID_ARGUMENT" <<<"$out" || { echo "FAIL: the escape was not refused"; exit 1; }
+grep -qF "b'2 notes/plan.md\\n' EXIT_CAUSE_EXITED" <<<"$out" || { echo "FAIL: Run did not count the lines"; exit 1; }
+grep -qF "stdout b'one\\n'" <<<"$out" || { echo "FAIL: Start did not stream the first line"; exit 1; }
+grep -q "^EXIT_CAUSE_TIMEOUT" <<<"$out" || { echo "FAIL: the timeout did not end the command"; exit 1; }
+grep -q "two" <<<"$out" && { echo "FAIL: the command outlived its timeout"; exit 1; }
 echo "README tour OK"

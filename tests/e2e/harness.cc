@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -409,6 +410,304 @@ grpc::Status Read(workspace::v1::FileSystem::Stub *fs, const std::string &id,
     while (r->Read(&m))
         out->append(m.data());
     return r->Finish();
+}
+
+} // namespace wstest
+
+// ---- Exec helpers ----
+
+namespace wstest
+{
+
+Ws OpenShell(workspace::v1::Workspaces::Stub *stub,
+             const std::vector<std::string> &allowed_commands,
+             const std::vector<std::string> &pass_env, uint64_t max_duration_ms)
+{
+    workspace::v1::OpenRequest req;
+    req.mutable_local_bash();
+    req.mutable_capabilities()->mutable_fs();
+    auto *shell = req.mutable_capabilities()->mutable_shell();
+    for (const auto &c : allowed_commands)
+        shell->add_allowed_commands(c);
+    for (const auto &e : pass_env)
+        shell->add_pass_env(e);
+    shell->set_max_duration_ms(max_duration_ms);
+    workspace::v1::OpenResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Status s = stub->Open(&ctx, req, &resp);
+    if (!s.ok())
+        throw std::runtime_error("Open(local-bash, shell) failed: " + s.error_message());
+    return Ws{resp.workspace().id(), resp.workspace().ref().token()};
+}
+
+workspace::v1::ProcessConfig ArgvProcess(const std::vector<std::string> &argv)
+{
+    workspace::v1::ProcessConfig p;
+    for (const auto &a : argv)
+        p.add_argv(a);
+    return p;
+}
+
+workspace::v1::ProcessConfig CommandProcess(const std::string &command)
+{
+    workspace::v1::ProcessConfig p;
+    p.set_command(command);
+    return p;
+}
+
+grpc::Status RunProcess(workspace::v1::Exec::Stub *exec, const std::string &workspace_id,
+                        const workspace::v1::ProcessConfig &process,
+                        workspace::v1::RunResponse *resp, const std::string &stdin_data,
+                        int deadline_s)
+{
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(deadline_s));
+    workspace::v1::RunRequest req;
+    req.set_workspace_id(workspace_id);
+    *req.mutable_process() = process;
+    req.set_stdin_data(stdin_data);
+    return exec->Run(&ctx, req, resp);
+}
+
+std::unique_ptr<StartStreamRW> StartStream(workspace::v1::Exec::Stub *exec,
+                                           grpc::ClientContext *ctx,
+                                           const std::string &workspace_id,
+                                           const workspace::v1::ProcessConfig &process)
+{
+    auto rw = exec->Start(ctx);
+    workspace::v1::StartRequest first;
+    first.mutable_start()->set_workspace_id(workspace_id);
+    *first.mutable_start()->mutable_process() = process;
+    // A failed write means the call already ended; Read/Finish say why.
+    rw->Write(first);
+    return rw;
+}
+
+namespace
+{
+
+void LogChunk(const char *name, char tag, const workspace::v1::OutputChunk &c, StreamLog *s,
+              EventLog *log)
+{
+    if (!s->any) {
+        s->any = true;
+        s->first = c.offset();
+        s->next = c.offset();
+    }
+    if (c.offset() != s->next)
+        log->problems.push_back(std::string(name) + " chunk at offset " +
+                                std::to_string(c.offset()) + ", expected " +
+                                std::to_string(s->next));
+    s->data += c.data();
+    s->next = c.offset() + c.data().size();
+    s->chunks++;
+    log->order.push_back(tag);
+}
+
+} // namespace
+
+void LogEvent(const workspace::v1::ProcessEvent &ev, EventLog *log)
+{
+    using E = workspace::v1::ProcessEvent;
+    log->events++;
+    if (log->exited)
+        log->problems.push_back("event " + std::to_string(ev.event_case()) + " after exited");
+    if (ev.event_case() != E::kStarted && !log->started)
+        log->problems.push_back("event " + std::to_string(ev.event_case()) + " before started");
+    switch (ev.event_case()) {
+    case E::kStarted:
+        if (log->started)
+            log->problems.push_back("second started");
+        log->started = true;
+        log->start = ev.started();
+        break;
+    case E::kStdout:
+        LogChunk("stdout", 'o', ev.stdout(), &log->out, log);
+        break;
+    case E::kStderr:
+        LogChunk("stderr", 'e', ev.stderr(), &log->err, log);
+        break;
+    case E::kPty:
+        LogChunk("pty", 'p', ev.pty(), &log->pty, log);
+        break;
+    case E::kGap: {
+        const auto &g = ev.gap();
+        StreamLog *s = g.stream() == workspace::v1::OUTPUT_STREAM_STDOUT   ? &log->out
+                       : g.stream() == workspace::v1::OUTPUT_STREAM_STDERR ? &log->err
+                       : g.stream() == workspace::v1::OUTPUT_STREAM_PTY    ? &log->pty
+                                                                           : nullptr;
+        if (!s) {
+            log->problems.push_back("gap on stream " + std::to_string(g.stream()));
+            break;
+        }
+        if (!s->any) {
+            s->any = true;
+            s->first = g.offset();
+            s->next = g.offset();
+        }
+        if (g.offset() != s->next)
+            log->problems.push_back("gap at offset " + std::to_string(g.offset()) + ", expected " +
+                                    std::to_string(s->next));
+        s->next = g.offset() + g.bytes_dropped();
+        log->gaps.push_back(g);
+        log->order.push_back('g');
+        break;
+    }
+    case E::kExited:
+        log->exited = true;
+        log->exit = ev.exited();
+        break;
+    default:
+        log->problems.push_back("empty event");
+    }
+}
+
+bool ReadEvents(grpc::internal::ReaderInterface<workspace::v1::ProcessEvent> *reader, EventLog *log,
+                const std::function<bool(const EventLog &)> &until)
+{
+    workspace::v1::ProcessEvent ev;
+    while (reader->Read(&ev)) {
+        LogEvent(ev, log);
+        if (until && until(*log))
+            return true;
+    }
+    return false;
+}
+
+std::string Problems(const EventLog &log)
+{
+    std::string s;
+    for (const auto &p : log.problems)
+        s += p + "; ";
+    return s;
+}
+
+std::string UniqueSleep()
+{
+    static std::atomic<unsigned> counter{0};
+    unsigned long long t = static_cast<unsigned long long>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    // pid, a per-process counter and clock bits: unique across concurrent
+    // test processes on the host.
+    return "1000." + std::to_string(getpid()) + std::to_string(counter++) +
+           std::to_string(t % 1000000007ULL);
+}
+
+namespace
+{
+
+// Fields of /proc/PID/stat after the command name: state, ppid.
+bool ReadStat(const std::string &pid, char *state, long *ppid)
+{
+    std::string s = ReadHostFile("/proc/" + pid + "/stat");
+    size_t close = s.rfind(')');
+    if (close == std::string::npos || close + 2 >= s.size())
+        return false;
+    std::istringstream in(s.substr(close + 2));
+    in >> *state >> *ppid;
+    return static_cast<bool>(in);
+}
+
+template <typename F> void ForEachPid(F f)
+{
+    DIR *d = opendir("/proc");
+    if (!d)
+        return;
+    while (struct dirent *de = readdir(d)) {
+        if (de->d_name[0] < '0' || de->d_name[0] > '9')
+            continue;
+        f(std::string(de->d_name));
+    }
+    closedir(d);
+}
+
+int CountEntries(const std::string &dir)
+{
+    DIR *d = opendir(dir.c_str());
+    if (!d)
+        return -1;
+    int n = 0;
+    while (struct dirent *de = readdir(d))
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+} // namespace
+
+int CountProcsWithMarker(const std::string &marker)
+{
+    int n = 0;
+    std::string self = std::to_string(getpid());
+    ForEachPid([&](const std::string &pid) {
+        if (pid == self)
+            return;
+        char state = 0;
+        long ppid = 0;
+        if (!ReadStat(pid, &state, &ppid) || state == 'Z' || state == 'X')
+            return;
+        std::string cmd = ReadHostFile("/proc/" + pid + "/cmdline");
+        for (auto &c : cmd)
+            if (c == '\0')
+                c = ' ';
+        if (cmd.find(marker) != std::string::npos)
+            n++;
+    });
+    return n;
+}
+
+int WaitProcsAtMost(const std::string &marker, int at_most, int timeout_ms)
+{
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    int n = CountProcsWithMarker(marker);
+    while (n > at_most && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        n = CountProcsWithMarker(marker);
+    }
+    return n;
+}
+
+int WaitProcsAtLeast(const std::string &marker, int at_least, int timeout_ms)
+{
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    int n = CountProcsWithMarker(marker);
+    while (n < at_least && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        n = CountProcsWithMarker(marker);
+    }
+    return n;
+}
+
+ProcStats StatsOf(pid_t pid)
+{
+    ProcStats st;
+    std::string p = "/proc/" + std::to_string(pid);
+    st.fds = CountEntries(p + "/fd");
+    st.threads = CountEntries(p + "/task");
+    std::istringstream status(ReadHostFile(p + "/status"));
+    std::string line;
+    while (std::getline(status, line))
+        if (line.compare(0, 6, "VmRSS:") == 0)
+            st.rss_kb = std::strtol(line.c_str() + 6, nullptr, 10);
+    ForEachPid([&](const std::string &child) {
+        char state = 0;
+        long ppid = 0;
+        if (ReadStat(child, &state, &ppid) && ppid == pid) {
+            st.children++;
+            if (state == 'Z')
+                st.zombies++;
+        }
+    });
+    return st;
+}
+
+std::string SelfExe()
+{
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+    return n > 0 ? std::string(buf, n) : std::string();
 }
 
 } // namespace wstest

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -126,5 +127,100 @@ grpc::Status Read(workspace::v1::FileSystem::Stub *fs, const std::string &id,
 
 #define EXPECT_WS_ERROR(status, want_code, want_reason)                                            \
     EXPECT_TRUE(::wstest::IsError((status), (want_code), (want_reason)))
+
+} // namespace wstest
+
+// ---- Exec helpers (tests/e2e/exec*_test.cc) ----
+
+namespace wstest
+{
+
+// Opens a local-bash workspace declaring fs (server defaults) and shell with
+// this policy.
+Ws OpenShell(workspace::v1::Workspaces::Stub *stub,
+             const std::vector<std::string> &allowed_commands,
+             const std::vector<std::string> &pass_env = {}, uint64_t max_duration_ms = 0);
+
+workspace::v1::ProcessConfig ArgvProcess(const std::vector<std::string> &argv);
+workspace::v1::ProcessConfig CommandProcess(const std::string &command);
+
+// Exec.Run with a deadline (a hung call fails the test instead of hanging it).
+grpc::Status RunProcess(workspace::v1::Exec::Stub *exec, const std::string &workspace_id,
+                        const workspace::v1::ProcessConfig &process,
+                        workspace::v1::RunResponse *resp, const std::string &stdin_data = "",
+                        int deadline_s = 120);
+
+using StartStreamRW =
+    grpc::ClientReaderWriter<workspace::v1::StartRequest, workspace::v1::ProcessEvent>;
+
+// Opens Exec.Start on `ctx` and writes the `start` message. The caller owns
+// the context's deadline (none unless set before the call).
+std::unique_ptr<StartStreamRW> StartStream(workspace::v1::Exec::Stub *exec,
+                                           grpc::ClientContext *ctx,
+                                           const std::string &workspace_id,
+                                           const workspace::v1::ProcessConfig &process);
+
+// What one output stream delivered to one subscriber.
+struct StreamLog {
+    std::string data;
+    bool any = false;   // a chunk or gap was seen
+    uint64_t first = 0; // offset of the first chunk (or gap)
+    uint64_t next = 0;  // offset just past the last byte seen
+    int chunks = 0;
+};
+
+// Every event of a Start or Attach stream, with the protocol checked as it
+// goes: `started` first and once, chunks contiguous per stream (a gap moves
+// the expected offset), `exited` last. Violations land in `problems`.
+struct EventLog {
+    bool started = false;
+    workspace::v1::Started start;
+    StreamLog out, err, pty;
+    std::vector<workspace::v1::Gap> gaps;
+    bool exited = false;
+    workspace::v1::Exited exit;
+    int events = 0;
+    std::vector<std::string> problems;
+    // Order of stream events: 'o', 'e', 'p', 'g' per chunk/gap.
+    std::string order;
+};
+
+// Adds one event to `log`.
+void LogEvent(const workspace::v1::ProcessEvent &ev, EventLog *log);
+
+// Reads events into `log` until the stream ends, or until `until(log)` is
+// true after an event. Returns whether the stream is still open (stopped by
+// `until`).
+bool ReadEvents(grpc::internal::ReaderInterface<workspace::v1::ProcessEvent> *reader, EventLog *log,
+                const std::function<bool(const EventLog &)> &until = nullptr);
+
+// Joins `problems` for a failure message ("" when none).
+std::string Problems(const EventLog &log);
+
+// A token unique to this call, usable as a sleep duration ("1000.<digits>"),
+// so the processes of one test can be told apart in /proc by their cmdline.
+std::string UniqueSleep();
+
+// Live (not zombie) processes, other than this one, whose cmdline (NULs read
+// as spaces) contains `marker`.
+int CountProcsWithMarker(const std::string &marker);
+
+// Polls until CountProcsWithMarker(marker) <= at_most (or >= at_least when
+// at_least > 0) or `timeout_ms` passes; returns the last count.
+int WaitProcsAtMost(const std::string &marker, int at_most, int timeout_ms);
+int WaitProcsAtLeast(const std::string &marker, int at_least, int timeout_ms);
+
+// What /proc says about a process.
+struct ProcStats {
+    int fds = -1;
+    int threads = -1;
+    int children = 0; // processes whose ppid is this one, zombies included
+    int zombies = 0;  // of those, zombies
+    long rss_kb = -1;
+};
+ProcStats StatsOf(pid_t pid);
+
+// Path of the running test binary (for re-executing it as a helper).
+std::string SelfExe();
 
 } // namespace wstest

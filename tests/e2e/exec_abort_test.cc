@@ -1,0 +1,533 @@
+// Exec end to end, abort: every way a command can be ended (timeout,
+// client cancel, deadline, a client process killed mid-stream, workspace
+// Close, server shutdown, its first process exiting) ends its whole process
+// tree, including descendants that left the process group (setsid, double
+// fork) and ones that ignore SIGTERM. Survivors are looked for in /proc by
+// a unique sleep duration in their argv. Everything runs under both
+// containment mechanisms: the per-command cgroup (the default here) and
+// the subreaper fallback (--process-containment=subreaper).
+//
+// This binary has its own main(): started with --exec-client-helper it is
+// a client process that starts a command and blocks, for the test to kill.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/e2e/harness.h"
+
+extern char **environ;
+
+using grpc::ClientContext;
+using grpc::StatusCode;
+using namespace workspace::v1;
+using wstest::ArgvProcess;
+using wstest::EventLog;
+using wstest::Server;
+
+namespace
+{
+
+using Clock = std::chrono::steady_clock;
+
+const char kHelperFlag[] = "--exec-client-helper";
+const char kHelperSleepEnv[] = "WS_HELPER_SLEEP";
+
+// Three sleeps: one in the group, one that left it with setsid, and the
+// foreground one; the shell's own argv holds the marker too.
+std::string EscapingTree(const std::string &m)
+{
+    return "sleep " + m + " & setsid sleep " + m + " & sleep " + m;
+}
+
+double SecondsSince(Clock::time_point t)
+{
+    return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The largest CountProcsWithMarker seen while it runs: proof that the
+// processes a survivor check looks for existed at all.
+class PeakWatcher
+{
+  public:
+    explicit PeakWatcher(std::string marker) : marker_(std::move(marker))
+    {
+        thread_ = std::thread([this] {
+            while (!stop_) {
+                int n = wstest::CountProcsWithMarker(marker_);
+                if (n > peak_)
+                    peak_ = n;
+                std::this_thread::sleep_for(std::chrono::milliseconds(10));
+            }
+        });
+    }
+    ~PeakWatcher()
+    {
+        Stop();
+    }
+    int Stop()
+    {
+        stop_ = true;
+        if (thread_.joinable())
+            thread_.join();
+        return peak_;
+    }
+
+  private:
+    std::string marker_;
+    std::atomic<bool> stop_{false};
+    std::atomic<int> peak_{0};
+    std::thread thread_;
+};
+
+const int kSurvivorWaitMs = 10000;
+
+class ExecAbortTest : public ::testing::TestWithParam<std::string>
+{
+  protected:
+    void SetUp() override
+    {
+        std::vector<std::string> args;
+        if (GetParam() == "subreaper")
+            args = {"--process-containment=subreaper"};
+        srv_ = std::make_unique<Server>(args);
+        wsstub_ = srv_->workspaces();
+        exec_ = srv_->exec();
+        ws_ = wstest::OpenShell(wsstub_.get(), {"sh", "sleep", "setsid", "echo", "true"});
+    }
+
+    void TearDown() override
+    {
+        if (!srv_ || !srv_->running())
+            return;
+        // Whatever the test did, the server reaps what it started.
+        wstest::ProcStats st = srv_->pid() > 0 ? wstest::StatsOf(srv_->pid()) : wstest::ProcStats{};
+        auto deadline = Clock::now() + std::chrono::seconds(10);
+        while (st.zombies > 0 && Clock::now() < deadline) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+            st = wstest::StatsOf(srv_->pid());
+        }
+        EXPECT_EQ(st.zombies, 0) << "the server left zombie children";
+    }
+
+    // Starts `p` on `ctx` and waits for `started` and for `want` processes
+    // with the marker.
+    std::unique_ptr<wstest::StartStreamRW> StartAndWait(ClientContext *ctx, const ProcessConfig &p,
+                                                        const std::string &marker, int want,
+                                                        EventLog *log,
+                                                        const std::string &ws_id = "")
+    {
+        auto rw = wstest::StartStream(exec_.get(), ctx, ws_id.empty() ? ws_.id : ws_id, p);
+        EXPECT_TRUE(wstest::ReadEvents(rw.get(), log, [](const EventLog &l) { return l.started; }))
+            << "no started event";
+        EXPECT_GE(wstest::WaitProcsAtLeast(marker, want, 10000), want)
+            << "the command's processes never showed up";
+        return rw;
+    }
+
+    ProcessInfo WaitFinished(const std::string &id)
+    {
+        auto deadline = Clock::now() + std::chrono::seconds(30);
+        ProcessInfo last;
+        do {
+            ClientContext ctx;
+            ListProcessesRequest req;
+            ListProcessesResponse resp;
+            req.set_workspace_id(ws_.id);
+            EXPECT_TRUE(exec_->ListProcesses(&ctx, req, &resp).ok());
+            for (const auto &p : resp.processes())
+                if (p.id() == id) {
+                    last = p;
+                    if (!p.running())
+                        return last;
+                }
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        } while (Clock::now() < deadline);
+        ADD_FAILURE() << "process " << id << " did not finish";
+        return last;
+    }
+
+    std::unique_ptr<Server> srv_;
+    std::unique_ptr<Workspaces::Stub> wsstub_;
+    std::unique_ptr<Exec::Stub> exec_;
+    wstest::Ws ws_;
+};
+
+TEST_P(ExecAbortTest, DescribeNamesTheContainment)
+{
+    ClientContext ctx;
+    DescribeRequest req;
+    DescribeResponse resp;
+    req.set_workspace_id(ws_.id);
+    ASSERT_TRUE(wsstub_->Describe(&ctx, req, &resp).ok());
+    if (GetParam() == "subreaper") {
+        EXPECT_EQ(resp.process_containment(), "subreaper");
+    } else if (geteuid() == 0 && access("/sys/fs/cgroup/freezer", W_OK) == 0) {
+        // This host has a writable cgroup v1 freezer hierarchy.
+        EXPECT_EQ(resp.process_containment(), "cgroup-v1-freezer");
+    } else {
+        EXPECT_FALSE(resp.process_containment().empty());
+    }
+    // A workspace without a shell has none.
+    wstest::Ws mem = wstest::Open(wsstub_.get(), "memory");
+    ClientContext ctx2;
+    req.set_workspace_id(mem.id);
+    ASSERT_TRUE(wsstub_->Describe(&ctx2, req, &resp).ok());
+    EXPECT_EQ(resp.process_containment(), "");
+}
+
+TEST_P(ExecAbortTest, RunTimeoutKillsTheTreeIncludingSetsid)
+{
+    std::string m = wstest::UniqueSleep();
+    ProcessConfig p = ArgvProcess({"sh", "-c", EscapingTree(m)});
+    p.set_timeout_ms(2000);
+    PeakWatcher watch(m);
+    RunResponse r;
+    auto t0 = Clock::now();
+    grpc::Status s = wstest::RunProcess(exec_.get(), ws_.id, p, &r);
+    EXPECT_LT(SecondsSince(t0), 30);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_TIMEOUT);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0) << "survivors after a timeout";
+    EXPECT_GE(watch.Stop(), 4) << "the tree never ran";
+}
+
+TEST_P(ExecAbortTest, StartTimeoutKillsTheTree)
+{
+    std::string m = wstest::UniqueSleep();
+    ProcessConfig p = ArgvProcess({"sh", "-c", "echo up; " + EscapingTree(m)});
+    p.set_timeout_ms(2000);
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    EventLog log;
+    auto rw = StartAndWait(&ctx, p, m, 4, &log);
+    wstest::ReadEvents(rw.get(), &log);
+    ASSERT_TRUE(rw->Finish().ok());
+    EXPECT_EQ(log.out.data, "up\n");
+    ASSERT_TRUE(log.exited);
+    EXPECT_EQ(log.exit.cause(), EXIT_CAUSE_TIMEOUT);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0);
+}
+
+TEST_P(ExecAbortTest, IgnoredTermIsStillKilled)
+{
+    std::string m = wstest::UniqueSleep();
+    // The ignored disposition is inherited by every sleep too: only the
+    // SIGKILL after the grace period ends them.
+    ProcessConfig p = ArgvProcess({"sh", "-c", "trap '' TERM; " + EscapingTree(m)});
+    p.set_timeout_ms(1000);
+    PeakWatcher watch(m);
+    RunResponse r;
+    auto t0 = Clock::now();
+    grpc::Status s = wstest::RunProcess(exec_.get(), ws_.id, p, &r);
+    EXPECT_LT(SecondsSince(t0), 30);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_TIMEOUT);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0);
+    EXPECT_GE(watch.Stop(), 4);
+}
+
+TEST_P(ExecAbortTest, DoubleForkedEscapeeIsKilled)
+{
+    std::string m = wstest::UniqueSleep();
+    // The inner sleep is orphaned into a new session: no process group and
+    // no parent link lead to it.
+    ProcessConfig p =
+        ArgvProcess({"sh", "-c", "(setsid sh -c \"sleep " + m + " &\" &); sleep " + m});
+    p.set_timeout_ms(2000);
+    PeakWatcher watch(m);
+    RunResponse r;
+    grpc::Status s = wstest::RunProcess(exec_.get(), ws_.id, p, &r);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_TIMEOUT);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0);
+    EXPECT_GE(watch.Stop(), 3);
+}
+
+TEST_P(ExecAbortTest, NothingOutlivesItsCommand)
+{
+    // The first process exits at once; what it left behind is ended too,
+    // and the call does not wait for it (the children hold the output
+    // pipes open).
+    struct {
+        const char *name;
+        std::string script;
+        std::string out;
+    } cases[] = {
+        {"background", "sleep %M & sleep 0.3; echo hi", "hi\n"},
+        {"setsid", "setsid sleep %M & sleep 0.3; echo hi", "hi\n"},
+        {"double fork", "(setsid sh -c \"sleep %M &\" &); sleep 0.3; echo done", "done\n"},
+    };
+    for (auto &c : cases) {
+        std::string m = wstest::UniqueSleep();
+        std::string script = c.script;
+        script.replace(script.find("%M"), 2, m);
+        PeakWatcher watch(m);
+        RunResponse r;
+        auto t0 = Clock::now();
+        grpc::Status s =
+            wstest::RunProcess(exec_.get(), ws_.id, ArgvProcess({"sh", "-c", script}), &r);
+        EXPECT_LT(SecondsSince(t0), 30) << c.name;
+        ASSERT_TRUE(s.ok()) << c.name << ": " << s.error_message();
+        EXPECT_EQ(r.stdout(), c.out) << c.name;
+        EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED) << c.name;
+        EXPECT_EQ(r.exited().exit_code(), 0) << c.name;
+        EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0) << c.name;
+        EXPECT_GE(watch.Stop(), 1) << c.name;
+    }
+}
+
+TEST_P(ExecAbortTest, ClientCancelKillsTheTree)
+{
+    std::string m = wstest::UniqueSleep();
+    ClientContext ctx;
+    EventLog log;
+    auto rw =
+        StartAndWait(&ctx, ArgvProcess({"sh", "-c", "echo up; " + EscapingTree(m)}), m, 4, &log);
+    ASSERT_TRUE(log.started);
+    ctx.TryCancel();
+    wstest::ReadEvents(rw.get(), &log);
+    EXPECT_EQ(rw->Finish().error_code(), StatusCode::CANCELLED);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0);
+    ProcessInfo info = WaitFinished(log.start.id());
+    ASSERT_TRUE(info.has_exited());
+    EXPECT_EQ(info.exited().cause(), EXIT_CAUSE_CANCELLED);
+}
+
+TEST_P(ExecAbortTest, DeadlineKillsTheTree)
+{
+    std::string m = wstest::UniqueSleep();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+    PeakWatcher watch(m);
+    auto rw =
+        wstest::StartStream(exec_.get(), &ctx, ws_.id, ArgvProcess({"sh", "-c", EscapingTree(m)}));
+    EventLog log;
+    wstest::ReadEvents(rw.get(), &log);
+    EXPECT_EQ(rw->Finish().error_code(), StatusCode::DEADLINE_EXCEEDED);
+    EXPECT_FALSE(log.exited);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0);
+    EXPECT_GE(watch.Stop(), 4);
+    ASSERT_TRUE(log.started);
+    ProcessInfo info = WaitFinished(log.start.id());
+    ASSERT_TRUE(info.has_exited());
+    EXPECT_EQ(info.exited().cause(), EXIT_CAUSE_CANCELLED);
+}
+
+// Reads one line from `fd` within `timeout_ms`.
+bool ReadLineFrom(int fd, std::string *line, int timeout_ms)
+{
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    line->clear();
+    while (Clock::now() < deadline) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        char c;
+        if (read(fd, &c, 1) != 1)
+            return false;
+        if (c == '\n')
+            return true;
+        line->push_back(c);
+    }
+    return false;
+}
+
+TEST_P(ExecAbortTest, KilledClientProcessKillsTheTree)
+{
+    std::string m = wstest::UniqueSleep();
+    // This binary again, as a client that starts the command and blocks.
+    // The marker goes through the environment, not argv, so the helper
+    // itself is not counted as a survivor.
+    std::string self = wstest::SelfExe();
+    ASSERT_FALSE(self.empty());
+    std::vector<std::string> args = {self, kHelperFlag, srv_->address(), ws_.id};
+    std::vector<char *> argv;
+    for (auto &a : args)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> envs;
+    for (char **e = environ; *e; e++)
+        envs.push_back(*e);
+    envs.push_back(std::string(kHelperSleepEnv) + "=" + m);
+    std::vector<char *> envp;
+    for (auto &e : envs)
+        envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    int p[2];
+    ASSERT_EQ(pipe2(p, O_CLOEXEC), 0);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    pid_t pid;
+    int rc = posix_spawn(&pid, self.c_str(), &fa, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    ASSERT_EQ(rc, 0) << strerror(rc);
+
+    std::string line;
+    bool got = ReadLineFrom(p[0], &line, 30000);
+    close(p[0]);
+    if (!got || line.compare(0, 8, "started ") != 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        FAIL() << "the helper client did not start its command: '" << line << "'";
+    }
+    EXPECT_GE(wstest::WaitProcsAtLeast(m, 4, 10000), 4);
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the helper ended by itself: " << status;
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0)
+        << "the command outlived its client";
+    ProcessInfo info = WaitFinished(line.substr(8));
+    ASSERT_TRUE(info.has_exited());
+    EXPECT_EQ(info.exited().cause(), EXIT_CAUSE_CANCELLED);
+}
+
+TEST_P(ExecAbortTest, WorkspaceCloseKillsEverythingThenRemovesFiles)
+{
+    std::string m = wstest::UniqueSleep();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    EventLog log;
+    auto rw =
+        StartAndWait(&ctx, ArgvProcess({"sh", "-c", "echo up; " + EscapingTree(m)}), m, 4, &log);
+    // And a background one with no stream at all.
+    {
+        ClientContext bctx;
+        ProcessConfig b = ArgvProcess({"sleep", m});
+        b.set_background(true);
+        EventLog blog;
+        auto brw = StartAndWait(&bctx, b, m, 5, &blog);
+        bctx.TryCancel();
+        brw->Finish();
+    }
+    std::string dir = srv_->workspace_dir(ws_.id);
+    struct stat st;
+    ASSERT_EQ(stat(dir.c_str(), &st), 0);
+
+    ClientContext cctx;
+    CloseRequest req;
+    CloseResponse resp;
+    req.set_workspace_id(ws_.id);
+    grpc::Status cs = wsstub_->Close(&cctx, req, &resp);
+    ASSERT_TRUE(cs.ok()) << cs.error_message();
+
+    // The open stream sees the command end, evicted.
+    wstest::ReadEvents(rw.get(), &log);
+    rw->Finish();
+    EXPECT_TRUE(log.problems.empty()) << wstest::Problems(log);
+    EXPECT_EQ(log.out.data, "up\n");
+    ASSERT_TRUE(log.exited) << "no exited event on the open stream";
+    EXPECT_EQ(log.exit.cause(), EXIT_CAUSE_EVICTED);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0);
+    EXPECT_NE(stat(dir.c_str(), &st), 0) << "the workspace's files are still there";
+}
+
+TEST_P(ExecAbortTest, BackgroundSurvivesItsStreamUntilSignalled)
+{
+    std::string m = wstest::UniqueSleep();
+    ProcessConfig p = ArgvProcess({"sh", "-c", "setsid sleep " + m + " & sleep " + m});
+    p.set_background(true);
+    p.set_tag("bg");
+    std::string id;
+    {
+        ClientContext ctx;
+        EventLog log;
+        auto rw = StartAndWait(&ctx, p, m, 3, &log);
+        id = log.start.id();
+        ctx.TryCancel();
+        rw->Finish();
+    }
+    // The survivor check sees them: a background process is not killed by
+    // the end of its stream.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_GE(wstest::CountProcsWithMarker(m), 3);
+
+    ClientContext ctx;
+    SendSignalRequest req;
+    SendSignalResponse resp;
+    req.set_workspace_id(ws_.id);
+    req.set_tag("bg");
+    req.set_signal(9);
+    ASSERT_TRUE(exec_->SendSignal(&ctx, req, &resp).ok());
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0)
+        << "SendSignal did not reach the setsid child";
+    ProcessInfo info = WaitFinished(id);
+    ASSERT_TRUE(info.has_exited());
+    EXPECT_EQ(info.exited().cause(), EXIT_CAUSE_SIGNALED);
+    EXPECT_EQ(info.exited().signal(), 9);
+}
+
+TEST_P(ExecAbortTest, ServerShutdownKillsEverything)
+{
+    std::string m = wstest::UniqueSleep();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    EventLog log;
+    auto rw = StartAndWait(&ctx, ArgvProcess({"sh", "-c", EscapingTree(m)}), m, 4, &log);
+    {
+        ClientContext bctx;
+        ProcessConfig b =
+            ArgvProcess({"sh", "-c", "trap '' TERM; setsid sleep " + m + " & sleep " + m});
+        b.set_background(true);
+        EventLog blog;
+        auto brw = StartAndWait(&bctx, b, m, 7, &blog);
+        bctx.TryCancel();
+        brw->Finish();
+    }
+    int status = srv_->Stop(SIGTERM);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "status " << status << ": " << wstest::ReadHostFile(srv_->stderr_path());
+    wstest::ReadEvents(rw.get(), &log);
+    rw->Finish();
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0) << "survivors of the server";
+}
+
+INSTANTIATE_TEST_SUITE_P(Containment, ExecAbortTest, ::testing::Values("cgroup", "subreaper"),
+                         [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
+
+// The helper client: starts EscapingTree(marker) in the workspace, prints
+// "started <id>" once the server says so, then blocks reading events until
+// it is killed.
+int ClientHelperMain(int argc, char **argv)
+{
+    if (argc != 4 || !getenv(kHelperSleepEnv))
+        return 2;
+    auto channel = grpc::CreateChannel(argv[2], grpc::InsecureChannelCredentials());
+    auto exec = Exec::NewStub(channel);
+    ClientContext ctx;
+    auto rw = wstest::StartStream(exec.get(), &ctx, argv[3],
+                                  ArgvProcess({"sh", "-c", EscapingTree(getenv(kHelperSleepEnv))}));
+    ProcessEvent ev;
+    while (rw->Read(&ev)) {
+        if (ev.has_started()) {
+            std::string line = "started " + ev.started().id() + "\n";
+            if (write(1, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+                return 3;
+        }
+    }
+    return 4;
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && strcmp(argv[1], kHelperFlag) == 0)
+        return ClientHelperMain(argc, argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    return RUN_ALL_TESTS();
+}

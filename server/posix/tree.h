@@ -76,11 +76,11 @@
  * CPUs): mkdir of a freezer cgroup takes about 15 us and rmdir about 13 us,
  * a few percent of a posix_spawn, so trees make and remove their cgroup
  * each time and there is no pool of empty cgroups to reuse. Moving a
- * thread is what costs: back to back, an enter+leave pair takes 10-60 us,
- * but the first enter after 25 ms or more without a cgroup migration takes
- * 3-12 ms (the kernel's cgroup_threadgroup_rwsem waits for an RCU grace
- * period; the "favordynmods" mount option would avoid it, and the server
- * does not own the mount). That delay is the spawning thread's alone.
+ * thread is what could cost: written as its tid, the first move after
+ * 25 ms or more without a cgroup migration takes 3-15 ms (the kernel's
+ * global cgroup_threadgroup_rwsem waits for an RCU grace period). Written
+ * as "0" (the calling thread itself), the kernel skips that lock: an
+ * enter+leave pair takes about 40 us, idle or not.
  * A kill of 200 processes takes about 10 ms in cgroup mode (freeze 1-3 ms)
  * and 20-30 ms in subreaper mode, where each count is a /proc scan (2-5 ms
  * with 100-300 processes on the host) against 0.1 ms for reading cgroup.procs.

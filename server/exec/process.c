@@ -13,6 +13,7 @@
 #include <sys/timerfd.h>
 #include <termios.h>
 #include <time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "server/posix/ring.h"
@@ -55,6 +56,11 @@ struct ws_sub {
     struct ws_proc *p;
     uint64_t off[WS_STREAM_COUNT];
     uint64_t delivered[WS_STREAM_COUNT];
+    /* Bytes handed out by the last DATA event and not yet taken: they
+     * stay protected from the pump until ws_sub_taken (or the next
+     * ws_sub_next). */
+    size_t lent;
+    enum ws_stream lent_stream;
     bool started_sent;
     bool exited_sent;
     bool waiting;
@@ -344,7 +350,6 @@ static void run_done(struct ws_proc *p)
     ws_proc_write_fn in_cb = NULL;
     void *in_arg = NULL;
     struct notify_list nl = {.n = 0};
-
     struct ws_tree *tree;
 
     pthread_mutex_lock(&p->lock);
@@ -370,12 +375,6 @@ static void run_done(struct ws_proc *p)
     }
     collect_waiting(p, &nl);
     pthread_mutex_unlock(&p->lock);
-    ws_child_free(child);
-    if (timer_fd >= 0)
-        close(timer_fd);
-    if (pty_in_fd >= 0)
-        close(pty_in_fd);
-    ws_tree_free(tree);
     if (in_cb)
         in_cb(in_arg, -EPIPE);
     run_notify(p, &nl);
@@ -385,6 +384,14 @@ static void run_done(struct ws_proc *p)
         free(list);
         list = next;
     }
+    /* After the callbacks, off the reply's path. p is still valid: its
+     * last reference is dropped through the pump, after this batch. */
+    ws_child_free(child);
+    if (timer_fd >= 0)
+        close(timer_fd);
+    if (pty_in_fd >= 0)
+        close(pty_in_fd);
+    ws_tree_free(tree);
 }
 
 /* Starts ending the tree; lock held. */
@@ -459,8 +466,6 @@ static size_t stream_room(struct ws_proc *p, struct stream *st)
     return room < WS_PROC_READ_MAX ? room : WS_PROC_READ_MAX;
 }
 
-static _Thread_local uint8_t read_buf[WS_PROC_READ_MAX];
-
 static void on_stream(void *arg, uint32_t events)
 {
     struct stream *st = arg;
@@ -481,11 +486,19 @@ static void on_stream(void *arg, uint32_t events)
         pthread_mutex_unlock(&p->lock);
         return;
     }
-    ssize_t n = read(st->fd, read_buf, room);
+    /* Straight into the ring: room never covers bytes a subscriber has
+     * not taken, and without subscribers the oldest bytes are fair game. */
+    struct iovec iov[2];
+    int niov = (int)ws_ring_reserve(st->ring, room, iov);
+    ssize_t n = readv(st->fd, iov, niov);
     if (n > 0) {
-        ws_ring_append(st->ring, read_buf, (size_t)n);
-        if (st->cap)
-            ws_capture_append(st->cap, read_buf, (size_t)n);
+        if (st->cap) {
+            size_t first = (size_t)n < iov[0].iov_len ? (size_t)n : iov[0].iov_len;
+            ws_capture_append(st->cap, iov[0].iov_base, first);
+            if ((size_t)n > first)
+                ws_capture_append(st->cap, iov[1].iov_base, (size_t)n - first);
+        }
+        ws_ring_commit(st->ring, (size_t)n);
         st->total += (uint64_t)n;
         /* Still draining what the tree wrote: not the time to give up. */
         if (p->phase == PHASE_KILLED && p->leader_done)
@@ -1019,12 +1032,32 @@ static void maybe_resume(struct ws_proc *p, struct stream *st)
     }
 }
 
-void ws_sub_next(struct ws_sub *s, void *buf, size_t max, struct ws_sub_event *ret)
+/* Accounts for the bytes the last DATA event lent; lock held. */
+static void take_lent(struct ws_proc *p, struct ws_sub *s)
+{
+    if (!s->lent)
+        return;
+    enum ws_stream i = s->lent_stream;
+    s->off[i] += s->lent;
+    s->delivered[i] += s->lent;
+    s->lent = 0;
+    maybe_resume(p, &p->streams[i]);
+}
+
+void ws_sub_taken(struct ws_sub *s)
+{
+    pthread_mutex_lock(&s->p->lock);
+    take_lent(s->p, s);
+    pthread_mutex_unlock(&s->p->lock);
+}
+
+void ws_sub_next(struct ws_sub *s, size_t max, struct ws_sub_event *ret)
 {
     struct ws_proc *p = s->p;
 
     memset(ret, 0, sizeof(*ret));
     pthread_mutex_lock(&p->lock);
+    take_lent(p, s);
     if (s->closed || s->exited_sent)
         goto none;
     if (!s->started_sent) {
@@ -1048,16 +1081,13 @@ void ws_sub_next(struct ws_sub *s, void *buf, size_t max, struct ws_sub_event *r
             goto out;
         }
         if (s->off[i] < end) {
-            uint64_t gap = 0;
-            size_t n = ws_ring_read(st->ring, s->off[i], buf, max, &gap);
             ret->kind = WS_SUB_DATA;
             ret->stream = i;
             ret->offset = s->off[i];
-            ret->len = n;
-            s->off[i] += n;
-            s->delivered[i] += n;
+            ret->len = ws_ring_peek(st->ring, s->off[i], max, &ret->data);
+            s->lent = ret->len;
+            s->lent_stream = i;
             s->rr = i + 1;
-            maybe_resume(p, st);
             goto out;
         }
     }

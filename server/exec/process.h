@@ -39,8 +39,8 @@
 #define WS_PROC_TAG_MAX 128
 /* Largest read from a child pipe, and largest chunk handed to a
  * subscriber. */
-#define WS_PROC_READ_MAX  (256 * 1024)
-#define WS_PROC_CHUNK_MAX (128 * 1024)
+#define WS_PROC_READ_MAX  (1024 * 1024)
+#define WS_PROC_CHUNK_MAX (512 * 1024)
 /* Bytes buffered for one pending stdin write. */
 #define WS_PROC_STDIN_MAX (1024 * 1024)
 /* After SIGKILL, how long to wait for the tree to empty and the pipes to
@@ -182,8 +182,12 @@ enum ws_sub_event_kind {
 struct ws_sub_event {
     enum ws_sub_event_kind kind;
     enum ws_stream stream;
-    uint64_t offset;  /* DATA, GAP */
-    size_t len;       /* DATA: bytes copied into buf */
+    uint64_t offset; /* DATA, GAP */
+    /* DATA: the bytes, in the ring (not copied). They stay valid and in
+     * place until ws_sub_taken() or the next ws_sub_next(), which count
+     * them as delivered. */
+    const uint8_t *data;
+    size_t len;
     uint64_t dropped; /* GAP */
     /* EXITED: the result, with this subscriber's delivered counts. */
     struct ws_proc_result result;
@@ -196,9 +200,13 @@ struct ws_sub_event {
  * ws_sub_close and any notification in progress). Returns 0 or -ENOMEM. */
 int ws_sub_new(struct ws_proc *p, uint64_t offset, void (*notify)(void *arg),
                void (*release)(void *arg), void *arg, struct ws_sub **ret);
-/* The next event; data goes to buf (max bytes). Events come in order:
- * STARTED once, then DATA/GAP, EXITED once last, then NONE forever. */
-void ws_sub_next(struct ws_sub *s, void *buf, size_t max, struct ws_sub_event *ret);
+/* The next event (DATA: at most max bytes). Events come in order:
+ * STARTED once, then DATA/GAP, EXITED once last, then NONE forever. One
+ * thread at a time per subscriber. */
+void ws_sub_next(struct ws_sub *s, size_t max, struct ws_sub_event *ret);
+/* The caller is done with the last DATA event's bytes (copied or sent):
+ * the pump may reuse their room. */
+void ws_sub_taken(struct ws_sub *s);
 /* Bytes handed to this subscriber per stream so far. */
 void ws_sub_delivered(struct ws_sub *s, uint64_t ret[WS_STREAM_COUNT]);
 /* Detaches; the subscriber no longer holds the pump back. */

@@ -1,5 +1,7 @@
 #include "server/posix/ring.h"
 
+#include <sys/uio.h>
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +58,42 @@ void ws_ring_append(struct ws_ring *r, const void *data, size_t len)
         p += n;
         len -= n;
     }
+}
+
+size_t ws_ring_reserve(const struct ws_ring *r, size_t max, struct iovec iov[2])
+{
+    size_t pos = (size_t)(r->end % r->capacity);
+    size_t n = max < r->capacity ? max : r->capacity;
+    size_t first = r->capacity - pos < n ? r->capacity - pos : n;
+
+    iov[0].iov_base = r->buf + pos;
+    iov[0].iov_len = first;
+    if (first == n)
+        return 1;
+    iov[1].iov_base = r->buf;
+    iov[1].iov_len = n - first;
+    return 2;
+}
+
+void ws_ring_commit(struct ws_ring *r, size_t n)
+{
+    r->end += n;
+}
+
+size_t ws_ring_peek(const struct ws_ring *r, uint64_t offset, size_t max, const uint8_t **ret)
+{
+    if (offset < ws_ring_start(r) || offset >= r->end)
+        return 0;
+    size_t pos = (size_t)(offset % r->capacity);
+    uint64_t left = r->end - offset;
+    size_t n = r->capacity - pos;
+
+    if (n > left)
+        n = (size_t)left;
+    if (n > max)
+        n = max;
+    *ret = r->buf + pos;
+    return n;
 }
 
 uint64_t ws_ring_end(const struct ws_ring *r)

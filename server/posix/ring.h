@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 struct ws_ring;
 
@@ -28,6 +29,20 @@ void ws_ring_free(struct ws_ring *r);
 
 /* Appends; the oldest bytes are overwritten once the ring is full. */
 void ws_ring_append(struct ws_ring *r, const void *data, size_t len);
+
+/* Zero-copy appends: the space the next `max` bytes (at most the capacity)
+ * would go to, as one or two regions (the second when it wraps); returns
+ * how many regions were filled in. Reading into them overwrites the oldest
+ * bytes, exactly as an append would. ws_ring_commit(n) then accounts for
+ * the first n bytes written there. */
+size_t ws_ring_reserve(const struct ws_ring *r, size_t max, struct iovec iov[2]);
+void ws_ring_commit(struct ws_ring *r, size_t n);
+
+/* Zero-copy reads: points *ret at the stream's bytes from `offset` (held,
+ * and before the end) and returns how many are contiguous there, at most
+ * max; 0 when offset is not held or at the end. The pointer stays valid
+ * until those bytes are overwritten. */
+size_t ws_ring_peek(const struct ws_ring *r, uint64_t offset, size_t max, const uint8_t **ret);
 
 /* Offset one past the last byte ever appended (the stream's length). */
 uint64_t ws_ring_end(const struct ws_ring *r);

@@ -38,7 +38,7 @@
 #define RUN_STDIN_MAX      (1024 * 1024)
 /* Run keeps a small ring too, so a running Run command can be attached. */
 #define RUN_RING_BYTES     (64 * 1024)
-#define START_RING_DEFAULT (256 * 1024)
+#define START_RING_DEFAULT (512 * 1024)
 #define START_RING_MAX     (1024 * 1024)
 #define START_RING_MIN     (4 * 1024)
 #define HOME_MAX           4096
@@ -384,7 +384,6 @@ struct stream {
     bool sending;
     bool kick;
     bool finished;
-    uint8_t buf[WS_PROC_CHUNK_MAX];
 };
 
 static void stream_pump(struct stream *st);
@@ -427,7 +426,7 @@ static void stream_pump(struct stream *st)
 
     for (;;) {
         struct ws_sub_event ev;
-        ws_sub_next(st->sub, st->buf, sizeof(st->buf), &ev);
+        ws_sub_next(st->sub, WS_PROC_CHUNK_MAX, &ev);
         if (ev.kind == WS_SUB_NONE) {
             pthread_mutex_lock(&st->lock);
             if (st->kick) {
@@ -455,7 +454,7 @@ static void stream_pump(struct stream *st)
             pe.started = &started;
             break;
         case WS_SUB_DATA:
-            chunk.data.data = st->buf;
+            chunk.data.data = (uint8_t *)ev.data;
             chunk.data.len = ev.len;
             chunk.offset = ev.offset;
             if (ev.stream == WS_STREAM_STDOUT) {
@@ -496,7 +495,12 @@ static void stream_pump(struct stream *st)
             ws_sub_close(sub);
             return;
         }
-        if (ws_call_send(st->call, &pe.base) < 0) {
+        int sent = ws_call_send(st->call, &pe.base);
+        /* The message is serialized: the ring's bytes may be reused while
+         * it travels. */
+        if (ev.kind == WS_SUB_DATA)
+            ws_sub_taken(st->sub);
+        if (sent < 0) {
             /* Cancelled or finished: on_cancel detaches. */
             pthread_mutex_lock(&st->lock);
             st->finished = true;

@@ -1026,7 +1026,12 @@ struct ws_proc *ws_sub_proc(struct ws_sub *s)
 /* Resumes a paused stream once a subscriber made room; lock held. */
 static void maybe_resume(struct ws_proc *p, struct stream *st)
 {
-    if (st->paused && !st->eof && stream_room(p, st) > 0) {
+    /* Hysteresis: wait for half the ring (or a full read) to be free, so a
+     * fast command is not paused and resumed once per message. */
+    size_t want = ws_ring_capacity(st->ring) / 2;
+    if (want > WS_PROC_READ_MAX)
+        want = WS_PROC_READ_MAX;
+    if (st->paused && !st->eof && stream_room(p, st) >= want) {
         st->paused = false;
         ws_pump_watch_set(p->pump, &st->w, true);
     }

@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# Builds workspaced and the FileSystem benchmark with -c opt, then runs the
-# benchmark against that server binary (see tests/bench/README.md).
+# Builds workspaced and a benchmark with -c opt, then runs the benchmark
+# against that server binary (see tests/bench/README.md).
 #
-#   bash tests/bench/run.sh [--quick] [fs_bench options...]
+#   bash tests/bench/run.sh [fs] [--quick] [fs_bench options...]
+#   bash tests/bench/run.sh exec [--quick] [exec_bench options...]
+#   bash tests/bench/run.sh all [--quick]
 #
-# --quick is a smoke run (a few seconds): fewer iterations, a 32 MiB stream,
-# a 1,000-file grep tree. Any other argument goes to fs_bench (--help lists
-# them). BENCH_OUTPUT_BASE=DIR builds in a private Bazel output base.
+# The first argument picks the benchmark: `fs` (the default, so a plain
+# `run.sh` runs the FileSystem benchmark as before), `exec` (the Exec
+# benchmark) or `all` (fs_bench, then exec_bench, each with its own server;
+# only --quick is accepted then). --quick is a smoke run:
+#   fs:   fewer iterations, a 32 MiB stream, a 1,000-file grep tree;
+#   exec: 200 Runs (20 after an idle pause), a 64 MiB stream, 20 concurrent
+#         Runs.
+# Any other argument goes to the benchmark binary (--help lists them).
+# BENCH_OUTPUT_BASE=DIR builds in a private Bazel output base.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -15,18 +23,59 @@ if [[ -n "${BENCH_OUTPUT_BASE:-}" ]]; then
     bazel_cmd+=("--output_base=$BENCH_OUTPUT_BASE")
 fi
 
-args=()
+mode=fs
+case "${1:-}" in
+fs | exec | all)
+    mode="$1"
+    shift
+    ;;
+esac
+
+quick=0
+rest=()
 for a in "$@"; do
     if [[ "$a" == --quick ]]; then
-        args+=(--iters 200 --warmup 20 --big-mib 32 --big-runs 1
-               --grep-dirs 20 --grep-files 50 --grep-runs 1)
+        quick=1
     else
-        args+=("$a")
+        rest+=("$a")
     fi
 done
+if [[ "$mode" == all && ${#rest[@]} -gt 0 ]]; then
+    echo "run.sh: 'all' takes only --quick" >&2
+    exit 2
+fi
+
+fs_args=()
+exec_args=()
+if [[ $quick == 1 ]]; then
+    fs_args+=(--iters 200 --warmup 20 --big-mib 32 --big-runs 1
+              --grep-dirs 20 --grep-files 50 --grep-runs 1)
+    exec_args+=(--iters 200 --warmup 20 --idle-iters 20 --stream-mib 64 --stream-runs 1
+                --concurrency 20 --conc-each 10 --conc-rounds 1)
+fi
+fs_args+=("${rest[@]+"${rest[@]}"}")
+exec_args+=("${rest[@]+"${rest[@]}"}")
+
+targets=(//server:workspaced)
+case "$mode" in
+fs) targets+=(//tests/bench:fs_bench) ;;
+exec) targets+=(//tests/bench:exec_bench) ;;
+all) targets+=(//tests/bench:fs_bench //tests/bench:exec_bench) ;;
+esac
 
 # No convenience symlinks: an opt build must not repoint bazel-bin under
 # someone's feet; the binaries are found through `bazel info` instead.
-"${bazel_cmd[@]}" build -c opt --symlink_prefix=/ //tests/bench:fs_bench //server:workspaced
+"${bazel_cmd[@]}" build -c opt --symlink_prefix=/ "${targets[@]}"
 bin="$("${bazel_cmd[@]}" info -c opt bazel-bin)"
-exec "$bin/tests/bench/fs_bench" --server "$bin/server/workspaced" "${args[@]}"
+server="$bin/server/workspaced"
+case "$mode" in
+fs) exec "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" ;;
+exec) exec "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" ;;
+all)
+    rc=0
+    "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" || rc=1
+    echo
+    "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" || rc=1
+    exit $rc
+    ;;
+esac

@@ -1262,6 +1262,24 @@ TEST_F(ExecTest, ExecNeedsAShellWorkspace)
         EXPECT_FALSE(log.started);
     }
 
+    // `shell` without `fs` is enough to run commands (in the workspace's
+    // directory), while the file RPCs stay closed.
+    {
+        ClientContext ctx;
+        OpenRequest req;
+        req.mutable_local_bash();
+        req.mutable_capabilities()->mutable_shell()->add_allowed_commands("pwd");
+        OpenResponse resp;
+        ASSERT_TRUE(wsstub_->Open(&ctx, req, &resp).ok());
+        const std::string id = resp.workspace().id();
+        ASSERT_TRUE(wstest::RunProcess(exec_.get(), id, ArgvProcess({"pwd"}), &r).ok());
+        EXPECT_EQ(r.exited().cause(), workspace::v1::EXIT_CAUSE_EXITED);
+        EXPECT_EQ(r.stdout(), srv_->workspace_dir(id) + "\n");
+        std::string data;
+        EXPECT_WS_ERROR(wstest::Read(fs_.get(), id, "x", &data), StatusCode::FAILED_PRECONDITION,
+                        "CAPABILITY_MISSING");
+    }
+
     // Unknown and closed workspaces, on every RPC.
     wstest::Ws closed = wstest::OpenShell(wsstub_.get(), {"true"});
     {

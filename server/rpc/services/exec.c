@@ -91,9 +91,16 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
                             "the request has no process config");
         return -EINVAL;
     }
-    err = ws_services_workspace(call, ws_id, WS_CAP_FS | WS_CAP_SHELL, &ws);
+    /* `shell` alone is enough: commands run in the workspace's storage
+     * whether or not the file RPCs were declared. */
+    err = ws_services_workspace(call, ws_id, WS_CAP_SHELL, &ws);
     if (err < 0)
         return err;
+    if (!ws_workspace_fsops(ws)) {
+        err = -WS_EFAILED;
+        ws_diag_set(&d, "the workspace's storage is not attached");
+        goto fail;
+    }
     if (pc->tag[0] && !tag_valid(pc->tag)) {
         ws_diag_set(&d, "a tag is 1-%d bytes of letters, digits, '.', '_' and '-'",
                     WS_PROC_TAG_MAX);

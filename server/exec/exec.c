@@ -19,6 +19,7 @@ struct entry {
 struct table {
     char id[64];
     bool closed;
+    struct table *closed_next; /* oldest first, among emptied tombstones */
     unsigned running;
     unsigned finished;
     struct entry *entries; /* newest first */
@@ -34,6 +35,12 @@ struct ws_exec {
     pthread_cond_t cond; /* signalled whenever a command ends */
     unsigned running;
     struct table *buckets[BUCKETS];
+    /* Tables of closed workspaces, kept so a command racing its
+     * workspace's Close is refused; the oldest are dropped past
+     * WS_EXEC_TOMBSTONES_KEPT. */
+    struct table *closed_head;
+    struct table **closed_tail;
+    unsigned n_closed;
 };
 
 static unsigned hash(const char *s)
@@ -82,6 +89,7 @@ int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
         e->cfg.running_total = WS_EXEC_RUNNING_TOTAL_DEFAULT;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
+    e->closed_tail = &e->closed_head;
     struct ws_tree_host_config tc = {.mode = cfg->containment, .cgroup_root = cfg->cgroup_root};
     err = ws_tree_host_new(&tc, &e->trees);
     if (err < 0)
@@ -98,6 +106,18 @@ fail:
     pthread_cond_destroy(&e->cond);
     free(e);
     return err;
+}
+
+size_t ws_exec_table_count(struct ws_exec *e)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&e->lock);
+    for (unsigned b = 0; b < BUCKETS; b++)
+        for (struct table *t = e->buckets[b]; t; t = t->next)
+            n++;
+    pthread_mutex_unlock(&e->lock);
+    return n;
 }
 
 const char *ws_exec_containment(const struct ws_exec *e)
@@ -382,7 +402,28 @@ void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause
     struct entry *list = t->entries;
     t->entries = NULL;
     t->finished = 0;
+    struct table *drop = NULL;
+    if (!t->closed_next && e->closed_tail != &t->closed_next) {
+        *e->closed_tail = t;
+        e->closed_tail = &t->closed_next;
+        e->n_closed++;
+    }
+    if (e->n_closed > WS_EXEC_TOMBSTONES_KEPT && e->closed_head != t) {
+        drop = e->closed_head;
+        e->closed_head = drop->closed_next;
+        if (!e->closed_head)
+            e->closed_tail = &e->closed_head;
+        e->n_closed--;
+        /* Long closed and empty (closed tables take no commands): nothing
+         * can race it any more. */
+        for (struct table **pp = &e->buckets[hash(drop->id)]; *pp; pp = &(*pp)->next)
+            if (*pp == drop) {
+                *pp = drop->next;
+                break;
+            }
+    }
     pthread_mutex_unlock(&e->lock);
+    free(drop);
     while (list) {
         struct entry *next = list->next;
         ws_proc_unref(list->p);

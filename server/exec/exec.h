@@ -24,6 +24,9 @@
 /* Finished commands kept per workspace for Attach and ListProcesses
  * (oldest forgotten first). */
 #define WS_EXEC_FINISHED_KEPT 64
+/* Closed workspaces remembered so a command racing the Close is refused
+ * (oldest forgotten first). */
+#define WS_EXEC_TOMBSTONES_KEPT 4096
 
 struct ws_exec_config {
     int grace_ms;                   /* 0: default; < 0: no grace */
@@ -43,6 +46,9 @@ int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret);
 /* Kills every command (cause CANCELLED, with grace), waits for them to end,
  * stops the pump. Accepts NULL. */
 void ws_exec_free(struct ws_exec *e);
+
+/* Process tables held, closed workspaces' tombstones included (tests). */
+size_t ws_exec_table_count(struct ws_exec *e);
 
 /* "cgroup-v1-freezer" or "subreaper". */
 const char *ws_exec_containment(const struct ws_exec *e);

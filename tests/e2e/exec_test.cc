@@ -3,12 +3,15 @@
 // through the generated C++ client. Abort semantics and survivors are in
 // exec_abort_test.cc, the shell guard in exec_guard_test.cc, volume and
 // leaks in exec_load_test.cc.
+#include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -799,6 +802,32 @@ TEST_F(ExecTest, StartSignalEndsTheCommand)
 const char kTreeScript[] = "trap 'echo sh-got-term' TERM; sleep %s & p=$!; wait $p; wait $p; "
                            "echo sleep-status-$?";
 
+// Waits until `sleep m` has really been exec'd: until then the shell's
+// forked child still runs the shell (with its trap), and a TERM landing
+// there runs the trap a second time instead of ending the sleep.
+bool WaitSleepExeced(const std::string &m, int timeout_ms)
+{
+    const std::string want = std::string("sleep") + '\0' + m + '\0';
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    do {
+        DIR *d = opendir("/proc");
+        bool found = false;
+        for (struct dirent *de; d && !found && (de = readdir(d));) {
+            if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                continue;
+            std::ifstream f(std::string("/proc/") + de->d_name + "/cmdline", std::ios::binary);
+            std::string cmd((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+            found = cmd == want;
+        }
+        if (d)
+            closedir(d);
+        if (found)
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (std::chrono::steady_clock::now() < deadline);
+    return false;
+}
+
 std::string TreeScript(const std::string &m)
 {
     char buf[256];
@@ -818,6 +847,7 @@ TEST_F(ExecTest, StartSignalReachesTheWholeTree)
     ASSERT_TRUE(wstest::ReadEvents(rw.get(), &log, [](const EventLog &l) { return l.started; }));
     // sh and its sleep are both up (the trap is set before the sleep).
     ASSERT_GE(wstest::WaitProcsAtLeast(m, 2, 10000), 2);
+    ASSERT_TRUE(WaitSleepExeced(m, 10000));
     rw->Write(SignalMsg(15));
     wstest::ReadEvents(rw.get(), &log);
     ASSERT_TRUE(rw->Finish().ok());
@@ -1170,6 +1200,7 @@ TEST_F(ExecTest, SendSignalReachesTheWholeTree)
         rw->Finish();
     }
     ASSERT_GE(wstest::WaitProcsAtLeast(m, 2, 10000), 2);
+    ASSERT_TRUE(WaitSleepExeced(m, 10000));
     ASSERT_TRUE(Signal("", "tree", 15).ok());
     EventLog a;
     ASSERT_TRUE(AttachAll(id, "", 0, &a).ok());

@@ -394,10 +394,18 @@ static void run_done(struct ws_proc *p)
     ws_tree_free(tree);
 }
 
+static void maybe_resume(struct ws_proc *p, struct stream *st);
+
 /* Starts ending the tree; lock held. */
 static void begin_kill(struct ws_proc *p, bool graceful)
 {
-    if (p->phase == PHASE_DONE || p->phase == PHASE_KILLED)
+    if (p->phase == PHASE_DONE)
+        return;
+    /* A command killed before its first subscriber came still drains. */
+    for (int i = 0; i < WS_STREAM_COUNT; i++)
+        if (p->streams[i].present)
+            maybe_resume(p, &p->streams[i]);
+    if (p->phase == PHASE_KILLED)
         return;
     if (graceful && p->phase == PHASE_RUNNING && p->grace_ms > 0) {
         /* The tree covers the leader's group too (and sends SIGCONT after,
@@ -806,8 +814,10 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     if (err == 0)
         err = ws_pump_watch_add(p->pump, &p->pidfd_w, true);
     for (int i = 0; i < WS_STREAM_COUNT && err == 0; i++)
-        if (p->streams[i].present)
-            err = ws_pump_watch_add(p->pump, &p->streams[i].w, true);
+        if (p->streams[i].present) {
+            p->streams[i].paused = cfg->wait_for_subscriber;
+            err = ws_pump_watch_add(p->pump, &p->streams[i].w, !cfg->wait_for_subscriber);
+        }
     if (err == 0 && p->stdin_fd >= 0)
         err = ws_pump_watch_add(p->pump, &p->stdin_w, false);
     if (err < 0) {
@@ -1013,6 +1023,11 @@ int ws_sub_new(struct ws_proc *p, uint64_t offset, void (*notify)(void *arg),
     /* An offset past the end waits for the stream to get there. */
     s->next = p->subs;
     p->subs = s;
+    /* Streams held for the first subscriber start flowing now (a stream
+     * paused for a slow subscriber stays paused: its room is unchanged). */
+    for (int i = 0; i < WS_STREAM_COUNT; i++)
+        if (p->streams[i].present)
+            maybe_resume(p, &p->streams[i]);
     pthread_mutex_unlock(&p->lock);
     *ret = s;
     return 0;

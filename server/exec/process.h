@@ -109,6 +109,11 @@ struct ws_proc_config {
     size_t ring_bytes;
     /* Run: head+tail kept per stream; 0: no capture. */
     size_t capture_bytes;
+    /* Read nothing until the first subscriber attaches (or the command is
+     * killed): a Start stream subscribes right after the spawn, and
+     * output written in between must wait for it rather than be
+     * overwritten in the ring. */
+    bool wait_for_subscriber;
 };
 
 struct ws_proc;

@@ -70,6 +70,7 @@ uint64_t ws_services_max_duration_ms(const Workspace__V1__Capabilities *caps)
 struct launch {
     bool stdin_pipe;
     bool background;
+    bool wait_for_subscriber;
     size_t ring_bytes;
     size_t capture_bytes;
 };
@@ -170,6 +171,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .tag = pc->tag,
         .ring_bytes = how->ring_bytes,
         .capture_bytes = how->capture_bytes,
+        .wait_for_subscriber = how->wait_for_subscriber,
     };
     err = ws_exec_start(s->exec, ws_workspace_id(ws), &cfg, &d, ret);
     if (err < 0) {
@@ -643,6 +645,7 @@ static void start_start(struct ws_call *call, const ProtobufCMessage *msg)
         .stdin_pipe = pc && pc->stdin,
         .background = pc && pc->background,
         .ring_bytes = ring,
+        .wait_for_subscriber = true,
     };
     if (launch(call, req->start->workspace_id, pc, &how, &st->ws, &st->p) < 0)
         return;

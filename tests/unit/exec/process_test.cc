@@ -175,6 +175,50 @@ TEST_F(ProcTest, SlowSubscriberHoldsThePipeAndLosesNothing)
     ws_proc_unref(p);
 }
 
+TEST_F(ProcTest, OutputWaitsForTheFirstSubscriber)
+{
+    // A Start stream subscribes just after the spawn; whatever the command
+    // wrote in between (here far more than the ring) must wait for it.
+    std::vector<const char *> argv = {"/usr/bin/head", "-c", "2097152", "/dev/zero", nullptr};
+    const char *envp[] = {nullptr};
+    struct ws_proc_config cfg = {};
+    cfg.argv = argv.data();
+    cfg.envp = envp;
+    cfg.cwd_fd = cwd_;
+    cfg.ring_bytes = 64 * 1024;
+    cfg.wait_for_subscriber = true;
+    struct ws_proc *p = nullptr;
+    ASSERT_EQ(ws_proc_spawn(&env_, &cfg, &p), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    struct ws_proc_result r;
+    EXPECT_FALSE(ws_proc_get_result(p, &r)) << "nothing may be read without a subscriber";
+    Reader rd;
+    struct ws_sub *s = nullptr;
+    ASSERT_EQ(ws_sub_new(p, 0, Reader::Notify, Reader::Release, &rd, &s), 0);
+    std::vector<char> buf(WS_PROC_CHUNK_MAX);
+    struct ws_sub_event ev;
+    uint64_t got = 0;
+    do {
+        ASSERT_TRUE(rd.Next(s, buf, &ev, 20000));
+        ASSERT_NE(ev.kind, WS_SUB_GAP);
+        if (ev.kind == WS_SUB_DATA) {
+            EXPECT_EQ(ev.offset, got);
+            got += ev.len;
+        }
+    } while (ev.kind != WS_SUB_EXITED);
+    EXPECT_EQ(got, 2097152u);
+    ws_sub_close(s);
+    ws_proc_unref(p);
+
+    // Killed before anyone subscribed: it still ends (the pipe drains).
+    cfg.argv = argv.data();
+    ASSERT_EQ(ws_proc_spawn(&env_, &cfg, &p), 0);
+    ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
+    ASSERT_TRUE(WaitDone(p, 10000, &r));
+    EXPECT_EQ(r.cause, WS_CAUSE_CANCELLED);
+    ws_proc_unref(p);
+}
+
 TEST_F(ProcTest, LateSubscriberGetsAnExactGap)
 {
     struct ws_proc *p = Spawn({"/usr/bin/head", "-c", "100000", "/dev/zero"}, 4096, 0);

@@ -23,9 +23,6 @@
 #define THREADS_MAX 64
 /* Flow-control window of one stream: what a sender may have in flight. */
 #define WS_RPC_STREAM_WINDOW (2 * 1024 * 1024)
-/* Keepalive ping interval and how long an unanswered ping may take. */
-#define WS_RPC_KEEPALIVE_MS         5000
-#define WS_RPC_KEEPALIVE_TIMEOUT_MS 5000
 /* How often a drain that is still waiting says so. */
 #define DRAIN_LOG_PERIOD_MS 5000
 /* How long a drain with no call left waits for clients to go away. */
@@ -277,7 +274,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     grpc_server_credentials *creds;
     pthread_condattr_t cattr;
     grpc_channel_args args;
-    grpc_arg arg[9];
+    grpc_arg arg[4];
     size_t i;
     long ncpu;
     int r, port;
@@ -327,26 +324,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     arg[3].type = GRPC_ARG_INTEGER;
     arg[3].key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
     arg[3].value.integer = WS_RPC_STREAM_WINDOW;
-    /* Keepalive: a client that vanished without closing its connection (a
-     * host gone, a cable pulled) is noticed within seconds, so its
-     * commands are cancelled and their process trees killed. Clients may
-     * ping as often as the server does. */
-    arg[4].type = GRPC_ARG_INTEGER;
-    arg[4].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
-    arg[4].value.integer = WS_RPC_KEEPALIVE_MS;
-    arg[5].type = GRPC_ARG_INTEGER;
-    arg[5].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
-    arg[5].value.integer = WS_RPC_KEEPALIVE_TIMEOUT_MS;
-    arg[6].type = GRPC_ARG_INTEGER;
-    arg[6].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
-    arg[6].value.integer = 1;
-    arg[7].type = GRPC_ARG_INTEGER;
-    arg[7].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
-    arg[7].value.integer = WS_RPC_KEEPALIVE_MS;
-    arg[8].type = GRPC_ARG_INTEGER;
-    arg[8].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
-    arg[8].value.integer = 0;
-    args.num_args = 9;
+    args.num_args = 4;
     args.args = arg;
     s->server = grpc_server_create(&args, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);

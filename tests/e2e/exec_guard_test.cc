@@ -36,7 +36,6 @@ std::string TokenAsReported(const std::string &token)
     return token.substr(0, 127);
 }
 
-
 // ---- shared server and sentinel ----
 
 Server *g_srv = nullptr;

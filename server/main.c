@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -11,6 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -34,6 +36,7 @@ struct options {
     long threads;
     long grace_ms;
     long kill_grace_ms;
+    long keepalive_ms;
     bool force_subreaper;
 };
 
@@ -51,6 +54,9 @@ static void usage(FILE *f)
         "  --threads N            completion-queue threads [number of CPUs]\n"
         "  --drain-grace-ms MS    how long in-flight calls may finish on SIGTERM [%d]\n"
         "  --kill-grace-ms MS     SIGTERM-to-SIGKILL grace when a command is ended [%d]\n"
+        "  --keepalive-ms MS      ping interval and ping timeout: a client gone without\n"
+        "                         closing its connection is dropped (and its commands\n"
+        "                         killed) after about twice this; 0 disables [%d]\n"
         "  --process-containment auto|subreaper\n"
         "                         how a command's whole tree is ended: a cgroup per\n"
         "                         command where possible (auto), or the subreaper sweep [auto]\n"
@@ -58,8 +64,8 @@ static void usage(FILE *f)
         "  WORKSPACED_BWRAP       the bubblewrap binary for local-sandbox (no search when set)\n"
         "  DOCKER_HOST            the Docker daemon (unix://PATH or tcp://HOST:PORT)\n",
         WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
-        (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS,
-        WS_EXEC_GRACE_MS_DEFAULT);
+        (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS, WS_EXEC_GRACE_MS_DEFAULT,
+        WS_RPC_KEEPALIVE_MS_DEFAULT);
 }
 
 static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)
@@ -124,6 +130,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         THREADS,
         GRACE,
         KILLGRACE,
+        KEEPALIVE,
         CONTAIN,
         HELP
     };
@@ -137,6 +144,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"threads", required_argument, NULL, THREADS},
         {"drain-grace-ms", required_argument, NULL, GRACE},
         {"kill-grace-ms", required_argument, NULL, KILLGRACE},
+        {"keepalive-ms", required_argument, NULL, KEEPALIVE},
         {"process-containment", required_argument, NULL, CONTAIN},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
@@ -188,6 +196,11 @@ static int parse_args(int argc, char **argv, struct options *o)
              * "default"). */
             o->kill_grace_ms = v ? (long)v : -1;
             break;
+        case KEEPALIVE:
+            if (!parse_ull(optarg, 3600000, &v) || (v && v < WS_RPC_KEEPALIVE_MS_MIN))
+                goto bad;
+            o->keepalive_ms = v ? (long)v : -1;
+            break;
         case CONTAIN:
             if (strcmp(optarg, "auto") == 0)
                 o->force_subreaper = false;
@@ -223,6 +236,62 @@ static int parse_args(int argc, char **argv, struct options *o)
 bad:
     fprintf(stderr, "workspaced: invalid value '%s'\n", optarg);
     return -1;
+}
+
+/* gRPC's teardown (grpc_shutdown) joins its executor threads, and one of
+ * them can be inside a poll with seconds left on it (seen after keepalive
+ * dropped a connection: ~10 s). The server's own state is already gone by
+ * then, so the process does not wait for it past this. */
+#define GRPC_TEARDOWN_WAIT_MS 1000
+
+struct teardown {
+    struct ws_rpc_server *server;
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    bool done;
+};
+
+static void *teardown_main(void *arg)
+{
+    struct teardown *t = arg;
+
+    ws_rpc_server_free(t->server);
+    pthread_mutex_lock(&t->mu);
+    t->done = true;
+    pthread_cond_signal(&t->cond);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* Frees the server on another thread; true when that finished within ms.
+ * On false the thread still runs and the caller must _exit. */
+static bool free_server_bounded(struct ws_rpc_server *s, int ms)
+{
+    static struct teardown t = {.mu = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    struct timespec deadline;
+    pthread_t th;
+    bool done;
+
+    t.server = s;
+    if (pthread_create(&th, NULL, teardown_main, &t) != 0) {
+        ws_rpc_server_free(s);
+        return true;
+    }
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += ms / 1000;
+    deadline.tv_nsec += (long)(ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&t.mu);
+    while (!t.done && pthread_cond_timedwait(&t.cond, &t.mu, &deadline) == 0)
+        ;
+    done = t.done;
+    pthread_mutex_unlock(&t.mu);
+    if (done)
+        pthread_join(th, NULL);
+    return done;
 }
 
 /* A unix socket left behind by a server that died would make the bind
@@ -329,7 +398,8 @@ int main(int argc, char **argv)
         goto out;
     size_t n_methods;
     const struct ws_rpc_method *methods = ws_services_methods(svc, &n_methods);
-    struct ws_rpc_config cfg = {.listen = o.listen, .threads = (int)o.threads};
+    struct ws_rpc_config cfg = {
+        .listen = o.listen, .threads = (int)o.threads, .keepalive_ms = (int)o.keepalive_ms};
     err = ws_rpc_server_new(&cfg, methods, n_methods, &server, &port);
     if (err < 0) {
         fprintf(stderr, "workspaced: cannot listen on '%s': %s\n", o.listen,
@@ -359,6 +429,19 @@ int main(int argc, char **argv)
     fprintf(stderr, "workspaced: %s received, draining\n", strsignal(sig));
     ws_services_drain(svc);
     ws_rpc_server_shutdown(server, (int)o.grace_ms);
+    /* No call is left: end every command and workspace now, then gRPC's
+     * own teardown, which is not waited for past a bound. */
+    ws_services_free(svc);
+    svc = NULL;
+    ws_registry_free(reg);
+    reg = NULL;
+    if (!free_server_bounded(server, GRPC_TEARDOWN_WAIT_MS)) {
+        fprintf(stderr, "workspaced: gRPC teardown still busy after %d ms; exiting\n",
+                GRPC_TEARDOWN_WAIT_MS);
+        fflush(NULL);
+        _exit(0);
+    }
+    server = NULL;
     rc = 0;
 out:
     ws_rpc_server_free(server);

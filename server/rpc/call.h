@@ -140,7 +140,18 @@ struct ws_rpc_config {
     int threads;
     /* Largest message in either direction, bytes; 0 = 4 MiB + 64 KiB. */
     int max_message_bytes;
+    /* Keepalive ping interval, and how long an unanswered ping may take
+     * before the connection (and every call on it) is dropped, so a
+     * client that vanished without closing its connection is noticed.
+     * 0 = WS_RPC_KEEPALIVE_MS_DEFAULT; < 0 = no keepalive. A C-core
+     * client (C++, and wsctl) that is not reading answers pings only when
+     * its backup poller runs, every 5 s: a timeout below that drops live
+     * clients. */
+    int keepalive_ms;
 };
+
+#define WS_RPC_KEEPALIVE_MS_DEFAULT 10000
+#define WS_RPC_KEEPALIVE_MS_MIN     100
 
 struct ws_rpc_server;
 

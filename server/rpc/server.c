@@ -274,10 +274,10 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     grpc_server_credentials *creds;
     pthread_condattr_t cattr;
     grpc_channel_args args;
-    grpc_arg arg[4];
+    grpc_arg arg[9];
     size_t i;
     long ncpu;
-    int r, port;
+    int r, port, keepalive;
 
     r = check_config(cfg, methods, n_methods);
     if (r < 0 || !ret_server)
@@ -325,6 +325,31 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     arg[3].key = (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
     arg[3].value.integer = WS_RPC_STREAM_WINDOW;
     args.num_args = 4;
+    /* Keepalive: a client that vanished without closing its connection (a
+     * host gone, a cable pulled) is noticed within two intervals, so its
+     * commands are cancelled and their process trees killed. Clients may
+     * ping as often as the server does. */
+    keepalive = cfg->keepalive_ms ? cfg->keepalive_ms : WS_RPC_KEEPALIVE_MS_DEFAULT;
+    if (keepalive > 0) {
+        if (keepalive < WS_RPC_KEEPALIVE_MS_MIN)
+            keepalive = WS_RPC_KEEPALIVE_MS_MIN;
+        arg[4].type = GRPC_ARG_INTEGER;
+        arg[4].key = (char *)GRPC_ARG_KEEPALIVE_TIME_MS;
+        arg[4].value.integer = keepalive;
+        arg[5].type = GRPC_ARG_INTEGER;
+        arg[5].key = (char *)GRPC_ARG_KEEPALIVE_TIMEOUT_MS;
+        arg[5].value.integer = keepalive;
+        arg[6].type = GRPC_ARG_INTEGER;
+        arg[6].key = (char *)GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS;
+        arg[6].value.integer = 1;
+        arg[7].type = GRPC_ARG_INTEGER;
+        arg[7].key = (char *)GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS;
+        arg[7].value.integer = keepalive;
+        arg[8].type = GRPC_ARG_INTEGER;
+        arg[8].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
+        arg[8].value.integer = 0;
+        args.num_args = 9;
+    }
     args.args = arg;
     s->server = grpc_server_create(&args, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);

@@ -9,10 +9,13 @@
 //
 // This binary has its own main(): started with --exec-client-helper it is
 // a client process that starts a command and blocks, for the test to kill.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +24,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -91,6 +95,107 @@ class PeakWatcher
 };
 
 const int kSurvivorWaitMs = 10000;
+
+// A TCP relay between a client and the server that can go silent: after
+// Blackhole() it neither forwards nor closes anything, as when the client's
+// host vanished (no FIN, no RST). Only the server's keepalive can notice.
+class BlackholeProxy
+{
+  public:
+    explicit BlackholeProxy(const std::string &target) : target_port_(PortOf(target))
+    {
+        listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof(a);
+        if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr *>(&a), len) != 0 ||
+            listen(listen_fd_, 8) != 0 ||
+            getsockname(listen_fd_, reinterpret_cast<sockaddr *>(&a), &len) != 0)
+            ADD_FAILURE() << "proxy listen: " << strerror(errno);
+        address_ = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+        thread_ = std::thread([this] { Run(); });
+    }
+    ~BlackholeProxy()
+    {
+        stop_ = true;
+        thread_.join();
+        for (int fd : fds_)
+            close(fd);
+        close(listen_fd_);
+    }
+    const std::string &address() const
+    {
+        return address_;
+    }
+    void Blackhole()
+    {
+        silent_ = true;
+    }
+
+  private:
+    static int PortOf(const std::string &addr)
+    {
+        return std::stoi(addr.substr(addr.rfind(':') + 1));
+    }
+
+    // One thread relays every connection with poll(); silent, it only
+    // sleeps (the sockets stay open, nothing is read or written).
+    void Run()
+    {
+        std::vector<std::pair<int, int>> pairs;
+        char buf[65536];
+        while (!stop_) {
+            if (silent_) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                continue;
+            }
+            std::vector<pollfd> p{{listen_fd_, POLLIN, 0}};
+            for (auto &pr : pairs) {
+                p.push_back({pr.first, POLLIN, 0});
+                p.push_back({pr.second, POLLIN, 0});
+            }
+            if (poll(p.data(), p.size(), 20) <= 0)
+                continue;
+            if (p[0].revents & POLLIN) {
+                int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+                int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                sockaddr_in a{};
+                a.sin_family = AF_INET;
+                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+                a.sin_port = htons(static_cast<uint16_t>(target_port_));
+                if (c >= 0 && u >= 0 &&
+                    connect(u, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0) {
+                    pairs.emplace_back(c, u);
+                    fds_.push_back(c);
+                    fds_.push_back(u);
+                } else {
+                    ADD_FAILURE() << "proxy connect: " << strerror(errno);
+                }
+            }
+            for (size_t i = 1; i < p.size() && !silent_; i++) {
+                if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                const auto &pr = pairs[(i - 1) / 2];
+                int to = p[i].fd == pr.first ? pr.second : pr.first;
+                ssize_t n = read(p[i].fd, buf, sizeof(buf));
+                for (ssize_t off = 0; n > 0 && off < n;) {
+                    ssize_t w = write(to, buf + off, static_cast<size_t>(n - off));
+                    if (w <= 0)
+                        break;
+                    off += w;
+                }
+            }
+        }
+    }
+
+    int target_port_;
+    int listen_fd_ = -1;
+    std::string address_;
+    std::vector<int> fds_;
+    std::atomic<bool> stop_{false}, silent_{false};
+    std::thread thread_;
+};
 
 class ExecAbortTest : public ::testing::TestWithParam<std::string>
 {
@@ -302,6 +407,34 @@ TEST_P(ExecAbortTest, ClientCancelKillsTheTree)
     ProcessInfo info = WaitFinished(log.start.id());
     ASSERT_TRUE(info.has_exited());
     EXPECT_EQ(info.exited().cause(), EXIT_CAUSE_CANCELLED);
+}
+
+// A client whose host vanished mid-stream (its connection neither closed
+// nor reset, every packet lost): the server's keepalive ping goes
+// unanswered, the connection is dropped and the command's tree is killed
+// as for a cancel.
+TEST_P(ExecAbortTest, VanishedClientKillsTheTree)
+{
+    std::string m = wstest::UniqueSleep();
+    BlackholeProxy proxy(srv_->address());
+    auto exec =
+        Exec::NewStub(grpc::CreateChannel(proxy.address(), grpc::InsecureChannelCredentials()));
+    ClientContext ctx;
+    auto rw = wstest::StartStream(exec.get(), &ctx, ws_.id,
+                                  ArgvProcess({"sh", "-c", "echo up; " + EscapingTree(m)}));
+    EventLog log;
+    ASSERT_TRUE(wstest::ReadEvents(rw.get(), &log, [](const EventLog &l) { return l.started; }));
+    ASSERT_GE(wstest::WaitProcsAtLeast(m, 4, 10000), 4);
+    auto t0 = Clock::now();
+    proxy.Blackhole();
+    // Two keepalive intervals (ping, then its timeout) at the default
+    // 10 s, plus the kill.
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, 40000), 0) << "survivors of a vanished client";
+    EXPECT_GT(SecondsSince(t0), 1.0) << "killed before the client could have been noticed gone";
+    ProcessInfo info = WaitFinished(log.start.id());
+    ASSERT_TRUE(info.has_exited());
+    EXPECT_EQ(info.exited().cause(), EXIT_CAUSE_CANCELLED);
+    ctx.TryCancel();
 }
 
 TEST_P(ExecAbortTest, DeadlineKillsTheTree)

@@ -211,10 +211,11 @@ TEST(Server, InvalidUtf8AndNulInStringsAreMalformed)
 }
 
 // SIGTERM while a long ReadFile stream is in flight: the stream ends (it
-// finishes or is cancelled), the process exits 0 promptly.
-TEST(Server, DrainsInFlightCallsOnSigterm)
+// finishes or is cancelled), the process exits 0 promptly. `pause` lets
+// keepalive pings go back and forth first.
+void DrainWithStalledReader(const std::vector<std::string> &args, std::chrono::milliseconds pause)
 {
-    Server srv({"--drain-grace-ms", "500"});
+    Server srv(args);
     auto ws = srv.workspaces();
     auto fs = srv.fs();
     auto w = wstest::Open(ws.get(), "memory");
@@ -226,6 +227,7 @@ TEST(Server, DrainsInFlightCallsOnSigterm)
     auto r = fs->ReadFile(&ctx, req);
     ReadFileResponse m;
     ASSERT_TRUE(r->Read(&m)); // the stream is live; we stop reading
+    std::this_thread::sleep_for(pause);
     auto t0 = std::chrono::steady_clock::now();
     kill(srv.pid(), SIGTERM);
     std::thread drain([&] {
@@ -240,7 +242,34 @@ TEST(Server, DrainsInFlightCallsOnSigterm)
         << s.error_message();
     ASSERT_TRUE(WIFEXITED(st));
     EXPECT_EQ(WEXITSTATUS(st), 0);
-    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+        << wstest::ReadHostFile(srv.stderr_path());
+}
+
+TEST(Server, DrainsInFlightCallsOnSigterm)
+{
+    DrainWithStalledReader({"--drain-grace-ms", "500"}, std::chrono::milliseconds(0));
+}
+
+// Keepalive pings exchanged on a connection whose stream is stalled must
+// not hold the drain up (a GOAWAY ping paced behind them did, once).
+TEST(Server, DrainsPromptlyAfterKeepalivePings)
+{
+    DrainWithStalledReader({"--drain-grace-ms", "500", "--keepalive-ms", "400"},
+                           std::chrono::milliseconds(2000));
+}
+
+TEST(Server, KeepaliveFlagIsValidated)
+{
+    for (const char *bad : {"-1", "abc", "50", "99"}) {
+        std::string err;
+        std::string state = wstest::MakeTempDir("ka");
+        int st = wstest::RunServerToExit(
+            {"--listen", "127.0.0.1:0", "--state-dir", state, "--keepalive-ms", bad}, &err);
+        ASSERT_TRUE(WIFEXITED(st)) << bad;
+        EXPECT_EQ(WEXITSTATUS(st), 2) << bad;
+        EXPECT_NE(err.find("invalid value"), std::string::npos) << err;
+    }
 }
 
 // Killing the server in the middle of a streamed write leaves the old

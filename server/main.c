@@ -37,6 +37,7 @@ struct options {
     long grace_ms;
     long kill_grace_ms;
     long keepalive_ms;
+    const char *exec_path;
     bool force_subreaper;
 };
 
@@ -57,6 +58,8 @@ static void usage(FILE *f)
         "  --keepalive-ms MS      ping interval and ping timeout: a client gone without\n"
         "                         closing its connection is dropped (and its commands\n"
         "                         killed) after about twice this; 0 disables [%d]\n"
+        "  --exec-path DIRS       where commands are looked up, and their PATH\n"
+        "                         [" WS_SERVICES_EXEC_PATH_DEFAULT "]\n"
         "  --process-containment auto|subreaper\n"
         "                         how a command's whole tree is ended: a cgroup per\n"
         "                         command where possible (auto), or the subreaper sweep [auto]\n"
@@ -131,6 +134,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         GRACE,
         KILLGRACE,
         KEEPALIVE,
+        EXECPATH,
         CONTAIN,
         HELP
     };
@@ -145,6 +149,7 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"drain-grace-ms", required_argument, NULL, GRACE},
         {"kill-grace-ms", required_argument, NULL, KILLGRACE},
         {"keepalive-ms", required_argument, NULL, KEEPALIVE},
+        {"exec-path", required_argument, NULL, EXECPATH},
         {"process-containment", required_argument, NULL, CONTAIN},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
@@ -200,6 +205,11 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (!parse_ull(optarg, 3600000, &v) || (v && v < WS_RPC_KEEPALIVE_MS_MIN))
                 goto bad;
             o->keepalive_ms = v ? (long)v : -1;
+            break;
+        case EXECPATH:
+            if (!ws_services_exec_path_valid(optarg))
+                goto bad;
+            o->exec_path = optarg;
             break;
         case CONTAIN:
             if (strcmp(optarg, "auto") == 0)
@@ -389,6 +399,7 @@ int main(int argc, char **argv)
     struct ws_services_config sc = {
         .kill_grace_ms = (int)o.kill_grace_ms,
         .force_subreaper = o.force_subreaper,
+        .exec_path = o.exec_path,
     };
     err = ws_services_new(reg, &sc, &svc);
     if (err < 0)

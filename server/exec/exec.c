@@ -183,6 +183,14 @@ static void on_proc_done(void *arg, struct ws_proc *p)
     free(dc);
 }
 
+/* The command's wrapper is ours from ws_exec_start on, even when it fails
+ * before ws_proc_spawn (which then frees it itself). */
+static void release_wrapper(const struct ws_proc_config *cfg)
+{
+    if (cfg->wrapper && cfg->wrapper->free)
+        cfg->wrapper->free(cfg->wrapper->arg);
+}
+
 int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
                   struct ws_diag *d, struct ws_proc **ret)
 {
@@ -194,6 +202,7 @@ int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_con
     if (!en || !dc) {
         free(en);
         free(dc);
+        release_wrapper(cfg);
         return -ENOMEM;
     }
     dc->e = e;
@@ -284,6 +293,7 @@ unlock_fail:
     pthread_mutex_unlock(&e->lock);
     free(en);
     free(dc);
+    release_wrapper(cfg);
     return err;
 }
 

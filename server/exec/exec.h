@@ -56,7 +56,8 @@ const char *ws_exec_containment(const struct ws_exec *e);
 /* Starts a command in workspace `ws_id`. Errors: -EEXIST (tag in use,
  * diag metadata "tag"), -WS_EQUOTA (metadata "quota" = "processes" or
  * "processes_total"), -WS_ENOWORKSPACE (the workspace is closing), or the
- * spawn's error. */
+ * spawn's error. Takes cfg->wrapper->arg in every case (freed through its
+ * free hook on failure). */
 int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
                   struct ws_diag *d, struct ws_proc **ret);
 

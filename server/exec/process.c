@@ -87,6 +87,7 @@ struct ws_proc {
     struct ws_tree *tree;
     struct ws_child *child;
     pid_t pid;
+    struct ws_proc_wrapper wrapper; /* .signal NULL: none */
 
     pthread_mutex_t lock; /* everything below */
     enum phase phase;
@@ -94,6 +95,7 @@ struct ws_proc {
     int64_t timeout_at;     /* monotonic ms; 0: none */
     int64_t phase_deadline; /* TERMINATING: SIGKILL; KILLED: give up */
     bool leader_done;
+    bool oom; /* the wrapper saw the OOM killer end the command */
     struct ws_child_exit leader;
     struct stream streams[WS_STREAM_COUNT];
     struct ws_pump_watch pidfd_w;
@@ -154,6 +156,8 @@ static void proc_free(struct ws_proc *p)
         close(p->pty_in_fd);
     ws_child_free(p->child);
     ws_tree_free(p->tree);
+    if (p->wrapper.free)
+        p->wrapper.free(p->wrapper.arg);
     if (p->argv)
         for (char **a = p->argv; *a; a++)
             free(*a);
@@ -286,7 +290,9 @@ static void fill_result(struct ws_proc *p)
 
     r->cause = p->kill_cause;
     if (p->leader_done) {
-        if (!r->cause)
+        if (!r->cause && p->oom)
+            r->cause = WS_CAUSE_OOM;
+        else if (!r->cause)
             r->cause = p->leader.signaled ? WS_CAUSE_SIGNALED : WS_CAUSE_EXITED;
         r->exit_code = p->leader.exit_code;
         r->signal = p->leader.signal;
@@ -396,6 +402,15 @@ static void run_done(struct ws_proc *p)
 
 static void maybe_resume(struct ws_proc *p, struct stream *st);
 
+/* Signals the command's processes; lock held. */
+static void signal_tree(struct ws_proc *p, int sig)
+{
+    if (p->wrapper.signal)
+        (void)p->wrapper.signal(p->wrapper.arg, p->tree, p->pid, sig);
+    else
+        (void)ws_tree_signal(p->tree, sig);
+}
+
 /* Starts ending the tree; lock held. */
 static void begin_kill(struct ws_proc *p, bool graceful)
 {
@@ -410,7 +425,7 @@ static void begin_kill(struct ws_proc *p, bool graceful)
     if (graceful && p->phase == PHASE_RUNNING && p->grace_ms > 0) {
         /* The tree covers the leader's group too (and sends SIGCONT after,
          * so stopped members act on it): one delivery per process. */
-        ws_tree_signal(p->tree, SIGTERM);
+        signal_tree(p, SIGTERM);
         p->phase = PHASE_TERMINATING;
         p->phase_deadline = mono_ms() + p->grace_ms;
     } else {
@@ -446,7 +461,7 @@ int ws_proc_signal(struct ws_proc *p, int sig)
             p->kill_cause = WS_CAUSE_SIGNALED;
         begin_kill(p, false);
     } else {
-        ws_tree_signal(p->tree, sig);
+        signal_tree(p, sig);
     }
     pthread_mutex_unlock(&p->lock);
     return r;
@@ -532,6 +547,8 @@ static void on_pidfd(void *arg, uint32_t events)
     pthread_mutex_lock(&p->lock);
     if (!p->leader_done && ws_child_try_reap(p->child, &p->leader) == 0) {
         p->leader_done = true;
+        if (p->wrapper.exited)
+            p->wrapper.exited(p->wrapper.arg, &p->leader, &p->oom);
         ws_pump_watch_del(p->pump, &p->pidfd_w);
         /* Nothing outlives its command: what the first process left
          * running is ended too. */
@@ -721,8 +738,11 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     struct ws_proc *p = calloc(1, sizeof(*p));
     int err = -ENOMEM;
 
-    if (!p)
+    if (!p) {
+        if (cfg->wrapper && cfg->wrapper->free)
+            cfg->wrapper->free(cfg->wrapper->arg);
         return -ENOMEM;
+    }
     atomic_init(&p->refs, 1);
     pthread_mutex_init(&p->lock, NULL);
     p->timer_fd = -1;
@@ -748,8 +768,12 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     if (err < 0)
         goto fail;
 
+    const struct ws_proc_wrapper *w = cfg->wrapper;
     struct ws_spawn_opts so = {
-        .argv = cfg->argv,
+        .argv = w ? w->argv : cfg->argv,
+        .keep_fds = w ? w->keep_fds : NULL,
+        .n_keep_fds = w ? w->n_keep_fds : 0,
+        .pty_noctty = w ? w->pty_noctty : false,
         .envp = cfg->envp,
         .cwd_fd = cfg->cwd_fd,
         .stdin_mode = cfg->stdin_pipe ? WS_SPAWN_STDIN_PIPE : WS_SPAWN_STDIN_NULL,
@@ -760,9 +784,18 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     err = ws_tree_enter(p->tree);
     if (err < 0)
         goto fail;
+    if (w && w->enter) {
+        err = w->enter(w->arg);
+        if (err < 0) {
+            (void)ws_tree_leave(p->tree);
+            goto fail;
+        }
+    }
     p->started_mono_ms = mono_ms();
     p->started_unix_ms = unix_ms();
     err = ws_spawn(&so, &p->child);
+    if (w && w->leave)
+        w->leave(w->arg);
     int leave = ws_tree_leave(p->tree);
     if (err < 0)
         goto fail;
@@ -829,6 +862,9 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
         pthread_mutex_unlock(&p->lock);
         goto fail_kill;
     }
+    /* Under the lock still: no callback ran yet, and none sees it unset. */
+    if (cfg->wrapper)
+        p->wrapper = *cfg->wrapper;
     pthread_mutex_unlock(&p->lock);
     *ret = p;
     return 0;
@@ -839,6 +875,8 @@ fail:
     /* ws_child_free kills and reaps what is left; a tree whose spawn
      * failed is empty. */
     proc_free(p);
+    if (cfg->wrapper && cfg->wrapper->free)
+        cfg->wrapper->free(cfg->wrapper->arg);
     return err;
 }
 

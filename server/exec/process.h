@@ -33,6 +33,7 @@
 #include <sys/types.h>
 
 #include "server/posix/pump.h"
+#include "server/posix/spawn.h"
 #include "server/posix/tree.h"
 
 #define WS_PROC_ID_LEN  18 /* "p_" + 16 hex */
@@ -92,6 +93,38 @@ struct ws_proc_env {
     int grace_ms;
 };
 
+/* A wrapper started in the command's place (a sandbox): it runs the
+ * command inside itself and stays around it. The tree still holds
+ * everything (wrapper and command), so kills are unchanged; signals and
+ * the exit record go through these hooks to reach the command itself. */
+struct ws_proc_wrapper {
+    /* What is spawned instead of argv (argv stays the command's, for
+     * listings and audit). Borrowed for the spawn. */
+    const char *const *argv;
+    /* Borrowed fds the wrapper gets as 3, 4, ... */
+    const int *keep_fds;
+    size_t n_keep_fds;
+    /* The PTY must not become the wrapper's controlling terminal (the
+     * wrapper gives it to the command's session). */
+    bool pty_noctty;
+    /* Sends sig to the command's processes, not the wrapper's own; leader
+     * is the spawned wrapper. Returns like ws_tree_signal. Any thread,
+     * the process's lock held. */
+    int (*signal)(void *arg, struct ws_tree *tree, pid_t leader, int sig);
+    /* Once the wrapper is reaped: replaces its exit code and signal with
+     * the command's, when the wrapper reported them, and tells whether the
+     * command was ended by the kernel's OOM killer. Pump thread. */
+    void (*exited)(void *arg, struct ws_child_exit *e, bool *ret_oom);
+    /* Around the spawn, on the spawning thread: enter moves the thread
+     * where the wrapper must start (its resource group), leave moves it
+     * back. A failed enter fails the spawn. NULL: nothing. */
+    int (*enter)(void *arg);
+    void (*leave)(void *arg);
+    /* Frees arg when the process is freed. */
+    void (*free)(void *arg);
+    void *arg;
+};
+
 struct ws_proc_config {
     /* Vetted by the shell guard; argv[0] absolute. Borrowed. */
     const char *const *argv;
@@ -114,6 +147,10 @@ struct ws_proc_config {
      * output written in between must wait for it rather than be
      * overwritten in the ring. */
     bool wait_for_subscriber;
+    /* NULL: argv is spawned itself. Copied; ws_proc_spawn takes
+     * wrapper->arg in every case: freed through wrapper->free with the
+     * process, or at once when the spawn fails. */
+    const struct ws_proc_wrapper *wrapper;
 };
 
 struct ws_proc;

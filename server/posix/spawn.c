@@ -259,6 +259,7 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
     posix_spawnattr_t attr;
     bool fa_init = false, attr_init = false;
     int child_in = -1, child_out = -1, child_err = -1;
+    int keep[WS_SPAWN_KEEP_FDS_MAX] = {-1, -1, -1, -1};
     char pty_name[WS_SPAWN_PTY_NAME_MAX];
     struct ws_child *c = NULL;
     unsigned short rows = 0, cols = 0;
@@ -272,6 +273,11 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
         return -EINVAL;
     if (o->cwd_fd < 0)
         return -EBADF;
+    if (o->n_keep_fds > WS_SPAWN_KEEP_FDS_MAX || (o->n_keep_fds && !o->keep_fds))
+        return -EINVAL;
+    for (size_t i = 0; i < o->n_keep_fds; i++)
+        if (o->keep_fds[i] < 0)
+            return -EBADF;
     if (o->pty) {
         r = check_dim(o->pty_rows, WS_SPAWN_PTY_ROWS_DEFAULT, &rows);
         if (r < 0)
@@ -325,7 +331,8 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
             goto out;
         /* glibc runs setsid() before the file actions, so this open (no
          * O_NOCTTY) makes the slave the new session's controlling tty. */
-        r = -posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, pty_name, O_RDWR, 0);
+        r = -posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, pty_name,
+                                              O_RDWR | (o->pty_noctty ? O_NOCTTY : 0), 0);
         if (r < 0)
             goto out;
         r = -posix_spawn_file_actions_adddup2(&fa, STDIN_FILENO, STDOUT_FILENO);
@@ -359,7 +366,19 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
         if (r < 0)
             goto out;
     }
-    r = -posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1);
+    /* Kept fds land at 3, 4, ... from copies above that range, so no
+     * dup2 overwrites a source another one still needs. */
+    for (size_t i = 0; i < o->n_keep_fds; i++) {
+        keep[i] = fcntl(o->keep_fds[i], F_DUPFD_CLOEXEC, (int)(STDERR_FILENO + 1 + o->n_keep_fds));
+        if (keep[i] < 0) {
+            r = -errno;
+            goto out;
+        }
+        r = -posix_spawn_file_actions_adddup2(&fa, keep[i], STDERR_FILENO + 1 + (int)i);
+        if (r < 0)
+            goto out;
+    }
+    r = -posix_spawn_file_actions_addclosefrom_np(&fa, STDERR_FILENO + 1 + (int)o->n_keep_fds);
     if (r < 0)
         goto out;
 
@@ -390,6 +409,8 @@ out:
     close_fd(&child_in);
     close_fd(&child_out);
     close_fd(&child_err);
+    for (size_t i = 0; i < WS_SPAWN_KEEP_FDS_MAX; i++)
+        close_fd(&keep[i]);
     if (c) {
         child_close_fds(c);
         free(c);

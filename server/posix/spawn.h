@@ -14,7 +14,8 @@
  *     whatever the server blocks or ignores (the server ignores SIGPIPE),
  *     glibc's internal signals 32 and 33 included (glibc's own spawn would
  *     leave them ignored);
- *   - exactly fds 0-2, everything else closed (closefrom(3) in the child);
+ *   - exactly fds 0-2 (and opts->keep_fds at 3, 4, ...), everything else
+ *     closed (closefrom in the child);
  *   - exactly opts->envp as its environment, nothing inherited;
  *   - opts->cwd_fd as its working directory (fchdir);
  *   - the server's umask, inherited unchanged: the server sets 077 at start,
@@ -68,6 +69,8 @@
 /* Default terminal size when opts->pty_rows / pty_cols are 0. */
 #define WS_SPAWN_PTY_ROWS_DEFAULT 24
 #define WS_SPAWN_PTY_COLS_DEFAULT 80
+/* Most fds a child may get besides 0-2. */
+#define WS_SPAWN_KEEP_FDS_MAX 4
 /* Buffer for the PTY slave's path (/dev/pts/N). */
 #define WS_SPAWN_PTY_NAME_MAX 64
 
@@ -91,6 +94,14 @@ struct ws_spawn_opts {
     bool pty;
     unsigned pty_rows;
     unsigned pty_cols;
+    /* The PTY slave does not become the new session's controlling
+     * terminal (a wrapper in between makes it that of the command's own
+     * session). */
+    bool pty_noctty;
+    /* Borrowed fds the child gets as 3, 4, ... in this order (a sandbox's
+     * seccomp program and status pipes); at most WS_SPAWN_KEEP_FDS_MAX. */
+    const int *keep_fds;
+    size_t n_keep_fds;
 };
 
 struct ws_child;

@@ -364,8 +364,16 @@ static int find_freezer_mount(const char *path, char *ret_point, char *ret_root,
  * /proc/<pid>/cgroup confirmed the process is still in `rel`. With cont,
  * SIGCONT follows. Returns how many were counted (sig < 0) or signalled,
  * or -errno; *ret_self tells whether the server's pid was listed. */
+static bool skipped(pid_t pid, const pid_t *skip, size_t n_skip)
+{
+    for (size_t i = 0; i < n_skip; i++)
+        if (skip[i] == pid)
+            return true;
+    return false;
+}
+
 static int cg_procs(const struct ws_tree_host *h, int dir_fd, const char *rel, int sig, bool cont,
-                    bool *ret_self)
+                    const pid_t *skip, size_t n_skip, bool *ret_self)
 {
     char buf[4096];
     size_t have = 0;
@@ -399,6 +407,8 @@ static int cg_procs(const struct ws_tree_host *h, int dir_fd, const char *rel, i
             if (parse_pid(buf + start, i - start, &pid)) {
                 if (pid == h->pid) {
                     self = true;
+                } else if (sig >= 0 && skipped(pid, skip, n_skip)) {
+                    /* spared: a wrapper's own process */
                 } else if (sig < 0) {
                     n++;
                 } else {
@@ -457,12 +467,12 @@ static int cg_freeze(int dir_fd)
 static int cg_kill(const struct ws_tree_host *h, int dir_fd, const char *rel)
 {
     bool self = false;
-    int n = cg_procs(h, dir_fd, rel, -1, false, &self);
+    int n = cg_procs(h, dir_fd, rel, -1, false, NULL, 0, &self);
     if (n <= 0)
         return n;
     if (!self)
         (void)cg_freeze(dir_fd);
-    n = cg_procs(h, dir_fd, rel, SIGKILL, false, NULL);
+    n = cg_procs(h, dir_fd, rel, SIGKILL, false, NULL, 0, NULL);
     /* Always thaw, also after a failed freeze write: a frozen task never
      * acts on SIGKILL. */
     if (!self)
@@ -484,7 +494,7 @@ static int cg_kill_until_empty(const struct ws_tree_host *h, int dir_fd, const c
             last_kill = t;
         }
         bool self = false;
-        int n = cg_procs(h, dir_fd, rel, -1, false, &self);
+        int n = cg_procs(h, dir_fd, rel, -1, false, NULL, 0, &self);
         if (n < 0)
             return n;
         if (n == 0 && !self)
@@ -890,7 +900,7 @@ static bool stop_signal(int sig)
     return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
 }
 
-static int sr_signal(struct ws_tree *t, int sig)
+static int sr_signal(struct ws_tree *t, int sig, const pid_t *skip, size_t n_skip)
 {
     struct scan s = {0};
     bool cont = sig != 0 && sig != SIGKILL && sig != SIGCONT && !stop_signal(sig);
@@ -899,7 +909,7 @@ static int sr_signal(struct ws_tree *t, int sig)
         goto out;
     mark_members(t, &s);
     for (size_t i = 0; i < s.n; i++) {
-        if (!s.v[i].member || !is_live(&s.v[i]))
+        if (!s.v[i].member || !is_live(&s.v[i]) || skipped(s.v[i].pid, skip, n_skip))
             continue;
         int pfd = open_checked(t->host, &s.v[i]);
         if (pfd < 0)
@@ -1325,14 +1335,19 @@ static bool valid_signal(int sig)
     return sig >= 0 && sig < NSIG;
 }
 
-int ws_tree_signal(struct ws_tree *t, int sig)
+int ws_tree_signal_except(struct ws_tree *t, int sig, const pid_t *skip, size_t n_skip)
 {
-    if (!t || !valid_signal(sig))
+    if (!t || !valid_signal(sig) || (n_skip && !skip))
         return -EINVAL;
     if (t->host->mech == MECH_SUBREAPER)
-        return sr_signal(t, sig);
+        return sr_signal(t, sig, skip, n_skip);
     bool cont = sig != 0 && sig != SIGKILL && sig != SIGCONT && !stop_signal(sig);
-    return cg_procs(t->host, t->dir_fd, t->rel, sig, cont, NULL);
+    return cg_procs(t->host, t->dir_fd, t->rel, sig, cont, skip, n_skip, NULL);
+}
+
+int ws_tree_signal(struct ws_tree *t, int sig)
+{
+    return ws_tree_signal_except(t, sig, NULL, 0);
 }
 
 int ws_tree_kill(struct ws_tree *t)
@@ -1352,7 +1367,7 @@ int ws_tree_count(struct ws_tree *t)
         return -EINVAL;
     if (t->host->mech == MECH_SUBREAPER)
         return sr_count(t);
-    return cg_procs(t->host, t->dir_fd, t->rel, -1, false, NULL);
+    return cg_procs(t->host, t->dir_fd, t->rel, -1, false, NULL, 0, NULL);
 }
 
 void ws_tree_free(struct ws_tree *t)

@@ -206,6 +206,9 @@ void ws_tree_set_leader(struct ws_tree *t, pid_t leader);
  * missed (ws_tree_kill is). Returns the number of processes signalled,
  * -EINVAL for a bad signal number, or a read error. */
 int ws_tree_signal(struct ws_tree *t, int sig);
+/* The same, sparing the processes in skip[] (a sandbox's own wrapper
+ * processes, which must outlive the command to report how it ended). */
+int ws_tree_signal_except(struct ws_tree *t, int sig, const pid_t *skip, size_t n_skip);
 
 /* SIGKILLs every process of the tree, atomically (freezer, or SIGSTOP and
  * rescans). Does not wait for them to die: poll ws_tree_count(). Blocks at

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
@@ -51,6 +52,34 @@ const char *ws_probe_bwrap_path(void)
     return find_in_path("bwrap", found, sizeof(found));
 }
 
+const char *ws_probe_sandbox_init_path(void)
+{
+    static _Thread_local char found[PATH_MAX];
+    const char *forced = getenv(WS_SANDBOX_INIT_ENV);
+    char exe[PATH_MAX];
+    ssize_t n;
+
+    if (forced && forced[0])
+        return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
+    /* Installed next to the server binary (or, in the build tree, in the
+     * sandbox directory beside it). */
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    static const char *const rel[] = {"sandbox/" WS_SANDBOX_INIT_NAME, WS_SANDBOX_INIT_NAME};
+    for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+        int k = snprintf(found, sizeof(found), "%s/%s", exe, rel[i]);
+        if (k > 0 && (size_t)k < sizeof(found) && access(found, X_OK) == 0)
+            return found;
+    }
+    return NULL;
+}
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -71,11 +100,20 @@ static void first_line(char *s)
 
 void ws_probe_bwrap(struct ws_probe *ret)
 {
+    const char *init = ws_probe_sandbox_init_path();
+    /* The same shape as a command's sandbox (user namespace without nested
+     * ones, no capabilities, our init as pid 1 reporting on fd 3), so a
+     * bwrap too old for one of these options reads as unusable too. */
     char *const argv[] = {
         "bwrap",
         "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",
+        "--cap-drop",
+        "ALL",
         "--ro-bind",
         "/usr",
         "/usr",
@@ -92,7 +130,14 @@ void ws_probe_bwrap(struct ws_probe *ret)
         "/proc",
         "--dev",
         "/dev",
+        "--ro-bind",
+        (char *)(init ? init : "/nonexistent"),
+        "/.workspaced-init",
+        "--remount-ro",
+        "/",
         "--",
+        "/.workspaced-init",
+        "3",
         "/usr/bin/true",
         NULL,
     };
@@ -112,6 +157,11 @@ void ws_probe_bwrap(struct ws_probe *ret)
         snprintf(r.reason, sizeof(r.reason), "bubblewrap (bwrap) is not installed");
         goto out;
     }
+    if (!init) {
+        snprintf(r.reason, sizeof(r.reason),
+                 "the sandbox init (" WS_SANDBOX_INIT_NAME ") is not installed next to the server");
+        goto out;
+    }
     if (pipe2(pipefd, O_CLOEXEC) < 0) {
         snprintf(r.reason, sizeof(r.reason), "cannot probe bubblewrap: %s", strerror(errno));
         goto out;
@@ -120,6 +170,7 @@ void ws_probe_bwrap(struct ws_probe *ret)
     posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
     posix_spawn_file_actions_adddup2(&fa, pipefd[1], 2);
+    posix_spawn_file_actions_adddup2(&fa, pipefd[1], 3); /* init's status line */
     posix_spawnattr_init(&attr);
     sigemptyset(&none);
     posix_spawnattr_setsigmask(&attr, &none);

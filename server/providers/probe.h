@@ -27,4 +27,12 @@ void ws_probe_docker(struct ws_probe *ret);
  * static. */
 const char *ws_probe_bwrap_path(void);
 
+/* The sandbox's init: WORKSPACED_SANDBOX_INIT (absolute; nothing else is
+ * looked at when set), else WS_SANDBOX_INIT_NAME next to the server
+ * binary or in its sandbox/ directory; NULL if none is executable. The
+ * string is thread-local or static. */
+#define WS_SANDBOX_INIT_ENV  "WORKSPACED_SANDBOX_INIT"
+#define WS_SANDBOX_INIT_NAME "workspaced-sandbox-init"
+const char *ws_probe_sandbox_init_path(void);
+
 #endif

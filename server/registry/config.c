@@ -49,6 +49,11 @@ static bool paths_overlap(const char *a, const char *b)
 static int check_paths(size_t n, char **paths, const char *what, const char *const *own,
                        size_t n_own, struct ws_diag *d)
 {
+    if (n > WS_CONFIG_BINDS_MAX) {
+        ws_diag_set(d, "%s has %zu entries; at most %d", what, n, WS_CONFIG_BINDS_MAX);
+        ws_diag_meta(d, "field", "%s", what);
+        return -WS_ELIMIT;
+    }
     for (size_t i = 0; i < n; i++) {
         char *canon = realpath(paths[i], NULL);
         bool ok = paths[i][0] == '/' && canon && strcmp(canon, paths[i]) == 0;
@@ -94,6 +99,25 @@ int ws_config_check(const Workspace__V1__OpenRequest *req, const char *const *ow
                               n_own, d);
         if (err < 0)
             return err;
+        const char *bad = NULL;
+        if (c->pids_limit &&
+            (c->pids_limit < WS_CONFIG_PIDS_MIN || c->pids_limit > WS_CONFIG_PIDS_MAX))
+            bad = "pids_limit";
+        else if (c->memory_mb &&
+                 (c->memory_mb < WS_CONFIG_MEMORY_MB_MIN || c->memory_mb > WS_CONFIG_MEMORY_MB_MAX))
+            bad = "memory_mb";
+        else if (!(c->cpus >= 0 && c->cpus <= WS_CONFIG_CPUS_MAX) ||
+                 (c->cpus > 0 && c->cpus < 0.01))
+            bad = "cpus";
+        if (bad) {
+            ws_diag_set(d,
+                        "local_sandbox.%s is out of range (pids %u-%u, memory_mb %u-%u, cpus "
+                        "0.01-%d; 0 for the default)",
+                        bad, WS_CONFIG_PIDS_MIN, WS_CONFIG_PIDS_MAX, WS_CONFIG_MEMORY_MB_MIN,
+                        WS_CONFIG_MEMORY_MB_MAX, WS_CONFIG_CPUS_MAX);
+            ws_diag_meta(d, "field", "%s", bad);
+            return -WS_ELIMIT;
+        }
         kind = WS_PROVIDER_LOCAL_SANDBOX;
         break;
     }

@@ -258,6 +258,13 @@ Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws)
     return WORKSPACE__V1__NETWORK__NETWORK_OFF;
 }
 
+const Workspace__V1__LocalSandboxConfig *ws_workspace_sandbox_config(const struct ws_workspace *ws)
+{
+    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_SANDBOX)
+        return ws->rec->local_sandbox;
+    return NULL;
+}
+
 uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws)
 {
     const Workspace__V1__Capabilities *c = ws->rec->capabilities;

@@ -134,6 +134,8 @@ void ws_workspace_token(const struct ws_workspace *ws, const uint8_t **ret_data,
 const Workspace__V1__Capabilities *ws_workspace_capabilities(const struct ws_workspace *ws);
 /* Network policy of the provider config (NETWORK_OFF when not applicable). */
 Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws);
+/* The local-sandbox config (extra binds), or NULL for other providers. */
+const Workspace__V1__LocalSandboxConfig *ws_workspace_sandbox_config(const struct ws_workspace *ws);
 uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws);
 /* The generic file operations over the workspace's storage; NULL unless
  * the workspace is open. */

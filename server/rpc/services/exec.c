@@ -28,11 +28,10 @@
 #include "server/posix/fs.h"
 #include "server/posix/guard.h"
 #include "server/posix/spawn.h"
+#include "server/providers/sandbox.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/exec.pb-c.h"
 
-/* The PATH commands are looked up in, and the child's PATH. */
-#define EXEC_PATH          "/usr/local/bin:/usr/bin:/bin"
 #define RUN_OUTPUT_DEFAULT (1024 * 1024)
 #define RUN_OUTPUT_MAX     (2 * 1024 * 1024)
 #define RUN_STDIN_MAX      (1024 * 1024)
@@ -84,6 +83,8 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     struct ws_guard_env *env = NULL;
     struct ws_diag d = {0};
     char home[HOME_MAX];
+    struct ws_proc_wrapper wrap = {0};
+    bool sandboxed;
     int cwd_fd = -1;
     int err;
 
@@ -118,6 +119,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     err = ws_registry_workspace_path(s->reg, ws, home, sizeof(home));
     if (err < 0)
         goto fail;
+    sandboxed = ws_workspace_provider(ws)->kind == WS_PROVIDER_LOCAL_SANDBOX;
 
     const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
     const Workspace__V1__ShellCapability *sh = caps->shell;
@@ -133,8 +135,8 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .n_allowed = sh->n_allowed_commands,
         .pass_env = (const char *const *)sh->pass_env,
         .n_pass_env = sh->n_pass_env,
-        .path = EXEC_PATH,
-        .home = home,
+        .path = s->exec_path,
+        .home = sandboxed ? WS_SANDBOX_WORKSPACE : home,
     };
     struct ws_guard_request greq = {
         .argv = (const char *const *)pc->argv,
@@ -156,6 +158,35 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         goto fail;
     }
 
+    if (sandboxed) {
+        const Workspace__V1__LocalSandboxConfig *sc = ws_workspace_sandbox_config(ws);
+        struct ws_sandbox_spec spec = {
+            .workspace_id = ws_workspace_id(ws),
+            .workspace_dir = home,
+            .cwd = g->cwd,
+            .network = ws_workspace_network(ws) == WORKSPACE__V1__NETWORK__NETWORK_ALLOW,
+            .rw_paths = sc ? (const char *const *)sc->read_write_paths : NULL,
+            .n_rw = sc ? sc->n_read_write_paths : 0,
+            .ro_paths = sc ? (const char *const *)sc->read_only_paths : NULL,
+            .n_ro = sc ? sc->n_read_only_paths : 0,
+            .argv = (const char *const *)g->argv,
+            .pty = pc->pty != NULL,
+        };
+        ws_services_sandbox_limits(sc, &spec.limits);
+        err = ws_sandbox_wrap(s->sandbox, &spec, &wrap);
+        if (err == -ENOENT) {
+            /* Fail closed: the backend went away since Open. */
+            struct ws_probe pr;
+            ws_workspace_provider(ws)->probe(&pr);
+            ws_diag_set(&d, "the sandbox cannot be created: %s",
+                        pr.reason[0] ? pr.reason : "its backend is missing");
+            err = -WS_EFAILED;
+            goto fail;
+        }
+        if (err < 0)
+            goto fail;
+    }
+
     uint64_t max_ms = ws_services_max_duration_ms(caps);
     struct ws_proc_config cfg = {
         .argv = (const char *const *)g->argv,
@@ -172,8 +203,13 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .ring_bytes = how->ring_bytes,
         .capture_bytes = how->capture_bytes,
         .wait_for_subscriber = how->wait_for_subscriber,
+        .wrapper = sandboxed ? &wrap : NULL,
     };
     err = ws_exec_start(s->exec, ws_workspace_id(ws), &cfg, &d, ret);
+    /* The exec layer owns the wrapper now, whatever happened. */
+    if (sandboxed && err == 0)
+        ws_sandbox_spawned(&wrap);
+    wrap.arg = NULL;
     if (err < 0) {
         if (err != -EEXIST && err != -WS_EQUOTA && err != -WS_ENOWORKSPACE) {
             /* The guard resolved the command, so this is the host's
@@ -193,6 +229,8 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
 fail:
     if (cwd_fd >= 0)
         close(cwd_fd);
+    if (wrap.arg)
+        ws_sandbox_discard(&wrap);
     ws_guard_result_free(g);
     free(env);
     ws_services_fail(call, ws, err, &d);

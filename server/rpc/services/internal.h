@@ -10,12 +10,15 @@
 #include "workspace/v1/common.pb-c.h"
 
 struct ws_exec;
+struct ws_sandbox;
 struct ws_proc;
 struct ws_proc_result;
 
 struct ws_services {
     struct ws_registry *reg;
     struct ws_exec *exec;
+    struct ws_sandbox *sandbox;
+    char *exec_path;
     atomic_bool draining;
     pthread_mutex_t watch_lock;
     struct watcher *watchers;
@@ -35,6 +38,12 @@ void ws_services_health_drain(struct ws_services *s);
 
 /* A command's time limit when the workspace's shell policy sets none. */
 #define WS_SERVICES_MAX_DURATION_DEFAULT_MS (60ull * 60 * 1000)
+
+/* A local-sandbox workspace's caps, defaults filled in. */
+#define WS_SANDBOX_PIDS_DEFAULT      512
+#define WS_SANDBOX_MEMORY_MB_DEFAULT 2048
+struct ws_limits;
+void ws_services_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret);
 
 /* The effective shell.max_duration_ms of a workspace. */
 uint64_t ws_services_max_duration_ms(const Workspace__V1__Capabilities *caps);

@@ -6,12 +6,41 @@
 
 #include "server/base/utf8.h"
 #include "server/exec/exec.h"
+#include "server/providers/sandbox.h"
 #include "server/rpc/services/internal.h"
 
 static void close_hook(void *ud, const char *id)
 {
     struct ws_services *s = ud;
     ws_exec_close_workspace(s->exec, id, WS_CAUSE_EVICTED);
+    ws_sandbox_forget(s->sandbox, id);
+}
+
+void ws_services_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret)
+{
+    *ret = (struct ws_limits){
+        .pids_max = c && c->pids_limit ? c->pids_limit : WS_SANDBOX_PIDS_DEFAULT,
+        .memory_bytes = (uint64_t)(c && c->memory_mb ? c->memory_mb : WS_SANDBOX_MEMORY_MB_DEFAULT)
+                        << 20,
+        .cpu_millis = c && c->cpus > 0 ? (uint32_t)(c->cpus * 1000 + 0.5) : 0,
+    };
+}
+
+bool ws_services_exec_path_valid(const char *path)
+{
+    size_t n = path ? strlen(path) : 0;
+
+    if (n == 0 || n > WS_SERVICES_EXEC_PATH_MAX)
+        return false;
+    for (const char *c = path; *c;) {
+        if (*c != '/')
+            return false; /* relative or empty component */
+        const char *end = strchr(c, ':');
+        if (!end)
+            break;
+        c = end + 1;
+    }
+    return path[n - 1] != ':';
 }
 
 int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cfg,
@@ -29,14 +58,35 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
         return -ENOMEM;
     }
     s->reg = reg;
+    const char *path = cfg && cfg->exec_path ? cfg->exec_path : WS_SERVICES_EXEC_PATH_DEFAULT;
+    if (!ws_services_exec_path_valid(path)) {
+        free(s->methods);
+        free(s);
+        return -EINVAL;
+    }
+    s->exec_path = strdup(path);
+    if (!s->exec_path) {
+        free(s->methods);
+        free(s);
+        return -ENOMEM;
+    }
     struct ws_exec_config ec = {
         .grace_ms = cfg ? cfg->kill_grace_ms : 0,
         .containment = cfg && cfg->force_subreaper ? WS_TREE_FORCE_SUBREAPER : WS_TREE_AUTO,
         .on_finished = ws_services_exec_audit,
         .ud = s,
     };
+    err = ws_sandbox_new(&s->sandbox);
+    if (err < 0) {
+        free(s->exec_path);
+        free(s->methods);
+        free(s);
+        return err;
+    }
     err = ws_exec_new(&ec, &s->exec);
     if (err < 0) {
+        ws_sandbox_free(s->sandbox);
+        free(s->exec_path);
         free(s->methods);
         free(s);
         return err;
@@ -59,6 +109,8 @@ void ws_services_free(struct ws_services *s)
     if (!s)
         return;
     ws_exec_free(s->exec);
+    ws_sandbox_free(s->sandbox);
+    free(s->exec_path);
     pthread_mutex_destroy(&s->watch_lock);
     free(s->methods);
     free(s);

@@ -18,7 +18,19 @@ struct ws_services_config {
     int kill_grace_ms;
     /* Force the subreaper fallback instead of a cgroup per command. */
     bool force_subreaper;
+    /* Where commands are looked up (colon-separated absolute dirs), and
+     * the children's PATH; NULL: WS_SERVICES_EXEC_PATH_DEFAULT. Copied.
+     * For local-sandbox, dirs outside /usr must also be bound into the
+     * workspace's sandbox (read_only_paths) to be usable there. */
+    const char *exec_path;
 };
+
+#define WS_SERVICES_EXEC_PATH_DEFAULT "/usr/local/bin:/usr/bin:/bin"
+#define WS_SERVICES_EXEC_PATH_MAX     4096
+
+/* Whether `path` is a usable exec path: 1-WS_SERVICES_EXEC_PATH_MAX bytes
+ * of colon-separated absolute directories, none empty. */
+bool ws_services_exec_path_valid(const char *path);
 
 /* Handlers share `reg` (not owned). Starts the exec layer (its pump
  * thread) and hooks it into workspace Close. */

@@ -2,9 +2,16 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/exec/exec.h"
+#include "server/providers/probe.h"
+#include "server/providers/sandbox.h"
+#include "server/registry/config.h"
 #include "server/rpc/services/internal.h"
+#include "workspace/v1/workspaces.pb-c.h"
+
+#define SANDBOX_BINDS_REPORTED WS_CONFIG_BINDS_MAX
 #include "workspace/v1/workspaces.pb-c.h"
 
 /* Fills `out` (and its ref) from a live workspace; strings stay owned by
@@ -155,6 +162,72 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
         for (size_t i = 0; i < sizeof(exec_ops) / sizeof(exec_ops[0]); i++)
             append(ops, &n_ops, exec_ops[i]);
         resp.process_containment = (char *)ws_exec_containment(s->exec);
+    }
+    Workspace__V1__SandboxInfo sbi = WORKSPACE__V1__SANDBOX_INFO__INIT;
+    Workspace__V1__SandboxLimits sbl = WORKSPACE__V1__SANDBOX_LIMITS__INIT;
+    Workspace__V1__SandboxBind bind_items[1 + 2 * SANDBOX_BINDS_REPORTED];
+    Workspace__V1__SandboxBind *binds[1 + 2 * SANDBOX_BINDS_REPORTED];
+    char *ns[8], *enforced[3], version[32];
+    char ns_buf[64];
+    const Workspace__V1__LocalSandboxConfig *sc = ws_workspace_sandbox_config(ws);
+    if (sc) {
+        struct ws_probe pr;
+        struct ws_limits l;
+        struct ws_sandbox_limits_info li;
+        size_t n = 0;
+
+        ws_workspace_provider(ws)->probe(&pr);
+        ws_sandbox_backend_version(version, sizeof(version));
+        sbi.backend = "bubblewrap";
+        sbi.version = version;
+        sbi.available = pr.available;
+        sbi.reason = pr.reason;
+        snprintf(ns_buf, sizeof(ns_buf), "%s",
+                 ws_sandbox_namespaces(sc->network == WORKSPACE__V1__NETWORK__NETWORK_ALLOW));
+        for (char *save = NULL, *t = strtok_r(ns_buf, ",", &save); t && n < 8;
+             t = strtok_r(NULL, ",", &save))
+            ns[n++] = t;
+        sbi.namespaces = ns;
+        sbi.n_namespaces = n;
+        sbi.seccomp = true;
+        sbi.seccomp_policy = (char *)ws_sandbox_seccomp_summary(s->sandbox);
+        sbi.network = sc->network;
+        n = 0;
+        bind_items[n] = (Workspace__V1__SandboxBind)WORKSPACE__V1__SANDBOX_BIND__INIT;
+        bind_items[n].source = "";
+        bind_items[n].target = WS_SANDBOX_WORKSPACE;
+        binds[n] = &bind_items[n];
+        n++;
+        for (size_t i = 0; i < sc->n_read_write_paths && i < SANDBOX_BINDS_REPORTED; i++, n++) {
+            bind_items[n] = (Workspace__V1__SandboxBind)WORKSPACE__V1__SANDBOX_BIND__INIT;
+            bind_items[n].source = bind_items[n].target = sc->read_write_paths[i];
+            binds[n] = &bind_items[n];
+        }
+        for (size_t i = 0; i < sc->n_read_only_paths && i < SANDBOX_BINDS_REPORTED; i++, n++) {
+            bind_items[n] = (Workspace__V1__SandboxBind)WORKSPACE__V1__SANDBOX_BIND__INIT;
+            bind_items[n].source = bind_items[n].target = sc->read_only_paths[i];
+            bind_items[n].read_only = true;
+            binds[n] = &bind_items[n];
+        }
+        sbi.binds = binds;
+        sbi.n_binds = n;
+        ws_services_sandbox_limits(sc, &l);
+        ws_sandbox_limits_report(s->sandbox, ws_workspace_id(ws), &l, &li);
+        sbl.pids_max = l.pids_max;
+        sbl.memory_bytes = l.memory_bytes;
+        sbl.cpus = l.cpu_millis / 1000.0;
+        sbl.mechanism = (char *)li.mechanism;
+        n = 0;
+        if (li.enforced & WS_LIMIT_PIDS)
+            enforced[n++] = "pids";
+        if (li.enforced & WS_LIMIT_MEMORY)
+            enforced[n++] = "memory";
+        if (li.enforced & WS_LIMIT_CPU)
+            enforced[n++] = "cpu";
+        sbl.enforced = enforced;
+        sbl.n_enforced = n;
+        sbi.limits = &sbl;
+        resp.sandbox = &sbi;
     }
     resp.operations = ops;
     resp.n_operations = n_ops;

@@ -1,0 +1,606 @@
+#include "server/providers/sandbox.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "server/posix/limits.h"
+#include "server/posix/seccomp.h"
+#include "server/providers/probe.h"
+
+/* The fds bwrap and init get, in this order, as 3, 4, 5. */
+#define FD_SECCOMP 3
+#define FD_INFO    4
+#define FD_STATUS  5
+/* How long a signal waits for bwrap to say which pid init has. */
+#define INFO_WAIT_MS 1000
+/* Longest status line init writes, and longest info document bwrap does. */
+#define STATUS_MAX 64
+#define INFO_MAX   1024
+/* Upper bound on bwrap's arguments before the command's. */
+#define FIXED_ARGS_MAX 160
+
+/* Top-level system directories next to /usr: bound read-only when they are
+ * directories, recreated as the same symlink when they are links into /usr
+ * (merged-/usr systems). */
+static const char *const root_dirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
+#define N_ROOT_DIRS (sizeof(root_dirs) / sizeof(root_dirs[0]))
+
+/* What of /etc commands need to run: users and groups, name service
+ * config, the loader's cache, alternatives (/usr/bin/awk is a link into
+ * it), certificates, time zone. Absent ones are skipped. */
+static const char *const etc_files[] = {
+    "/etc/passwd",       "/etc/group",        "/etc/nsswitch.conf",   "/etc/ld.so.cache",
+    "/etc/ld.so.conf",   "/etc/ld.so.conf.d", "/etc/localtime",       "/etc/timezone",
+    "/etc/alternatives", "/etc/ssl",          "/etc/ca-certificates", "/etc/hosts",
+    "/etc/host.conf",    "/etc/gai.conf",     "/etc/os-release",      "/etc/mime.types",
+};
+/* Only with network: allow. */
+static const char *const etc_net_files[] = {"/etc/resolv.conf"};
+
+struct root_entry {
+    bool present;
+    bool is_link;
+    char target[PATH_MAX]; /* the link's target */
+};
+
+/* A workspace's resource group, shared by its commands: the table holds
+ * one reference until the workspace is forgotten, each command one. */
+struct group {
+    char id[WS_SANDBOX_ID_MAX + 1];
+    struct ws_limits_group *g;
+    unsigned refs;
+    struct group *next;
+};
+
+struct ws_sandbox {
+    struct ws_seccomp *seccomp;
+    struct ws_limits_host *limits;
+    struct root_entry roots[N_ROOT_DIRS];
+    pthread_mutex_t lock;
+    struct group *groups; /* remembered ones */
+};
+
+/* One command's sandbox: bwrap's arguments and the pipes to it. */
+struct run {
+    char **argv;
+    size_t argc;
+    size_t cap;
+    bool oom;
+    int child_fds[3]; /* seccomp memfd, info write end, status write end */
+    int info_fd;      /* read ends */
+    int status_fd;
+    pid_t init_pid; /* 0 until bwrap said */
+    struct ws_sandbox *sb;
+    struct group *group; /* NULL: no caps */
+    uint64_t oom_kills;  /* the group's count when the command started */
+};
+
+int ws_sandbox_new(struct ws_sandbox **ret)
+{
+    struct ws_sandbox *sb = calloc(1, sizeof(*sb));
+    int r;
+
+    if (!sb)
+        return -ENOMEM;
+    r = ws_seccomp_new(&sb->seccomp);
+    if (r < 0) {
+        free(sb);
+        return r;
+    }
+    r = ws_limits_host_new(&sb->limits);
+    if (r < 0) {
+        ws_seccomp_free(sb->seccomp);
+        free(sb);
+        return r;
+    }
+    pthread_mutex_init(&sb->lock, NULL);
+    for (size_t i = 0; i < N_ROOT_DIRS; i++) {
+        char path[64];
+        struct stat st;
+        struct root_entry *e = &sb->roots[i];
+
+        snprintf(path, sizeof(path), "/%s", root_dirs[i]);
+        if (lstat(path, &st) != 0)
+            continue;
+        if (S_ISLNK(st.st_mode)) {
+            ssize_t n = readlink(path, e->target, sizeof(e->target) - 1);
+            if (n <= 0)
+                continue;
+            e->target[n] = '\0';
+            e->is_link = true;
+            e->present = true;
+        } else if (S_ISDIR(st.st_mode)) {
+            e->present = true;
+        }
+    }
+    *ret = sb;
+    return 0;
+}
+
+void ws_sandbox_free(struct ws_sandbox *sb)
+{
+    if (!sb)
+        return;
+    while (sb->groups) {
+        struct group *gr = sb->groups;
+        sb->groups = gr->next;
+        ws_limits_group_free(gr->g);
+        free(gr);
+    }
+    ws_limits_host_free(sb->limits);
+    ws_seccomp_free(sb->seccomp);
+    pthread_mutex_destroy(&sb->lock);
+    free(sb);
+}
+
+/* The workspace's group, made on first use; a new reference. NULL when no
+ * cap is asked for or none can be set (the caps are then not in force,
+ * which Describe reports). */
+static struct group *group_get(struct ws_sandbox *sb, const char *id, const struct ws_limits *l)
+{
+    struct group *gr;
+
+    if (!id || strlen(id) > WS_SANDBOX_ID_MAX || !(l->pids_max || l->memory_bytes || l->cpu_millis))
+        return NULL;
+    pthread_mutex_lock(&sb->lock);
+    for (gr = sb->groups; gr; gr = gr->next)
+        if (strcmp(gr->id, id) == 0)
+            break;
+    if (!gr) {
+        gr = calloc(1, sizeof(*gr));
+        if (gr && ws_limits_group_new(sb->limits, id, l, &gr->g) == 0) {
+            snprintf(gr->id, sizeof(gr->id), "%s", id);
+            gr->refs = 1; /* the table's */
+            gr->next = sb->groups;
+            sb->groups = gr;
+        } else {
+            free(gr);
+            gr = NULL;
+        }
+    }
+    if (gr)
+        gr->refs++;
+    pthread_mutex_unlock(&sb->lock);
+    return gr;
+}
+
+void ws_sandbox_forget(struct ws_sandbox *sb, const char *workspace_id)
+{
+    pthread_mutex_lock(&sb->lock);
+    for (struct group *gr = sb->groups; gr; gr = gr->next)
+        if (strcmp(gr->id, workspace_id) == 0) {
+            /* Out of the table at once (a reopened id gets a new group);
+             * commands still ending keep theirs. */
+            for (struct group **pp = &sb->groups; *pp; pp = &(*pp)->next)
+                if (*pp == gr) {
+                    *pp = gr->next;
+                    break;
+                }
+            gr->next = NULL;
+            if (--gr->refs == 0) {
+                ws_limits_group_free(gr->g);
+                free(gr);
+            }
+            break;
+        }
+    pthread_mutex_unlock(&sb->lock);
+}
+
+void ws_sandbox_limits_report(struct ws_sandbox *sb, const char *workspace_id,
+                              const struct ws_limits *l, struct ws_sandbox_limits_info *ret)
+{
+    unsigned want = (l->pids_max ? WS_LIMIT_PIDS : 0) | (l->memory_bytes ? WS_LIMIT_MEMORY : 0) |
+                    (l->cpu_millis ? WS_LIMIT_CPU : 0);
+    unsigned have = ws_limits_host_available(sb->limits) & want;
+
+    pthread_mutex_lock(&sb->lock);
+    for (struct group *gr = sb->groups; gr; gr = gr->next)
+        if (strcmp(gr->id, workspace_id) == 0)
+            have = ws_limits_group_enforced(gr->g);
+    pthread_mutex_unlock(&sb->lock);
+    ret->enforced = have;
+    ret->mechanism = have ? ws_limits_host_mechanism(sb->limits) : "";
+}
+
+const char *ws_sandbox_seccomp_summary(const struct ws_sandbox *sb)
+{
+    return ws_seccomp_summary(sb->seccomp);
+}
+
+const char *ws_sandbox_namespaces(bool network)
+{
+    return network ? "user,pid,ipc,uts,cgroup,mount" : "user,pid,ipc,uts,cgroup,mount,net";
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static void run_free(struct run *r)
+{
+    if (!r)
+        return;
+    if (r->argv)
+        for (size_t i = 0; i < r->argc; i++)
+            free(r->argv[i]);
+    free(r->argv);
+    for (int i = 0; i < 3; i++)
+        close_fd(&r->child_fds[i]);
+    close_fd(&r->info_fd);
+    close_fd(&r->status_fd);
+    if (r->group) {
+        bool last;
+        /* While listed the table holds a reference, so the last one is
+         * dropped only after ws_sandbox_forget unlinked the group. */
+        pthread_mutex_lock(&r->sb->lock);
+        last = --r->group->refs == 0;
+        pthread_mutex_unlock(&r->sb->lock);
+        if (last) {
+            ws_limits_group_free(r->group->g);
+            free(r->group);
+        }
+    }
+    free(r);
+}
+
+/* Appends copies of the strings; remembers an allocation failure for the
+ * caller to check once. */
+static void add(struct run *r, const char *a)
+{
+    if (r->oom)
+        return;
+    if (r->argc + 2 > r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : FIXED_ARGS_MAX;
+        char **v = realloc(r->argv, cap * sizeof(*v));
+        if (!v) {
+            r->oom = true;
+            return;
+        }
+        r->argv = v;
+        r->cap = cap;
+    }
+    r->argv[r->argc] = strdup(a);
+    if (!r->argv[r->argc]) {
+        r->oom = true;
+        return;
+    }
+    r->argc++;
+    r->argv[r->argc] = NULL;
+}
+
+static void add2(struct run *r, const char *a, const char *b)
+{
+    add(r, a);
+    add(r, b);
+}
+
+static void add3(struct run *r, const char *a, const char *b, const char *c)
+{
+    add(r, a);
+    add(r, b);
+    add(r, c);
+}
+
+/* Reads what is there on a non-blocking pipe, up to max - 1 bytes. */
+static size_t read_avail(int fd, char *buf, size_t max)
+{
+    size_t have = 0;
+
+    while (have + 1 < max) {
+        ssize_t n = read(fd, buf + have, max - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+    }
+    buf[have] = '\0';
+    return have;
+}
+
+/* init's host pid from bwrap's info document, waiting up to INFO_WAIT_MS
+ * for it (bwrap writes it as soon as the sandbox's first process exists,
+ * before the command can run). */
+static pid_t init_pid(struct run *r)
+{
+    char buf[INFO_MAX];
+    struct pollfd pfd = {.fd = r->info_fd, .events = POLLIN};
+    json_t *doc, *v;
+
+    if (r->init_pid > 0 || r->info_fd < 0)
+        return r->init_pid;
+    if (poll(&pfd, 1, INFO_WAIT_MS) <= 0)
+        return 0;
+    read_avail(r->info_fd, buf, sizeof(buf));
+    doc = json_loads(buf, 0, NULL);
+    v = doc ? json_object_get(doc, "child-pid") : NULL;
+    if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < INT_MAX)
+        r->init_pid = (pid_t)json_integer_value(v);
+    json_decref(doc);
+    close_fd(&r->info_fd);
+    return r->init_pid;
+}
+
+static int hook_signal(void *arg, struct ws_tree *tree, pid_t leader, int sig)
+{
+    struct run *r = arg;
+    pid_t skip[2] = {leader, init_pid(r)};
+
+    /* Without init's pid the sandbox is still being built: there is no
+     * command to signal yet, and bwrap's setup must not be hit. */
+    if (skip[1] <= 0)
+        return 0;
+    return ws_tree_signal_except(tree, sig, skip, 2);
+}
+
+/* init's line: "exited CODE" or "signaled SIG[ core]". Without one the
+ * command never started (bwrap or init failed and said why on stderr):
+ * bwrap's own exit stands. */
+static int hook_enter(void *arg)
+{
+    struct run *r = arg;
+
+    return r->group ? ws_limits_group_enter(r->group->g) : 0;
+}
+
+static void hook_leave(void *arg)
+{
+    struct run *r = arg;
+
+    if (r->group)
+        (void)ws_limits_group_leave(r->group->g);
+}
+
+static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
+{
+    struct run *r = arg;
+    char buf[STATUS_MAX], word[16] = "", core[8] = "";
+    int v = -1;
+
+    if (r->status_fd < 0)
+        return;
+    read_avail(r->status_fd, buf, sizeof(buf));
+    if (sscanf(buf, "%15s %d %7s", word, &v, core) < 2)
+        return;
+    if (strcmp(word, "exited") == 0 && v >= 0 && v <= 255) {
+        e->signaled = false;
+        e->exit_code = v;
+        e->signal = 0;
+        e->core_dumped = false;
+    } else if (strcmp(word, "signaled") == 0 && v > 0 && v < NSIG) {
+        e->signaled = true;
+        e->exit_code = 0;
+        e->signal = v;
+        e->core_dumped = strcmp(core, "core") == 0;
+        /* SIGKILLed while the workspace's OOM count went up: the kernel's
+         * OOM killer (the group is the workspace's, so a sibling command's
+         * OOM in the same moment would read the same). */
+        if (v == SIGKILL && r->group && ws_limits_group_oom_kills(r->group->g) > r->oom_kills)
+            *ret_oom = true;
+    }
+}
+
+static void hook_free(void *arg)
+{
+    run_free(arg);
+}
+
+/* A pipe whose read end (ours) is non-blocking and whose ends are both
+ * close-on-exec (spawn gives the write end to bwrap under a fixed fd). */
+static int make_pipe(int *ret_read, int *ret_write)
+{
+    int p[2];
+
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
+        int r = -errno;
+        close(p[0]);
+        close(p[1]);
+        return r;
+    }
+    *ret_read = p[0];
+    *ret_write = p[1];
+    return 0;
+}
+
+int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
+                    struct ws_proc_wrapper *ret)
+{
+    const char *bwrap = ws_probe_bwrap_path();
+    const char *init = ws_probe_sandbox_init_path();
+    char buf[PATH_MAX + 64], num[16];
+    struct run *r;
+    int err;
+
+    if (!spec || !spec->workspace_dir || !spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
+        return -EINVAL;
+    /* Fail closed: no bwrap or no init means no sandbox, never less. */
+    if (!bwrap || !init)
+        return -ENOENT;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->child_fds[0] = r->child_fds[1] = r->child_fds[2] = -1;
+    r->info_fd = r->status_fd = -1;
+    r->sb = sb;
+    r->group = group_get(sb, spec->workspace_id, &spec->limits);
+    if (r->group)
+        r->oom_kills = ws_limits_group_oom_kills(r->group->g);
+
+    err = ws_seccomp_fd(sb->seccomp);
+    if (err < 0)
+        goto fail;
+    r->child_fds[0] = err;
+    err = make_pipe(&r->info_fd, &r->child_fds[1]);
+    if (err < 0)
+        goto fail;
+    err = make_pipe(&r->status_fd, &r->child_fds[2]);
+    if (err < 0)
+        goto fail;
+
+    add(r, bwrap);
+    /* --unshare-user explicitly: --unshare-all only tries it, and a
+     * sandbox without its own user namespace is not the one asked for. */
+    add2(r, "--unshare-all", "--unshare-user");
+    if (spec->network)
+        add(r, "--share-net");
+    add(r, "--disable-userns");
+    add2(r, "--die-with-parent", "--new-session");
+    add(r, "--as-pid-1");
+    add2(r, "--cap-drop", "ALL");
+    add2(r, "--hostname", "workspace");
+    add3(r, "--ro-bind", "/usr", "/usr");
+    for (size_t i = 0; i < N_ROOT_DIRS; i++) {
+        const struct root_entry *e = &sb->roots[i];
+        snprintf(buf, sizeof(buf), "/%s", root_dirs[i]);
+        if (!e->present)
+            continue;
+        if (e->is_link)
+            add3(r, "--symlink", e->target, buf);
+        else
+            add3(r, "--ro-bind", buf, buf);
+    }
+    for (size_t i = 0; i < sizeof(etc_files) / sizeof(etc_files[0]); i++)
+        add3(r, "--ro-bind-try", etc_files[i], etc_files[i]);
+    if (spec->network)
+        for (size_t i = 0; i < sizeof(etc_net_files) / sizeof(etc_net_files[0]); i++)
+            add3(r, "--ro-bind-try", etc_net_files[i], etc_net_files[i]);
+    add2(r, "--proc", "/proc");
+    add2(r, "--dev", "/dev");
+    snprintf(num, sizeof(num), "%llu", WS_SANDBOX_TMP_BYTES);
+    add2(r, "--size", num);
+    add2(r, "--tmpfs", "/tmp");
+    add3(r, "--bind", spec->workspace_dir, WS_SANDBOX_WORKSPACE);
+    for (size_t i = 0; i < spec->n_rw; i++)
+        add3(r, "--bind", spec->rw_paths[i], spec->rw_paths[i]);
+    for (size_t i = 0; i < spec->n_ro; i++)
+        add3(r, "--ro-bind", spec->ro_paths[i], spec->ro_paths[i]);
+    add3(r, "--ro-bind", init, WS_SANDBOX_INIT_PATH);
+    /* After every bind: the root itself (bwrap's tmpfs) becomes read-only,
+     * the mounts on it keep their own modes. */
+    add2(r, "--remount-ro", "/");
+    if (!spec->cwd || !spec->cwd[0] || strcmp(spec->cwd, ".") == 0)
+        snprintf(buf, sizeof(buf), "%s", WS_SANDBOX_WORKSPACE);
+    else if (snprintf(buf, sizeof(buf), "%s/%s", WS_SANDBOX_WORKSPACE, spec->cwd) >=
+             (int)sizeof(buf)) {
+        err = -ENAMETOOLONG;
+        goto fail;
+    }
+    add2(r, "--chdir", buf);
+    snprintf(num, sizeof(num), "%d", FD_SECCOMP);
+    add2(r, "--seccomp", num);
+    snprintf(num, sizeof(num), "%d", FD_INFO);
+    add2(r, "--info-fd", num);
+    /* Everything after this is the command: no user string is ever read
+     * as one of bwrap's options. */
+    add(r, "--");
+    add(r, WS_SANDBOX_INIT_PATH);
+    snprintf(num, sizeof(num), "%d", FD_STATUS);
+    add(r, num);
+    for (const char *const *a = spec->argv; *a; a++)
+        add(r, *a);
+    if (r->oom) {
+        err = -ENOMEM;
+        goto fail;
+    }
+
+    *ret = (struct ws_proc_wrapper){
+        .argv = (const char *const *)r->argv,
+        .keep_fds = r->child_fds,
+        .n_keep_fds = 3,
+        .pty_noctty = spec->pty,
+        .signal = hook_signal,
+        .exited = hook_exited,
+        .enter = hook_enter,
+        .leave = hook_leave,
+        .free = hook_free,
+        .arg = r,
+    };
+    return 0;
+
+fail:
+    run_free(r);
+    return err;
+}
+
+void ws_sandbox_spawned(struct ws_proc_wrapper *w)
+{
+    struct run *r = w ? w->arg : NULL;
+
+    if (!r)
+        return;
+    for (int i = 0; i < 3; i++)
+        close_fd(&r->child_fds[i]);
+    w->argv = NULL;
+    w->keep_fds = NULL;
+    w->n_keep_fds = 0;
+}
+
+void ws_sandbox_discard(struct ws_proc_wrapper *w)
+{
+    if (!w || !w->arg)
+        return;
+    run_free(w->arg);
+    w->arg = NULL;
+}
+
+void ws_sandbox_backend_version(char *buf, size_t size)
+{
+    const char *bwrap = ws_probe_bwrap_path();
+    char *const argv[] = {"bwrap", "--version", NULL};
+    char *const envp[] = {NULL};
+    posix_spawn_file_actions_t fa;
+    int p[2];
+    pid_t pid;
+    char out[128];
+    size_t have = 0;
+
+    if (size)
+        buf[0] = '\0';
+    if (!bwrap || size == 0 || pipe2(p, O_CLOEXEC) < 0)
+        return;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    int rc = posix_spawn(&pid, bwrap, &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    if (rc == 0) {
+        for (;;) {
+            ssize_t n = read(p[0], out + have, sizeof(out) - 1 - have);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0 || (have += (size_t)n) >= sizeof(out) - 1)
+                break;
+        }
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+    }
+    close(p[0]);
+    out[have] = '\0';
+    /* "bubblewrap 0.8.0\n" */
+    char *v = strchr(out, ' ');
+    if (v) {
+        v[strcspn(v, "\n")] = '\0';
+        snprintf(buf, size, "%s", v + 1);
+    }
+}

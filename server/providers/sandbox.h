@@ -1,0 +1,104 @@
+/* The local-sandbox boundary: every command of a local-sandbox workspace
+ * runs inside its own bubblewrap sandbox, with a seccomp filter, under a
+ * small init of ours as the sandbox's pid 1.
+ *
+ * What a command sees (the shell guard has already vetted it host-side):
+ *   - new user, pid, ipc, uts, cgroup and network namespaces (the network
+ *     one shared with the host only with network: allow); no nested user
+ *     namespaces (--disable-userns), no capabilities, no_new_privs, its
+ *     own session (--new-session: no terminal injection into the server's);
+ *   - a read-only root holding only /usr (and the /bin, /lib... links or
+ *     dirs next to it), a few /etc files (passwd, group, nsswitch, the
+ *     loader cache, alternatives, certificates; resolv.conf only with
+ *     network), a fresh /proc, a minimal /dev, a private /tmp tmpfs;
+ *   - the workspace read-write at /workspace (cwd and HOME), plus the
+ *     workspace's extra read-write / read-only binds at their host paths.
+ * Nothing else of the host: no home directories, /run, sockets, or the
+ * server's state directory.
+ *
+ * Process shape: the server spawns bwrap (the tree's leader), bwrap's child
+ * execs our init as pid 1 (--as-pid-1), init forks the command and reports
+ * its exact exit (code, or signal) on a status pipe before it ends the
+ * namespace. Signals for the command spare bwrap and init so they can
+ * report; kills go to the whole tree as for any command.
+ *
+ * Thread safety: a struct ws_sandbox is immutable after ws_sandbox_new and
+ * may be used from any thread.
+ */
+#ifndef WS_PROVIDERS_SANDBOX_H
+#define WS_PROVIDERS_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "server/exec/process.h"
+#include "server/posix/limits.h"
+
+/* Where init is found inside the sandbox. */
+#define WS_SANDBOX_INIT_PATH "/.workspaced-init"
+/* Where the workspace is bound. */
+#define WS_SANDBOX_WORKSPACE "/workspace"
+/* Size of the sandbox's private /tmp. */
+#define WS_SANDBOX_TMP_BYTES (256ull * 1024 * 1024)
+
+struct ws_sandbox;
+
+/* Builds the seccomp program and the fixed part of the sandbox. Returns 0,
+ * -ENOMEM, or libseccomp's error. The backend itself (bwrap, init) is
+ * looked up for every command, never pinned here. */
+int ws_sandbox_new(struct ws_sandbox **ret);
+/* Accepts NULL. */
+void ws_sandbox_free(struct ws_sandbox *sb);
+
+/* "x86_64 only; ..." for Describe. */
+const char *ws_sandbox_seccomp_summary(const struct ws_sandbox *sb);
+/* The namespaces a command gets, comma-separated. */
+const char *ws_sandbox_namespaces(bool network);
+
+#define WS_SANDBOX_ID_MAX 64
+
+struct ws_sandbox_spec {
+    /* The workspace: its commands share one resource group with these
+     * caps (made on first use, removed by ws_sandbox_forget). */
+    const char *workspace_id;
+    struct ws_limits limits;
+    const char *workspace_dir; /* host path, bound at /workspace */
+    const char *cwd;           /* workspace-relative ("." for the root) */
+    bool network;
+    const char *const *rw_paths;
+    size_t n_rw;
+    const char *const *ro_paths;
+    size_t n_ro;
+    /* The vetted command: argv[0] an absolute path visible inside. */
+    const char *const *argv;
+    bool pty;
+};
+
+/* Fills *ret with the wrapper that runs spec->argv sandboxed. Returns 0;
+ * -ENOENT when bwrap or init is missing (the sandbox must not run: fail
+ * closed); -ENOMEM, -EMFILE... After the spawn (whether it worked or not)
+ * call ws_sandbox_spawned(ret); if ws_proc_spawn failed, then also
+ * ws_sandbox_discard(ret). */
+int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
+                    struct ws_proc_wrapper *ret);
+/* The workspace is gone: its resource group is removed once its last
+ * command ended. */
+void ws_sandbox_forget(struct ws_sandbox *sb, const char *workspace_id);
+
+struct ws_sandbox_limits_info {
+    unsigned enforced;     /* WS_LIMIT_* in force (or that would be) */
+    const char *mechanism; /* "cgroup-v1", "" */
+};
+/* Which of the caps `l` are enforced for the workspace: its group's when
+ * it has one, else what the host would enforce. */
+void ws_sandbox_limits_report(struct ws_sandbox *sb, const char *workspace_id,
+                              const struct ws_limits *l, struct ws_sandbox_limits_info *ret);
+/* bubblewrap's version ("0.8.0"), asked now; "" when it cannot say. */
+void ws_sandbox_backend_version(char *buf, size_t size);
+
+/* Closes the fds that only the sandbox's processes need. */
+void ws_sandbox_spawned(struct ws_proc_wrapper *w);
+/* Frees a wrapper no process took. */
+void ws_sandbox_discard(struct ws_proc_wrapper *w);
+
+#endif

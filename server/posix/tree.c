@@ -358,12 +358,6 @@ static int find_freezer_mount(const char *path, char *ret_point, char *ret_root,
 
 /* ---- cgroup mode --------------------------------------------------------- */
 
-/* Counts the pids in dir_fd's cgroup.procs other than the server's own
- * (there while one of its threads is entered: it is never signalled), and
- * if sig >= 0 sends it to each, through a pidfd and only after
- * /proc/<pid>/cgroup confirmed the process is still in `rel`. With cont,
- * SIGCONT follows. Returns how many were counted (sig < 0) or signalled,
- * or -errno; *ret_self tells whether the server's pid was listed. */
 static bool skipped(pid_t pid, const pid_t *skip, size_t n_skip)
 {
     for (size_t i = 0; i < n_skip; i++)
@@ -372,6 +366,13 @@ static bool skipped(pid_t pid, const pid_t *skip, size_t n_skip)
     return false;
 }
 
+/* Counts the pids in dir_fd's cgroup.procs other than the server's own
+ * (there while one of its threads is entered: it is never signalled), and
+ * if sig >= 0 sends it to each, through a pidfd and only after
+ * /proc/<pid>/cgroup confirmed the process is still in `rel`. With cont,
+ * SIGCONT follows. Returns how many were counted (sig < 0) or signalled,
+ * or -errno; *ret_self tells whether the server's pid was listed. The
+ * pids in skip[] are never signalled. */
 static int cg_procs(const struct ws_tree_host *h, int dir_fd, const char *rel, int sig, bool cont,
                     const pid_t *skip, size_t n_skip, bool *ret_self)
 {

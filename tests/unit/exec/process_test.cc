@@ -1,8 +1,10 @@
 // Tests for server/exec/process.c over a real pump thread, real children
 // and the host's process-tree containment: capture, backpressure, replay
 // gaps, ending and causes.
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +12,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,7 +48,8 @@ class ProcTest : public ::testing::Test
     }
 
     struct ws_proc *Spawn(std::vector<const char *> argv, size_t ring, size_t capture,
-                          uint64_t timeout_ms = 0)
+                          uint64_t timeout_ms = 0, const struct ws_proc_wrapper *wrapper = nullptr,
+                          bool pty = false)
     {
         argv.push_back(nullptr);
         const char *envp[] = {"PATH=/usr/bin:/bin", nullptr};
@@ -57,6 +61,8 @@ class ProcTest : public ::testing::Test
         cfg.timeout_ms = timeout_ms;
         cfg.ring_bytes = ring;
         cfg.capture_bytes = capture;
+        cfg.wrapper = wrapper;
+        cfg.pty = pty;
         struct ws_proc *p = nullptr;
         EXPECT_EQ(ws_proc_spawn(&env_, &cfg, &p), 0);
         return p;
@@ -306,6 +312,332 @@ TEST_F(ProcTest, FirstCauseWinsAndSignalKillIsSignaled)
     EXPECT_EQ(r.signal, SIGKILL);
     EXPECT_EQ(ws_proc_signal(p, SIGTERM), -ESRCH);
     ws_proc_unref(p);
+}
+
+// ---- wrapper ----
+
+// What a wrapper's hooks saw. It outlives the process: free runs on the
+// pump thread after the last reference is dropped.
+struct WrapLog {
+    std::mutex mu;
+    std::vector<std::pair<pid_t, int>> signals; // (leader, sig)
+    std::vector<int> signal_returns;
+    std::vector<int> exit_codes; // as the wrapper itself ended
+    int rewrite_to = -1;         // >= 0: the exit code the hook reports
+    bool report_oom = false;
+    int enter_error = 0;
+    std::atomic<int> enters{0}, leaves{0}, frees{0};
+};
+
+// The arg a process takes; on the heap, so that ASan reports a free that
+// never comes as a leak and a second one as a double free.
+struct WrapArg {
+    WrapLog *log;
+};
+
+int WrapSignal(void *arg, struct ws_tree *tree, pid_t leader, int sig)
+{
+    WrapLog *log = static_cast<WrapArg *>(arg)->log;
+    int r = ws_tree_signal_except(tree, sig, &leader, 1);
+    std::lock_guard<std::mutex> l(log->mu);
+    log->signals.push_back({leader, sig});
+    log->signal_returns.push_back(r);
+    return r;
+}
+
+void WrapExited(void *arg, struct ws_child_exit *e, bool *ret_oom)
+{
+    WrapLog *log = static_cast<WrapArg *>(arg)->log;
+    std::lock_guard<std::mutex> l(log->mu);
+    log->exit_codes.push_back(e->signaled ? -e->signal : e->exit_code);
+    if (log->rewrite_to >= 0) {
+        e->signaled = false;
+        e->signal = 0;
+        e->exit_code = log->rewrite_to;
+    }
+    if (log->report_oom)
+        *ret_oom = true;
+}
+
+int WrapEnter(void *arg)
+{
+    WrapLog *log = static_cast<WrapArg *>(arg)->log;
+    log->enters++;
+    return log->enter_error;
+}
+
+void WrapLeave(void *arg)
+{
+    static_cast<WrapArg *>(arg)->log->leaves++;
+}
+
+void WrapFree(void *arg)
+{
+    auto *a = static_cast<WrapArg *>(arg);
+    a->log->frees++;
+    delete a;
+}
+
+struct ws_proc_wrapper MakeWrapper(WrapLog *log, const char *const *argv)
+{
+    struct ws_proc_wrapper w = {};
+    w.argv = argv;
+    w.signal = WrapSignal;
+    w.exited = WrapExited;
+    w.enter = WrapEnter;
+    w.leave = WrapLeave;
+    w.free = WrapFree;
+    w.arg = new WrapArg{log};
+    return w;
+}
+
+bool WaitFrees(WrapLog *log, int want, int ms = 5000)
+{
+    auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+    while (log->frees.load() < want && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return log->frees.load() == want;
+}
+
+std::string ReadProcFile(const std::string &path)
+{
+    std::string out;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        out.append(buf, (size_t)n);
+    close(fd);
+    return out;
+}
+
+// Live children of `parent` whose command name is `comm`, from /proc.
+std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string &comm)
+{
+    std::vector<pid_t> out;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return out;
+    while (struct dirent *de = readdir(d)) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        std::string dir = std::string("/proc/") + de->d_name;
+        std::string stat = ReadProcFile(dir + "/stat");
+        size_t rp = stat.rfind(')');
+        if (rp == std::string::npos)
+            continue;
+        std::istringstream rest(stat.substr(rp + 1));
+        std::string state;
+        long ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == parent && state != "Z" && ReadProcFile(dir + "/comm") == comm + "\n")
+            out.push_back((pid_t)pid);
+    }
+    closedir(d);
+    return out;
+}
+
+TEST_F(ProcTest, WrapperRunsInTheCommandsPlaceAndRewritesItsExit)
+{
+    WrapLog log;
+    log.rewrite_to = 42;
+    // The wrapper runs a command of its own (exit 5), not cfg->argv (exit 3).
+    const char *wargv[] = {"/bin/sh", "-c",   "echo wrapped; exec \"$@\"", "wrap", "/bin/sh", "-c",
+                           "exit 5",  nullptr};
+    struct ws_proc_wrapper w = MakeWrapper(&log, wargv);
+    struct ws_proc *p = Spawn({"/bin/sh", "-c", "echo command; exit 3"}, 4096, 4096, 0, &w);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(log.enters.load(), 1);
+    EXPECT_EQ(log.leaves.load(), 1);
+
+    // Listings show the command, not the wrapper.
+    const char *const *argv = ws_proc_argv(p);
+    ASSERT_NE(argv, nullptr);
+    ASSERT_STREQ(argv[0], "/bin/sh");
+    ASSERT_STREQ(argv[1], "-c");
+    ASSERT_STREQ(argv[2], "echo command; exit 3");
+    EXPECT_EQ(argv[3], nullptr);
+
+    struct ws_proc_result r;
+    ASSERT_TRUE(WaitDone(p, 10000, &r));
+    EXPECT_EQ(r.cause, WS_CAUSE_EXITED);
+    EXPECT_EQ(r.exit_code, 42);
+    EXPECT_EQ(r.signal, 0);
+    char buf[64];
+    size_t n = ws_proc_capture(p, WS_STREAM_STDOUT, buf, sizeof(buf));
+    EXPECT_EQ(std::string(buf, n), "wrapped\n");
+    {
+        std::lock_guard<std::mutex> l(log.mu);
+        EXPECT_EQ(log.exit_codes, std::vector<int>{5});
+        EXPECT_TRUE(log.signals.empty());
+    }
+
+    // The arg lives as long as the process, done or not.
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(log.frees.load(), 0);
+    ws_proc_unref(p);
+    EXPECT_TRUE(WaitFrees(&log, 1)) << log.frees.load();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(log.frees.load(), 1);
+}
+
+TEST_F(ProcTest, WrapperExitHookReportsOom)
+{
+    WrapLog log;
+    log.report_oom = true;
+    const char *wargv[] = {"/bin/sh", "-c", "exit 137", nullptr};
+    struct ws_proc_wrapper w = MakeWrapper(&log, wargv);
+    struct ws_proc *p = Spawn({"/bin/true"}, 4096, 0, 0, &w);
+    ASSERT_NE(p, nullptr);
+    struct ws_proc_result r;
+    ASSERT_TRUE(WaitDone(p, 10000, &r));
+    EXPECT_EQ(r.cause, WS_CAUSE_OOM);
+    EXPECT_EQ(r.exit_code, 137);
+    ws_proc_unref(p);
+    EXPECT_TRUE(WaitFrees(&log, 1));
+}
+
+TEST_F(ProcTest, WrapperSignalHookReplacesTheTreeSignal)
+{
+    WrapLog log;
+    // The wrapper waits for the command (a sleep) and reports 7 after it;
+    // had the leader got SIGUSR1 itself, it would have died of it.
+    const char *wargv[] = {"/bin/sh", "-c", "/bin/sleep 1000.4646; exit 7", nullptr};
+    struct ws_proc_wrapper w = MakeWrapper(&log, wargv);
+    struct ws_proc *p = Spawn({"/bin/sleep", "1000.4646"}, 4096, 0, 0, &w);
+    ASSERT_NE(p, nullptr);
+    pid_t leader = ws_proc_pid(p);
+    auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (ChildrenNamed(leader, "sleep").empty() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(ChildrenNamed(leader, "sleep").size(), 1u);
+
+    EXPECT_EQ(ws_proc_signal(p, SIGUSR1), 0);
+    struct ws_proc_result r;
+    ASSERT_TRUE(WaitDone(p, 10000, &r));
+    EXPECT_EQ(r.cause, WS_CAUSE_EXITED);
+    EXPECT_EQ(r.exit_code, 7);
+    {
+        std::lock_guard<std::mutex> l(log.mu);
+        ASSERT_EQ(log.signals.size(), 1u);
+        EXPECT_EQ(log.signals[0].first, leader);
+        EXPECT_EQ(log.signals[0].second, SIGUSR1);
+        EXPECT_EQ(log.signal_returns, std::vector<int>{1}); // the sleep alone
+        EXPECT_EQ(log.exit_codes, std::vector<int>{7});
+    }
+    ws_proc_unref(p);
+    EXPECT_TRUE(WaitFrees(&log, 1));
+
+    // A graceful kill's SIGTERM goes through the hook too.
+    WrapLog log2;
+    struct ws_proc_wrapper w2 = MakeWrapper(&log2, wargv);
+    p = Spawn({"/bin/sleep", "1000.4646"}, 4096, 0, 0, &w2);
+    ASSERT_NE(p, nullptr);
+    leader = ws_proc_pid(p);
+    deadline = Clock::now() + std::chrono::seconds(5);
+    while (ChildrenNamed(leader, "sleep").empty() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_EQ(ChildrenNamed(leader, "sleep").size(), 1u);
+    ws_proc_kill(p, WS_CAUSE_CANCELLED, true);
+    ASSERT_TRUE(WaitDone(p, 10000, &r));
+    EXPECT_EQ(r.cause, WS_CAUSE_CANCELLED);
+    {
+        std::lock_guard<std::mutex> l(log2.mu);
+        ASSERT_GE(log2.signals.size(), 1u);
+        EXPECT_EQ(log2.signals[0].first, leader);
+        EXPECT_EQ(log2.signals[0].second, SIGTERM);
+    }
+    EXPECT_EQ(system("pgrep -f '^/bin/sleep 1000[.]4646$' >/dev/null"), 256) << "a sleep survived";
+    ws_proc_unref(p);
+    EXPECT_TRUE(WaitFrees(&log2, 1));
+}
+
+TEST_F(ProcTest, WrapperArgIsFreedOnceWhenTheSpawnFails)
+{
+    WrapLog log;
+    const char *missing[] = {"/nonexistent/wrapper", nullptr};
+    struct ws_proc_wrapper w = MakeWrapper(&log, missing);
+    const char *argv[] = {"/bin/true", nullptr};
+    const char *envp[] = {nullptr};
+    struct ws_proc_config cfg = {};
+    cfg.argv = argv;
+    cfg.envp = envp;
+    cfg.cwd_fd = cwd_;
+    cfg.ring_bytes = 4096;
+    cfg.wrapper = &w;
+    struct ws_proc *p = nullptr;
+    EXPECT_EQ(ws_proc_spawn(&env_, &cfg, &p), -ENOENT);
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(log.frees.load(), 1); // at once, on this thread
+    EXPECT_EQ(log.enters.load(), 1);
+    EXPECT_EQ(log.leaves.load(), 1);
+
+    // Refused by the spawn itself: more kept fds than allowed.
+    const char *sh[] = {"/bin/sh", "-c", "exit 0", nullptr};
+    int many[WS_SPAWN_KEEP_FDS_MAX + 1] = {0, 0, 0, 0, 0};
+    w = MakeWrapper(&log, sh);
+    w.keep_fds = many;
+    w.n_keep_fds = WS_SPAWN_KEEP_FDS_MAX + 1;
+    EXPECT_EQ(ws_proc_spawn(&env_, &cfg, &p), -EINVAL);
+    EXPECT_EQ(log.frees.load(), 2);
+
+    // The wrapper's own enter hook fails: no leave, nothing started.
+    log.enter_error = -EPERM;
+    w = MakeWrapper(&log, sh);
+    EXPECT_EQ(ws_proc_spawn(&env_, &cfg, &p), -EPERM);
+    EXPECT_EQ(p, nullptr);
+    EXPECT_EQ(log.frees.load(), 3);
+    EXPECT_EQ(log.enters.load(), 3);
+    EXPECT_EQ(log.leaves.load(), 2);
+
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(log.frees.load(), 3);
+}
+
+TEST_F(ProcTest, WrapperGetsKeptFdsAndTheUncontrolledPty)
+{
+    int pipe_fds[2];
+    ASSERT_EQ(pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK), 0);
+    WrapLog log;
+    const char *wargv[] = {"/bin/sh", "-c",        "echo kept >&3; ls /proc/self/fd; exec \"$@\"",
+                           "wrap",    "/bin/true", nullptr};
+    struct ws_proc_wrapper w = MakeWrapper(&log, wargv);
+    w.keep_fds = &pipe_fds[1];
+    w.n_keep_fds = 1;
+    struct ws_proc *p = Spawn({"/bin/true"}, 4096, 4096, 0, &w);
+    close(pipe_fds[1]);
+    ASSERT_NE(p, nullptr);
+    struct ws_proc_result r;
+    ASSERT_TRUE(WaitDone(p, 10000, &r));
+    EXPECT_EQ(r.exit_code, 0);
+    char buf[64];
+    size_t n = ws_proc_capture(p, WS_STREAM_STDOUT, buf, sizeof(buf));
+    // ls's own directory fd is 4: nothing but the kept fd besides 0-2.
+    EXPECT_EQ(std::string(buf, n), "0\n1\n2\n3\n4\n");
+    ssize_t k = read(pipe_fds[0], buf, sizeof(buf));
+    EXPECT_EQ(std::string(buf, k > 0 ? (size_t)k : 0), "kept\n");
+    close(pipe_fds[0]);
+    ws_proc_unref(p);
+    EXPECT_TRUE(WaitFrees(&log, 1));
+
+    // pty_noctty: the terminal is the wrapper's stdio but not its
+    // controlling terminal (the wrapper hands that to the command).
+    WrapLog log2;
+    const char *tty_argv[] = {"/bin/sh", "-c", "{ echo x >/dev/tty; } 2>/dev/null || echo no-ctty",
+                              nullptr};
+    struct ws_proc_wrapper w2 = MakeWrapper(&log2, tty_argv);
+    w2.pty_noctty = true;
+    p = Spawn({"/bin/true"}, 4096, 4096, 0, &w2, true);
+    ASSERT_NE(p, nullptr);
+    ASSERT_TRUE(WaitDone(p, 10000, &r));
+    n = ws_proc_capture(p, WS_STREAM_PTY, buf, sizeof(buf));
+    EXPECT_EQ(std::string(buf, n), "no-ctty\r\n");
+    ws_proc_unref(p);
+    EXPECT_TRUE(WaitFrees(&log2, 1));
 }
 
 } // namespace

@@ -72,6 +72,8 @@ class SpawnTest : public ::testing::Test
         bool stdin_pipe = false;
         bool pty = false;
         unsigned rows = 0, cols = 0;
+        bool pty_noctty = false;
+        std::vector<int> keep = {}; // the child's 3, 4, ...
     };
 
     int Spawn(const Spec &s, ws_child **ret)
@@ -91,6 +93,9 @@ class SpawnTest : public ::testing::Test
         o.pty = s.pty;
         o.pty_rows = s.rows;
         o.pty_cols = s.cols;
+        o.pty_noctty = s.pty_noctty;
+        o.keep_fds = s.keep.empty() ? nullptr : s.keep.data();
+        o.n_keep_fds = s.keep.size();
         return ws_spawn(&o, ret);
     }
 
@@ -656,6 +661,292 @@ TEST_F(SpawnTest, ManySpawnsLeakNoFdsAndNoZombies)
     EXPECT_EQ(CountOwnFds(), fds);
     EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
     EXPECT_EQ(errno, ECHILD);
+}
+
+// ---- kept fds and pty_noctty ----
+
+std::string LinkOf(const std::string &path)
+{
+    char buf[PATH_MAX];
+    ssize_t n = readlink(path.c_str(), buf, sizeof(buf));
+    return n > 0 ? std::string(buf, (size_t)n) : "";
+}
+
+std::string FdLink(pid_t pid, int fd)
+{
+    return LinkOf("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd));
+}
+
+// Field 7 of /proc/<pid>/stat: the controlling terminal's device, 0 for none.
+long TtyNr(pid_t pid)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    size_t rp = stat.rfind(')');
+    if (rp == std::string::npos)
+        return -1;
+    std::istringstream rest(stat.substr(rp + 1));
+    std::string state;
+    long ppid, pgrp, sid, tty_nr = -1;
+    rest >> state >> ppid >> pgrp >> sid >> tty_nr;
+    return tty_nr;
+}
+
+// A CLOEXEC pipe for a kept fd, both ends at 100 or above (clear of the
+// low numbers the tests place fds at); the read end is non-blocking.
+struct KeptPipe {
+    int r = -1, w = -1;
+    KeptPipe()
+    {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0)
+            return;
+        r = fcntl(p[0], F_DUPFD_CLOEXEC, 100);
+        w = fcntl(p[1], F_DUPFD_CLOEXEC, 100);
+        close(p[0]);
+        close(p[1]);
+        if (r >= 0)
+            (void)fcntl(r, F_SETFL, O_NONBLOCK);
+    }
+    ~KeptPipe()
+    {
+        CloseWrite();
+        if (r >= 0)
+            close(r);
+    }
+    // The child holds its copy: the reader sees EOF once the child is done.
+    void CloseWrite()
+    {
+        if (w >= 0)
+            close(w);
+        w = -1;
+    }
+};
+
+// Puts a copy of src at fd number `at` in this process for the scope,
+// restoring whatever the test runner had there (gtest may hold 3 or 4).
+struct FdAt {
+    int at, saved = -1, saved_fdfl = 0;
+    bool ok = false;
+    FdAt(int src, int at_, bool cloexec) : at(at_)
+    {
+        saved_fdfl = fcntl(at, F_GETFD);
+        if (saved_fdfl >= 0)
+            saved = fcntl(at, F_DUPFD_CLOEXEC, 200);
+        ok = (saved_fdfl < 0 || saved >= 0) && dup3(src, at, cloexec ? O_CLOEXEC : 0) == at;
+    }
+    ~FdAt()
+    {
+        if (saved >= 0) {
+            (void)dup3(saved, at, (saved_fdfl & FD_CLOEXEC) ? O_CLOEXEC : 0);
+            close(saved);
+        } else {
+            close(at);
+        }
+    }
+};
+
+TEST_F(SpawnTest, KeptFdsLandAtThreeAndFourInOrder)
+{
+    size_t fds = CountOwnFds();
+    {
+        KeptPipe a, b;
+        ASSERT_GE(a.w, 0);
+        ASSERT_GE(b.w, 0);
+        ASSERT_NE(FdLink(getpid(), a.w), FdLink(getpid(), b.w));
+
+        // The fd table sleep got: 0-2, then the two pipes in order.
+        Spec s{{"/bin/sleep", "100"}};
+        s.keep = {a.w, b.w};
+        ws_child *c = MustSpawn(s);
+        ASSERT_NE(c, nullptr);
+        pid_t pid = ws_child_pid(c);
+        EXPECT_EQ(FdNames("/proc/" + std::to_string(pid) + "/fd"),
+                  (std::set<std::string>{"0", "1", "2", "3", "4"}));
+        EXPECT_EQ(FdLink(pid, 3), FdLink(getpid(), a.w));
+        EXPECT_EQ(FdLink(pid, 4), FdLink(getpid(), b.w));
+        EXPECT_EQ(ws_child_kill_tree(c, 0), 0);
+        ws_child_free(c);
+
+        // The child writes through them; ls sees 0-4 and its own dir fd.
+        s.argv = {"/bin/sh", "-c", "echo a >&3; echo b >&4; ls /proc/self/fd"};
+        c = MustSpawn(s);
+        ASSERT_NE(c, nullptr);
+        // The parent's ends are untouched: open, still close-on-exec.
+        EXPECT_EQ(fcntl(a.w, F_GETFD), FD_CLOEXEC);
+        EXPECT_EQ(fcntl(b.w, F_GETFD), FD_CLOEXEC);
+        a.CloseWrite();
+        b.CloseWrite();
+        EXPECT_EQ(ReadAll(ws_child_stdout_fd(c)), "0\n1\n2\n3\n4\n5\n");
+        EXPECT_EQ(ReadAll(a.r), "a\n");
+        EXPECT_EQ(ReadAll(b.r), "b\n");
+        EXPECT_EQ(WaitExit(c).exit_code, 0);
+        ws_child_free(c);
+    }
+    // The spawn's own copies of the sources are closed again.
+    EXPECT_EQ(CountOwnFds(), fds);
+}
+
+TEST_F(SpawnTest, KeptFdsFromLowNumbersCrossOver)
+{
+    // The fixture's directory fd is likely 3 itself: out of the way.
+    int moved = fcntl(dir_fd_, F_DUPFD_CLOEXEC, 100);
+    ASSERT_GE(moved, 100);
+    close(dir_fd_);
+    dir_fd_ = moved;
+    KeptPipe a, b;
+    ASSERT_GE(a.w, 0);
+    ASSERT_GE(b.w, 0);
+    std::string a_link = FdLink(getpid(), a.w), b_link = FdLink(getpid(), b.w);
+    std::string err_link = FdLink(getpid(), 2);
+    ASSERT_NE(err_link, "");
+    size_t fds;
+    {
+        // The sources sit on the very numbers they go to, swapped: a naive
+        // dup2(4, 3) would clobber the source of the next one. fd 4 is not
+        // close-on-exec here, to see that flags stay as they were.
+        FdAt at3(a.w, 3, true), at4(b.w, 4, false);
+        ASSERT_TRUE(at3.ok && at4.ok) << strerror(errno);
+        a.CloseWrite();
+        b.CloseWrite();
+        fds = CountOwnFds();
+
+        Spec s{{"/bin/sleep", "100"}};
+        s.keep = {4, 3, 2};
+        ws_child *c = MustSpawn(s);
+        ASSERT_NE(c, nullptr);
+        pid_t pid = ws_child_pid(c);
+        EXPECT_EQ(FdNames("/proc/" + std::to_string(pid) + "/fd"),
+                  (std::set<std::string>{"0", "1", "2", "3", "4", "5"}));
+        EXPECT_EQ(FdLink(pid, 3), b_link);
+        EXPECT_EQ(FdLink(pid, 4), a_link);
+        EXPECT_EQ(FdLink(pid, 5), err_link);
+        // The child's 2 is its own stderr pipe, not the test's.
+        EXPECT_EQ(FdLink(pid, 2), FdLink(getpid(), ws_child_stderr_fd(c)));
+        EXPECT_EQ(ws_child_kill_tree(c, 0), 0);
+        ws_child_free(c);
+
+        s.argv = {"/bin/sh", "-c", "echo three >&3; echo four >&4"};
+        s.keep = {4, 3};
+        c = MustSpawn(s);
+        ASSERT_NE(c, nullptr);
+        EXPECT_EQ(WaitExit(c).exit_code, 0);
+        ws_child_free(c);
+
+        EXPECT_EQ(fcntl(3, F_GETFD), FD_CLOEXEC);
+        EXPECT_EQ(fcntl(4, F_GETFD), 0);
+        EXPECT_EQ(FdLink(getpid(), 3), a_link);
+        EXPECT_EQ(FdLink(getpid(), 4), b_link);
+        EXPECT_EQ(CountOwnFds(), fds);
+    }
+    // The copies at 3 and 4 were the last write ends.
+    EXPECT_EQ(ReadAll(a.r), "four\n");
+    EXPECT_EQ(ReadAll(b.r), "three\n");
+}
+
+TEST_F(SpawnTest, AsManyKeptFdsAsTheLimitAndRepeats)
+{
+    KeptPipe a, b;
+    ASSERT_GE(a.w, 0);
+    ASSERT_GE(b.w, 0);
+    Spec s{{"/bin/sh", "-c", "echo 3 >&3; echo 4 >&4; echo 5 >&5; echo 6 >&6"}};
+    s.keep = {a.w, b.w, a.w, b.w};
+    ASSERT_EQ(s.keep.size(), (size_t)WS_SPAWN_KEEP_FDS_MAX);
+    ws_child *c = MustSpawn(s);
+    ASSERT_NE(c, nullptr);
+    a.CloseWrite();
+    b.CloseWrite();
+    EXPECT_EQ(WaitExit(c).exit_code, 0);
+    EXPECT_EQ(ReadAll(ws_child_stderr_fd(c)), "");
+    EXPECT_EQ(ReadAll(a.r), "3\n5\n");
+    EXPECT_EQ(ReadAll(b.r), "4\n6\n");
+    ws_child_free(c);
+}
+
+TEST_F(SpawnTest, BadKeptFdsFailAndLeakNothing)
+{
+    KeptPipe a;
+    ASSERT_GE(a.w, 0);
+    // A number nothing in this process uses.
+    int unused = fcntl(a.w, F_DUPFD_CLOEXEC, 900);
+    ASSERT_GE(unused, 900);
+    close(unused);
+    size_t fds = CountOwnFds();
+    ws_child *c = nullptr;
+
+    Spec s{{"/bin/true"}};
+    s.keep.assign(WS_SPAWN_KEEP_FDS_MAX + 1, a.w);
+    EXPECT_EQ(Spawn(s, &c), -EINVAL);
+    s.keep = {a.w, -1};
+    EXPECT_EQ(Spawn(s, &c), -EBADF);
+    s.keep = {-3};
+    EXPECT_EQ(Spawn(s, &c), -EBADF);
+    // Not open: found when copying it, after the first one was copied.
+    s.keep = {a.w, unused};
+    EXPECT_EQ(Spawn(s, &c), -EBADF);
+    s.pty = true;
+    EXPECT_EQ(Spawn(s, &c), -EBADF);
+    s.pty = false;
+    s.stdin_pipe = true;
+    EXPECT_EQ(Spawn(s, &c), -EBADF);
+
+    // A count without an array.
+    const char *argv[] = {"/bin/true", nullptr};
+    const char *envp[] = {nullptr};
+    ws_spawn_opts o = {};
+    o.argv = argv;
+    o.envp = envp;
+    o.cwd_fd = dir_fd_;
+    o.keep_fds = nullptr;
+    o.n_keep_fds = 1;
+    EXPECT_EQ(ws_spawn(&o, &c), -EINVAL);
+    // Nor with an array, over the limit.
+    int many[WS_SPAWN_KEEP_FDS_MAX + 1] = {a.w, a.w, a.w, a.w, a.w};
+    o.keep_fds = many;
+    o.n_keep_fds = WS_SPAWN_KEEP_FDS_MAX + 1;
+    EXPECT_EQ(ws_spawn(&o, &c), -EINVAL);
+    // A count of 0 ignores the array.
+    o.n_keep_fds = 0;
+    ASSERT_EQ(ws_spawn(&o, &c), 0);
+    EXPECT_EQ(WaitExit(c).exit_code, 0);
+    ws_child_free(c);
+
+    EXPECT_EQ(CountOwnFds(), fds);
+    EXPECT_EQ(fcntl(a.w, F_GETFD), FD_CLOEXEC);
+    EXPECT_EQ(waitpid(-1, nullptr, WNOHANG), -1);
+    EXPECT_EQ(errno, ECHILD);
+}
+
+TEST_F(SpawnTest, PtyNocttyLeavesTheSessionWithoutATerminal)
+{
+    Spec s{{"/bin/sleep", "100"}};
+    s.pty = true;
+    ws_child *with = MustSpawn(s);
+    ASSERT_NE(with, nullptr);
+    s.pty_noctty = true;
+    ws_child *without = MustSpawn(s);
+    ASSERT_NE(without, nullptr);
+
+    EXPECT_NE(TtyNr(ws_child_pid(with)), 0);
+    EXPECT_EQ(TtyNr(ws_child_pid(without)), 0);
+    // It is still a session leader on the PTY, just without a terminal.
+    pid_t pid = ws_child_pid(without);
+    EXPECT_EQ(getsid(pid), pid);
+    EXPECT_EQ(FdLink(pid, 0).rfind("/dev/pts/", 0), 0u) << FdLink(pid, 0);
+    EXPECT_EQ(FdLink(pid, 1), FdLink(pid, 0));
+    EXPECT_EQ(FdLink(pid, 2), FdLink(pid, 0));
+    ws_child_free(with);
+    ws_child_free(without);
+
+    // As the child sees it: the slave is its stdio, /dev/tty is nobody's.
+    s.argv = {"/bin/sh", "-c", "tty; { echo x >/dev/tty; } 2>/dev/null || echo no-ctty"};
+    ws_child *c = MustSpawn(s);
+    ASSERT_NE(c, nullptr);
+    std::string out = ReadAll(ws_child_pty_fd(c));
+    EXPECT_EQ(out.rfind("/dev/pts/", 0), 0u) << out;
+    EXPECT_NE(out.find("\r\nno-ctty\r\n"), std::string::npos) << out;
+    EXPECT_EQ(WaitExit(c).exit_code, 0);
+    ws_child_free(c);
 }
 
 } // namespace

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -689,6 +690,100 @@ TEST_P(TreeTest, OneHostPerProcess)
     cfg.mode = WS_TREE_FORCE_SUBREAPER;
     EXPECT_EQ(ws_tree_host_new(&cfg, &h2), -EBUSY);
     EXPECT_EQ(h2, nullptr);
+}
+
+// Live children of `parent`, from the ppids in /proc.
+std::vector<pid_t> ChildrenOf(pid_t parent)
+{
+    std::vector<pid_t> out;
+    for (pid_t pid : AllPids()) {
+        ProcStat st;
+        if (ReadStat(pid, &st) && st.ppid == parent && st.state != 'Z')
+            out.push_back(pid);
+    }
+    return out;
+}
+
+std::vector<pid_t> Sorted(std::vector<pid_t> v)
+{
+    std::sort(v.begin(), v.end());
+    return v;
+}
+
+TEST_P(TreeTest, SignalExceptSparesTheListedPids)
+{
+    std::string m = NewMarker();
+    ws_tree *t = NewTree();
+    ASSERT_NE(t, nullptr);
+    ws_child *c = Spawn(t, "sleep " + m + " & sleep " + m + " & wait");
+    ASSERT_NE(c, nullptr);
+    pid_t leader = ws_child_pid(c);
+    ASSERT_TRUE(WaitFor([&] { return Marked(m).size() == 2 && ws_tree_count(t) == 3; }));
+    std::vector<pid_t> kids = Sorted(ChildrenOf(leader));
+    ASSERT_EQ(kids, Sorted(Marked(m)));
+    pid_t spared = kids[0];
+
+    EXPECT_EQ(ws_tree_signal_except(t, SIGTERM, nullptr, 1), -EINVAL);
+    EXPECT_EQ(ws_tree_signal_except(t, NSIG, &spared, 1), -EINVAL);
+    EXPECT_EQ(ws_tree_signal_except(nullptr, SIGTERM, &spared, 1), -EINVAL);
+    // Probes count what would be signalled; a pid outside the tree (this
+    // process) changes nothing.
+    EXPECT_EQ(ws_tree_signal_except(t, 0, nullptr, 0), 3);
+    EXPECT_EQ(ws_tree_signal_except(t, 0, &spared, 1), 2);
+    pid_t two[] = {spared, leader};
+    EXPECT_EQ(ws_tree_signal_except(t, 0, two, 2), 1);
+    pid_t self = getpid();
+    EXPECT_EQ(ws_tree_signal_except(t, 0, &self, 1), 3);
+    EXPECT_EQ(Marked(m).size(), 2u);
+    EXPECT_EQ(ws_tree_count(t), 3);
+
+    // Stopped, so that the SIGCONT the others get would be seen if it
+    // reached the spared one too.
+    ASSERT_EQ(kill(spared, SIGSTOP), 0);
+    ASSERT_TRUE(WaitFor([&] { return StateOf(spared) == 'T'; }));
+    EXPECT_EQ(ws_tree_signal_except(t, SIGTERM, &spared, 1), 2);
+    ws_child_exit e = WaitExit(c);
+    EXPECT_TRUE(e.signaled);
+    EXPECT_EQ(e.signal, SIGTERM);
+    EXPECT_TRUE(WaitFor([&] { return Marked(m) == std::vector<pid_t>{spared}; }))
+        << Marked(m).size() << " left";
+    SleepMs(100);
+    EXPECT_EQ(StateOf(spared), 'T');
+    // Nothing is pending for it either: continued, it sleeps on.
+    ASSERT_EQ(kill(spared, SIGCONT), 0);
+    SleepMs(100);
+    EXPECT_EQ(Marked(m), std::vector<pid_t>{spared});
+    EXPECT_EQ(ws_tree_count(t), 1);
+
+    EXPECT_EQ(ws_tree_kill(t), 1);
+    EXPECT_TRUE(WaitFor([&] { return Marked(m).empty() && ws_tree_count(t) == 0; }));
+    ws_child_free(c);
+    ws_tree_free(t);
+}
+
+// The sandbox's case: the leader (the wrapper) is spared, outlives what it
+// runs and reports how that ended.
+TEST_P(TreeTest, SignalExceptSparesTheLeader)
+{
+    std::string m = NewMarker();
+    ws_tree *t = NewTree();
+    ASSERT_NE(t, nullptr);
+    ws_child *c = Spawn(t, "sleep " + m + " & sleep " + m + " & wait; exit 7");
+    ASSERT_NE(c, nullptr);
+    pid_t leader = ws_child_pid(c);
+    ASSERT_TRUE(WaitFor([&] { return Marked(m).size() == 2 && ws_tree_count(t) == 3; }));
+    EXPECT_EQ(Sorted(ChildrenOf(leader)), Sorted(Marked(m)));
+
+    EXPECT_EQ(ws_tree_signal_except(t, SIGTERM, &leader, 1), 2);
+    ws_child_exit e = WaitExit(c);
+    EXPECT_FALSE(e.signaled);
+    EXPECT_EQ(e.exit_code, 7);
+    EXPECT_TRUE(WaitFor([&] { return Marked(m).empty() && ws_tree_count(t) == 0; }))
+        << Marked(m).size() << " left";
+    // An empty skip list is ws_tree_signal itself.
+    EXPECT_EQ(ws_tree_signal_except(t, SIGTERM, nullptr, 0), 0);
+    ws_child_free(c);
+    ws_tree_free(t);
 }
 
 // ---- cgroup mechanism ----

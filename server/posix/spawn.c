@@ -259,7 +259,7 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
     posix_spawnattr_t attr;
     bool fa_init = false, attr_init = false;
     int child_in = -1, child_out = -1, child_err = -1;
-    int keep[WS_SPAWN_KEEP_FDS_MAX] = {-1, -1, -1, -1};
+    int keep[WS_SPAWN_KEEP_FDS_MAX];
     char pty_name[WS_SPAWN_PTY_NAME_MAX];
     struct ws_child *c = NULL;
     unsigned short rows = 0, cols = 0;
@@ -275,6 +275,8 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
         return -EBADF;
     if (o->n_keep_fds > WS_SPAWN_KEEP_FDS_MAX || (o->n_keep_fds && !o->keep_fds))
         return -EINVAL;
+    for (size_t i = 0; i < WS_SPAWN_KEEP_FDS_MAX; i++)
+        keep[i] = -1;
     for (size_t i = 0; i < o->n_keep_fds; i++)
         if (o->keep_fds[i] < 0)
             return -EBADF;

@@ -69,8 +69,9 @@
 /* Default terminal size when opts->pty_rows / pty_cols are 0. */
 #define WS_SPAWN_PTY_ROWS_DEFAULT 24
 #define WS_SPAWN_PTY_COLS_DEFAULT 80
-/* Most fds a child may get besides 0-2. */
-#define WS_SPAWN_KEEP_FDS_MAX 4
+/* Most fds a child may get besides 0-2 (a sandbox: three of its own and
+ * one per bind). */
+#define WS_SPAWN_KEEP_FDS_MAX 72
 /* Buffer for the PTY slave's path (/dev/pts/N). */
 #define WS_SPAWN_PTY_NAME_MAX 64
 

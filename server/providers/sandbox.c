@@ -12,7 +12,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <linux/openat2.h>
 
 #include <jansson.h>
 
@@ -79,8 +82,11 @@ struct run {
     size_t argc;
     size_t cap;
     bool oom;
-    int child_fds[3]; /* seccomp memfd, info write end, status write end */
-    int info_fd;      /* read ends */
+    /* Given to bwrap as 3, 4, ...: the seccomp memfd, the info and status
+     * write ends, then one O_PATH fd per extra bind. */
+    int child_fds[3 + 2 * WS_SANDBOX_BINDS_MAX];
+    size_t n_child_fds;
+    int info_fd; /* read ends */
     int status_fd;
     pid_t init_pid; /* 0 until bwrap said */
     struct ws_sandbox *sb;
@@ -241,8 +247,9 @@ static void run_free(struct run *r)
         for (size_t i = 0; i < r->argc; i++)
             free(r->argv[i]);
     free(r->argv);
-    for (int i = 0; i < 3; i++)
+    for (size_t i = 0; i < r->n_child_fds; i++)
         close_fd(&r->child_fds[i]);
+    r->n_child_fds = 0;
     close_fd(&r->info_fd);
     close_fd(&r->status_fd);
     if (r->group) {
@@ -376,7 +383,11 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
 
     if (r->status_fd < 0)
         return;
-    read_avail(r->status_fd, buf, sizeof(buf));
+    /* Exactly one line, as init writes it; anything else (nothing: the
+     * command never started; more: someone else wrote too) is no report. */
+    size_t n = read_avail(r->status_fd, buf, sizeof(buf));
+    if (n == 0 || buf[n - 1] != '\n' || memchr(buf, '\n', n) != buf + n - 1)
+        return;
     if (sscanf(buf, "%15s %d %7s", word, &v, core) < 2)
         return;
     if (strcmp(word, "exited") == 0 && v >= 0 && v <= 255) {
@@ -400,6 +411,22 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
 static void hook_free(void *arg)
 {
     run_free(arg);
+}
+
+/* An O_PATH fd on a bind's source, refusing a symlink anywhere on the way
+ * (the path was canonical at Open: a link now means it was swapped). */
+static int open_bind(const char *path, int *ret)
+{
+    struct open_how how = {
+        .flags = O_PATH | O_CLOEXEC,
+        .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+
+    if (fd < 0)
+        return errno == ELOOP || errno == ENOENT || errno == ENOTDIR ? -ESTALE : -errno;
+    *ret = fd;
+    return 0;
 }
 
 /* A pipe whose read end (ours) is non-blocking and whose ends are both
@@ -438,7 +465,9 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
-    r->child_fds[0] = r->child_fds[1] = r->child_fds[2] = -1;
+    for (size_t i = 0; i < sizeof(r->child_fds) / sizeof(r->child_fds[0]); i++)
+        r->child_fds[i] = -1;
+    r->n_child_fds = 3;
     r->info_fd = r->status_fd = -1;
     r->sb = sb;
     r->group = group_get(sb, spec->workspace_id, &spec->limits);
@@ -489,10 +518,24 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     add2(r, "--size", num);
     add2(r, "--tmpfs", "/tmp");
     add3(r, "--bind", spec->workspace_dir, WS_SANDBOX_WORKSPACE);
-    for (size_t i = 0; i < spec->n_rw; i++)
-        add3(r, "--bind", spec->rw_paths[i], spec->rw_paths[i]);
-    for (size_t i = 0; i < spec->n_ro; i++)
-        add3(r, "--ro-bind", spec->ro_paths[i], spec->ro_paths[i]);
+    /* Extra binds go by fd, opened now without following any symlink: bwrap
+     * would resolve a path on the host when it mounts, and a sandbox that
+     * can write a bind's parent could have swapped a component for a link
+     * to the server's state since Open checked it. */
+    if (spec->n_rw > WS_SANDBOX_BINDS_MAX || spec->n_ro > WS_SANDBOX_BINDS_MAX) {
+        err = -E2BIG;
+        goto fail;
+    }
+    for (size_t k = 0; k < spec->n_rw + spec->n_ro; k++) {
+        bool ro = k >= spec->n_rw;
+        const char *path = ro ? spec->ro_paths[k - spec->n_rw] : spec->rw_paths[k];
+        err = open_bind(path, &r->child_fds[r->n_child_fds]);
+        if (err < 0)
+            goto fail;
+        snprintf(num, sizeof(num), "%zu", FD_SECCOMP + r->n_child_fds);
+        r->n_child_fds++;
+        add3(r, ro ? "--ro-bind-fd" : "--bind-fd", num, path);
+    }
     add3(r, "--ro-bind", init, WS_SANDBOX_INIT_PATH);
     /* After every bind: the root itself (bwrap's tmpfs) becomes read-only,
      * the mounts on it keep their own modes. */
@@ -525,7 +568,7 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     *ret = (struct ws_proc_wrapper){
         .argv = (const char *const *)r->argv,
         .keep_fds = r->child_fds,
-        .n_keep_fds = 3,
+        .n_keep_fds = r->n_child_fds,
         .pty_noctty = spec->pty,
         .signal = hook_signal,
         .exited = hook_exited,
@@ -547,8 +590,9 @@ void ws_sandbox_spawned(struct ws_proc_wrapper *w)
 
     if (!r)
         return;
-    for (int i = 0; i < 3; i++)
+    for (size_t i = 0; i < r->n_child_fds; i++)
         close_fd(&r->child_fds[i]);
+    r->n_child_fds = 0;
     w->argv = NULL;
     w->keep_fds = NULL;
     w->n_keep_fds = 0;

@@ -56,6 +56,8 @@ const char *ws_sandbox_seccomp_summary(const struct ws_sandbox *sb);
 const char *ws_sandbox_namespaces(bool network);
 
 #define WS_SANDBOX_ID_MAX 64
+/* Most extra binds of each kind (the registry refuses more at Open). */
+#define WS_SANDBOX_BINDS_MAX 32
 
 struct ws_sandbox_spec {
     /* The workspace: its commands share one resource group with these
@@ -76,9 +78,9 @@ struct ws_sandbox_spec {
 
 /* Fills *ret with the wrapper that runs spec->argv sandboxed. Returns 0;
  * -ENOENT when bwrap or init is missing (the sandbox must not run: fail
- * closed); -ENOMEM, -EMFILE... After the spawn (whether it worked or not)
- * call ws_sandbox_spawned(ret); if ws_proc_spawn failed, then also
- * ws_sandbox_discard(ret). */
+ * closed); -ESTALE when a bind path has become a symlink or is gone; -E2BIG over
+ * WS_SANDBOX_BINDS_MAX binds; -ENOMEM, -EMFILE... After the spawn (whether it worked or not) call
+ * ws_sandbox_spawned(ret); if ws_proc_spawn failed, then also ws_sandbox_discard(ret). */
 int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
                     struct ws_proc_wrapper *ret);
 /* The workspace is gone: its resource group is removed once its last

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -172,6 +173,13 @@ int main(int argc, char **argv)
     sigfillset(&all);
     if (sigprocmask(SIG_SETMASK, &all, NULL) < 0 || sigaction(SIGCHLD, &dfl, NULL) < 0) {
         say("cannot set up signals", errno);
+        return EXIT_INTERNAL;
+    }
+    /* The command runs as the same uid, without capabilities: a dumpable
+     * init would let it open /proc/1/fd (the status pipe: a forged exit
+     * record) and /proc/1/mem. The child is dumpable again after its exec. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        say("cannot make init undumpable", errno);
         return EXIT_INTERNAL;
     }
     pid_t child = fork();

@@ -183,6 +183,12 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
             err = -WS_EFAILED;
             goto fail;
         }
+        if (err == -ESTALE) {
+            ws_diag_set(&d, "a bind path of this workspace changed since it was opened (it is "
+                            "gone, or a symlink now): the sandbox is not started");
+            err = -WS_EFAILED;
+            goto fail;
+        }
         if (err < 0)
             goto fail;
     }

@@ -849,15 +849,17 @@ TEST_F(SpawnTest, AsManyKeptFdsAsTheLimitAndRepeats)
     KeptPipe a, b;
     ASSERT_GE(a.w, 0);
     ASSERT_GE(b.w, 0);
-    Spec s{{"/bin/sh", "-c", "echo 3 >&3; echo 4 >&4; echo 5 >&5; echo 6 >&6"}};
-    s.keep = {a.w, b.w, a.w, b.w};
-    ASSERT_EQ(s.keep.size(), (size_t)WS_SPAWN_KEEP_FDS_MAX);
+    // ls sees 0-2, every kept fd, and its own directory fd.
+    Spec s{{"/bin/sh", "-c",
+            "echo 3 >&3; echo 4 >&4; echo 5 >&5; echo 6 >&6; ls /proc/self/fd | wc -l >&2"}};
+    for (int i = 0; i < WS_SPAWN_KEEP_FDS_MAX; i++)
+        s.keep.push_back(i % 2 ? b.w : a.w);
     ws_child *c = MustSpawn(s);
     ASSERT_NE(c, nullptr);
     a.CloseWrite();
     b.CloseWrite();
     EXPECT_EQ(WaitExit(c).exit_code, 0);
-    EXPECT_EQ(ReadAll(ws_child_stderr_fd(c)), "");
+    EXPECT_EQ(ReadAll(ws_child_stderr_fd(c)), std::to_string(WS_SPAWN_KEEP_FDS_MAX + 4) + "\n");
     EXPECT_EQ(ReadAll(a.r), "3\n5\n");
     EXPECT_EQ(ReadAll(b.r), "4\n6\n");
     ws_child_free(c);

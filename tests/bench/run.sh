@@ -4,15 +4,18 @@
 #
 #   bash tests/bench/run.sh [fs] [--quick] [fs_bench options...]
 #   bash tests/bench/run.sh exec [--quick] [exec_bench options...]
+#   bash tests/bench/run.sh sandbox [--quick] [sandbox_bench options...]
 #   bash tests/bench/run.sh all [--quick]
 #
 # The first argument picks the benchmark: `fs` (the default, so a plain
 # `run.sh` runs the FileSystem benchmark as before), `exec` (the Exec
-# benchmark) or `all` (fs_bench, then exec_bench, each with its own server;
-# only --quick is accepted then). --quick is a smoke run:
-#   fs:   fewer iterations, a 32 MiB stream, a 1,000-file grep tree;
-#   exec: 200 Runs (20 after an idle pause), a 64 MiB stream, 20 concurrent
-#         Runs.
+# benchmark), `sandbox` (local-sandbox against direct bwrap and local-bash)
+# or `all` (fs_bench, then exec_bench, then sandbox_bench, each with its own
+# server; only --quick is accepted then). --quick is a smoke run:
+#   fs:      fewer iterations, a 32 MiB stream, a 1,000-file grep tree;
+#   exec:    200 Runs (20 after an idle pause), a 64 MiB stream, 20
+#            concurrent Runs;
+#   sandbox: 100 Runs of each side, a 64 MiB stream of each side.
 # Any other argument goes to the benchmark binary (--help lists them).
 # BENCH_OUTPUT_BASE=DIR builds in a private Bazel output base.
 set -euo pipefail
@@ -25,7 +28,7 @@ fi
 
 mode=fs
 case "${1:-}" in
-fs | exec | all)
+fs | exec | sandbox | all)
     mode="$1"
     shift
     ;;
@@ -47,20 +50,24 @@ fi
 
 fs_args=()
 exec_args=()
+sandbox_args=()
 if [[ $quick == 1 ]]; then
     fs_args+=(--iters 200 --warmup 20 --big-mib 32 --big-runs 1
               --grep-dirs 20 --grep-files 50 --grep-runs 1)
     exec_args+=(--iters 200 --warmup 20 --idle-iters 20 --stream-mib 64 --stream-runs 1
                 --concurrency 20 --conc-each 10 --conc-rounds 1)
+    sandbox_args+=(--iters 100 --warmup 10 --stream-mib 64 --stream-runs 1)
 fi
 fs_args+=("${rest[@]+"${rest[@]}"}")
 exec_args+=("${rest[@]+"${rest[@]}"}")
+sandbox_args+=("${rest[@]+"${rest[@]}"}")
 
 targets=(//server:workspaced)
 case "$mode" in
 fs) targets+=(//tests/bench:fs_bench) ;;
 exec) targets+=(//tests/bench:exec_bench) ;;
-all) targets+=(//tests/bench:fs_bench //tests/bench:exec_bench) ;;
+sandbox) targets+=(//tests/bench:sandbox_bench) ;;
+all) targets+=(//tests/bench:fs_bench //tests/bench:exec_bench //tests/bench:sandbox_bench) ;;
 esac
 
 # No convenience symlinks: an opt build must not repoint bazel-bin under
@@ -71,11 +78,14 @@ server="$bin/server/workspaced"
 case "$mode" in
 fs) exec "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" ;;
 exec) exec "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" ;;
+sandbox) exec "$bin/tests/bench/sandbox_bench" --server "$server" "${sandbox_args[@]}" ;;
 all)
     rc=0
     "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" || rc=1
     echo
     "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" || rc=1
+    echo
+    "$bin/tests/bench/sandbox_bench" --server "$server" "${sandbox_args[@]}" || rc=1
     exit $rc
     ;;
 esac

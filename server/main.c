@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -396,10 +397,17 @@ int main(int argc, char **argv)
                 err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
         goto out;
     }
+    char sandbox_dir[PATH_MAX];
+    if (snprintf(sandbox_dir, sizeof(sandbox_dir), "%s/sandbox", o.state_dir) >=
+        (int)sizeof(sandbox_dir)) {
+        fprintf(stderr, "workspaced: --state-dir is too long\n");
+        goto out;
+    }
     struct ws_services_config sc = {
         .kill_grace_ms = (int)o.kill_grace_ms,
         .force_subreaper = o.force_subreaper,
         .exec_path = o.exec_path,
+        .sandbox_dir = sandbox_dir,
     };
     err = ws_services_new(reg, &sc, &svc);
     if (err < 0)

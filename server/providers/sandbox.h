@@ -8,9 +8,10 @@
  *     namespaces (--disable-userns), no capabilities, no_new_privs, its
  *     own session (--new-session: no terminal injection into the server's);
  *   - a read-only root holding only /usr (and the /bin, /lib... links or
- *     dirs next to it), a few /etc files (passwd, group, nsswitch, the
- *     loader cache, alternatives, certificates; resolv.conf only with
- *     network), a fresh /proc, a minimal /dev, a private /tmp tmpfs;
+ *     dirs next to it), an /etc that is a snapshot taken at server start
+ *     of a few entries (passwd, group, nsswitch, the loader cache,
+ *     alternatives, certificates, time zone; the host's resolv.conf only
+ *     with network), a fresh /proc, a minimal /dev, a private /tmp tmpfs;
  *   - the workspace read-write at /workspace (cwd and HOME), plus the
  *     workspace's extra read-write / read-only binds at their host paths.
  * Nothing else of the host: no home directories, /run, sockets, or the
@@ -43,10 +44,14 @@
 
 struct ws_sandbox;
 
-/* Builds the seccomp program and the fixed part of the sandbox. Returns 0,
- * -ENOMEM, or libseccomp's error. The backend itself (bwrap, init) is
- * looked up for every command, never pinned here. */
-int ws_sandbox_new(struct ws_sandbox **ret);
+/* Builds the seccomp program and the fixed part of the sandbox: with a
+ * directory `dir` (made 0700 if missing; NULL: none), a snapshot of the
+ * /etc entries commands need, in dir/etc.<pid>, bound as the sandbox's
+ * /etc (snapshots of earlier servers there are removed; ws_sandbox_free
+ * removes this one). Returns 0, -ENOMEM, libseccomp's error, or the
+ * snapshot's. The backend itself (bwrap, init) is looked up for every
+ * command, never pinned here. */
+int ws_sandbox_new(const char *dir, struct ws_sandbox **ret);
 /* Accepts NULL. */
 void ws_sandbox_free(struct ws_sandbox *sb);
 

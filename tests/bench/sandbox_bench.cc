@@ -286,7 +286,9 @@ class DirectSandbox
   public:
     DirectSandbox(const std::string &dir, bool limits) : dir_(dir), limits_(limits)
     {
-        int r = ws_sandbox_new(&sb_);
+        // Its own /etc snapshot next to the workspace, as the server makes
+        // one in its state directory: the same single /etc bind.
+        int r = ws_sandbox_new((dir + "-sandbox").c_str(), &sb_);
         if (r < 0)
             Die("ws_sandbox_new: %s", strerror(-r));
         dir_fd_ = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

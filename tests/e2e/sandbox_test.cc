@@ -712,6 +712,12 @@ TEST_F(SandboxTest, NetworkAllowReachesLoopback)
     ifs = ProbeOnly(off, "interfaces");
     EXPECT_TRUE(ifs.blocked) << ifs.detail;
     EXPECT_EQ(ifs.detail, "lo");
+
+    // Name resolution config follows the policy too.
+    RunResponse r = RunOk(on, ArgvProcess({"cat", "/etc/resolv.conf"}));
+    EXPECT_EQ(r.stdout(), wstest::ReadHostFile("/etc/resolv.conf"));
+    r = RunOk(off, ArgvProcess({"cat", "/etc/resolv.conf"}));
+    EXPECT_EQ(r.stdout(), "");
 }
 
 // ---- 3. what a command can write ----
@@ -798,8 +804,16 @@ TEST_F(SandboxTest, WorkspaceIsTheOnlyWritablePlace)
     r = RunOk(ws, ArgvProcess({"ls", "-a", "/"}));
     EXPECT_EQ(Join(Lines(r.stdout())), Join(want_root));
     r = RunOk(ws, ArgvProcess({"ls", "-a", "/etc"}));
-    for (const char *secret : {"shadow", "gshadow", "sudoers", "ssh", "machine-id", "resolv.conf"})
+    for (const char *secret : {"shadow", "gshadow", "sudoers", "ssh", "machine-id"})
         EXPECT_EQ(Lines(r.stdout()).count(secret), 0u) << "/etc/" << secret << " is visible";
+    // Without network the resolver config is an empty placeholder (the
+    // host's is bound over it only with network: allow), and of /etc/ssl
+    // only the certificates are there, not the private keys.
+    r = RunOk(ws, ArgvProcess({"wc", "-c", "/etc/resolv.conf"}));
+    EXPECT_EQ(r.stdout(), "0 /etc/resolv.conf\n");
+    r = RunOk(ws, ArgvProcess({"ls", "-a", "/etc/ssl"}));
+    EXPECT_EQ(Lines(r.stdout()).count("private"), 0u) << r.stdout();
+    EXPECT_EQ(Lines(r.stdout()).count("certs"), 1u) << r.stdout();
 
     auto state_after = StateOutside(state_, ws.id);
     EXPECT_EQ(state_after, state_before) << Describe(state_before, state_after);

@@ -76,7 +76,7 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
         .on_finished = ws_services_exec_audit,
         .ud = s,
     };
-    err = ws_sandbox_new(&s->sandbox);
+    err = ws_sandbox_new(cfg ? cfg->sandbox_dir : NULL, &s->sandbox);
     if (err < 0) {
         free(s->exec_path);
         free(s->methods);

@@ -23,6 +23,9 @@ struct ws_services_config {
      * For local-sandbox, dirs outside /usr must also be bound into the
      * workspace's sandbox (read_only_paths) to be usable there. */
     const char *exec_path;
+    /* Where the sandbox keeps its /etc snapshot (made 0700); NULL: none
+     * (each /etc entry is then bound on its own, slower). */
+    const char *sandbox_dir;
 };
 
 #define WS_SERVICES_EXEC_PATH_DEFAULT "/usr/local/bin:/usr/bin:/bin"

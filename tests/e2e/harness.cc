@@ -711,3 +711,38 @@ std::string SelfExe()
 }
 
 } // namespace wstest
+
+namespace wstest
+{
+
+std::string EscapingTree(const std::string &m)
+{
+    return "sleep " + m + " & setsid sleep " + m + " & sleep " + m;
+}
+
+PeakWatcher::PeakWatcher(std::string marker) : marker_(std::move(marker))
+{
+    thread_ = std::thread([this] {
+        while (!stop_) {
+            int n = CountProcsWithMarker(marker_);
+            if (n > peak_)
+                peak_ = n;
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+    });
+}
+
+PeakWatcher::~PeakWatcher()
+{
+    Stop();
+}
+
+int PeakWatcher::Stop()
+{
+    stop_ = true;
+    if (thread_.joinable())
+        thread_.join();
+    return peak_;
+}
+
+} // namespace wstest

@@ -5,10 +5,12 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -208,6 +210,26 @@ int CountProcsWithMarker(const std::string &marker);
 // Polls until CountProcsWithMarker(marker) <= at_most (or >= at_least when
 // at_least > 0) or `timeout_ms` passes; returns the last count.
 int WaitProcsAtMost(const std::string &marker, int at_most, int timeout_ms);
+
+// Three sleeps `m`: one in the shell's group, one that left it with
+// setsid, and the foreground one (the shell's own argv holds `m` too).
+std::string EscapingTree(const std::string &m);
+
+// The largest CountProcsWithMarker seen while it runs: proof that the
+// processes a survivor check looks for existed at all.
+class PeakWatcher
+{
+  public:
+    explicit PeakWatcher(std::string marker);
+    ~PeakWatcher();
+    int Stop();
+
+  private:
+    std::string marker_;
+    std::atomic<bool> stop_{false};
+    std::atomic<int> peak_{0};
+    std::thread thread_;
+};
 int WaitProcsAtLeast(const std::string &marker, int at_least, int timeout_ms);
 
 // What /proc says about a process.

@@ -35,7 +35,9 @@ using grpc::ClientContext;
 using grpc::StatusCode;
 using namespace workspace::v1;
 using wstest::ArgvProcess;
+using wstest::EscapingTree;
 using wstest::EventLog;
+using wstest::PeakWatcher;
 using wstest::Server;
 
 namespace
@@ -318,48 +320,6 @@ struct ScopedUnlink {
         unlink(path.c_str());
     }
 };
-
-// The largest CountProcsWithMarker seen while it runs: proof that the
-// processes a survivor check looks for existed at all.
-class PeakWatcher
-{
-  public:
-    explicit PeakWatcher(std::string marker) : marker_(std::move(marker))
-    {
-        thread_ = std::thread([this] {
-            while (!stop_) {
-                int n = wstest::CountProcsWithMarker(marker_);
-                if (n > peak_)
-                    peak_ = n;
-                std::this_thread::sleep_for(std::chrono::milliseconds(10));
-            }
-        });
-    }
-    ~PeakWatcher()
-    {
-        Stop();
-    }
-    int Stop()
-    {
-        stop_ = true;
-        if (thread_.joinable())
-            thread_.join();
-        return peak_;
-    }
-
-  private:
-    std::string marker_;
-    std::atomic<bool> stop_{false};
-    std::atomic<int> peak_{0};
-    std::thread thread_;
-};
-
-// Three sleeps: one in the group, one that left it with setsid, and the
-// foreground one.
-std::string EscapingTree(const std::string &m)
-{
-    return "sleep " + m + " & setsid sleep " + m + " & sleep " + m;
-}
 
 struct SandboxOptions {
     bool network = false;

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/base/fd.h"
+
 /* Lookups that may follow symlinks in the middle of a path, as long as they
  * stay beneath the directory fd. */
 #define RES_BENEATH (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
@@ -75,23 +77,6 @@ struct split {
 };
 
 static const struct ws_vfs_ops posixfs_ops;
-
-static void close_fdp(int *fd)
-{
-    if (*fd >= 0) {
-        int saved = errno;
-        close(*fd);
-        errno = saved;
-    }
-}
-#define cleanup_fd __attribute__((cleanup(close_fdp)))
-
-static int steal_fd(int *fd)
-{
-    int r = *fd;
-    *fd = -1;
-    return r;
-}
 
 static struct posixfs *to_fs(struct ws_vfs *vfs)
 {
@@ -204,7 +189,7 @@ static int open_parent(struct posixfs *fs, const struct split *s)
  * workspace root, `elsewhere` otherwise. */
 static int dot_leaf(struct posixfs *fs, const struct split *s, int at_root, int elsewhere)
 {
-    cleanup_fd int fd = resolve(fs->root_fd, s->leaf, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
+    ws_cleanup_fd int fd = resolve(fs->root_fd, s->leaf, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
     struct stat st;
 
     if (fd < 0)
@@ -226,7 +211,7 @@ static int open_dir_path(struct posixfs *fs, const char *path, int *ret_fd)
     if (s.leaf_is_dot) {
         fd = resolve(fs->root_fd, s.leaf, O_RDONLY | O_DIRECTORY, 0, RES_BENEATH);
     } else {
-        cleanup_fd int parent = open_parent(fs, &s);
+        ws_cleanup_fd int parent = open_parent(fs, &s);
         if (parent < 0)
             return parent;
         /* O_DIRECTORY fails before the open itself on a FIFO or device,
@@ -254,7 +239,7 @@ static int open_regular(int parent_fd, const char *leaf, bool must_be_dir, int *
                         struct stat *ret_st)
 {
     for (int i = 0; i < OPEN_READ_TRIES; i++) {
-        cleanup_fd int pfd = resolve(parent_fd, leaf, O_PATH | O_NOFOLLOW, 0, RES_LEAF);
+        ws_cleanup_fd int pfd = resolve(parent_fd, leaf, O_PATH | O_NOFOLLOW, 0, RES_LEAF);
         struct stat a, b;
 
         if (pfd < 0)
@@ -270,7 +255,7 @@ static int open_regular(int parent_fd, const char *leaf, bool must_be_dir, int *
         if (!S_ISREG(a.st_mode))
             return -WS_ESPECIAL;
 
-        cleanup_fd int fd =
+        ws_cleanup_fd int fd =
             resolve(parent_fd, leaf, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_NOCTTY, 0, RES_LEAF);
         if (fd == -ELOOP || fd == -ENOENT || fd == -ENXIO)
             continue; /* swapped after the check */
@@ -281,7 +266,7 @@ static int open_regular(int parent_fd, const char *leaf, bool must_be_dir, int *
         if (b.st_dev != a.st_dev || b.st_ino != a.st_ino || !S_ISREG(b.st_mode))
             continue;
         *ret_st = b;
-        *ret_fd = steal_fd(&fd);
+        *ret_fd = ws_steal_fd(&fd);
         return 0;
     }
     return -ESTALE;
@@ -303,7 +288,7 @@ static int new_file(int fd, const struct stat *st, struct ws_vfs_file **ret_file
 /* Takes ownership of `fd` (closed on failure too). */
 static int new_dir(struct posixfs *fs, int fd, struct ws_vfs_dir **ret_dir)
 {
-    cleanup_fd int owned = fd;
+    ws_cleanup_fd int owned = fd;
     struct pfs_dir *d = calloc(1, sizeof(*d));
     if (!d)
         return -ENOMEM;
@@ -322,7 +307,7 @@ static int new_dir(struct posixfs *fs, int fd, struct ws_vfs_dir **ret_dir)
         return r;
     }
     d->fs = fs;
-    d->fd = steal_fd(&owned);
+    d->fd = ws_steal_fd(&owned);
     *ret_dir = (struct ws_vfs_dir *)d;
     return 0;
 }
@@ -339,13 +324,13 @@ static int pfs_stat(struct ws_vfs *vfs, const char *path, struct ws_stat *ret_st
         return r;
 
     if (s.leaf_is_dot) {
-        cleanup_fd int fd = resolve(fs->root_fd, s.leaf, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
+        ws_cleanup_fd int fd = resolve(fs->root_fd, s.leaf, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
         if (fd < 0)
             return fd;
         if (fstat(fd, &st) < 0)
             return -errno;
     } else {
-        cleanup_fd int parent = open_parent(fs, &s);
+        ws_cleanup_fd int parent = open_parent(fs, &s);
         if (parent < 0)
             return parent;
         if (fstatat(parent, s.leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -457,7 +442,7 @@ static int pfs_open_read(struct ws_vfs *vfs, const char *path, struct ws_vfs_fil
     if (s.leaf_is_dot)
         return dot_leaf(fs, &s, -EISDIR, -EISDIR);
 
-    cleanup_fd int parent = open_parent(fs, &s);
+    ws_cleanup_fd int parent = open_parent(fs, &s);
     if (parent < 0)
         return parent;
     r = open_regular(parent, s.leaf, s.must_be_dir, &fd, &st);
@@ -528,9 +513,9 @@ static int make_dirs(struct posixfs *fs, const char *dir_path, mode_t mode, int 
         return -ENAMETOOLONG;
     memcpy(path, dir_path, n + 1);
 
-    cleanup_fd int cur = resolve(fs->root_fd, path, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
+    ws_cleanup_fd int cur = resolve(fs->root_fd, path, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
     if (cur >= 0) {
-        *ret_fd = steal_fd(&cur);
+        *ret_fd = ws_steal_fd(&cur);
         return 0;
     }
     if (cur != -ENOENT)
@@ -568,7 +553,7 @@ static int make_dirs(struct posixfs *fs, const char *dir_path, mode_t mode, int 
         cur = next;
         i = j;
     }
-    *ret_fd = steal_fd(&cur);
+    *ret_fd = ws_steal_fd(&cur);
     return 0;
 }
 
@@ -584,11 +569,11 @@ static int pfs_mkdir(struct ws_vfs *vfs, const char *path, bool parents, uint32_
     if (s.leaf_is_dot) {
         if (!parents)
             return dot_leaf(fs, &s, -EEXIST, -EEXIST);
-        cleanup_fd int fd = -1;
+        ws_cleanup_fd int fd = -1;
         return make_dirs(fs, s.leaf, m, &fd);
     }
 
-    cleanup_fd int parent = -1;
+    ws_cleanup_fd int parent = -1;
     if (parents)
         r = make_dirs(fs, s.parent, 0755, &parent);
     else
@@ -768,7 +753,7 @@ static int pfs_remove(struct ws_vfs *vfs, const char *path, bool recursive, uint
     if (s.leaf_is_dot)
         return dot_leaf(fs, &s, -EXDEV, -EINVAL);
 
-    cleanup_fd int parent = open_parent(fs, &s);
+    ws_cleanup_fd int parent = open_parent(fs, &s);
     if (parent < 0)
         return parent;
     if (fstatat(parent, s.leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -812,10 +797,10 @@ static int pfs_move(struct ws_vfs *vfs, const char *from, const char *to, bool r
     if (b.leaf_is_dot)
         return dot_leaf(fs, &b, -EXDEV, -EINVAL);
 
-    cleanup_fd int from_parent = open_parent(fs, &a);
+    ws_cleanup_fd int from_parent = open_parent(fs, &a);
     if (from_parent < 0)
         return from_parent;
-    cleanup_fd int to_parent = open_parent(fs, &b);
+    ws_cleanup_fd int to_parent = open_parent(fs, &b);
     if (to_parent < 0)
         return to_parent;
 
@@ -1123,14 +1108,14 @@ int ws_posixfs_open_with(int dirfd, const char *dir_path, unsigned flags, struct
 
     if (!dir_path || !*dir_path || (flags & ~(unsigned)WS_POSIXFS_NO_TMPFILE))
         return -EINVAL;
-    cleanup_fd int fd = openat(dirfd, dir_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    ws_cleanup_fd int fd = openat(dirfd, dir_path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     if (fstat(fd, &st) < 0)
         return -errno;
 
     /* No openat2, no confinement: refuse rather than fall back. */
-    cleanup_fd int probe = resolve(fd, ".", O_PATH | O_DIRECTORY, 0, RES_BENEATH);
+    ws_cleanup_fd int probe = resolve(fd, ".", O_PATH | O_DIRECTORY, 0, RES_BENEATH);
     if (probe < 0)
         return probe;
 
@@ -1141,7 +1126,7 @@ int ws_posixfs_open_with(int dirfd, const char *dir_path, unsigned flags, struct
     fs->root_dev = st.st_dev;
     fs->root_ino = st.st_ino;
     fs->flags = flags;
-    fs->root_fd = steal_fd(&fd);
+    fs->root_fd = ws_steal_fd(&fd);
     *ret = &fs->base;
     return 0;
 }

@@ -19,6 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/base/fd.h"
+
 /* Syscall numbers, clone's argument order and the x32 handling below are
  * x86_64's; another architecture needs its own review, not a rebuild. */
 #if !defined(__x86_64__) || defined(__ILP32__)
@@ -153,23 +155,6 @@ static const uint64_t clone_ns_flags[] = {
 };
 
 static const uint64_t ioctl_denied[] = {TIOCSTI, TIOCLINUX};
-
-static void close_fdp(int *fd)
-{
-    if (*fd >= 0) {
-        int saved = errno;
-        close(*fd);
-        errno = saved;
-    }
-}
-#define cleanup_fd __attribute__((cleanup(close_fdp)))
-
-static int steal_fd(int *fd)
-{
-    int r = *fd;
-    *fd = -1;
-    return r;
-}
 
 /* A sealable, close-on-exec memfd. Returns the fd or a negated errno. */
 static int memfd_new(const char *name)
@@ -337,7 +322,7 @@ static int add_rules(scmp_filter_ctx ctx)
  * fd) and reads it back into a new buffer. */
 static int export_program(scmp_filter_ctx ctx, struct sock_filter **ret_prog, size_t *ret_len)
 {
-    cleanup_fd int fd = memfd_new("ws-seccomp-export");
+    ws_cleanup_fd int fd = memfd_new("ws-seccomp-export");
     struct stat st;
 
     if (fd < 0)
@@ -434,7 +419,7 @@ int ws_seccomp_fd(const struct ws_seccomp *s)
 {
     if (!s)
         return -EINVAL;
-    cleanup_fd int fd = memfd_new("ws-seccomp");
+    ws_cleanup_fd int fd = memfd_new("ws-seccomp");
     if (fd < 0)
         return fd;
     /* pwrite leaves the file offset at 0, where bwrap starts reading. */
@@ -450,7 +435,7 @@ int ws_seccomp_fd(const struct ws_seccomp *s)
      * between here and bwrap's read. */
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
         return -errno;
-    return steal_fd(&fd);
+    return ws_steal_fd(&fd);
 }
 
 const void *ws_seccomp_program(const struct ws_seccomp *s, size_t *ret_len)

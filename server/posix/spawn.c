@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/base/fd.h"
+
 struct ws_child {
     pid_t pid;
     int pidfd;
@@ -35,16 +37,6 @@ struct ws_child {
     bool group_gone;
     struct ws_child_exit exit;
 };
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) {
-        int saved = errno;
-        close(*fd);
-        errno = saved;
-        *fd = -1;
-    }
-}
 
 static int64_t now_ms(void)
 {
@@ -99,8 +91,8 @@ static int make_pipe(bool parent_reads, int *ret_parent, int *ret_child)
     p[0] = p[1] = -1;
     r = 0;
 out:
-    close_fd(&p[0]);
-    close_fd(&p[1]);
+    ws_close_fd(&p[0]);
+    ws_close_fd(&p[1]);
     return r;
 }
 
@@ -145,17 +137,17 @@ static int open_pty(unsigned short rows, unsigned short cols, int *ret_master, c
     master = -1;
     r = 0;
 out:
-    close_fd(&master);
+    ws_close_fd(&master);
     return r;
 }
 
 static void child_close_fds(struct ws_child *c)
 {
-    close_fd(&c->stdin_fd);
-    close_fd(&c->stdout_fd);
-    close_fd(&c->stderr_fd);
-    close_fd(&c->pty_fd);
-    close_fd(&c->pidfd);
+    ws_close_fd(&c->stdin_fd);
+    ws_close_fd(&c->stdout_fd);
+    ws_close_fd(&c->stderr_fd);
+    ws_close_fd(&c->pty_fd);
+    ws_close_fd(&c->pidfd);
 }
 
 static void fill_exit(struct ws_child_exit *e, int status, const struct rusage *ru)
@@ -408,11 +400,11 @@ out:
         posix_spawn_file_actions_destroy(&fa);
     if (attr_init)
         posix_spawnattr_destroy(&attr);
-    close_fd(&child_in);
-    close_fd(&child_out);
-    close_fd(&child_err);
+    ws_close_fd(&child_in);
+    ws_close_fd(&child_out);
+    ws_close_fd(&child_err);
     for (size_t i = 0; i < WS_SPAWN_KEEP_FDS_MAX; i++)
-        close_fd(&keep[i]);
+        ws_close_fd(&keep[i]);
     if (c) {
         child_close_fds(c);
         free(c);
@@ -485,7 +477,7 @@ int ws_child_close_stdin(struct ws_child *c)
         return -EINVAL;
     if (!c->stdin_piped)
         return -EBADF;
-    close_fd(&c->stdin_fd);
+    ws_close_fd(&c->stdin_fd);
     return 0;
 }
 

@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/base/fd.h"
+
 /* The directory under the cgroup root that holds one directory per
  * server. */
 #define HOSTS_DIR "workspaced"
@@ -121,16 +123,6 @@ struct stopped {
 static pthread_mutex_t host_guard = PTHREAD_MUTEX_INITIALIZER;
 static bool host_exists;
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) {
-        int saved = errno;
-        close(*fd);
-        errno = saved;
-        *fd = -1;
-    }
-}
-
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -203,7 +195,7 @@ static ssize_t read_file_at(int dir_fd, const char *name, char *buf, size_t size
         have += (size_t)k;
     }
     buf[have] = '\0';
-    close_fd(&fd);
+    ws_close_fd(&fd);
     return r;
 }
 
@@ -226,7 +218,7 @@ static int write_file_at(int dir_fd, const char *name, const char *s)
     if (fd < 0)
         return -errno;
     int r = write_fd(fd, s);
-    close_fd(&fd);
+    ws_close_fd(&fd);
     return r;
 }
 
@@ -422,7 +414,7 @@ static int cg_procs(const struct ws_tree_host *h, int dir_fd, const char *rel, i
                         if (cont)
                             (void)pidfd_send_signal(pfd, SIGCONT, NULL, 0);
                     }
-                    close_fd(&pfd);
+                    ws_close_fd(&pfd);
                 }
             }
             start = i + 1;
@@ -438,7 +430,7 @@ static int cg_procs(const struct ws_tree_host *h, int dir_fd, const char *rel, i
         *ret_self = self;
     r = n;
 out:
-    close_fd(&fd);
+    ws_close_fd(&fd);
     return r;
 }
 
@@ -522,7 +514,7 @@ static int cg_destroy(const struct ws_tree_host *h, int parent_fd, const char *n
         DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
         if (!d) {
             r = -errno;
-            close_fd(&dfd);
+            ws_close_fd(&dfd);
         }
         while (d) {
             errno = 0;
@@ -546,7 +538,7 @@ static int cg_destroy(const struct ws_tree_host *h, int parent_fd, const char *n
     int k = cg_kill_until_empty(h, fd, rel);
     if (k < 0 && r == 0)
         r = k;
-    close_fd(&fd);
+    ws_close_fd(&fd);
     if (unlinkat(parent_fd, name, AT_REMOVEDIR) < 0 && errno != ENOENT && r == 0)
         r = -errno;
     return r;
@@ -561,7 +553,7 @@ static void cg_sweep(const struct ws_tree_host *h, const char *hosts_rel)
     int dfd = fcntl(h->hosts_fd, F_DUPFD_CLOEXEC, 0);
     DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
     if (!d) {
-        close_fd(&dfd);
+        ws_close_fd(&dfd);
         return;
     }
     for (;;) {
@@ -670,7 +662,7 @@ static int cg_host_init(struct ws_tree_host *h, const char *root)
     /* Only a non-root cgroup of a freezer hierarchy has this file. */
     if (faccessat(h->host_fd, "freezer.state", W_OK, 0) < 0) {
         r = errno == ENOENT ? -ENODEV : -errno;
-        close_fd(&h->host_fd);
+        ws_close_fd(&h->host_fd);
         (void)unlinkat(h->hosts_fd, h->host_name, AT_REMOVEDIR);
         goto out;
     }
@@ -678,7 +670,7 @@ static int cg_host_init(struct ws_tree_host *h, const char *root)
     h->host_rel = malloc(len);
     if (!h->host_rel) {
         r = -ENOMEM;
-        close_fd(&h->host_fd);
+        ws_close_fd(&h->host_fd);
         (void)unlinkat(h->hosts_fd, h->host_name, AT_REMOVEDIR);
         goto out;
     }
@@ -686,11 +678,11 @@ static int cg_host_init(struct ws_tree_host *h, const char *root)
     r = 0;
 out:
     if (r < 0) {
-        close_fd(&h->orig_tasks_fd);
-        close_fd(&h->hosts_fd);
+        ws_close_fd(&h->orig_tasks_fd);
+        ws_close_fd(&h->hosts_fd);
     }
-    close_fd(&root_fd);
-    close_fd(&orig_fd);
+    ws_close_fd(&root_fd);
+    ws_close_fd(&orig_fd);
     return r;
 }
 
@@ -754,7 +746,7 @@ static int scan_procs(const struct ws_tree_host *h, struct scan *s)
     s->n = 0;
     if (!d) {
         r = -errno;
-        close_fd(&dfd);
+        ws_close_fd(&dfd);
         return r;
     }
     for (;;) {
@@ -890,7 +882,7 @@ static int open_checked(const struct ws_tree_host *h, const struct proc_info *e)
         return -errno;
     struct proc_info now;
     if (stat_read(h->proc_fd, e->pid, &now) < 0 || now.start != e->start) {
-        close_fd(&pfd);
+        ws_close_fd(&pfd);
         return -ESRCH;
     }
     return pfd;
@@ -920,7 +912,7 @@ static int sr_signal(struct ws_tree *t, int sig, const pid_t *skip, size_t n_ski
             if (cont)
                 (void)pidfd_send_signal(pfd, SIGCONT, NULL, 0);
         }
-        close_fd(&pfd);
+        ws_close_fd(&pfd);
     }
 out:
     free(s.v);
@@ -1000,14 +992,14 @@ static int sr_kill(struct ws_tree *t)
                     /* Nothing may stay stopped: kill this one now. */
                     if (pidfd_send_signal(pfd, SIGKILL, NULL, 0) == 0)
                         killed++;
-                    close_fd(&pfd);
+                    ws_close_fd(&pfd);
                     continue;
                 }
                 v = nv;
                 cap = ncap;
             }
             if (pidfd_send_signal(pfd, SIGSTOP, NULL, 0) < 0) {
-                close_fd(&pfd);
+                ws_close_fd(&pfd);
                 continue;
             }
             v[n++] = (struct stopped){.pid = e->pid, .start = e->start, .pidfd = pfd};
@@ -1020,7 +1012,7 @@ static int sr_kill(struct ws_tree *t)
     for (size_t i = 0; i < n; i++) {
         if (pidfd_send_signal(v[i].pidfd, SIGKILL, NULL, 0) == 0)
             killed++;
-        close_fd(&v[i].pidfd);
+        ws_close_fd(&v[i].pidfd);
     }
     free(v);
     free(s.v);
@@ -1123,7 +1115,7 @@ done:
     r = 0;
 out:
     if (h) {
-        close_fd(&h->proc_fd);
+        ws_close_fd(&h->proc_fd);
         pthread_mutex_destroy(&h->lock);
         free(h);
     }
@@ -1148,10 +1140,10 @@ void ws_tree_host_free(struct ws_tree_host *h)
         if (h->prev_subreaper >= 0)
             (void)prctl(PR_SET_CHILD_SUBREAPER, (unsigned long)h->prev_subreaper, 0, 0, 0);
     }
-    close_fd(&h->orig_tasks_fd);
-    close_fd(&h->host_fd);
-    close_fd(&h->hosts_fd);
-    close_fd(&h->proc_fd);
+    ws_close_fd(&h->orig_tasks_fd);
+    ws_close_fd(&h->host_fd);
+    ws_close_fd(&h->hosts_fd);
+    ws_close_fd(&h->proc_fd);
     free(h->host_rel);
     pthread_mutex_destroy(&h->lock);
     free(h);
@@ -1207,7 +1199,7 @@ void ws_tree_host_reap(struct ws_tree_host *h)
         siginfo_t info = {0};
         while (waitid((idtype_t)P_PIDFD, (id_t)pfd, &info, WEXITED | WNOHANG) < 0 && errno == EINTR)
             ;
-        close_fd(&pfd);
+        ws_close_fd(&pfd);
     }
 out:
     free(zombies);
@@ -1251,7 +1243,7 @@ int ws_tree_new(struct ws_tree_host *h, struct ws_tree **ret)
             t->tasks_fd = openat(t->dir_fd, "tasks", O_WRONLY | O_CLOEXEC);
         if (t->tasks_fd < 0) {
             r = -errno;
-            close_fd(&t->dir_fd);
+            ws_close_fd(&t->dir_fd);
             (void)unlinkat(h->host_fd, t->name, AT_REMOVEDIR);
             goto out;
         }
@@ -1379,8 +1371,8 @@ void ws_tree_free(struct ws_tree *t)
     if (t->entered && t->entered_tid == gettid())
         (void)ws_tree_leave(t);
 
-    close_fd(&t->tasks_fd);
-    close_fd(&t->dir_fd);
+    ws_close_fd(&t->tasks_fd);
+    ws_close_fd(&t->dir_fd);
     if (h->mech == MECH_CGROUP) {
         /* With a thread still inside, neither freeze nor rmdir can work:
          * the host (or the next start's sweep) removes the cgroup. Below

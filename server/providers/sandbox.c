@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "server/base/fd.h"
 #include "server/posix/limits.h"
 #include "server/posix/seccomp.h"
 #include "server/providers/probe.h"
@@ -427,14 +428,6 @@ const char *ws_sandbox_namespaces(bool network)
     return network ? "user,pid,ipc,uts,cgroup,mount" : "user,pid,ipc,uts,cgroup,mount,net";
 }
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0) {
-        close(*fd);
-        *fd = -1;
-    }
-}
-
 static void run_free(struct run *r)
 {
     if (!r)
@@ -444,10 +437,10 @@ static void run_free(struct run *r)
             free(r->argv[i]);
     free(r->argv);
     for (size_t i = 0; i < r->n_child_fds; i++)
-        close_fd(&r->child_fds[i]);
+        ws_close_fd(&r->child_fds[i]);
     r->n_child_fds = 0;
-    close_fd(&r->info_fd);
-    close_fd(&r->status_fd);
+    ws_close_fd(&r->info_fd);
+    ws_close_fd(&r->status_fd);
     if (r->group) {
         bool last;
         /* While listed the table holds a reference, so the last one is
@@ -537,7 +530,7 @@ static pid_t init_pid(struct run *r)
     if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < INT_MAX)
         r->init_pid = (pid_t)json_integer_value(v);
     json_decref(doc);
-    close_fd(&r->info_fd);
+    ws_close_fd(&r->info_fd);
     return r->init_pid;
 }
 
@@ -794,7 +787,7 @@ void ws_sandbox_spawned(struct ws_proc_wrapper *w)
     if (!r)
         return;
     for (size_t i = 0; i < r->n_child_fds; i++)
-        close_fd(&r->child_fds[i]);
+        ws_close_fd(&r->child_fds[i]);
     r->n_child_fds = 0;
     w->argv = NULL;
     w->keep_fds = NULL;

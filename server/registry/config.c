@@ -6,29 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define IMAGE_NAME_MAX 255
+#include "server/docker/api.h"
 
-static bool image_name_valid(const char *s)
-{
-    size_t n = strlen(s);
-
-    if (n == 0 || n > IMAGE_NAME_MAX || s[0] == '-')
-        return false;
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
-              strchr("._-/:@", *s)))
-            return false;
-    return true;
-}
-
+/* Empty means the server's own uid:gid; otherwise the rule the container
+ * spec is built with. */
 static bool user_valid(const char *s)
 {
-    unsigned long uid, gid;
-    char tail;
-
-    if (!*s)
-        return true;
-    return sscanf(s, "%lu:%lu%c", &uid, &gid, &tail) == 2 && strspn(s, "0123456789:") == strlen(s);
+    return !*s || ws_docker_user_valid(s);
 }
 
 /* Whether one of two canonical paths contains the other. */
@@ -124,7 +108,7 @@ int ws_config_check(const Workspace__V1__OpenRequest *req, const char *const *ow
     case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER: {
         const Workspace__V1__DockerConfig *c = req->docker;
 
-        if (!image_name_valid(c->image)) {
+        if (!ws_docker_image_valid(c->image)) {
             ws_diag_set(d, c->image[0] ? "docker.image is not a valid image reference"
                                        : "docker.image is required (there is no default image)");
             ws_diag_meta(d, "field", "image");

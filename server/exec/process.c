@@ -374,6 +374,10 @@ static void run_done(struct ws_proc *p)
     p->timer_fd = -1;
     int pty_in_fd = p->pty_in_fd;
     p->pty_in_fd = -1;
+    /* And the wrapper's (a sandbox's pipes and its workspace group
+     * reference): no hook runs after the command is done. */
+    struct ws_proc_wrapper wrapper = p->wrapper;
+    memset(&p->wrapper, 0, sizeof(p->wrapper));
     if (p->in_cb) {
         in_cb = p->in_cb;
         in_arg = p->in_arg;
@@ -398,6 +402,8 @@ static void run_done(struct ws_proc *p)
     if (pty_in_fd >= 0)
         close(pty_in_fd);
     ws_tree_free(tree);
+    if (wrapper.free)
+        wrapper.free(wrapper.arg);
 }
 
 static void maybe_resume(struct ws_proc *p, struct stream *st);
@@ -796,6 +802,8 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     err = ws_spawn(&so, &p->child);
     if (w && w->leave)
         w->leave(w->arg);
+    if (w && w->spawned)
+        w->spawned(w->arg);
     int leave = ws_tree_leave(p->tree);
     if (err < 0)
         goto fail;

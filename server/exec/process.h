@@ -120,6 +120,10 @@ struct ws_proc_wrapper {
      * back. A failed enter fails the spawn. NULL: nothing. */
     int (*enter)(void *arg);
     void (*leave)(void *arg);
+    /* Right after the spawn, on the spawning thread, whether it worked or
+     * not: the wrapper drops what only the child needed (its ends of
+     * pipes). NULL: nothing. */
+    void (*spawned)(void *arg);
     /* Frees arg when the process is freed. */
     void (*free)(void *arg);
     void *arg;

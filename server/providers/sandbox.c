@@ -597,6 +597,15 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
     }
 }
 
+static void hook_spawned(void *arg)
+{
+    struct run *r = arg;
+
+    for (size_t i = 0; i < r->n_child_fds; i++)
+        ws_close_fd(&r->child_fds[i]);
+    r->n_child_fds = 0;
+}
+
 static void hook_free(void *arg)
 {
     run_free(arg);
@@ -770,6 +779,7 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
         .exited = hook_exited,
         .enter = hook_enter,
         .leave = hook_leave,
+        .spawned = hook_spawned,
         .free = hook_free,
         .arg = r,
     };
@@ -786,9 +796,7 @@ void ws_sandbox_spawned(struct ws_proc_wrapper *w)
 
     if (!r)
         return;
-    for (size_t i = 0; i < r->n_child_fds; i++)
-        ws_close_fd(&r->child_fds[i]);
-    r->n_child_fds = 0;
+    hook_spawned(r);
     w->argv = NULL;
     w->keep_fds = NULL;
     w->n_keep_fds = 0;

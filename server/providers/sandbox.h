@@ -83,9 +83,12 @@ struct ws_sandbox_spec {
 
 /* Fills *ret with the wrapper that runs spec->argv sandboxed. Returns 0;
  * -ENOENT when bwrap or init is missing (the sandbox must not run: fail
- * closed); -ESTALE when a bind path has become a symlink or is gone; -E2BIG over
- * WS_SANDBOX_BINDS_MAX binds; -ENOMEM, -EMFILE... After the spawn (whether it worked or not) call
- * ws_sandbox_spawned(ret); if ws_proc_spawn failed, then also ws_sandbox_discard(ret). */
+ * closed); -ESTALE when a bind path has become a symlink or is gone;
+ * -E2BIG over WS_SANDBOX_BINDS_MAX binds; -ENOMEM, -EMFILE...
+ * Handed to the exec layer (ws_exec_start / ws_proc_spawn), the wrapper
+ * is theirs: its spawned hook closes the child's fds, its free hook the
+ * rest. Used directly (ws_spawn with ret->argv and ret->keep_fds), call
+ * ws_sandbox_spawned after the spawn and ws_sandbox_discard when done. */
 int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
                     struct ws_proc_wrapper *ret);
 /* The workspace is gone: its resource group is removed once its last
@@ -103,9 +106,9 @@ void ws_sandbox_limits_report(struct ws_sandbox *sb, const char *workspace_id,
 /* bubblewrap's version ("0.8.0"), asked now; "" when it cannot say. */
 void ws_sandbox_backend_version(char *buf, size_t size);
 
-/* Closes the fds that only the sandbox's processes need. */
+/* For direct use: closes the fds that only the sandbox's processes need. */
 void ws_sandbox_spawned(struct ws_proc_wrapper *w);
-/* Frees a wrapper no process took. */
+/* For direct use, or a wrapper never handed over: frees it. */
 void ws_sandbox_discard(struct ws_proc_wrapper *w);
 
 #endif

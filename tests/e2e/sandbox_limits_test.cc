@@ -239,6 +239,36 @@ TEST_F(SandboxLimitsTest, OverTheMemoryCapIsOom)
     EXPECT_EQ(r.stdout(), "8388608\n");
 }
 
+int CountFds(pid_t pid)
+{
+    int n = 0;
+    DIR *d = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+    if (!d)
+        return -1;
+    while (dirent *e = readdir(d))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+// Finished commands are kept for replay (64 per workspace) but hold no fd
+// of their sandbox (its status and info pipes, seccomp memfd, bind fds).
+TEST_F(SandboxLimitsTest, FinishedCommandsHoldNoFds)
+{
+    std::string id;
+    ASSERT_TRUE(Open(LocalSandboxConfig(), &id).ok());
+    RunResponse r;
+    ASSERT_TRUE(wstest::RunProcess(exec_.get(), id, ArgvProcess({"true"}), &r).ok());
+    int before = CountFds(srv_->pid());
+    ASSERT_GT(before, 0);
+    for (int i = 0; i < 80; i++) {
+        ASSERT_TRUE(wstest::RunProcess(exec_.get(), id, ArgvProcess({"true"}), &r).ok());
+        ASSERT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_LE(CountFds(srv_->pid()), before + 2) << "fds grew with finished commands";
+}
+
 TEST_F(SandboxLimitsTest, OutOfRangeCapsAreRefused)
 {
     struct {

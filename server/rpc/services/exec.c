@@ -212,9 +212,8 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .wrapper = sandboxed ? &wrap : NULL,
     };
     err = ws_exec_start(s->exec, ws_workspace_id(ws), &cfg, &d, ret);
-    /* The exec layer owns the wrapper now, whatever happened. */
-    if (sandboxed && err == 0)
-        ws_sandbox_spawned(&wrap);
+    /* The exec layer owns the wrapper now, whatever happened (and may
+     * already have freed it: a quick command is done by now). */
     wrap.arg = NULL;
     if (err < 0) {
         if (err != -EEXIST && err != -WS_EQUOTA && err != -WS_ENOWORKSPACE) {

@@ -317,7 +317,7 @@ TEST_F(ProcTest, FirstCauseWinsAndSignalKillIsSignaled)
 // ---- wrapper ----
 
 // What a wrapper's hooks saw. It outlives the process: free runs on the
-// pump thread after the last reference is dropped.
+// pump thread once the command is done.
 struct WrapLog {
     std::mutex mu;
     std::vector<std::pair<pid_t, int>> signals; // (leader, sig)
@@ -326,7 +326,7 @@ struct WrapLog {
     int rewrite_to = -1;         // >= 0: the exit code the hook reports
     bool report_oom = false;
     int enter_error = 0;
-    std::atomic<int> enters{0}, leaves{0}, frees{0};
+    std::atomic<int> enters{0}, leaves{0}, spawneds{0}, frees{0};
 };
 
 // The arg a process takes; on the heap, so that ASan reports a free that
@@ -371,6 +371,11 @@ void WrapLeave(void *arg)
     static_cast<WrapArg *>(arg)->log->leaves++;
 }
 
+void WrapSpawned(void *arg)
+{
+    static_cast<WrapArg *>(arg)->log->spawneds++;
+}
+
 void WrapFree(void *arg)
 {
     auto *a = static_cast<WrapArg *>(arg);
@@ -386,6 +391,7 @@ struct ws_proc_wrapper MakeWrapper(WrapLog *log, const char *const *argv)
     w.exited = WrapExited;
     w.enter = WrapEnter;
     w.leave = WrapLeave;
+    w.spawned = WrapSpawned;
     w.free = WrapFree;
     w.arg = new WrapArg{log};
     return w;
@@ -453,6 +459,7 @@ TEST_F(ProcTest, WrapperRunsInTheCommandsPlaceAndRewritesItsExit)
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(log.enters.load(), 1);
     EXPECT_EQ(log.leaves.load(), 1);
+    EXPECT_EQ(log.spawneds.load(), 1);
 
     // Listings show the command, not the wrapper.
     const char *const *argv = ws_proc_argv(p);
@@ -476,11 +483,11 @@ TEST_F(ProcTest, WrapperRunsInTheCommandsPlaceAndRewritesItsExit)
         EXPECT_TRUE(log.signals.empty());
     }
 
-    // The arg lives as long as the process, done or not.
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_EQ(log.frees.load(), 0);
-    ws_proc_unref(p);
+    // The arg is released once the command is done (a finished command
+    // kept for replay holds no fd of its wrapper), exactly once, even
+    // though the process itself is still referenced.
     EXPECT_TRUE(WaitFrees(&log, 1)) << log.frees.load();
+    ws_proc_unref(p);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_EQ(log.frees.load(), 1);
 }
@@ -575,6 +582,7 @@ TEST_F(ProcTest, WrapperArgIsFreedOnceWhenTheSpawnFails)
     EXPECT_EQ(log.frees.load(), 1); // at once, on this thread
     EXPECT_EQ(log.enters.load(), 1);
     EXPECT_EQ(log.leaves.load(), 1);
+    EXPECT_EQ(log.spawneds.load(), 1); // after a failed spawn too
 
     // Refused by the spawn itself: more kept fds than allowed.
     const char *sh[] = {"/bin/sh", "-c", "exit 0", nullptr};
@@ -593,6 +601,7 @@ TEST_F(ProcTest, WrapperArgIsFreedOnceWhenTheSpawnFails)
     EXPECT_EQ(log.frees.load(), 3);
     EXPECT_EQ(log.enters.load(), 3);
     EXPECT_EQ(log.leaves.load(), 2);
+    EXPECT_EQ(log.spawneds.load(), 2); // no spawn was tried
 
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     EXPECT_EQ(log.frees.load(), 3);

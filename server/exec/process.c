@@ -417,15 +417,20 @@ static void signal_tree(struct ws_proc *p, int sig)
         (void)ws_tree_signal(p->tree, sig);
 }
 
-/* Starts ending the tree; lock held. */
-static void begin_kill(struct ws_proc *p, bool graceful)
+/* Starts ending the tree; lock held. release_held: streams held for a
+ * first subscriber drain into the ring now (an explicit kill: that
+ * subscriber may never come). Internal ends (what the first process left
+ * behind, a timeout) keep holding them: the subscriber is on its way, and
+ * output read without it would overwrite the start of the ring (the
+ * 1 MiB pipe lets a command write everything and exit before that). */
+static void begin_kill(struct ws_proc *p, bool graceful, bool release_held)
 {
     if (p->phase == PHASE_DONE)
         return;
-    /* A command killed before its first subscriber came still drains. */
-    for (int i = 0; i < WS_STREAM_COUNT; i++)
-        if (p->streams[i].present)
-            maybe_resume(p, &p->streams[i]);
+    if (release_held)
+        for (int i = 0; i < WS_STREAM_COUNT; i++)
+            if (p->streams[i].present)
+                maybe_resume(p, &p->streams[i]);
     if (p->phase == PHASE_KILLED)
         return;
     if (graceful && p->phase == PHASE_RUNNING && p->grace_ms > 0) {
@@ -449,7 +454,7 @@ void ws_proc_kill(struct ws_proc *p, enum ws_cause cause, bool graceful)
     if (p->phase == PHASE_RUNNING && !p->leader_done && !p->kill_cause)
         p->kill_cause = cause;
     if (!graceful || p->phase == PHASE_RUNNING)
-        begin_kill(p, graceful);
+        begin_kill(p, graceful, true);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -465,7 +470,7 @@ int ws_proc_signal(struct ws_proc *p, int sig)
     } else if (sig == SIGKILL) {
         if (!p->leader_done && !p->kill_cause)
             p->kill_cause = WS_CAUSE_SIGNALED;
-        begin_kill(p, false);
+        begin_kill(p, false, true);
     } else {
         signal_tree(p, sig);
     }
@@ -504,7 +509,9 @@ static void on_stream(void *arg, uint32_t events)
 
     (void)events;
     pthread_mutex_lock(&p->lock);
-    if (st->eof) {
+    /* Paused: an event fetched in the same batch as the pause (the watch
+     * is out of the epoll set from then on). */
+    if (st->eof || st->paused) {
         pthread_mutex_unlock(&p->lock);
         return;
     }
@@ -559,7 +566,7 @@ static void on_pidfd(void *arg, uint32_t events)
         /* Nothing outlives its command: what the first process left
          * running is ended too. */
         if (p->phase == PHASE_RUNNING && ws_tree_count(p->tree) > 0)
-            begin_kill(p, true);
+            begin_kill(p, true, false);
         else if (p->phase == PHASE_RUNNING && !all_eof(p)) {
             /* The tree is gone but a pipe is still open: its write end
              * went to a process outside the tree. Give it the settle
@@ -590,12 +597,12 @@ static void on_timer(void *arg, uint32_t events)
         if (p->timeout_at && now >= p->timeout_at) {
             if (!p->leader_done && !p->kill_cause)
                 p->kill_cause = WS_CAUSE_TIMEOUT;
-            begin_kill(p, true);
+            begin_kill(p, true, false);
         }
         break;
     case PHASE_TERMINATING:
         if (now >= p->phase_deadline)
-            begin_kill(p, false);
+            begin_kill(p, false, false);
         else if (p->leader_done && ws_tree_count(p->tree) == 0 && !all_eof(p)) {
             /* Tree gone, pipe still open elsewhere: settle as above. */
             p->phase = PHASE_KILLED;
@@ -1095,6 +1102,10 @@ static void maybe_resume(struct ws_proc *p, struct stream *st)
     if (st->paused && !st->eof && stream_room(p, st) >= want) {
         st->paused = false;
         ws_pump_watch_set(p->pump, &st->w, true);
+        /* The settle time counts from here: while held, the pipe could not
+         * be drained, so it has not been waited for. */
+        if (p->phase == PHASE_KILLED && p->leader_done)
+            p->phase_deadline = mono_ms() + WS_PROC_SETTLE_MS;
     }
 }
 

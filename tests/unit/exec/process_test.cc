@@ -225,6 +225,48 @@ TEST_F(ProcTest, OutputWaitsForTheFirstSubscriber)
     ws_proc_unref(p);
 }
 
+// The first process writes everything into its (1 MiB) pipe and exits
+// before the subscriber comes, leaving a child behind: ending that child
+// must not drain the held output past the ring (it used to: the
+// subscriber then saw a gap instead of the first half).
+TEST_F(ProcTest, LeftoversEndingDoNotReleaseHeldOutput)
+{
+    std::vector<const char *> argv = {"/bin/sh", "-c", "sleep 30 & exec head -c 1048576 /dev/zero",
+                                      nullptr};
+    const char *envp[] = {nullptr};
+    struct ws_proc_config cfg = {};
+    cfg.argv = argv.data();
+    cfg.envp = envp;
+    cfg.cwd_fd = cwd_;
+    cfg.ring_bytes = 64 * 1024;
+    cfg.wait_for_subscriber = true;
+    struct ws_proc *p = nullptr;
+    ASSERT_EQ(ws_proc_spawn(&env_, &cfg, &p), 0);
+    // head has written all of it and exited; the sleep is being ended.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    Reader rd;
+    struct ws_sub *s = nullptr;
+    ASSERT_EQ(ws_sub_new(p, 0, Reader::Notify, Reader::Release, &rd, &s), 0);
+    std::vector<char> buf(WS_PROC_CHUNK_MAX);
+    struct ws_sub_event ev;
+    uint64_t got = 0;
+    do {
+        ASSERT_TRUE(rd.Next(s, buf, &ev, 20000));
+        ASSERT_NE(ev.kind, WS_SUB_GAP) << "dropped " << ev.dropped << " at " << ev.offset;
+        if (ev.kind == WS_SUB_DATA) {
+            EXPECT_EQ(ev.offset, got);
+            got += ev.len;
+        }
+    } while (ev.kind != WS_SUB_EXITED);
+    EXPECT_EQ(got, 1048576u) << "cause " << ws_cause_name(ev.result.cause) << " total "
+                             << ev.result.streams[WS_STREAM_STDOUT].total << " code "
+                             << ev.result.exit_code << " signal " << ev.result.signal;
+    EXPECT_EQ(ev.result.cause, WS_CAUSE_EXITED);
+    EXPECT_EQ(ev.result.exit_code, 0);
+    ws_sub_close(s);
+    ws_proc_unref(p);
+}
+
 TEST_F(ProcTest, LateSubscriberGetsAnExactGap)
 {
     struct ws_proc *p = Spawn({"/usr/bin/head", "-c", "100000", "/dev/zero"}, 4096, 0);

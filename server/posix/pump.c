@@ -2,6 +2,7 @@
 #include "server/posix/pump.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -156,15 +157,21 @@ static uint32_t mask_of(const struct ws_pump_watch *w, bool in, bool out)
 int ws_pump_watch_add(struct ws_pump *p, struct ws_pump_watch *w, bool on)
 {
     struct epoll_event ev = {.events = mask_of(w, on, false), .data.ptr = w};
+    int r = 0;
 
     if (w->added)
         return -EEXIST;
     pthread_mutex_lock(&p->mask_lock);
     w->on = on;
     w->out = false;
-    int r = epoll_ctl(p->epfd, EPOLL_CTL_ADD, w->fd, &ev) < 0 ? -errno : 0;
-    if (r == 0)
+    if (on)
+        r = epoll_ctl(p->epfd, EPOLL_CTL_ADD, w->fd, &ev) < 0 ? -errno : 0;
+    else if (fcntl(w->fd, F_GETFD) < 0)
+        r = -errno;
+    if (r == 0) {
+        w->armed = on;
         w->added = true;
+    }
     pthread_mutex_unlock(&p->mask_lock);
     return r;
 }
@@ -183,10 +190,13 @@ static int update(struct ws_pump *p, struct ws_pump_watch *w, int which, bool on
     if (in == w->on && out_ == w->out)
         goto out;
     struct epoll_event ev = {.events = mask_of(w, in, out_), .data.ptr = w};
-    if (epoll_ctl(p->epfd, EPOLL_CTL_MOD, w->fd, &ev) < 0) {
+    bool arm = in || out_;
+    int op = !arm ? EPOLL_CTL_DEL : w->armed ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if ((arm || w->armed) && epoll_ctl(p->epfd, op, w->fd, &ev) < 0) {
         r = -errno;
         goto out;
     }
+    w->armed = arm;
     w->on = in;
     w->out = out_;
 out:
@@ -208,7 +218,9 @@ void ws_pump_watch_del(struct ws_pump *p, struct ws_pump_watch *w)
 {
     pthread_mutex_lock(&p->mask_lock);
     if (w->added) {
-        epoll_ctl(p->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+        if (w->armed)
+            epoll_ctl(p->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+        w->armed = false;
         __atomic_store_n(&w->added, false, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&p->mask_lock);

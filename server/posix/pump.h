@@ -40,10 +40,12 @@ struct ws_pump_watch {
     int fd;
     ws_pump_cb cb;
     void *arg;
-    /* Internal: registered, read and write interest (pump's lock). */
+    /* Internal: registered, read and write interest, and whether the fd
+     * is in the epoll set (pump's lock). */
     bool added;
     bool on;
     bool out;
+    bool armed;
 };
 
 /* Starts the pump thread. Returns 0, -ENOMEM, -EMFILE... */
@@ -53,7 +55,11 @@ int ws_pump_new(struct ws_pump **ret);
 void ws_pump_free(struct ws_pump *p);
 
 /* Registers w (fd, cb, arg filled in) with read interest on (`on`) or
- * off. Returns 0, -EEXIST, -EBADF... */
+ * off. A watch with no interest at all is kept out of the epoll set, so
+ * not even a hang-up or an error is reported for it (epoll reports those
+ * whatever the mask): a paused pipe whose writer exited stays quiet until
+ * interest comes back, and then reports its hang-up at once. Returns 0,
+ * -EEXIST, -EBADF... */
 int ws_pump_watch_add(struct ws_pump *p, struct ws_pump_watch *w, bool on);
 /* Switches read interest on or off. */
 int ws_pump_watch_set(struct ws_pump *p, struct ws_pump_watch *w, bool on);

@@ -3,6 +3,7 @@
 // gaps, ending and causes.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -263,6 +264,50 @@ TEST_F(ProcTest, LeftoversEndingDoNotReleaseHeldOutput)
                              << ev.result.exit_code << " signal " << ev.result.signal;
     EXPECT_EQ(ev.result.cause, WS_CAUSE_EXITED);
     EXPECT_EQ(ev.result.exit_code, 0);
+    ws_sub_close(s);
+    ws_proc_unref(p);
+}
+
+double CpuSeconds()
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+// A slow subscriber holds a stream paused while its writer has exited
+// (the rest of the output waits in the pipe): the pump must sleep, not
+// spin on the pipe's hang-up (epoll reports it whatever the mask). This
+// process hosts the pump thread; the test thread only sleeps meanwhile.
+TEST_F(ProcTest, PausedStreamOfAnExitedCommandCostsNoCpu)
+{
+    struct ws_proc *p = Spawn({"/usr/bin/head", "-c", "262144", "/dev/zero"}, 4096, 0);
+    ASSERT_NE(p, nullptr);
+    Reader rd;
+    struct ws_sub *s = nullptr;
+    ASSERT_EQ(ws_sub_new(p, 0, Reader::Notify, Reader::Release, &rd, &s), 0);
+    std::vector<char> buf(WS_PROC_CHUNK_MAX);
+    struct ws_sub_event ev;
+    ASSERT_TRUE(rd.Next(s, buf, &ev));
+    ASSERT_EQ(ev.kind, WS_SUB_STARTED);
+    ASSERT_TRUE(rd.Next(s, buf, &ev));
+    ASSERT_EQ(ev.kind, WS_SUB_DATA);
+    uint64_t got = ev.len;
+    // head writes the rest into its pipe and exits while we hold this.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    double cpu0 = CpuSeconds();
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    double spent = CpuSeconds() - cpu0;
+    EXPECT_LT(spent, 0.3) << "the pump spun while the stream was paused";
+    do {
+        ASSERT_TRUE(rd.Next(s, buf, &ev, 20000));
+        ASSERT_NE(ev.kind, WS_SUB_GAP);
+        if (ev.kind == WS_SUB_DATA)
+            got += ev.len;
+    } while (ev.kind != WS_SUB_EXITED);
+    EXPECT_EQ(got, 262144u);
+    EXPECT_EQ(ev.result.cause, WS_CAUSE_EXITED);
     ws_sub_close(s);
     ws_proc_unref(p);
 }

@@ -64,6 +64,7 @@ class ProcTest : public ::testing::Test
         cfg.capture_bytes = capture;
         cfg.wrapper = wrapper;
         cfg.pty = pty;
+        cfg.wait_for_subscriber = wait_for_subscriber_;
         struct ws_proc *p = nullptr;
         EXPECT_EQ(ws_proc_spawn(&env_, &cfg, &p), 0);
         return p;
@@ -85,6 +86,7 @@ class ProcTest : public ::testing::Test
     struct ws_tree_host *trees_ = nullptr;
     struct ws_proc_env env_ = {};
     int cwd_ = -1;
+    bool wait_for_subscriber_ = false;
 };
 
 // A subscriber driven from the test thread.
@@ -145,7 +147,11 @@ TEST_F(ProcTest, CaptureKeepsHeadAndTailWithExactCounts)
 
 TEST_F(ProcTest, SlowSubscriberHoldsThePipeAndLosesNothing)
 {
+    // The subscriber comes just after the spawn, as a Start stream's does:
+    // without waiting for it, a busy machine lets the pump fill the ring
+    // first and the subscriber is rightly a late one.
     const size_t ring = 64 * 1024;
+    wait_for_subscriber_ = true;
     struct ws_proc *p = Spawn({"/usr/bin/head", "-c", "33554432", "/dev/zero"}, ring, 0);
     ASSERT_NE(p, nullptr);
     Reader rd;
@@ -282,6 +288,7 @@ double CpuSeconds()
 // process hosts the pump thread; the test thread only sleeps meanwhile.
 TEST_F(ProcTest, PausedStreamOfAnExitedCommandCostsNoCpu)
 {
+    wait_for_subscriber_ = true;
     struct ws_proc *p = Spawn({"/usr/bin/head", "-c", "262144", "/dev/zero"}, 4096, 0);
     ASSERT_NE(p, nullptr);
     Reader rd;

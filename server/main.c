@@ -2,14 +2,17 @@
  * graceful drain. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -336,6 +339,52 @@ static int claim_unix_socket(const char *listen)
     return err;
 }
 
+/* This server's id (16 hex digits) from <state>/server-id, made on first
+ * start: it names and labels the Docker containers of this state
+ * directory's workspaces, so a restart finds what it left and two servers
+ * on one daemon never touch each other's. */
+static int load_server_id(const char *dir, char ret[17])
+{
+    char path[PATH_MAX], buf[17];
+    ssize_t n = 0;
+    int fd;
+
+    if (snprintf(path, sizeof(path), "%s/server-id", dir) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        n = read(fd, buf, 16);
+        close(fd);
+        if (n == 16) {
+            buf[16] = '\0';
+            if (strspn(buf, "0123456789abcdef") == 16) {
+                memcpy(ret, buf, 17);
+                return 0;
+            }
+        }
+        return -EINVAL;
+    }
+    if (errno != ENOENT)
+        return -errno;
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return -EIO;
+    for (int i = 0; i < 8; i++)
+        snprintf(buf + 2 * i, 3, "%02x", rnd[i]);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -errno;
+    n = write(fd, buf, 16);
+    if (n != 16 || fsync(fd) < 0) {
+        close(fd);
+        unlink(path);
+        return -EIO;
+    }
+    close(fd);
+    memcpy(ret, buf, 17);
+    return 0;
+}
+
 static int make_state_dir(const char *dir)
 {
     struct stat st;
@@ -403,11 +452,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "workspaced: --state-dir is too long\n");
         goto out;
     }
+    char server_id[17];
+    err = load_server_id(o.state_dir, server_id);
+    if (err < 0) {
+        fprintf(stderr, "workspaced: cannot read or make <state>/server-id: %s\n", strerror(-err));
+        goto out;
+    }
     struct ws_services_config sc = {
         .kill_grace_ms = (int)o.kill_grace_ms,
         .force_subreaper = o.force_subreaper,
         .exec_path = o.exec_path,
         .sandbox_dir = sandbox_dir,
+        .server_id = server_id,
     };
     err = ws_services_new(reg, &sc, &svc);
     if (err < 0)
@@ -415,6 +471,13 @@ int main(int argc, char **argv)
                 strerror(-err < 4096 ? -err : EINVAL));
     if (err < 0)
         goto out;
+    struct ws_diag rd = {0};
+    int removed = ws_services_reconcile(svc, &rd);
+    if (removed > 0)
+        fprintf(stderr, "workspaced: removed %d container(s) left by an earlier run\n", removed);
+    else if (removed < 0)
+        fprintf(stderr, "workspaced: containers left by an earlier run not checked: %s\n",
+                rd.message);
     size_t n_methods;
     const struct ws_rpc_method *methods = ws_services_methods(svc, &n_methods);
     struct ws_rpc_config cfg = {

@@ -545,6 +545,26 @@ int ws_docker_path_image_pull(struct ws_docker_api_version v, const char *image,
                        buf, size);
 }
 
+int ws_docker_path_list_by_label(struct ws_docker_api_version v, const char *label,
+                                 const char *value, char *buf, size_t size)
+{
+    char tmp[WS_DOCKER_PATH_MAX];
+
+    /* Both are fixed names or ids of [a-zA-Z0-9_.-]: only the JSON
+     * punctuation of the filter needs percent-encoding. */
+    if (!version_printable(v) || !label_id_valid(value) || !label || !*label)
+        return -EINVAL;
+    for (const char *c = label; *c; c++)
+        if (!is_word(*c) && *c != '.')
+            return -EINVAL;
+    return path_finish(tmp,
+                       snprintf(tmp, sizeof(tmp),
+                                "/v%u.%u/containers/json?all=true&filters="
+                                "%%7B%%22label%%22%%3A%%5B%%22%s%%3D%s%%22%%5D%%7D",
+                                v.major, v.minor, label, value),
+                       buf, size);
+}
+
 /* --- building documents ----------------------------------------------------- */
 
 /* Adds a member. json_object_set_new() takes the value's reference even
@@ -643,6 +663,9 @@ static int spec_check(const struct ws_docker_container_spec *spec, struct effect
         !canonical_abs(spec->workspace_dir, WS_DOCKER_HOST_PATH_MAX) ||
         !utf8_ok(spec->workspace_dir))
         return -EINVAL;
+    if (spec->init_path &&
+        (!canonical_abs(spec->init_path, WS_DOCKER_HOST_PATH_MAX) || !utf8_ok(spec->init_path)))
+        return -EINVAL;
     if (!argv_ok(keepalive, WS_DOCKER_KEEPALIVE_ARGS_MAX, WS_DOCKER_KEEPALIVE_ARG_MAX,
                  WS_DOCKER_KEEPALIVE_ARGS_MAX * (WS_DOCKER_KEEPALIVE_ARG_MAX + 1)))
         return -EINVAL;
@@ -714,6 +737,13 @@ int ws_docker_create_body(const struct ws_docker_container_spec *spec, char **re
                             "private", "PidsLimit", (json_int_t)e.pids_limit, "Init", 1,
                             "RestartPolicy", "Name", "no"));
     hc = json_object_get(root, "HostConfig");
+    if (err == 0 && spec->init_path)
+        err = json_array_append_new(json_object_get(hc, "Mounts"),
+                                    json_pack("{s:s, s:s, s:s, s:b}", "Type", "bind", "Source",
+                                              spec->init_path, "Target", WS_DOCKER_INIT_TARGET,
+                                              "ReadOnly", 1)) < 0
+                  ? -ENOMEM
+                  : 0;
     if (err == 0)
         err = put(hc, "LogConfig",
                   json_pack("{s:s, s:{s:s, s:s, s:s}}", "Type", WS_DOCKER_LOG_DRIVER, "Config",
@@ -755,6 +785,21 @@ static bool env_ok(const char *const *envp)
     return true;
 }
 
+/* NULL or names without '=' within the environment limits. */
+static bool unset_ok(const char *const *names)
+{
+    size_t bytes = 0;
+
+    for (size_t i = 0; names && names[i]; i++) {
+        size_t n = strnlen(names[i], WS_DOCKER_ENV_BYTES_MAX + 1);
+
+        if (i >= WS_DOCKER_ENV_MAX || (bytes += n + 1) > WS_DOCKER_ENV_BYTES_MAX || n == 0 ||
+            memchr(names[i], '=', n) || !ws_utf8_valid(names[i], n))
+            return false;
+    }
+    return true;
+}
+
 int ws_docker_exec_body(const struct ws_docker_exec_spec *spec, char **ret_json)
 {
     const char *cwd = spec->cwd ? spec->cwd : WS_DOCKER_WORKDIR;
@@ -764,15 +809,21 @@ int ws_docker_exec_body(const struct ws_docker_exec_spec *spec, char **ret_json)
 
     if (!argv_ok(spec->argv, WS_DOCKER_ARGS_MAX, WS_DOCKER_ARGV_BYTES_MAX,
                  WS_DOCKER_ARGV_BYTES_MAX) ||
-        !env_ok(spec->envp) || !cwd_ok(cwd) || (has_user && !ws_docker_user_valid(spec->user)))
+        !env_ok(spec->envp) || !unset_ok(spec->unset) || !cwd_ok(cwd) ||
+        (has_user && !ws_docker_user_valid(spec->user)))
         return -EINVAL;
     root = json_pack("{s:b, s:b, s:b, s:b, s:s}", "AttachStdin", spec->attach_stdin, "AttachStdout",
                      1, "AttachStderr", 1, "Tty", spec->tty, "WorkingDir", cwd);
     if (!root)
         return -ENOMEM;
     err = put(root, "Cmd", string_array(spec->argv));
+    /* Removals first: the daemon applies the entries in order, and a
+     * removal after "NAME=value" would take that value away again. */
     if (err == 0)
-        err = put(root, "Env", string_array(spec->envp));
+        err = put(root, "Env", string_array(spec->unset));
+    for (size_t i = 0; err == 0 && spec->envp && spec->envp[i]; i++)
+        if (json_array_append_new(json_object_get(root, "Env"), json_string(spec->envp[i])) < 0)
+            err = -ENOMEM;
     if (err == 0 && has_user)
         err = put(root, "User", json_string(spec->user));
     return finish(root, err, ret_json);
@@ -785,7 +836,25 @@ int ws_docker_exec_start_body(bool tty, char **ret_json)
 
 /* --- parsing responses ------------------------------------------------------ */
 
+static int load_any(const char *json, size_t len, json_t **ret);
+
 static int load(const char *json, size_t len, json_t **ret)
+{
+    json_t *root;
+    int err = load_any(json, len, &root);
+
+    if (err < 0)
+        return err;
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return -EPROTO;
+    }
+    *ret = root;
+    return 0;
+}
+
+/* Any JSON document (a list answer is an array). */
+static int load_any(const char *json, size_t len, json_t **ret)
 {
     json_error_t error;
     json_t *root;
@@ -799,10 +868,6 @@ static int load(const char *json, size_t len, json_t **ret)
     root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &error);
     if (!root)
         return json_error_code(&error) == json_error_out_of_memory ? -ENOMEM : -EPROTO;
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return -EPROTO;
-    }
     *ret = root;
     return 0;
 }
@@ -1056,6 +1121,8 @@ static int read_mounts(json_t *root, struct ws_docker_hardening *h)
             return err;
         if (!strcmp(dest, WS_DOCKER_WORKDIR) && !strcmp(type, "bind") && rw)
             h->workspace_rw = true;
+        else if (!strcmp(dest, WS_DOCKER_INIT_TARGET) && !strcmp(type, "bind") && !rw)
+            h->init_ro = true;
         else
             h->n_other_mounts++;
     }
@@ -1148,7 +1215,7 @@ const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
     tmpfs_options(e.tmp_bytes, spec->user, tmpfs);
     if (strcmp(h->tmp_options, tmpfs))
         return "HostConfig.Tmpfs";
-    if (!h->workspace_rw || h->n_other_mounts)
+    if (!h->workspace_rw || h->n_other_mounts || h->init_ro != (spec->init_path != NULL))
         return "Mounts";
     if (strcmp(h->server_id, spec->server_id) || strcmp(h->workspace_id, spec->workspace_id))
         return "Config.Labels";
@@ -1214,6 +1281,96 @@ int ws_docker_parse_image_volumes(const char *json, size_t len, bool *ret_has_vo
     if (err == 0)
         *ret_has_volumes = has;
     return err;
+}
+
+int ws_docker_parse_image_env_names(const char *json, size_t len, char ***ret_names)
+{
+    json_t *root, *config, *env = NULL, *v;
+    char **names = NULL;
+    size_t i, n = 0;
+    int err = load(json, len, &root);
+
+    if (err < 0)
+        return err;
+    err = member(root, "Config", JSON_OBJECT, &config);
+    if (err == 0 && config)
+        err = member(config, "Env", JSON_ARRAY, &env);
+    if (err == 0 && env && json_array_size(env) > WS_DOCKER_ENV_MAX)
+        err = -EMSGSIZE;
+    if (err == 0) {
+        names = calloc((env ? json_array_size(env) : 0) + 1, sizeof(*names));
+        if (!names)
+            err = -ENOMEM;
+    }
+    json_array_foreach(env, i, v)
+    {
+        const char *entry = json_string_value(v);
+        const char *eq = entry ? strchr(entry, '=') : NULL;
+
+        if (err < 0)
+            break;
+        /* "NAME=value"; anything else is not the daemon's. */
+        if (!eq || eq == entry) {
+            err = -EPROTO;
+            break;
+        }
+        names[n] = strndup(entry, (size_t)(eq - entry));
+        if (!names[n++])
+            err = -ENOMEM;
+    }
+    json_decref(root);
+    if (err < 0) {
+        ws_docker_names_free(names);
+        return err;
+    }
+    *ret_names = names;
+    return 0;
+}
+
+void ws_docker_names_free(char **names)
+{
+    for (size_t i = 0; names && names[i]; i++)
+        free(names[i]);
+    free(names);
+}
+
+int ws_docker_parse_container_ids(const char *json, size_t len, char ***ret_ids)
+{
+    json_t *root, *v;
+    char **ids = NULL;
+    size_t i, n = 0;
+    int err = load_any(json, len, &root);
+
+    if (err < 0)
+        return err;
+    if (!json_is_array(root))
+        err = -EPROTO;
+    if (err == 0) {
+        ids = calloc(json_array_size(root) + 1, sizeof(*ids));
+        if (!ids)
+            err = -ENOMEM;
+    }
+    json_array_foreach(root, i, v)
+    {
+        json_t *id = json_object_get(v, "Id");
+
+        if (err < 0)
+            break;
+        if (!json_is_string(id) || !ws_docker_id_valid(json_string_value(id))) {
+            err = -EPROTO;
+            break;
+        }
+        ids[n] = strdup(json_string_value(id));
+        if (!ids[n++])
+            err = -ENOMEM;
+    }
+    json_decref(root);
+    if (err < 0) {
+        ws_docker_names_free(ids);
+        return err;
+    }
+    *ret_ids = ids;
+    return 0;
 }
 
 int ws_docker_parse_exec_inspect(const char *json, size_t len, struct ws_docker_exec_state *ret)

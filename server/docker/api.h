@@ -183,6 +183,12 @@ int ws_docker_path_image_inspect(struct ws_docker_api_version v, const char *ima
 int ws_docker_path_image_pull(struct ws_docker_api_version v, const char *image, char *buf,
                               size_t size);
 
+/* GET /containers/json?all=true&filters={"label":["<label>=<value>"]}:
+ * every container, running or not, carrying that label. value follows the
+ * server id rule. */
+int ws_docker_path_list_by_label(struct ws_docker_api_version v, const char *label,
+                                 const char *value, char *buf, size_t size);
+
 /* --- the workspace container ------------------------------------------------ */
 
 /* Where the workspace's host directory appears in the container; also the
@@ -194,6 +200,8 @@ int ws_docker_path_image_pull(struct ws_docker_api_version v, const char *image,
 
 #define WS_DOCKER_LABEL_SERVER    "dev.workspaced.server"
 #define WS_DOCKER_LABEL_WORKSPACE "dev.workspaced.workspace"
+/* Where the spec's init_path appears in the container (read-only). */
+#define WS_DOCKER_INIT_TARGET "/.workspaced-init"
 /* Container names are this prefix, the server id, '-', the workspace id. */
 #define WS_DOCKER_NAME_PREFIX "workspaced-"
 
@@ -246,6 +254,9 @@ struct ws_docker_container_spec {
     int64_t tmp_bytes;         /* 0: WS_DOCKER_TMP_BYTES_DEFAULT; else MIN..MAX */
     /* NULL-terminated; NULL: WS_DOCKER_KEEPALIVE_ARGV0, _ARGV1. */
     const char *const *keepalive;
+    /* NULL, or the absolute host path of a static program bound read-only
+     * at WS_DOCKER_INIT_TARGET: the wrapper every exec runs under. */
+    const char *init_path;
 };
 
 /* The container's name, WS_DOCKER_NAME_PREFIX "<server_id>-<workspace_id>":
@@ -293,6 +304,11 @@ struct ws_docker_exec_spec {
      * image's Config.Env: a caller that wants an empty base must override
      * those variables. */
     const char *const *envp;
+    /* NULL-terminated variable names (no '='), or NULL: sent as bare
+     * "NAME" entries before envp, which the daemon reads as "remove NAME
+     * from the environment the exec inherits" (the image's Config.Env,
+     * HOSTNAME, TERM), so the process sees envp and nothing else. */
+    const char *const *unset;
     /* WS_DOCKER_WORKDIR or a canonical path below it (no empty, "." or ".."
      * components, no trailing '/'); NULL: WS_DOCKER_WORKDIR. */
     const char *cwd;
@@ -367,6 +383,8 @@ struct ws_docker_hardening {
     /* From the top-level Mounts: a read-write bind at /workspace exists,
      * and how many mounts there are at any other destination. */
     bool workspace_rw;
+    /* A read-only bind at WS_DOCKER_INIT_TARGET exists. */
+    bool init_ro;
     unsigned n_other_mounts;
     char server_id[WS_DOCKER_FIELD_MAX];    /* Config.Labels[WS_DOCKER_LABEL_SERVER] */
     char workspace_id[WS_DOCKER_FIELD_MAX]; /* Config.Labels[WS_DOCKER_LABEL_WORKSPACE] */
@@ -401,6 +419,19 @@ int ws_docker_parse_state(const char *json, size_t len, struct ws_docker_state *
  * read-only root and every limit on it. Returns 0, -EPROTO, -EMSGSIZE or
  * -ENOMEM. */
 int ws_docker_parse_image_volumes(const char *json, size_t len, bool *ret_has_volumes);
+
+/* The names of the image's Config.Env ("NAME=value" entries; at most
+ * WS_DOCKER_ENV_MAX): what every exec inherits unless it unsets them.
+ * *ret_names is NULL-terminated, freed with ws_docker_names_free. Returns
+ * 0, -EPROTO, -EMSGSIZE or -ENOMEM. */
+int ws_docker_parse_image_env_names(const char *json, size_t len, char ***ret_names);
+/* Frees a NULL-terminated array of strings; accepts NULL. */
+void ws_docker_names_free(char **names);
+
+/* The full ids of a container list (GET /containers/json), NULL-terminated,
+ * freed with ws_docker_names_free. Returns 0, -EPROTO, -EMSGSIZE or
+ * -ENOMEM. */
+int ws_docker_parse_container_ids(const char *json, size_t len, char ***ret_ids);
 
 /* GET /exec/{id}/json. */
 struct ws_docker_exec_state {

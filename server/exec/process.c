@@ -440,6 +440,8 @@ static void begin_kill(struct ws_proc *p, bool graceful, bool release_held)
         p->phase = PHASE_TERMINATING;
         p->phase_deadline = mono_ms() + p->grace_ms;
     } else {
+        if (p->wrapper.kill)
+            p->wrapper.kill(p->wrapper.arg);
         ws_tree_kill(p->tree);
         ws_child_signal(p->child, SIGKILL);
         p->phase = PHASE_KILLED;
@@ -1121,10 +1123,12 @@ static void take_lent(struct ws_proc *p, struct ws_sub *s)
     maybe_resume(p, &p->streams[i]);
 }
 
-void ws_sub_taken(struct ws_sub *s)
+void ws_sub_taken(struct ws_sub *s, const struct ws_sub_event *ev)
 {
     pthread_mutex_lock(&s->p->lock);
-    take_lent(s->p, s);
+    if (ev->kind == WS_SUB_DATA && s->lent && s->lent_stream == ev->stream &&
+        s->off[ev->stream] == ev->offset && s->lent == ev->len)
+        take_lent(s->p, s);
     pthread_mutex_unlock(&s->p->lock);
 }
 

@@ -111,6 +111,10 @@ struct ws_proc_wrapper {
      * is the spawned wrapper. Returns like ws_tree_signal. Any thread,
      * the process's lock held. */
     int (*signal)(void *arg, struct ws_tree *tree, pid_t leader, int sig);
+    /* When the tree is SIGKILLed: ends the command's processes where the
+     * tree cannot reach them (a container's), without blocking. Any
+     * thread, the process's lock held. NULL: nothing. */
+    void (*kill)(void *arg);
     /* Once the wrapper is reaped: replaces its exit code and signal with
      * the command's, when the wrapper reported them, and tells whether the
      * command was ended by the kernel's OOM killer. Pump thread. */
@@ -250,9 +254,12 @@ int ws_sub_new(struct ws_proc *p, uint64_t offset, void (*notify)(void *arg),
  * STARTED once, then DATA/GAP, EXITED once last, then NONE forever. One
  * thread at a time per subscriber. */
 void ws_sub_next(struct ws_sub *s, size_t max, struct ws_sub_event *ret);
-/* The caller is done with the last DATA event's bytes (copied or sent):
- * the pump may reuse their room. */
-void ws_sub_taken(struct ws_sub *s);
+/* The caller is done with DATA event ev's bytes (copied or sent): the
+ * pump may reuse their room. Nothing happens unless ev is still the last
+ * DATA event handed out: a caller whose send completes on another thread
+ * may have its next ws_sub_next there before this runs, and that event's
+ * bytes must stay protected until they are serialized in turn. */
+void ws_sub_taken(struct ws_sub *s, const struct ws_sub_event *ev);
 /* Bytes handed to this subscriber per stream so far. */
 void ws_sub_delivered(struct ws_sub *s, uint64_t ret[WS_STREAM_COUNT]);
 /* Detaches; the subscriber no longer holds the pump back. */

@@ -531,6 +531,20 @@ static int check_command(const struct ws_guard_policy *p, const char *argv0, str
     if (strchr(argv0, '/') && argv0[0] != '/')
         return refuse_str(d, -WS_ENOTALLOWED, "relative_path", argv0,
                           "command given as a relative path");
+    if (p->foreign_root) {
+        /* Nothing of that file system can be looked at from here: the
+         * spelling itself must be on the list. */
+        for (size_t i = 0; i < p->n_allowed; i++) {
+            if (p->allowed[i] && strcmp(p->allowed[i], argv0) == 0) {
+                exe = strdup(argv0);
+                if (!exe)
+                    return -ENOMEM;
+                *ret_exe = exe;
+                return 0;
+            }
+        }
+        return refuse_str(d, -WS_ENOTALLOWED, "allowlist", argv0, "command not allowed");
+    }
     r = resolve(p->path, argv0, &exe);
     if (r < 0)
         return r;

@@ -105,6 +105,7 @@
 #ifndef WS_POSIX_GUARD_H
 #define WS_POSIX_GUARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "server/base/errors.h"
@@ -137,6 +138,13 @@ struct ws_guard_policy {
     size_t n_pass_env;
     const char *path; /* fixed PATH, e.g. "/usr/local/bin:/usr/bin:/bin" */
     const char *home; /* the child's HOME (the workspace directory) */
+    /* The command runs in a file system the server cannot look into (a
+     * container): argv[0] passes only when an allowlist entry is spelled
+     * exactly like it (a name matches the same name, which the runner
+     * looks up in `path` over there; an absolute path the same path), and
+     * argv[0] of the result stays as given. Nothing is resolved here, so
+     * /bin/../bin/sh or a name whose entry is a path is refused. */
+    bool foreign_root;
     struct ws_guard_limits limits;
 };
 
@@ -160,7 +168,8 @@ struct ws_guard_request {
 
 /* The vetted command, owned by the caller (ws_guard_result_free). */
 struct ws_guard_result {
-    char **argv; /* argc entries + NULL; argv[0] is the absolute path to exec */
+    char **argv; /* argc entries + NULL; argv[0] is the absolute path to exec
+                  * (with foreign_root: as the client spelled it) */
     size_t argc;
     char **envp; /* n_env "NAME=VALUE" entries + NULL */
     size_t n_env;

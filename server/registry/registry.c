@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -69,6 +70,7 @@ struct ws_registry {
     size_t closed_next;
     ws_registry_close_hook close_hook;
     void *close_hook_ud;
+    struct ws_registry_runtime rt;
 };
 
 static int64_t now_ms(void)
@@ -156,6 +158,17 @@ static void closed_add(struct ws_registry *r, const char *id)
 {
     memcpy(r->closed[r->closed_next], id, WS_ID_LEN + 1);
     r->closed_next = (r->closed_next + 1) % WS_CLOSED_IDS_KEPT;
+}
+
+/* Takes back the closed_add just made for id (a Close that failed). */
+static void closed_undo(struct ws_registry *r, const char *id)
+{
+    size_t last = (r->closed_next + WS_CLOSED_IDS_KEPT - 1) % WS_CLOSED_IDS_KEPT;
+
+    if (strcmp(r->closed[last], id) == 0) {
+        r->closed[last][0] = '\0';
+        r->closed_next = last;
+    }
 }
 
 static void uncount(struct ws_registry *r, struct ws_workspace *ws)
@@ -256,6 +269,13 @@ Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws)
     if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER)
         return ws->rec->docker->network;
     return WORKSPACE__V1__NETWORK__NETWORK_OFF;
+}
+
+const Workspace__V1__DockerConfig *ws_workspace_docker_config(const struct ws_workspace *ws)
+{
+    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER)
+        return ws->rec->docker;
+    return NULL;
 }
 
 const Workspace__V1__LocalSandboxConfig *ws_workspace_sandbox_config(const struct ws_workspace *ws)
@@ -387,6 +407,15 @@ static int attach_locked(struct ws_registry *r, struct ws_workspace *ws, struct 
     err = ws_fsops_new(fs, &ops);
     if (err < 0)
         goto out;
+    if (r->rt.attach && ws->provider->on_disk) {
+        char path[PATH_MAX];
+
+        err = ws_registry_workspace_path(r, ws, path, sizeof(path));
+        if (err == 0)
+            err = r->rt.attach(r->rt.ud, ws, path, true, d);
+        if (err < 0)
+            goto out;
+    }
     ws->vfs = fs;
     ws->fsops = ops;
     fs = NULL;
@@ -455,8 +484,17 @@ static int ensure_open(struct ws_registry *r, struct ws_workspace *ws, bool repr
         }
     }
     pthread_mutex_lock(&ws->lock);
-    if (ws->state == WS_STATE_CONFIGURED)
+    if (ws->state == WS_STATE_CONFIGURED) {
         err = attach_locked(r, ws, d);
+    } else if (reprobe && ws->state == WS_STATE_OPEN && r->rt.attach && ws->provider->on_disk) {
+        /* Resolve: what the runtime lost since (a container removed or
+         * stopped behind our back) is made again. */
+        char path[PATH_MAX];
+
+        err = ws_registry_workspace_path(r, ws, path, sizeof(path));
+        if (err == 0)
+            err = r->rt.attach(r->rt.ud, ws, path, false, d);
+    }
     pthread_mutex_unlock(&ws->lock);
     if (err == -WS_EEVICTED) {
         mark_evicted(r, ws);
@@ -732,7 +770,14 @@ int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace 
 
 int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_closed)
 {
+    return ws_registry_close_diag(r, id, NULL, ret_already_closed);
+}
+
+int ws_registry_close_diag(struct ws_registry *r, const char *id, struct ws_diag *d,
+                           bool *ret_already_closed)
+{
     struct ws_workspace *ws;
+    enum ws_state before;
 
     if (!id_valid(id))
         return -WS_ENOWORKSPACE;
@@ -753,10 +798,32 @@ int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_c
     pthread_mutex_unlock(&r->lock);
 
     pthread_mutex_lock(&ws->lock);
+    before = ws->state;
     ws->state = WS_STATE_CLOSING;
     pthread_mutex_unlock(&ws->lock);
     if (r->close_hook)
         r->close_hook(r->close_hook_ud, ws->id);
+    if (r->rt.detach && ws->provider->on_disk) {
+        int err = r->rt.detach(r->rt.ud, ws, d);
+
+        if (err < 0) {
+            /* Nothing is removed yet: the workspace is as it was, minus
+             * its commands, and a later Close tries again. */
+            pthread_mutex_lock(&ws->lock);
+            ws->state = before;
+            note_locked(ws, err, d);
+            pthread_mutex_unlock(&ws->lock);
+            pthread_mutex_lock(&r->lock);
+            closed_undo(r, id);
+            table_insert(r, ws);
+            if (!ws->counted) {
+                ws->counted = true;
+                r->live++;
+            }
+            pthread_mutex_unlock(&r->lock);
+            return err;
+        }
+    }
     if (ws->provider->on_disk) {
         /* Record first: a crash after this point leaves only a directory
          * without a record, which the next start removes. */
@@ -770,6 +837,11 @@ int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_c
     ws_workspace_unref(ws); /* the table's reference */
     *ret_already_closed = false;
     return 0;
+}
+
+void ws_registry_set_runtime(struct ws_registry *r, const struct ws_registry_runtime *rt)
+{
+    r->rt = *rt;
 }
 
 void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata)

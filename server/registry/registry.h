@@ -95,6 +95,10 @@ int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace 
  * time). Removes the workspace's record and storage. Unknown id:
  * -WS_ENOWORKSPACE. */
 int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_closed);
+/* Like ws_registry_close; a runtime's detach failure is returned (its
+ * diag in d) and the workspace stays open. */
+int ws_registry_close_diag(struct ws_registry *r, const char *id, struct ws_diag *d,
+                           bool *ret_already_closed);
 
 /* Called by ws_registry_close for a workspace that is being closed, after
  * it stopped accepting calls (state CLOSING) and before its storage is
@@ -103,6 +107,25 @@ int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_c
  * before serving. */
 typedef void (*ws_registry_close_hook)(void *userdata, const char *id);
 void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata);
+
+/* A provider's runtime beyond storage (the Docker provider's container):
+ * attach runs when a workspace is opened or re-attached (after a restart,
+ * or on Resolve with `fresh` false: then it checks what exists and
+ * recreates only what is missing), with the workspace's directory path;
+ * a failure fails that Open or Resolve. detach runs on Close after the
+ * commands were ended and before the storage is removed; a failure fails
+ * the Close, which leaves the workspace open so the Close can be
+ * retried. Both may block (handler threads); set once, before serving. */
+struct ws_registry_runtime {
+    int (*attach)(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
+                  struct ws_diag *d);
+    int (*detach)(void *ud, struct ws_workspace *ws, struct ws_diag *d);
+    void *ud;
+};
+void ws_registry_set_runtime(struct ws_registry *r, const struct ws_registry_runtime *rt);
+
+/* The Docker config of a docker workspace (defaults filled in), or NULL. */
+const Workspace__V1__DockerConfig *ws_workspace_docker_config(const struct ws_workspace *ws);
 
 /* The host path of an on-disk workspace's directory (HOME of its commands)
  * into buf. Returns 0, -ENAMETOOLONG, -EINVAL for a memory workspace. */

@@ -5,17 +5,26 @@
 #   bash tests/bench/run.sh [fs] [--quick] [fs_bench options...]
 #   bash tests/bench/run.sh exec [--quick] [exec_bench options...]
 #   bash tests/bench/run.sh sandbox [--quick] [sandbox_bench options...]
+#   bash tests/bench/run.sh docker [--quick] [docker_bench options...]
 #   bash tests/bench/run.sh all [--quick]
 #
 # The first argument picks the benchmark: `fs` (the default, so a plain
 # `run.sh` runs the FileSystem benchmark as before), `exec` (the Exec
-# benchmark), `sandbox` (local-sandbox against direct bwrap and local-bash)
-# or `all` (fs_bench, then exec_bench, then sandbox_bench, each with its own
-# server; only --quick is accepted then). --quick is a smoke run:
+# benchmark), `sandbox` (local-sandbox against direct bwrap and local-bash),
+# `docker` (the docker provider against the Engine API called directly and
+# against dockerode) or `all` (fs_bench, exec_bench, sandbox_bench, then
+# docker_bench, each with its own server; only --quick is accepted then).
+# --quick is a smoke run:
 #   fs:      fewer iterations, a 32 MiB stream, a 1,000-file grep tree;
 #   exec:    200 Runs (20 after an idle pause), a 64 MiB stream, 20
 #            concurrent Runs;
-#   sandbox: 100 Runs of each side, a 64 MiB stream of each side.
+#   sandbox: 100 Runs of each side, a 64 MiB stream of each side;
+#   docker:  5 Opens, 20 Runs and one 16 MiB stream of each side.
+# `docker` needs the Docker daemon and the test image (it runs
+# tests/fixtures/dockerd.sh and tests/fixtures/image/build.sh, which do
+# nothing when both are there) and, for its dockerode side, node and npm:
+# it runs `npm ci` in tests/bench/dockerode when node_modules is missing
+# (without npm that side is reported as not measured).
 # Any other argument goes to the benchmark binary (--help lists them).
 # BENCH_OUTPUT_BASE=DIR builds in a private Bazel output base.
 set -euo pipefail
@@ -28,7 +37,7 @@ fi
 
 mode=fs
 case "${1:-}" in
-fs | exec | sandbox | all)
+fs | exec | sandbox | docker | all)
     mode="$1"
     shift
     ;;
@@ -51,24 +60,53 @@ fi
 fs_args=()
 exec_args=()
 sandbox_args=()
+docker_args=()
 if [[ $quick == 1 ]]; then
     fs_args+=(--iters 200 --warmup 20 --big-mib 32 --big-runs 1
               --grep-dirs 20 --grep-files 50 --grep-runs 1)
     exec_args+=(--iters 200 --warmup 20 --idle-iters 20 --stream-mib 64 --stream-runs 1
                 --concurrency 20 --conc-each 10 --conc-rounds 1)
     sandbox_args+=(--iters 100 --warmup 10 --stream-mib 64 --stream-runs 1)
+    docker_args+=(--opens 5 --open-warmup 1 --runs 20 --run-warmup 2 --run-block 10
+                  --stream-mib 16 --stream-runs 1)
 fi
 fs_args+=("${rest[@]+"${rest[@]}"}")
 exec_args+=("${rest[@]+"${rest[@]}"}")
 sandbox_args+=("${rest[@]+"${rest[@]}"}")
+docker_args+=("${rest[@]+"${rest[@]}"}")
 
 targets=(//server:workspaced)
 case "$mode" in
 fs) targets+=(//tests/bench:fs_bench) ;;
 exec) targets+=(//tests/bench:exec_bench) ;;
 sandbox) targets+=(//tests/bench:sandbox_bench) ;;
-all) targets+=(//tests/bench:fs_bench //tests/bench:exec_bench //tests/bench:sandbox_bench) ;;
+docker) targets+=(//tests/bench:docker_bench) ;;
+all)
+    targets+=(//tests/bench:fs_bench //tests/bench:exec_bench //tests/bench:sandbox_bench
+              //tests/bench:docker_bench)
+    ;;
 esac
+
+# What docker_bench needs besides the build: the daemon, the test image,
+# and dockerode's modules (pinned by the committed package-lock.json).
+docker_prepare() {
+    bash tests/fixtures/dockerd.sh
+    bash tests/fixtures/image/build.sh
+    local dir=tests/bench/dockerode
+    if [[ ! -d $dir/node_modules ]]; then
+        if command -v npm >/dev/null; then
+            (cd "$dir" && npm ci --no-audit --no-fund)
+        else
+            echo "run.sh: npm not found: docker_bench runs without its dockerode side" >&2
+        fi
+    fi
+}
+docker_args=(--dockerode "$PWD/tests/bench/dockerode" "${docker_args[@]+"${docker_args[@]}"}")
+if [[ $mode == docker ]]; then
+    docker_prepare
+elif [[ $mode == all ]] && ! docker_prepare; then
+    echo "run.sh: the Docker setup failed: docker_bench will report why" >&2
+fi
 
 # No convenience symlinks: an opt build must not repoint bazel-bin under
 # someone's feet; the binaries are found through `bazel info` instead.
@@ -79,6 +117,7 @@ case "$mode" in
 fs) exec "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" ;;
 exec) exec "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" ;;
 sandbox) exec "$bin/tests/bench/sandbox_bench" --server "$server" "${sandbox_args[@]}" ;;
+docker) exec "$bin/tests/bench/docker_bench" --server "$server" "${docker_args[@]}" ;;
 all)
     rc=0
     "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" || rc=1
@@ -86,6 +125,8 @@ all)
     "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" || rc=1
     echo
     "$bin/tests/bench/sandbox_bench" --server "$server" "${sandbox_args[@]}" || rc=1
+    echo
+    "$bin/tests/bench/docker_bench" --server "$server" "${docker_args[@]}" || rc=1
     exit $rc
     ;;
 esac

@@ -579,6 +579,36 @@ TEST_F(ExecTest, StartStreamsEachStreamInOrderWithContiguousOffsets)
     EXPECT_EQ(log.exit.stderr().bytes_delivered(), want_err.size());
 }
 
+// A large stream of random bytes arrives exactly as written, whatever the
+// threads that send messages and complete them do meanwhile (a send that
+// completed before its sender's bookkeeping once let the pump overwrite
+// the next message's bytes in the ring before they were serialized).
+TEST_F(ExecTest, StartStreamsRandomBytesExactly)
+{
+    std::string data(64 << 20, '\0');
+    uint64_t x = 0x9e3779b97f4a7c15ULL;
+    for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(&data[i], &x, 8);
+    }
+    wstest::WriteHostFile(srv_->workspace_dir(ws_.id) + "/random.bin", data);
+    for (int round = 0; round < 3; round++) {
+        EventLog log;
+        grpc::Status s =
+            StartAll(ArgvProcess({"dd", "if=random.bin", "bs=4096", "status=none"}), &log);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+        EXPECT_TRUE(log.problems.empty()) << wstest::Problems(log);
+        EXPECT_TRUE(log.gaps.empty());
+        ASSERT_EQ(log.out.data.size(), data.size());
+        size_t diff = 0;
+        while (diff < data.size() && log.out.data[diff] == data[diff])
+            diff++;
+        EXPECT_EQ(diff, data.size()) << "round " << round << ": first difference at " << diff;
+    }
+}
+
 // A command can finish while its output still sits in the pipe, unread
 // because the client reads slowly: that output is still delivered, and
 // counted.

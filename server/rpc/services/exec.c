@@ -28,6 +28,7 @@
 #include "server/posix/fs.h"
 #include "server/posix/guard.h"
 #include "server/posix/spawn.h"
+#include "server/providers/docker.h"
 #include "server/providers/sandbox.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/exec.pb-c.h"
@@ -84,7 +85,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     struct ws_diag d = {0};
     char home[HOME_MAX];
     struct ws_proc_wrapper wrap = {0};
-    bool sandboxed;
+    bool sandboxed = false, docker = false;
     int cwd_fd = -1;
     int err;
 
@@ -120,6 +121,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     if (err < 0)
         goto fail;
     sandboxed = ws_workspace_provider(ws)->kind == WS_PROVIDER_LOCAL_SANDBOX;
+    docker = ws_workspace_provider(ws)->kind == WS_PROVIDER_DOCKER;
 
     const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
     const Workspace__V1__ShellCapability *sh = caps->shell;
@@ -135,8 +137,12 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .n_allowed = sh->n_allowed_commands,
         .pass_env = (const char *const *)sh->pass_env,
         .n_pass_env = sh->n_pass_env,
-        .path = s->exec_path,
-        .home = sandboxed ? WS_SANDBOX_WORKSPACE : home,
+        .path = docker ? WS_DOCKER_EXEC_PATH : s->exec_path,
+        .home = sandboxed ? WS_SANDBOX_WORKSPACE
+                : docker  ? WS_DOCKER_WORKDIR
+                          : home,
+        /* Commands of a container are found in its own file system. */
+        .foreign_root = docker,
     };
     struct ws_guard_request greq = {
         .argv = (const char *const *)pc->argv,
@@ -194,6 +200,26 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     }
 
     uint64_t max_ms = ws_services_max_duration_ms(caps);
+    uint64_t timeout_ms = pc->timeout_ms && pc->timeout_ms < max_ms ? pc->timeout_ms : max_ms;
+    if (docker) {
+        struct ws_docker_rt_exec spec = {
+            .workspace_id = ws_workspace_id(ws),
+            .argv = (const char *const *)g->argv,
+            .envp = (const char *const *)g->envp,
+            .cwd = g->cwd,
+            .tty = pc->pty != NULL,
+            .stdin_pipe = how->stdin_pipe,
+            .timeout_ms = timeout_ms,
+        };
+        err = s->docker ? ws_docker_rt_wrap(s->docker, &spec, &wrap, &d) : -ENOENT;
+        if (err == -ENOENT) {
+            ws_diag_set(&d, "docker backend unavailable: the server's Docker programs are "
+                            "missing");
+            err = -WS_EFAILED;
+        }
+        if (err < 0)
+            goto fail;
+    }
     struct ws_proc_config cfg = {
         .argv = (const char *const *)g->argv,
         .envp = (const char *const *)g->envp,
@@ -203,13 +229,13 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .pty = pc->pty != NULL,
         .pty_rows = pc->pty ? pc->pty->rows : 0,
         .pty_cols = pc->pty ? pc->pty->cols : 0,
-        .timeout_ms = pc->timeout_ms && pc->timeout_ms < max_ms ? pc->timeout_ms : max_ms,
+        .timeout_ms = timeout_ms,
         .background = how->background,
         .tag = pc->tag,
         .ring_bytes = how->ring_bytes,
         .capture_bytes = how->capture_bytes,
         .wait_for_subscriber = how->wait_for_subscriber,
-        .wrapper = sandboxed ? &wrap : NULL,
+        .wrapper = sandboxed || docker ? &wrap : NULL,
     };
     err = ws_exec_start(s->exec, ws_workspace_id(ws), &cfg, &d, ret);
     /* The exec layer owns the wrapper now, whatever happened (and may
@@ -234,7 +260,9 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
 fail:
     if (cwd_fd >= 0)
         close(cwd_fd);
-    if (wrap.arg)
+    if (wrap.arg && docker)
+        ws_docker_rt_discard(&wrap);
+    else if (wrap.arg)
         ws_sandbox_discard(&wrap);
     ws_guard_result_free(g);
     free(env);
@@ -436,6 +464,11 @@ struct stream {
     bool sending;
     bool kick;
     bool finished;
+    /* stream_pump is between its send and the end of its iteration; a
+     * send completing meanwhile only sets sent_early, and the loop goes
+     * on by itself: two threads never run the loop at once. */
+    bool looping;
+    bool sent_early;
 };
 
 static void stream_pump(struct stream *st);
@@ -474,6 +507,7 @@ static void stream_pump(struct stream *st)
     }
     st->sending = true;
     st->kick = false;
+    st->looping = true;
     pthread_mutex_unlock(&st->lock);
 
     for (;;) {
@@ -487,6 +521,7 @@ static void stream_pump(struct stream *st)
                 continue;
             }
             st->sending = false;
+            st->looping = false;
             pthread_mutex_unlock(&st->lock);
             return;
         }
@@ -538,6 +573,7 @@ static void stream_pump(struct stream *st)
         if (ev.kind == WS_SUB_EXITED) {
             pthread_mutex_lock(&st->lock);
             st->finished = true;
+            st->looping = false;
             struct ws_sub *sub = st->sub;
             st->sub = NULL;
             pthread_mutex_unlock(&st->lock);
@@ -549,16 +585,28 @@ static void stream_pump(struct stream *st)
         }
         int sent = ws_call_send(st->call, &pe.base);
         /* The message is serialized: the ring's bytes may be reused while
-         * it travels. */
+         * it travels. The send may already have completed and the next
+         * event been taken on another thread: ws_sub_taken then leaves
+         * that one alone. */
         if (ev.kind == WS_SUB_DATA)
-            ws_sub_taken(st->sub);
+            ws_sub_taken(st->sub, &ev);
+        pthread_mutex_lock(&st->lock);
         if (sent < 0) {
             /* Cancelled or finished: on_cancel detaches. */
-            pthread_mutex_lock(&st->lock);
             st->finished = true;
-            pthread_mutex_unlock(&st->lock);
         }
-        /* on_sent continues. */
+        if (sent >= 0 && st->sent_early && !st->finished) {
+            /* The send is done already: carry on here. */
+            st->sent_early = false;
+            pthread_mutex_unlock(&st->lock);
+            continue;
+        }
+        if (st->sent_early)
+            st->sending = false;
+        st->sent_early = false;
+        st->looping = false;
+        pthread_mutex_unlock(&st->lock);
+        /* Otherwise on_sent continues. */
         return;
     }
 }
@@ -568,9 +616,15 @@ static void stream_sent(struct ws_call *call, bool ok)
     struct stream *st = ws_call_data(call);
 
     pthread_mutex_lock(&st->lock);
-    st->sending = false;
     if (!ok)
         st->finished = true;
+    if (st->looping) {
+        /* stream_pump is still finishing the iteration that sent this. */
+        st->sent_early = true;
+        pthread_mutex_unlock(&st->lock);
+        return;
+    }
+    st->sending = false;
     pthread_mutex_unlock(&st->lock);
     if (ok)
         stream_pump(st);

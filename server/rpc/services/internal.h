@@ -11,6 +11,7 @@
 
 struct ws_exec;
 struct ws_sandbox;
+struct ws_docker_rt;
 struct ws_proc;
 struct ws_proc_result;
 
@@ -18,6 +19,8 @@ struct ws_services {
     struct ws_registry *reg;
     struct ws_exec *exec;
     struct ws_sandbox *sandbox;
+    /* NULL when the server was started without a server id. */
+    struct ws_docker_rt *docker;
     char *exec_path;
     atomic_bool draining;
     pthread_mutex_t watch_lock;

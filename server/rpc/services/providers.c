@@ -1,5 +1,8 @@
 /* Providers.ListProviders: every kind, its capabilities and a live probe. */
+#include <stdio.h>
 #include <stdlib.h>
+
+#include "server/providers/docker.h"
 
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/providers.pb-c.h"
@@ -11,6 +14,8 @@ static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
     Workspace__V1__ProviderInfo *ptrs[WS_PROVIDER_COUNT];
     struct ws_probe probes[WS_PROVIDER_COUNT];
     char *caps[WS_PROVIDER_COUNT][2];
+    char api[16] = "";
+    struct ws_services *s = ws_call_method_data(call);
 
     (void)req;
     for (size_t i = 0; i < WS_PROVIDER_COUNT; i++) {
@@ -24,6 +29,22 @@ static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
         info->available = probes[i].available;
         info->reason = probes[i].reason;
         info->isolation = (char *)p->isolation;
+        if (p->kind == WS_PROVIDER_DOCKER && probes[i].available) {
+            struct ws_diag d = {0};
+
+            /* The daemon answers, but Open needs our programs and an API
+             * version we speak too. */
+            if (!s->docker || !ws_docker_rt_init_path() || !ws_docker_rt_relay_path()) {
+                info->available = false;
+                snprintf(probes[i].reason, sizeof(probes[i].reason),
+                         "the server's Docker programs (%s, %s) are missing", WS_DOCKER_INIT_NAME,
+                         WS_DOCKER_RELAY_NAME);
+            } else if (ws_docker_rt_ping(s->docker, api, sizeof(api), &d) < 0) {
+                info->available = false;
+                snprintf(probes[i].reason, sizeof(probes[i].reason), "%s", d.message);
+            }
+            info->api_version = api;
+        }
         if (p->caps & WS_CAP_FS)
             caps[i][nc++] = "fs";
         if (p->caps & WS_CAP_SHELL)

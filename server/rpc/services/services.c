@@ -6,6 +6,7 @@
 
 #include "server/base/utf8.h"
 #include "server/exec/exec.h"
+#include "server/providers/docker.h"
 #include "server/providers/sandbox.h"
 #include "server/rpc/services/internal.h"
 
@@ -14,6 +15,35 @@ static void close_hook(void *ud, const char *id)
     struct ws_services *s = ud;
     ws_exec_close_workspace(s->exec, id, WS_CAUSE_EVICTED);
     ws_sandbox_forget(s->sandbox, id);
+}
+
+static int rt_attach(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
+                     struct ws_diag *d)
+{
+    struct ws_services *s = ud;
+    const Workspace__V1__DockerConfig *cfg = ws_workspace_docker_config(ws);
+
+    if (!cfg)
+        return 0;
+    if (!s->docker) {
+        ws_diag_set(d, "docker backend unavailable: the server runs without a Docker runtime");
+        return -WS_EFAILED;
+    }
+    return ws_docker_rt_attach(s->docker, ws_workspace_id(ws), dir, cfg, fresh, d);
+}
+
+static int rt_detach(void *ud, struct ws_workspace *ws, struct ws_diag *d)
+{
+    struct ws_services *s = ud;
+
+    if (!ws_workspace_docker_config(ws) || !s->docker)
+        return 0;
+    return ws_docker_rt_detach(s->docker, ws_workspace_id(ws), d);
+}
+
+int ws_services_reconcile(struct ws_services *s, struct ws_diag *d)
+{
+    return s->docker ? ws_docker_rt_reconcile(s->docker, d) : 0;
 }
 
 void ws_services_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret)
@@ -83,8 +113,19 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
         free(s);
         return err;
     }
+    if (cfg && cfg->server_id) {
+        err = ws_docker_rt_new(cfg->server_id, &s->docker);
+        if (err < 0) {
+            ws_sandbox_free(s->sandbox);
+            free(s->exec_path);
+            free(s->methods);
+            free(s);
+            return err;
+        }
+    }
     err = ws_exec_new(&ec, &s->exec);
     if (err < 0) {
+        ws_docker_rt_free(s->docker);
         ws_sandbox_free(s->sandbox);
         free(s->exec_path);
         free(s->methods);
@@ -92,6 +133,8 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
         return err;
     }
     ws_registry_set_close_hook(reg, close_hook, s);
+    struct ws_registry_runtime rt = {.attach = rt_attach, .detach = rt_detach, .ud = s};
+    ws_registry_set_runtime(reg, &rt);
     atomic_init(&s->draining, false);
     pthread_mutex_init(&s->watch_lock, NULL);
     n += ws_services_providers(s, s->methods + n);
@@ -109,6 +152,7 @@ void ws_services_free(struct ws_services *s)
     if (!s)
         return;
     ws_exec_free(s->exec);
+    ws_docker_rt_free(s->docker);
     ws_sandbox_free(s->sandbox);
     free(s->exec_path);
     pthread_mutex_destroy(&s->watch_lock);

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "server/base/errors.h"
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
 
@@ -26,6 +27,10 @@ struct ws_services_config {
     /* Where the sandbox keeps its /etc snapshot (made 0700); NULL: none
      * (each /etc entry is then bound on its own, slower). */
     const char *sandbox_dir;
+    /* Names and labels this server's Docker containers; stable across
+     * restarts of the same state directory. NULL: the Docker provider's
+     * runtime is not started (its workspaces fail to open). */
+    const char *server_id;
 };
 
 #define WS_SERVICES_EXEC_PATH_DEFAULT "/usr/local/bin:/usr/bin:/bin"
@@ -45,6 +50,11 @@ void ws_services_free(struct ws_services *s);
 
 /* The method table to register with ws_rpc_server_new. */
 const struct ws_rpc_method *ws_services_methods(struct ws_services *s, size_t *ret_n);
+
+/* Removes the Docker containers an earlier run of this server left
+ * (before serving). Returns how many, or a negative error with d set when
+ * the daemon could not be asked. */
+int ws_services_reconcile(struct ws_services *s, struct ws_diag *d);
 
 /* Health turns NOT_SERVING (watchers are told, then their streams end). */
 void ws_services_drain(struct ws_services *s);

@@ -6,6 +6,7 @@
 
 #include "server/exec/exec.h"
 #include "server/providers/probe.h"
+#include "server/providers/docker.h"
 #include "server/providers/sandbox.h"
 #include "server/registry/config.h"
 #include "server/rpc/services/internal.h"
@@ -98,9 +99,10 @@ static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
     bool already = false;
     int err;
 
-    err = ws_registry_close(s->reg, req->workspace_id, &already);
+    err = ws_registry_close_diag(s->reg, req->workspace_id, &d, &already);
     if (err < 0) {
-        ws_diag_set(&d, "no such workspace");
+        if (!d.message[0])
+            ws_diag_set(&d, "no such workspace");
         ws_call_fail(call, err, &d);
         return;
     }
@@ -228,6 +230,38 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
         sbl.n_enforced = n;
         sbi.limits = &sbl;
         resp.sandbox = &sbi;
+    }
+    Workspace__V1__ContainerInfo ci = WORKSPACE__V1__CONTAINER_INFO__INIT;
+    struct ws_docker_rt_info di;
+    const Workspace__V1__DockerConfig *dc = ws_workspace_docker_config(ws);
+    if (dc && s->docker) {
+        ws_docker_rt_describe(s->docker, ws_workspace_id(ws), &di);
+        const struct ws_docker_hardening *h = &di.hardening;
+        ci.daemon_reachable = di.reachable;
+        ci.api_version = di.api_version;
+        ci.id = di.container_id;
+        ci.image = dc->image;
+        ci.running = di.running;
+        ci.oom_killed = di.oom_killed;
+        if (di.container_id[0]) {
+            ci.cap_drop_all = h->cap_drop_all;
+            ci.cap_add = h->n_cap_add;
+            ci.privileged = h->privileged;
+            ci.no_new_privileges = h->no_new_privileges;
+            ci.read_only_rootfs = h->readonly_rootfs;
+            ci.init = h->init;
+            ci.network_mode = (char *)h->network_mode;
+            ci.user = (char *)h->user;
+            ci.pids_limit = h->pids_limit;
+            ci.memory_bytes = h->memory;
+            ci.memory_swap_bytes = h->memory_swap;
+            ci.nano_cpus = h->nano_cpus;
+            ci.tmp_options = (char *)h->tmp_options;
+            ci.log_driver = (char *)h->log_type;
+            ci.ipc_mode = (char *)h->ipc_mode;
+            ci.other_mounts = h->n_other_mounts;
+        }
+        resp.container = &ci;
     }
     resp.operations = ops;
     resp.n_operations = n_ops;

@@ -1572,4 +1572,100 @@ TEST(DockerError, Message)
     EXPECT_EQ(ws_docker_parse_error(huge.data(), huge.size(), buf, sizeof(buf)), -EMSGSIZE);
 }
 
+// ---- additions: the init bind, removals, lists ----
+
+TEST(DockerCreate, InitIsBoundReadOnlyAndReadBack)
+{
+    ws_docker_container_spec s = Spec();
+    s.init_path = "/opt/workspaced/workspaced-docker-init";
+    Json j(Create(s));
+    ASSERT_NE(j.j, nullptr);
+    json_t *mounts = json_object_get(json_object_get(j.j, "HostConfig"), "Mounts");
+    ASSERT_EQ(json_array_size(mounts), 2u);
+    json_t *m = json_array_get(mounts, 1);
+    EXPECT_EQ(Str(m, "Source"), "/opt/workspaced/workspaced-docker-init");
+    EXPECT_EQ(Str(m, "Target"), WS_DOCKER_INIT_TARGET);
+    EXPECT_TRUE(True(m, "ReadOnly"));
+    // Not canonical, relative, or not UTF-8: refused.
+    for (const char *bad : {"relative/init", "/opt/../init", "/opt//init", "/opt/\xff"}) {
+        s.init_path = bad;
+        EXPECT_EQ(CreateErr(s), -EINVAL) << bad;
+    }
+}
+
+TEST(DockerExec, RemovalsComeFirstAndAreBareNames)
+{
+    const char *argv[] = {"env", nullptr};
+    const char *envp[] = {"PATH=/bin", "FOO=1", nullptr};
+    const char *unset[] = {"HOSTNAME", "IMAGE_VAR", nullptr};
+    ws_docker_exec_spec s{};
+    s.argv = argv;
+    s.envp = envp;
+    s.unset = unset;
+    Json j(Exec(s));
+    ASSERT_NE(j.j, nullptr);
+    // The daemon applies entries in order: a removal after a value would
+    // take that value away.
+    EXPECT_EQ(Strings(json_object_get(j.j, "Env")),
+              (std::vector<std::string>{"HOSTNAME", "IMAGE_VAR", "PATH=/bin", "FOO=1"}));
+    for (const char *bad : {"", "A=B", "\xff"}) {
+        const char *u[] = {bad, nullptr};
+        s.unset = u;
+        EXPECT_EQ(ExecErr(s), -EINVAL) << bad;
+    }
+}
+
+TEST(DockerImage, EnvNames)
+{
+    char **names = nullptr;
+    std::string doc = R"({"Config":{"Env":["PATH=/bin","A=b=c","EMPTY="]}})";
+    ASSERT_EQ(ws_docker_parse_image_env_names(doc.data(), doc.size(), &names), 0);
+    std::vector<std::string> got;
+    for (size_t i = 0; names[i]; i++)
+        got.push_back(names[i]);
+    ws_docker_names_free(names);
+    EXPECT_EQ(got, (std::vector<std::string>{"PATH", "A", "EMPTY"}));
+    doc = R"({"Config":{"Env":null}})";
+    ASSERT_EQ(ws_docker_parse_image_env_names(doc.data(), doc.size(), &names), 0);
+    EXPECT_EQ(names[0], nullptr);
+    ws_docker_names_free(names);
+    for (std::string bad : {R"({"Config":{"Env":["NOEQUALS"]}})", R"({"Config":{"Env":["=x"]}})",
+                            R"({"Config":{"Env":[3]}})", R"([])"}) {
+        names = reinterpret_cast<char **>(0x1);
+        EXPECT_EQ(ws_docker_parse_image_env_names(bad.data(), bad.size(), &names), -EPROTO) << bad;
+        EXPECT_EQ(names, reinterpret_cast<char **>(0x1));
+    }
+}
+
+TEST(DockerList, ContainerIdsAndPath)
+{
+    std::string id(64, 'a');
+    char **ids = nullptr;
+    std::string doc = "[]";
+    ASSERT_EQ(ws_docker_parse_container_ids(doc.data(), doc.size(), &ids), 0);
+    EXPECT_EQ(ids[0], nullptr);
+    ws_docker_names_free(ids);
+    doc = "[{\"Id\":\"" + id + "\",\"Names\":[\"/x\"]},{\"Id\":\"" + std::string(64, 'b') + "\"}]";
+    ASSERT_EQ(ws_docker_parse_container_ids(doc.data(), doc.size(), &ids), 0);
+    EXPECT_EQ(std::string(ids[0]), id);
+    EXPECT_EQ(std::string(ids[1]), std::string(64, 'b'));
+    EXPECT_EQ(ids[2], nullptr);
+    ws_docker_names_free(ids);
+    // A short (prefix) id or anything not a list is not the daemon's.
+    for (std::string bad :
+         {std::string("[{\"Id\":\"abc\"}]"), std::string("{}"), std::string("[{\"Id\":\"../x\"}]")})
+        EXPECT_EQ(ws_docker_parse_container_ids(bad.data(), bad.size(), &ids), -EPROTO) << bad;
+
+    char buf[WS_DOCKER_PATH_MAX];
+    ws_docker_api_version v{1, 41};
+    ASSERT_GT(ws_docker_path_list_by_label(v, WS_DOCKER_LABEL_SERVER, "0123abcd", buf, sizeof(buf)),
+              0);
+    EXPECT_STREQ(buf, "/v1.41/containers/json?all=true&filters=%7B%22label%22%3A%5B%22"
+                      "dev.workspaced.server%3D0123abcd%22%5D%7D");
+    for (const char *bad : {"a&b", "a\"b", "", "a b", "a=b"})
+        EXPECT_EQ(ws_docker_path_list_by_label(v, WS_DOCKER_LABEL_SERVER, bad, buf, sizeof(buf)),
+                  -EINVAL)
+            << bad;
+}
+
 } // namespace

@@ -772,4 +772,42 @@ TEST(Guard, LongTokenIsCutForTheDiag)
     EXPECT_EQ(out.meta["char"], ";");
 }
 
+// A container's file system: the spelling is judged, nothing is resolved.
+TEST(Guard, ForeignRootMatchesTheSpellingOnly)
+{
+    const char *allowed[] = {"cat", "/bin/echo", "definitely-not-on-this-host"};
+    struct ws_guard_policy p = {};
+    p.allowed = allowed;
+    p.n_allowed = 3;
+    p.path = "/usr/bin:/bin";
+    p.home = "/workspace";
+    p.foreign_root = true;
+    struct ws_guard_request r = {};
+    r.argc = 1;
+    struct ws_guard_result *res = nullptr;
+    auto run = [&](const char *argv0) {
+        const char *argv[] = {argv0};
+        r.argv = argv;
+        res = nullptr;
+        return ws_guard_check(&p, &r, nullptr, &res);
+    };
+    // Allowed by name (even one the host lacks) or by the exact path; the
+    // name stays a name for the runner over there to look up.
+    ASSERT_EQ(run("cat"), 0);
+    EXPECT_STREQ(res->argv[0], "cat");
+    ws_guard_result_free(res);
+    ASSERT_EQ(run("definitely-not-on-this-host"), 0);
+    ws_guard_result_free(res);
+    ASSERT_EQ(run("/bin/echo"), 0);
+    EXPECT_STREQ(res->argv[0], "/bin/echo");
+    ws_guard_result_free(res);
+    // What host resolution would have let through is refused here.
+    EXPECT_EQ(run("/bin/cat"), -WS_ENOTALLOWED);
+    EXPECT_EQ(run("echo"), -WS_ENOTALLOWED);
+    EXPECT_EQ(run("/bin/../bin/echo"), -WS_ENOTALLOWED);
+    EXPECT_EQ(run("./cat"), -WS_ENOTALLOWED);
+    EXPECT_EQ(run("sh"), -WS_ENOTALLOWED);
+    EXPECT_EQ(res, nullptr);
+}
+
 } // namespace

@@ -1,0 +1,1291 @@
+/* workspaced-docker-relay: one command of a Docker workspace as a host
+ * process, so that the server's process machinery (pipes or a PTY read by
+ * the pump into replay rings, the stdin pipe, the freezer-cgroup tree kill)
+ * serves Docker commands exactly as it serves local ones.
+ *
+ *   workspaced-docker-relay --host DOCKER_HOST [--tls-verify --cert-path DIR]
+ *                           --api MAJOR.MINOR [--tty] [--stdin]
+ *                           --status-fd N EXEC_ID
+ *
+ * The server has created the exec (POST /containers/{id}/exec, the command
+ * wrapped by the in-container init); the relay starts it on a hijacked
+ * connection and copies bytes:
+ *   fd 0  stdin: read and sent to the process with --stdin, never touched
+ *         without it (except, with --tty, to put the terminal in raw mode
+ *         and read its size);
+ *   fd 1  the process' stdout (with --tty: the whole terminal output);
+ *   fd 2  its stderr (with --tty the same terminal as fd 1), and the
+ *         relay's own one-line messages;
+ *   fd N  one status line, "exited 3\n" or "signaled 9 core oom\n", from
+ *         the exit record; none when there was no record.
+ *
+ * The exit record: the init ends every command by writing, in one write
+ * and as the very last bytes of the stream (stderr, or with a TTY the one
+ * stream), ESC "_wsinit;" STATUS ESC "\\" with STATUS "exited N" (0..255)
+ * or "signaled N" (1..64), then optionally " core", then optionally
+ * " oom". Only a record that ends the stream is the init's: the init writes
+ * it after everything else in the container is dead, while the command can
+ * write lookalikes of its own at any earlier point, and those are output.
+ * The relay strips the final record from the output and writes its STATUS
+ * as the status line.
+ *
+ * Exit status: the command's (N for exited N, 128 + N for signaled N) when
+ * the record came; otherwise the exec's ExitCode from GET /exec/{id}/json;
+ * 125 when the daemon refused the exec, could not be reached, broke the
+ * stream's framing, or the exit code is unknown; 127 for a usage error
+ * (nothing was started then).
+ *
+ * Memory stays bounded whatever the command writes: output is written with
+ * blocking writes before the socket is read again, so a server that stops
+ * reading stops the relay, which stops the daemon, which stops the process.
+ * If a reader goes away for good (EPIPE), its output is dropped but the
+ * socket is still drained to its end, so the command never hangs on a full
+ * pipe and the exit record is still read.
+ *
+ * TLS: the end of stdin cannot be passed on over TLS. A TCP half-close
+ * (shutdown SHUT_WR) would cut the TLS session short under curl, and curl
+ * offers no way to send TLS's close_notify while still reading; so with
+ * --tls-verify the end of fd 0 stops the forwarding but the process does
+ * not see EOF on its stdin (it sees it when the exec ends).
+ */
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "server/docker/api.h"
+#include "server/docker/frames.h"
+#include "server/docker/http.h"
+
+#define PROGRAM "workspaced-docker-relay"
+
+/* Exit statuses of the relay's own failures, chosen like docker run's:
+ * they sit beside the command's statuses, so the status line (written only
+ * when the command's real status is known) is what tells them apart. */
+#define EXIT_FAILED 125
+#define EXIT_USAGE  127
+
+/* --- Named limits ----------------------------------------------------------- */
+
+/* The response head of the exec start; dockerd's is about 100 bytes. */
+#define HEAD_MAX (16 * 1024)
+/* An error body read back for the message; dockerd's are one short line. */
+#define ERROR_BODY_MAX (64 * 1024)
+/* One read from the socket and one read from stdin. */
+#define IO_BUF_SIZE (64 * 1024)
+/* Bytes of a possible exit record held back from the output. The longest
+ * valid record, ESC "_wsinit;signaled 64 core oom" ESC "\\", is 31 bytes,
+ * so anything longer is output. */
+#define RECORD_MAX 48
+/* Connecting to the daemon (and the TLS handshake). */
+#define CONNECT_TIMEOUT_MS 10000L
+/* From sending the exec start to the end of the response head (or of an
+ * error body). dockerd answers before the process even starts. */
+#define HEAD_TIMEOUT_MS 60000
+/* A resize or an inspect, each on its own short-lived connection. dockerd
+ * holds a resize up to 10 s waiting for the exec to start. */
+#define CALL_TIMEOUT_MS 30000L
+/* Inspect bodies (a few hundred bytes). */
+#define INSPECT_BODY_MAX (64 * 1024)
+/* Without an exit record the exit code comes from inspect, which can still
+ * say Running when the process closed its output before exiting; it is
+ * asked again, this many times this far apart, before giving up. */
+#define INSPECT_TRIES    50
+#define INSPECT_PAUSE_MS 100
+
+/* The exit record: ESC '_' "wsinit;" STATUS ESC '\\' (an APC string, which
+ * terminals ignore, so a stray one does no harm on screen). */
+#define RECORD_OPEN  "\x1b_wsinit;"
+#define RECORD_CLOSE "\x1b\\"
+#define ESC          0x1b
+
+/* "https://" + host + ":65535" + NUL, with room to spare. */
+#define BASE_URL_MAX (WS_DOCKER_HTTP_HOST_MAX + 32)
+
+struct options {
+    struct ws_docker_http_config cfg;
+    struct ws_docker_api_version api;
+    bool tty;
+    bool stdin_on;
+    int status_fd;
+    const char *exec_id;
+};
+
+/* The hijacked connection: curl connected it (unix, tcp or TLS alike) and
+ * we speak raw bytes over it. */
+struct conn {
+    CURL *easy;
+    curl_socket_t sock;
+};
+
+struct relay {
+    struct options opt;
+    struct conn conn;
+    struct ws_frames frames;
+    /* Indexed by fd, 1 and 2: the reader went away, output is dropped. */
+    bool gone[3];
+    /* The stream the exit record travels on (stderr, or with a TTY the only
+     * stream) and the bytes of it held back because they could be, or
+     * could still become, the final record. */
+    enum ws_frames_stream watched;
+    uint8_t held[RECORD_MAX];
+    size_t held_len;
+    /* stdin to the socket: in_buf[in_off, in_len) is still to be sent. */
+    bool in_reading; /* fd 0 is still read */
+    bool in_closed;  /* the write side has been shut down (or given up) */
+    size_t in_off, in_len;
+    uint8_t *in_buf;
+    int sigfd; /* SIGWINCH with --tty, else -1 */
+    char curl_err[CURL_ERROR_SIZE];
+};
+
+static uint8_t sock_buf[IO_BUF_SIZE];
+static uint8_t stdin_buf[IO_BUF_SIZE];
+static char head_buf[HEAD_MAX];
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* One line on stderr, prefixed with the program's name, written at once so
+ * it does not interleave with output the server is reading. */
+static void say(const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    int n = snprintf(line, sizeof(line), PROGRAM ": ");
+
+    va_start(ap, fmt);
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    va_end(ap);
+    n = (int)strnlen(line, sizeof(line) - 2);
+    line[n++] = '\n';
+    if (write(STDERR_FILENO, line, (size_t)n) < 0) {
+        /* Nowhere left to report to. */
+    }
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left until deadline, at least 0. */
+static int ms_left(int64_t deadline)
+{
+    int64_t left = deadline - now_ms();
+
+    return left < 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/* Waits for events on fd. Returns 0, -ETIMEDOUT or -errno. */
+static int wait_fd(int fd, short events, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+    int n;
+
+    do
+        n = poll(&p, 1, timeout_ms);
+    while (n < 0 && errno == EINTR);
+    if (n < 0)
+        return -errno;
+    return n == 0 ? -ETIMEDOUT : 0;
+}
+
+/* --- Arguments -------------------------------------------------------------- */
+
+static void usage_line(void)
+{
+    say("usage: " PROGRAM " --host DOCKER_HOST [--tls-verify --cert-path DIR] "
+        "--api MAJOR.MINOR [--tty] [--stdin] --status-fd N EXEC_ID");
+}
+
+/* A file descriptor number in decimal, nothing else. */
+static int parse_fd(const char *s, int *ret_fd)
+{
+    long v = 0;
+
+    if (!*s)
+        return -EINVAL;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9')
+            return -EINVAL;
+        v = v * 10 + (*p - '0');
+        if (v > INT_MAX)
+            return -EINVAL;
+    }
+    *ret_fd = (int)v;
+    return 0;
+}
+
+static bool fd_open(int fd)
+{
+    return fcntl(fd, F_GETFD) >= 0;
+}
+
+/* Fills ret_opts from argv, or says what is wrong and returns -EINVAL. */
+static int parse_args(int argc, char **argv, struct options *ret_opts)
+{
+    enum { OPT_HOST = 1, OPT_TLS, OPT_CERT, OPT_API, OPT_TTY, OPT_STDIN, OPT_STATUS, OPT_N };
+    static const struct option longopts[] = {
+        {"host", required_argument, NULL, OPT_HOST},
+        {"tls-verify", no_argument, NULL, OPT_TLS},
+        {"cert-path", required_argument, NULL, OPT_CERT},
+        {"api", required_argument, NULL, OPT_API},
+        {"tty", no_argument, NULL, OPT_TTY},
+        {"stdin", no_argument, NULL, OPT_STDIN},
+        {"status-fd", required_argument, NULL, OPT_STATUS},
+        {NULL, 0, NULL, 0},
+    };
+    struct options o = {.status_fd = -1};
+    const char *host = NULL, *cert_path = NULL, *api = NULL, *status = NULL;
+    unsigned seen[OPT_N] = {0};
+    int c, r;
+
+    opterr = 0;
+    /* '+': options end at the first operand, as they do for a command. */
+    while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+        if (c <= 0 || c >= OPT_N) {
+            say("unknown option or missing value: %s", argv[optind - 1]);
+            return -EINVAL;
+        }
+        if (seen[c]++) {
+            say("option given twice: %s", argv[optind - 1]);
+            return -EINVAL;
+        }
+        switch (c) {
+        case OPT_HOST:
+            host = optarg;
+            break;
+        case OPT_TLS:
+            break;
+        case OPT_CERT:
+            cert_path = optarg;
+            break;
+        case OPT_API:
+            api = optarg;
+            break;
+        case OPT_TTY:
+            o.tty = true;
+            break;
+        case OPT_STDIN:
+            o.stdin_on = true;
+            break;
+        case OPT_STATUS:
+            status = optarg;
+            break;
+        }
+    }
+    if (optind != argc - 1) {
+        say(optind >= argc ? "no EXEC_ID" : "more than one operand");
+        return -EINVAL;
+    }
+    o.exec_id = argv[optind];
+    if (!ws_docker_id_valid(o.exec_id)) {
+        say("EXEC_ID is not a full exec id (64 lowercase hex digits)");
+        return -EINVAL;
+    }
+    if (!host || !*host) {
+        say("--host is required (unix:///path or tcp://host[:port])");
+        return -EINVAL;
+    }
+    if ((seen[OPT_TLS] > 0) != (cert_path != NULL)) {
+        /* Without the directory, the parser would fall back on $HOME:
+         * keys are named by the server, never guessed here. */
+        say("--tls-verify and --cert-path go together");
+        return -EINVAL;
+    }
+    r = ws_docker_http_config_parse(host, seen[OPT_TLS] ? "1" : NULL, cert_path, NULL, &o.cfg);
+    if (r < 0) {
+        say("--host %s: %s", host,
+            r == -EPROTONOSUPPORT ? "unsupported scheme (or TLS with a unix socket)"
+                                  : strerror(-r));
+        return -EINVAL;
+    }
+    if (!api || ws_docker_api_version_parse(api, &o.api) < 0) {
+        say("--api MAJOR.MINOR is required");
+        return -EINVAL;
+    }
+    if (!status || parse_fd(status, &o.status_fd) < 0 || o.status_fd < 3) {
+        say("--status-fd needs a descriptor number of 3 or more");
+        return -EINVAL;
+    }
+    if (!fd_open(o.status_fd)) {
+        say("--status-fd %d is not open", o.status_fd);
+        return -EINVAL;
+    }
+    *ret_opts = o;
+    return 0;
+}
+
+/* --- curl ------------------------------------------------------------------- */
+
+/* What every handle to the daemon shares with server/docker/http.c: the
+ * URL, the unix socket, TLS with the daemon's certificate verified, and no
+ * proxy from the environment. */
+static CURLcode easy_setup(CURL *e, const struct ws_docker_http_config *cfg, const char *path,
+                           char *errbuf)
+{
+    char url[BASE_URL_MAX + WS_DOCKER_PATH_MAX];
+    CURLcode rc;
+
+    if (cfg->transport == WS_DOCKER_HTTP_UNIX)
+        snprintf(url, sizeof(url), "http://localhost%s", path);
+    else
+        snprintf(url, sizeof(url), "%s://%s:%u%s", cfg->tls ? "https" : "http", cfg->host,
+                 cfg->port, path);
+    errbuf[0] = '\0';
+    rc = curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_URL, url);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, cfg->tls ? "https" : "http");
+    if (rc == CURLE_OK && cfg->transport == WS_DOCKER_HTTP_UNIX)
+        rc = curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, cfg->unix_path);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_PROXY, "");
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    /* The hijacked stream is HTTP/1.1's Upgrade: ALPN must not pick h2. */
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
+    if (rc == CURLE_OK && cfg->transport == WS_DOCKER_HTTP_TCP)
+        rc = curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    if (rc == CURLE_OK && cfg->tls) {
+        rc = curl_easy_setopt(e, CURLOPT_CAINFO, cfg->tls_ca);
+        if (rc == CURLE_OK)
+            rc = curl_easy_setopt(e, CURLOPT_SSLCERT, cfg->tls_cert);
+        if (rc == CURLE_OK)
+            rc = curl_easy_setopt(e, CURLOPT_SSLKEY, cfg->tls_key);
+        if (rc == CURLE_OK)
+            rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+        if (rc == CURLE_OK)
+            rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    }
+    return rc;
+}
+
+/* Connects without sending anything. On failure, says why. */
+static int conn_open(const struct ws_docker_http_config *cfg, char *errbuf, struct conn *ret_conn)
+{
+    CURL *e = curl_easy_init();
+    curl_socket_t sock = CURL_SOCKET_BAD;
+    CURLcode rc;
+    int r;
+
+    if (!e)
+        return -ENOMEM;
+    rc = easy_setup(e, cfg, "/", errbuf);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_CONNECT_ONLY, 1L);
+    if (rc == CURLE_OK)
+        rc = curl_easy_perform(e);
+    if (rc == CURLE_OK)
+        rc = curl_easy_getinfo(e, CURLINFO_ACTIVESOCKET, &sock);
+    if (rc != CURLE_OK || sock == CURL_SOCKET_BAD) {
+        say("cannot connect to the daemon: %s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        r = rc == CURLE_OUT_OF_MEMORY ? -ENOMEM : -ECONNREFUSED;
+        goto out;
+    }
+    ret_conn->easy = e;
+    ret_conn->sock = sock;
+    e = NULL;
+    r = 0;
+out:
+    if (e)
+        curl_easy_cleanup(e);
+    return r;
+}
+
+/* Sends one chunk. Returns the bytes sent (> 0), -EAGAIN, or -EPIPE when
+ * the connection no longer takes data. */
+static ssize_t conn_send(struct conn *c, const void *data, size_t len)
+{
+    size_t n = 0;
+    CURLcode rc = curl_easy_send(c->easy, data, len, &n);
+
+    if (rc == CURLE_AGAIN || (rc == CURLE_OK && n == 0))
+        return -EAGAIN;
+    if (rc != CURLE_OK)
+        return -EPIPE;
+    return (ssize_t)n;
+}
+
+/* Reads what is there. Returns the byte count (0 at the end of the
+ * stream), -EAGAIN, or -ECONNRESET. */
+static ssize_t conn_recv(struct conn *c, void *buf, size_t size)
+{
+    size_t n = 0;
+    CURLcode rc = curl_easy_recv(c->easy, buf, size, &n);
+
+    if (rc == CURLE_AGAIN)
+        return -EAGAIN;
+    if (rc != CURLE_OK)
+        return -ECONNRESET;
+    return (ssize_t)n;
+}
+
+static int conn_send_all(struct conn *c, const char *data, size_t len, int64_t deadline)
+{
+    while (len > 0) {
+        ssize_t n = conn_send(c, data, len);
+
+        if (n == -EAGAIN) {
+            int r = wait_fd(c->sock, POLLOUT, ms_left(deadline));
+
+            if (r < 0)
+                return r;
+            continue;
+        }
+        if (n < 0)
+            return (int)n;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* Reads into buf[*len, size) until more bytes come in. Returns 0 with *len
+ * grown, -ENODATA at the end of the stream, -ETIMEDOUT, -ECONNRESET. TLS
+ * can hold decrypted bytes the socket no longer shows, so curl is asked
+ * before poll is. */
+static int conn_read_more(struct conn *c, char *buf, size_t size, size_t *len, int64_t deadline)
+{
+    for (;;) {
+        ssize_t n = conn_recv(c, buf + *len, size - *len);
+
+        if (n > 0) {
+            *len += (size_t)n;
+            return 0;
+        }
+        if (n == 0)
+            return -ENODATA;
+        if (n != -EAGAIN)
+            return (int)n;
+        int r = wait_fd(c->sock, POLLIN, ms_left(deadline));
+        if (r < 0)
+            return r;
+    }
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c->easy)
+        curl_easy_cleanup(c->easy);
+    c->easy = NULL;
+}
+
+/* A plain request on its own connection (resize, inspect): the body is
+ * collected into a bounded buffer. */
+struct collect {
+    char *buf;
+    size_t len, size;
+};
+
+static size_t collect_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+    struct collect *b = arg;
+    size_t len = size * nmemb;
+
+    if (len > b->size - b->len)
+        return 0; /* aborts the transfer: over the limit */
+    memcpy(b->buf + b->len, data, len);
+    b->len += len;
+    return len;
+}
+
+/* Returns 0 with *ret_status set (the body in buf, NUL-terminated, its
+ * length in *ret_len), or -EIO with a message in errbuf. */
+static int simple_call(const struct ws_docker_http_config *cfg, bool post, const char *path,
+                       char *buf, size_t size, size_t *ret_len, long *ret_status, char *errbuf)
+{
+    struct collect b = {.buf = buf, .size = size - 1};
+    CURL *e = curl_easy_init();
+    struct curl_slist *hdrs = NULL;
+    long status = 0;
+    CURLcode rc;
+    int r;
+
+    if (!e)
+        return -ENOMEM;
+    rc = easy_setup(e, cfg, path, errbuf);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, CALL_TIMEOUT_MS);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect_body);
+    if (rc == CURLE_OK)
+        rc = curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
+    if (rc == CURLE_OK && post) {
+        hdrs = curl_slist_append(NULL, "Expect:");
+        rc = hdrs ? curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs) : CURLE_OUT_OF_MEMORY;
+        if (rc == CURLE_OK)
+            rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, 0L);
+        if (rc == CURLE_OK)
+            rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
+    }
+    if (rc == CURLE_OK)
+        rc = curl_easy_perform(e);
+    if (rc == CURLE_OK)
+        rc = curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK) {
+        if (!errbuf[0])
+            snprintf(errbuf, CURL_ERROR_SIZE, "%s", curl_easy_strerror(rc));
+        r = -EIO;
+        goto out;
+    }
+    buf[b.len] = '\0';
+    *ret_len = b.len;
+    *ret_status = status;
+    r = 0;
+out:
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(e);
+    return r;
+}
+
+/* --- Starting the exec ------------------------------------------------------ */
+
+/* Finds "\r\n\r\n" in buf[0, len); returns the head's length through it, or
+ * 0 when it is not there yet. */
+static size_t head_end(const char *buf, size_t len)
+{
+    for (size_t i = 3; i < len; i++)
+        if (buf[i] == '\n' && buf[i - 1] == '\r' && buf[i - 2] == '\n' && buf[i - 3] == '\r')
+            return i + 1;
+    return 0;
+}
+
+/* "HTTP/1.x NNN ..." -> NNN, or -EPROTO. */
+static int head_status(const char *h, size_t len)
+{
+    if (len < 13 || memcmp(h, "HTTP/1.", 7) != 0 || h[7] < '0' || h[7] > '9' || h[8] != ' ')
+        return -EPROTO;
+    for (int i = 9; i < 12; i++)
+        if (h[i] < '0' || h[i] > '9')
+            return -EPROTO;
+    if (h[12] != ' ' && h[12] != '\r')
+        return -EPROTO;
+    return (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+}
+
+/* The value of header `name` (case-insensitive) in the head, trimmed, or
+ * NULL; *ret_len is its length. */
+static const char *head_value(const char *h, size_t len, const char *name, size_t *ret_len)
+{
+    size_t nlen = strlen(name);
+    const char *end = h + len;
+    const char *line = memchr(h, '\n', len);
+
+    while (line && ++line < end) {
+        const char *eol = memchr(line, '\n', (size_t)(end - line));
+
+        if (!eol)
+            break;
+        if ((size_t)(eol - line) > nlen && strncasecmp(line, name, nlen) == 0 &&
+            line[nlen] == ':') {
+            const char *v = line + nlen + 1, *ve = eol;
+
+            while (v < ve && (*v == ' ' || *v == '\t'))
+                v++;
+            while (ve > v && (ve[-1] == '\r' || ve[-1] == ' ' || ve[-1] == '\t'))
+                ve--;
+            *ret_len = (size_t)(ve - v);
+            return v;
+        }
+        line = eol;
+    }
+    return NULL;
+}
+
+/* Decodes the chunked body in buf[0, len) into out (as large as buf).
+ * Returns 1 when it is complete (the last chunk seen; *ret_len set), 0
+ * when more is needed, -EPROTO. */
+static int dechunk(const char *buf, size_t len, char *out, size_t *ret_len)
+{
+    size_t i = 0, o = 0;
+
+    for (;;) {
+        size_t size = 0, digits = 0;
+
+        for (; i < len; i++, digits++) {
+            char ch = buf[i];
+            int v = ch >= '0' && ch <= '9'   ? ch - '0'
+                    : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+                    : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+                                             : -1;
+            if (v < 0)
+                break;
+            if (size > ERROR_BODY_MAX)
+                return -EPROTO;
+            size = size * 16 + (size_t)v;
+        }
+        /* Chunk extensions up to the line's end are ignored. */
+        while (i < len && buf[i] != '\n')
+            i++;
+        if (i >= len)
+            return 0;
+        if (digits == 0)
+            return -EPROTO;
+        i++;
+        if (size == 0) {
+            *ret_len = o;
+            return 1;
+        }
+        if (len - i < size + 2)
+            return 0;
+        memcpy(out + o, buf + i, size);
+        o += size;
+        i += size + 2;
+    }
+}
+
+/* Reads the body of a refusal (bounded, by Content-Length, chunks or the
+ * connection's end) and says what the daemon said, or at least the
+ * status. */
+static void report_refusal(struct conn *c, int status, const char *head, size_t head_len,
+                           const char *extra, size_t extra_len, int64_t deadline)
+{
+    static char raw[ERROR_BODY_MAX], decoded[ERROR_BODY_MAX];
+    char msg[WS_DOCKER_MESSAGE_MAX];
+    size_t vlen = 0, len, want = ERROR_BODY_MAX, body_len = 0;
+    const char *v, *body = raw;
+    bool chunked = false, has_length = false;
+    int r = 0;
+
+    v = head_value(head, head_len, "content-length", &vlen);
+    if (v) {
+        size_t n = 0, i = 0;
+
+        has_length = true;
+        for (; i < vlen && v[i] >= '0' && v[i] <= '9' && n <= ERROR_BODY_MAX; i++)
+            n = n * 10 + (size_t)(v[i] - '0');
+        if (i == 0)
+            r = -EPROTO;
+        else if (n < want)
+            want = n;
+    } else {
+        v = head_value(head, head_len, "transfer-encoding", &vlen);
+        chunked = v && vlen == 7 && strncasecmp(v, "chunked", 7) == 0;
+        if (chunked)
+            body = decoded;
+    }
+    len = extra_len < sizeof(raw) ? extra_len : sizeof(raw);
+    memcpy(raw, extra, len);
+    while (r == 0) {
+        if (chunked) {
+            r = dechunk(raw, len, decoded, &body_len);
+            if (r != 0)
+                break;
+        } else if (len >= want) {
+            body_len = want;
+            break;
+        }
+        if (len >= sizeof(raw)) {
+            r = -EMSGSIZE;
+            break;
+        }
+        r = conn_read_more(c, raw, chunked ? sizeof(raw) : want, &len, deadline);
+        if (r == -ENODATA && !chunked && !has_length) {
+            /* Without a length, the connection's end ends the body. */
+            body_len = len;
+            r = 0;
+            break;
+        }
+    }
+    if (r >= 0)
+        r = ws_docker_parse_error(body, body_len, msg, sizeof(msg));
+    if (r >= 0)
+        say("the daemon refused the exec: %s", msg);
+    else
+        say("the daemon refused the exec: HTTP status %d", status);
+}
+
+/* Sends the exec start and reads the response head. Returns 0 when the
+ * stream follows (*ret_extra is how many bytes of it are already in
+ * head_buf, at *ret_off), -EPERM when the daemon refused (and said why),
+ * or another -errno (said too). */
+static int start_exec(struct relay *r, size_t *ret_off, size_t *ret_extra)
+{
+    char path[WS_DOCKER_PATH_MAX], req[WS_DOCKER_PATH_MAX + 256];
+    char *body = NULL;
+    int64_t deadline = now_ms() + HEAD_TIMEOUT_MS;
+    size_t len = 0, hlen = 0;
+    int n, status, err;
+
+    err = ws_docker_path_exec(r->opt.api, r->opt.exec_id, WS_DOCKER_EXEC_START, path, sizeof(path));
+    if (err < 0)
+        goto out;
+    err = ws_docker_exec_start_body(r->opt.tty, &body);
+    if (err < 0)
+        goto out;
+    n = snprintf(req, sizeof(req),
+                 "POST %s HTTP/1.1\r\n"
+                 "Host: docker\r\n"
+                 "Content-Type: application/json\r\n"
+                 "Connection: Upgrade\r\n"
+                 "Upgrade: tcp\r\n"
+                 "Content-Length: %zu\r\n"
+                 "\r\n"
+                 "%s",
+                 path, strlen(body), body);
+    if (n < 0 || (size_t)n >= sizeof(req)) {
+        err = -ENOBUFS;
+        goto out;
+    }
+    err = conn_send_all(&r->conn, req, (size_t)n, deadline);
+    if (err < 0) {
+        say("sending the exec start failed: %s", strerror(-err));
+        goto out;
+    }
+    while ((hlen = head_end(head_buf, len)) == 0) {
+        if (len == sizeof(head_buf)) {
+            err = -EMSGSIZE;
+            say("the daemon's response head is over %d bytes", HEAD_MAX);
+            goto out;
+        }
+        err = conn_read_more(&r->conn, head_buf, sizeof(head_buf), &len, deadline);
+        if (err < 0) {
+            say("no response to the exec start: %s",
+                err == -ENODATA ? "the daemon closed the connection" : strerror(-err));
+            goto out;
+        }
+    }
+    status = head_status(head_buf, hlen);
+    if (status < 0) {
+        err = status;
+        say("the daemon's response is not HTTP/1.x");
+        goto out;
+    }
+    /* 101 is the upgrade; daemons before API 1.30-ish answer 200 and
+     * hijack the connection all the same. */
+    if (status != 101 && status != 200) {
+        report_refusal(&r->conn, status, head_buf, hlen, head_buf + hlen, len - hlen, deadline);
+        err = -EPERM;
+        goto out;
+    }
+    *ret_off = hlen;
+    *ret_extra = len - hlen;
+    err = 0;
+out:
+    free(body);
+    return err;
+}
+
+/* --- The exit record ---------------------------------------------------------- */
+
+enum record {
+    RECORD_NO,     /* not a record, nor the start of one */
+    RECORD_PREFIX, /* the start of a record: more bytes will tell */
+    RECORD_FULL,   /* exactly one whole record */
+};
+
+struct cursor {
+    const uint8_t *p;
+    size_t n;
+};
+
+/* Matches the literal s at c, advancing past it when it is all there. */
+static enum record match_lit(struct cursor *c, const char *s)
+{
+    size_t l = strlen(s), m = c->n < l ? c->n : l;
+
+    if (memcmp(c->p, s, m) != 0)
+        return RECORD_NO;
+    c->p += m;
+    c->n -= m;
+    return m == l ? RECORD_FULL : RECORD_PREFIX;
+}
+
+/* Classifies s[0, n) against ESC "_wsinit;" STATUS ESC "\\" where STATUS
+ * is "exited N" (0..255) or "signaled N" (1..64), decimal without leading
+ * zeros, then optionally " core", then optionally " oom". Strict, so that
+ * the record the relay acts on is exactly the one the init can write. */
+static enum record record_match(const uint8_t *s, size_t n)
+{
+    struct cursor c = {s, n};
+    unsigned v = 0, digits = 0, min, max;
+    bool core = false, oom = false;
+    enum record m;
+
+    if ((m = match_lit(&c, RECORD_OPEN)) != RECORD_FULL)
+        return m;
+    if ((m = match_lit(&c, "exited ")) == RECORD_FULL) {
+        min = 0;
+        max = 255;
+    } else if (m == RECORD_PREFIX) {
+        return m;
+    } else if ((m = match_lit(&c, "signaled ")) == RECORD_FULL) {
+        min = 1;
+        max = 64;
+    } else {
+        return m;
+    }
+    for (; c.n > 0 && *c.p >= '0' && *c.p <= '9'; c.p++, c.n--, digits++) {
+        if (digits > 0 && v == 0)
+            return RECORD_NO;
+        v = v * 10 + (unsigned)(*c.p - '0');
+        if (v > max)
+            return RECORD_NO;
+    }
+    if (digits == 0)
+        return c.n == 0 ? RECORD_PREFIX : RECORD_NO;
+    if (v < min)
+        return RECORD_NO;
+    for (;;) {
+        if (c.n == 0)
+            return RECORD_PREFIX;
+        if ((m = match_lit(&c, RECORD_CLOSE)) == RECORD_FULL)
+            return c.n == 0 ? RECORD_FULL : RECORD_NO;
+        if (m == RECORD_PREFIX)
+            return m;
+        if (!core && !oom && (m = match_lit(&c, " core")) != RECORD_NO) {
+            if (m == RECORD_PREFIX)
+                return m;
+            core = true;
+            continue;
+        }
+        if (!oom && (m = match_lit(&c, " oom")) != RECORD_NO) {
+            if (m == RECORD_PREFIX)
+                return m;
+            oom = true;
+            continue;
+        }
+        return RECORD_NO;
+    }
+}
+
+/* --- Output ------------------------------------------------------------------- */
+
+/* A blocking full write to fd 1 or 2: while it blocks the socket is not
+ * read, which is the backpressure. A reader that went away (EPIPE, or EIO
+ * from a terminal whose master is closed) turns the fd's output off for
+ * good; the caller keeps draining the socket regardless. */
+static void out_write(struct relay *r, int fd, const uint8_t *p, size_t len)
+{
+    while (len > 0 && !r->gone[fd]) {
+        ssize_t n = write(fd, p, len);
+
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            /* Someone handed us a non-blocking descriptor: block anyway. */
+            wait_fd(fd, POLLOUT, -1);
+            continue;
+        }
+        int e = n < 0 ? errno : EIO;
+        r->gone[fd] = true;
+        if (e != EPIPE && e != EIO && fd != STDERR_FILENO)
+            say("writing to fd %d failed, its output is dropped: %s", fd, strerror(e));
+    }
+}
+
+/* Passes the watched stream's bytes on, holding back the longest suffix of
+ * what came so far that is, or may still become, an exit record: only that
+ * suffix (at most RECORD_MAX bytes) waits for more bytes; everything
+ * before it goes out now, so interactive output is not delayed. A held
+ * record followed by anything is no longer a suffix and goes out as
+ * output: only the record at the very end of the stream is the init's. */
+static void hold_feed(struct relay *r, const uint8_t *data, size_t len)
+{
+    int fd = r->watched == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO;
+    uint8_t win[RECORD_MAX];
+    size_t total = r->held_len + len;
+    size_t wlen = total < RECORD_MAX ? total : RECORD_MAX;
+    size_t wstart = total - wlen, keep = 0, flush, from_held;
+
+    for (size_t i = 0; i < wlen; i++) {
+        size_t at = wstart + i;
+
+        win[i] = at < r->held_len ? r->held[at] : data[at - r->held_len];
+    }
+    for (size_t i = 0; i < wlen; i++) {
+        if (win[i] == ESC && record_match(win + i, wlen - i) != RECORD_NO) {
+            keep = wlen - i;
+            break;
+        }
+    }
+    flush = total - keep;
+    from_held = flush < r->held_len ? flush : r->held_len;
+    out_write(r, fd, r->held, from_held);
+    out_write(r, fd, data, flush - from_held);
+    memcpy(r->held, win + wlen - keep, keep);
+    r->held_len = keep;
+}
+
+static int on_payload(void *arg, enum ws_frames_stream stream, const uint8_t *data, size_t len)
+{
+    struct relay *r = arg;
+
+    if (stream == r->watched)
+        hold_feed(r, data, len);
+    else
+        /* systemerr is the daemon's, not the command's, but the command's
+         * stderr is still the only place a reader will look. */
+        out_write(r, stream == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO, data, len);
+    return 0;
+}
+
+/* Returns 0 or -EPROTO (said). */
+static int feed(struct relay *r, const uint8_t *data, size_t len)
+{
+    ssize_t n = ws_frames_feed(&r->frames, data, len, on_payload, r);
+
+    if (n < 0) {
+        say("the daemon's stream is not well-formed: %s", strerror((int)-n));
+        return (int)n;
+    }
+    return 0;
+}
+
+/* --- The terminal --------------------------------------------------------- */
+
+/* Tells the daemon fd 0's size; a 0x0 terminal (nobody set one) is left to
+ * the daemon's default. Failures are not reported: stderr is the user's
+ * terminal here, and a wrong size is no reason to end the command. */
+static void resize(struct relay *r)
+{
+    char path[WS_DOCKER_PATH_MAX], body[256];
+    struct winsize ws;
+    size_t len;
+    long status;
+
+    if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) < 0 || ws.ws_row == 0 || ws.ws_col == 0)
+        return;
+    if (ws_docker_path_exec_resize(r->opt.api, r->opt.exec_id, ws.ws_row, ws.ws_col, path,
+                                   sizeof(path)) < 0)
+        return;
+    (void)simple_call(&r->opt.cfg, true, path, body, sizeof(body), &len, &status, r->curl_err);
+}
+
+static void on_sigwinch(struct relay *r)
+{
+    struct signalfd_siginfo si[8];
+    bool any = false;
+
+    /* Several changes since the last look need one resize: the latest. */
+    while (read(r->sigfd, si, sizeof(si)) > 0)
+        any = true;
+    if (any)
+        resize(r);
+}
+
+/* Puts fd 0 in raw mode: the terminal that interprets keys and output is
+ * the container's; this one must pass bytes untouched both ways. */
+static int tty_setup(struct termios *ret_saved)
+{
+    struct termios t, saved;
+
+    if (tcgetattr(STDIN_FILENO, &saved) < 0)
+        return -errno;
+    t = saved;
+    cfmakeraw(&t);
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &t) < 0)
+        return -errno;
+    *ret_saved = saved;
+    return 0;
+}
+
+/* --- The relay loop ------------------------------------------------------- */
+
+/* Ends the forwarding of stdin, telling the process when we can. */
+static void stdin_close(struct relay *r)
+{
+    r->in_reading = false;
+    r->in_off = r->in_len = 0;
+    if (r->in_closed)
+        return;
+    r->in_closed = true;
+    /* Over TLS a half-close would end the session (see the top). */
+    if (!r->opt.cfg.tls)
+        shutdown(r->conn.sock, SHUT_WR);
+}
+
+static void stdin_read(struct relay *r)
+{
+    ssize_t n;
+
+    do
+        n = read(STDIN_FILENO, r->in_buf, IO_BUF_SIZE);
+    while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        r->in_off = 0;
+        r->in_len = (size_t)n;
+        return;
+    }
+    if (n < 0 && errno == EAGAIN)
+        return;
+    /* EOF, or EIO from a terminal whose other side is gone: the same end. */
+    if (n < 0 && errno != EIO)
+        say("reading stdin failed, closing the command's stdin: %s", strerror(errno));
+    stdin_close(r);
+}
+
+static void stdin_send(struct relay *r)
+{
+    while (r->in_off < r->in_len) {
+        ssize_t n = conn_send(&r->conn, r->in_buf + r->in_off, r->in_len - r->in_off);
+
+        if (n == -EAGAIN)
+            return;
+        if (n < 0) {
+            /* The process no longer reads stdin (or is gone): the rest of
+             * the input has nowhere to go, the output may still come. */
+            r->in_closed = true;
+            stdin_close(r);
+            return;
+        }
+        r->in_off += (size_t)n;
+    }
+    r->in_off = r->in_len = 0;
+}
+
+/* Relays until the daemon closes the stream. Returns 0 at its end, or
+ * -EPROTO (said). */
+static int relay_loop(struct relay *r)
+{
+    /* curl may already hold bytes (TLS records decrypted ahead), which no
+     * poll would announce: ask curl first, poll once it says EAGAIN. */
+    bool sock_ready = true;
+
+    for (;;) {
+        struct pollfd p[3];
+        int np = 1, in_i = -1, sig_i = -1, n;
+        bool pending_in = r->in_off < r->in_len;
+
+        p[0] = (struct pollfd){.fd = r->conn.sock, .events = POLLIN | (pending_in ? POLLOUT : 0)};
+        if (r->in_reading && !pending_in) {
+            in_i = np;
+            p[np++] = (struct pollfd){.fd = STDIN_FILENO, .events = POLLIN};
+        }
+        if (r->sigfd >= 0) {
+            sig_i = np;
+            p[np++] = (struct pollfd){.fd = r->sigfd, .events = POLLIN};
+        }
+        n = poll(p, (nfds_t)np, sock_ready ? 0 : -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            say("poll failed: %s", strerror(errno));
+            return -errno;
+        }
+        if (sig_i >= 0 && p[sig_i].revents)
+            on_sigwinch(r);
+        if (sock_ready || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+            ssize_t got = conn_recv(&r->conn, sock_buf, sizeof(sock_buf));
+
+            if (got == -EAGAIN) {
+                sock_ready = false;
+            } else if (got <= 0) {
+                /* A reset is an end like any other: whether the stream was
+                 * whole is for the framing and the exit record to say. */
+                return 0;
+            } else {
+                int err = feed(r, sock_buf, (size_t)got);
+
+                if (err < 0)
+                    return err;
+                sock_ready = true;
+            }
+        }
+        if (in_i >= 0 && p[in_i].revents)
+            stdin_read(r);
+        if (r->in_off < r->in_len)
+            stdin_send(r);
+    }
+}
+
+/* --- The end -------------------------------------------------------------- */
+
+/* The exit code from GET /exec/{id}/json, or -ENODATA when it is not known
+ * (said either way). */
+static int inspect_exit(struct relay *r)
+{
+    static char body[INSPECT_BODY_MAX];
+    char path[WS_DOCKER_PATH_MAX];
+    struct ws_docker_exec_state st;
+    size_t len;
+    long status;
+    int err;
+
+    err =
+        ws_docker_path_exec(r->opt.api, r->opt.exec_id, WS_DOCKER_EXEC_INSPECT, path, sizeof(path));
+    if (err < 0)
+        return err;
+    for (int i = 0; i < INSPECT_TRIES; i++) {
+        if (i > 0) {
+            struct timespec ts = {0, INSPECT_PAUSE_MS * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        err = simple_call(&r->opt.cfg, false, path, body, sizeof(body), &len, &status, r->curl_err);
+        if (err < 0) {
+            say("inspecting the exec failed: %s", r->curl_err);
+            return -ENODATA;
+        }
+        if (status != 200) {
+            say("inspecting the exec failed: HTTP status %ld", status);
+            return -ENODATA;
+        }
+        err = ws_docker_parse_exec_inspect(body, len, &st);
+        if (err < 0) {
+            say("the exec's inspect does not parse");
+            return -ENODATA;
+        }
+        if (st.exited) {
+            if (st.exit_code < 0 || st.exit_code > 255) {
+                say("the exec's exit code %d is out of range", st.exit_code);
+                return -ENODATA;
+            }
+            return st.exit_code;
+        }
+        if (!st.running)
+            break;
+    }
+    say("the exec's exit code is unknown");
+    return -ENODATA;
+}
+
+/* After the stream's end: the status line and the exit code. */
+static int finish(struct relay *r)
+{
+    const size_t open_len = sizeof(RECORD_OPEN) - 1, close_len = sizeof(RECORD_CLOSE) - 1;
+    char line[RECORD_MAX];
+    const char *p;
+    size_t len;
+    unsigned v = 0;
+    bool signaled;
+    int code;
+
+    if (ws_frames_eof(&r->frames) < 0) {
+        say("the daemon's stream ended inside a frame");
+        return EXIT_FAILED;
+    }
+    if (record_match(r->held, r->held_len) != RECORD_FULL) {
+        /* A partial record at the end is output like any other bytes. */
+        out_write(r, r->watched == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO, r->held,
+                  r->held_len);
+        r->held_len = 0;
+        say("no exit record came from the container; the exit code is the exec's");
+        code = inspect_exit(r);
+        return code < 0 ? EXIT_FAILED : code;
+    }
+    /* record_match vouched for the form: "exited N..." or "signaled N...",
+     * so the number starts after the first space and the line fits. */
+    len = r->held_len - open_len - close_len;
+    memcpy(line, r->held + open_len, len);
+    line[len++] = '\n';
+    signaled = line[0] == 's';
+    for (p = (const char *)memchr(line, ' ', len) + 1; *p >= '0' && *p <= '9'; p++)
+        v = v * 10 + (unsigned)(*p - '0');
+    for (p = line; p < line + len;) {
+        ssize_t n = write(r->opt.status_fd, p, (size_t)(line + len - p));
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break; /* the server went away: the exit code still tells */
+        p += n;
+    }
+    return signaled ? 128 + (int)v : (int)v;
+}
+
+int main(int argc, char **argv)
+{
+    struct relay r = {.sigfd = -1, .in_buf = stdin_buf};
+    struct termios saved;
+    bool tty_saved = false;
+    size_t off = 0, extra = 0;
+    int code, err;
+
+    /* An fd the server forgot to open would be taken by the socket, and
+     * output would go to the daemon. */
+    for (int fd = 0; fd <= 2; fd++) {
+        if (!fd_open(fd)) {
+            say("fd %d is not open", fd);
+            return EXIT_USAGE;
+        }
+    }
+    if (parse_args(argc, argv, &r.opt) < 0) {
+        usage_line();
+        return EXIT_USAGE;
+    }
+    /* A reader that goes away is seen as EPIPE, not a signal. */
+    signal(SIGPIPE, SIG_IGN);
+    if (r.opt.tty) {
+        sigset_t mask;
+
+        err = tty_setup(&saved);
+        if (err < 0) {
+            say("--tty needs a terminal on fd 0: %s", strerror(-err));
+            return EXIT_USAGE;
+        }
+        tty_saved = true;
+        /* Blocked before the first resize, so a change from then on is
+         * pending on the signalfd rather than lost. */
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGWINCH);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        r.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    }
+    r.watched = r.opt.tty ? WS_FRAMES_STDOUT : WS_FRAMES_STDERR;
+    r.in_reading = r.opt.stdin_on;
+    /* Without --stdin the exec has no stdin: nothing is half-closed. */
+    r.in_closed = !r.opt.stdin_on;
+    ws_frames_init(&r.frames, r.opt.tty);
+
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        say("curl_global_init failed");
+        code = EXIT_FAILED;
+        goto out;
+    }
+    err = conn_open(&r.opt.cfg, r.curl_err, &r.conn);
+    if (err < 0) {
+        code = EXIT_FAILED;
+        goto out;
+    }
+    err = start_exec(&r, &off, &extra);
+    if (err < 0) {
+        code = EXIT_FAILED;
+        goto out;
+    }
+    /* The daemon holds a resize until the exec has started, which it
+     * does right after the head it just sent. */
+    if (r.opt.tty)
+        resize(&r);
+    /* Bytes read with the head are the stream's first. */
+    err = feed(&r, (const uint8_t *)head_buf + off, extra);
+    if (err == 0)
+        err = relay_loop(&r);
+    code = err < 0 ? EXIT_FAILED : finish(&r);
+out:
+    conn_close(&r.conn);
+    if (r.sigfd >= 0)
+        close(r.sigfd);
+    if (tty_saved)
+        tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+    curl_global_cleanup();
+    return code;
+}

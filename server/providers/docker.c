@@ -1,0 +1,1076 @@
+#include "server/providers/docker.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "server/base/fd.h"
+#include "server/docker/http.h"
+#include "server/posix/pump.h"
+
+/* Longest status line the relay writes ("signaled 64 core oom\n"). */
+#define STATUS_MAX 64
+/* "p_" and 16 hex digits: the init's handle for a command. */
+#define HANDLE_LEN 18
+
+/* What the runtime knows of one workspace's container. */
+struct box {
+    struct box *next;
+    char workspace_id[WS_DOCKER_LABEL_ID_MAX + 1];
+    char container_id[WS_DOCKER_ID_LEN + 1];
+    /* The image's Config.Env names: removed from every exec's
+     * environment. */
+    char **image_env;
+};
+
+struct ws_docker_rt {
+    struct ws_pump *pump;
+    struct ws_docker_http *http;
+    char server_id[WS_DOCKER_LABEL_ID_MAX + 1];
+    /* The relay's --host and TLS arguments: DOCKER_HOST as read at start. */
+    char *host_arg;
+    char *cert_path;
+    bool tls;
+    pthread_mutex_t lock;
+    bool have_version;
+    struct ws_docker_api_version version;
+    struct box *boxes;
+};
+
+/* One command's relay and in-container handle. */
+struct run {
+    struct ws_docker_rt *rt;
+    char container_id[WS_DOCKER_ID_LEN + 1];
+    char handle[HANDLE_LEN + 1];
+    char *argv[24];
+    size_t argc;
+    int status_fd;   /* ours: the relay's exit record */
+    int child_fd[1]; /* the relay's end, given as fd 3 */
+    bool killed;
+};
+
+/* ---- paths of our programs ---- */
+
+static const char *find_program(const char *env, const char *name, char *buf, size_t size)
+{
+    const char *forced = getenv(env);
+    char exe[PATH_MAX];
+    ssize_t n;
+
+    if (forced && forced[0])
+        return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
+    /* Installed next to the server binary, or in the build tree's docker
+     * directory beside it. */
+    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    const char *dirs[] = {"", "/docker", "/server/docker"};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+        int k = snprintf(buf, size, "%s%s/%s", exe, dirs[i], name);
+        if (k > 0 && (size_t)k < size && access(buf, X_OK) == 0)
+            return buf;
+    }
+    return NULL;
+}
+
+const char *ws_docker_rt_init_path(void)
+{
+    static _Thread_local char found[PATH_MAX];
+
+    return find_program(WS_DOCKER_INIT_ENV, WS_DOCKER_INIT_NAME, found, sizeof(found));
+}
+
+const char *ws_docker_rt_relay_path(void)
+{
+    static _Thread_local char found[PATH_MAX];
+
+    return find_program(WS_DOCKER_RELAY_ENV, WS_DOCKER_RELAY_NAME, found, sizeof(found));
+}
+
+/* ---- life ---- */
+
+int ws_docker_rt_new(const char *server_id, struct ws_docker_rt **ret)
+{
+    struct ws_docker_http_config cfg;
+    struct ws_docker_rt *rt;
+    const char *host = getenv("DOCKER_HOST");
+    const char *verify = getenv("DOCKER_TLS_VERIFY");
+    const char *certs = getenv("DOCKER_CERT_PATH");
+    int err;
+
+    if (!server_id || !*server_id || strlen(server_id) > WS_DOCKER_LABEL_ID_MAX)
+        return -EINVAL;
+    err = ws_docker_http_config_from_env(&cfg);
+    if (err < 0)
+        return -EINVAL;
+    rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return -ENOMEM;
+    snprintf(rt->server_id, sizeof(rt->server_id), "%s", server_id);
+    rt->tls = cfg.tls;
+    rt->host_arg = strdup(host && *host ? host : "unix://" WS_DOCKER_HTTP_DEFAULT_SOCKET);
+    rt->cert_path = certs && *certs ? strdup(certs) : NULL;
+    (void)verify;
+    pthread_mutex_init(&rt->lock, NULL);
+    if (!rt->host_arg) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    err = ws_pump_new(&rt->pump);
+    if (err < 0)
+        goto fail;
+    err = ws_docker_http_new(rt->pump, &cfg, &rt->http);
+    if (err < 0)
+        goto fail;
+    *ret = rt;
+    return 0;
+fail:
+    ws_docker_rt_free(rt);
+    return err;
+}
+
+static void box_free(struct box *b)
+{
+    if (b) {
+        ws_docker_names_free(b->image_env);
+        free(b);
+    }
+}
+
+void ws_docker_rt_free(struct ws_docker_rt *rt)
+{
+    if (!rt)
+        return;
+    ws_docker_http_free(rt->http);
+    ws_pump_free(rt->pump);
+    while (rt->boxes) {
+        struct box *b = rt->boxes;
+        rt->boxes = b->next;
+        box_free(b);
+    }
+    pthread_mutex_destroy(&rt->lock);
+    free(rt->host_arg);
+    free(rt->cert_path);
+    free(rt);
+}
+
+/* ---- calls ---- */
+
+/* Transport errors: the daemon is not there (now). */
+static int unreachable(struct ws_diag *d, int err)
+{
+    ws_diag_set(d, "docker backend unavailable: the Docker daemon is not reachable (%s)",
+                strerror(-err));
+    ws_diag_meta(d, "transient", "true");
+    if (d)
+        d->transient = true;
+    return -WS_EFAILED;
+}
+
+/* The daemon's message from an error body, for a diag. */
+static void daemon_message(const char *body, size_t len, char *buf, size_t size)
+{
+    if (ws_docker_parse_error(body, len, buf, size) < 0)
+        snprintf(buf, size, "no message");
+}
+
+/* One call to its end. 0 with the body (caller frees) and status, or a
+ * transport error turned into -WS_EFAILED (transient). */
+static int call(struct ws_docker_rt *rt, enum ws_docker_http_method method, const char *path,
+                const char *body, long timeout_ms, char **ret_body, size_t *ret_len,
+                long *ret_status, struct ws_diag *d)
+{
+    struct ws_docker_http_request req = {
+        .method = method,
+        .path = path,
+        .body = body,
+        .body_len = body ? strlen(body) : 0,
+        .timeout_ms = timeout_ms ? timeout_ms : WS_DOCKER_CALL_TIMEOUT_MS,
+    };
+    int err = ws_docker_http_call_sync(rt->http, &req, ret_body, ret_len, ret_status,
+                                       WS_DOCKER_RESPONSE_MAX);
+
+    if (err == -ENOMEM)
+        return err;
+    if (err < 0)
+        return unreachable(d, err);
+    return 0;
+}
+
+/* The API version to speak, negotiated once per runtime from /version
+ * (a failure is never remembered). */
+static int version(struct ws_docker_rt *rt, struct ws_docker_api_version *ret, struct ws_diag *d)
+{
+    struct ws_docker_version dv;
+    char *body = NULL;
+    size_t len = 0;
+    long status = 0;
+    int err;
+
+    pthread_mutex_lock(&rt->lock);
+    if (rt->have_version) {
+        *ret = rt->version;
+        pthread_mutex_unlock(&rt->lock);
+        return 0;
+    }
+    pthread_mutex_unlock(&rt->lock);
+    err = call(rt, WS_DOCKER_HTTP_GET, WS_DOCKER_PATH_VERSION, NULL, 0, &body, &len, &status, d);
+    if (err < 0)
+        return err;
+    if (status != 200 || ws_docker_parse_version(body, len, &dv) < 0) {
+        free(body);
+        ws_diag_set(d, "the Docker daemon answered /version with HTTP %ld", status);
+        return -WS_EFAILED;
+    }
+    free(body);
+    if (ws_docker_negotiate(&dv, ret) < 0) {
+        ws_diag_set(d, "the Docker daemon's API %u.%u is not supported (need %u.%u or newer)",
+                    dv.api.major, dv.api.minor, WS_DOCKER_API_MIN_MAJOR, WS_DOCKER_API_MIN_MINOR);
+        return -WS_EFAILED;
+    }
+    pthread_mutex_lock(&rt->lock);
+    rt->version = *ret;
+    rt->have_version = true;
+    pthread_mutex_unlock(&rt->lock);
+    return 0;
+}
+
+int ws_docker_rt_ping(struct ws_docker_rt *rt, char *api_version, size_t size, struct ws_diag *d)
+{
+    struct ws_docker_api_version v;
+    char *body = NULL;
+    long status = 0;
+    int err =
+        call(rt, WS_DOCKER_HTTP_GET, WS_DOCKER_PATH_PING, NULL, 5000, &body, NULL, &status, d);
+
+    free(body);
+    if (err < 0)
+        return err;
+    if (status != 200) {
+        ws_diag_set(d, "the Docker daemon answered /_ping with HTTP %ld", status);
+        return -WS_EFAILED;
+    }
+    err = version(rt, &v, d);
+    if (err < 0)
+        return err;
+    snprintf(api_version, size, "%u.%u", v.major, v.minor);
+    return 0;
+}
+
+/* ---- containers ---- */
+
+static struct box *box_find_locked(struct ws_docker_rt *rt, const char *workspace_id)
+{
+    for (struct box *b = rt->boxes; b; b = b->next)
+        if (!strcmp(b->workspace_id, workspace_id))
+            return b;
+    return NULL;
+}
+
+/* Replaces (or, with b NULL, drops) what is remembered of a workspace. */
+static void box_set(struct ws_docker_rt *rt, const char *workspace_id, struct box *b)
+{
+    pthread_mutex_lock(&rt->lock);
+    for (struct box **p = &rt->boxes; *p; p = &(*p)->next)
+        if (!strcmp((*p)->workspace_id, workspace_id)) {
+            struct box *old = *p;
+            *p = old->next;
+            box_free(old);
+            break;
+        }
+    if (b) {
+        b->next = rt->boxes;
+        rt->boxes = b;
+    }
+    pthread_mutex_unlock(&rt->lock);
+}
+
+/* DELETE ?force=true&v=true; a missing container is not an error. */
+static int remove_container(struct ws_docker_rt *rt, struct ws_docker_api_version v,
+                            const char *ref, struct ws_diag *d)
+{
+    char path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX];
+    char *body = NULL;
+    size_t len = 0;
+    long status = 0;
+    int err;
+
+    if (ws_docker_path_container(v, ref, WS_DOCKER_CONTAINER_REMOVE, path, sizeof(path)) < 0)
+        return -EINVAL;
+    err = call(rt, WS_DOCKER_HTTP_DELETE, path, NULL, 0, &body, &len, &status, d);
+    if (err < 0)
+        return err;
+    if (status == 204 || status == 404) {
+        free(body);
+        return 0;
+    }
+    daemon_message(body, len, msg, sizeof(msg));
+    free(body);
+    /* 409 "removal already in progress": another remover has it. */
+    if (status == 409 && strstr(msg, "in progress"))
+        return 0;
+    ws_diag_set(d, "the Docker daemon did not remove the container: %s", msg);
+    return -WS_EFAILED;
+}
+
+/* Whether a pull's progress stream reports an error; its text in buf. */
+static bool pull_error(const char *body, size_t len, char *buf, size_t size)
+{
+    const char *line = body, *end = body + len;
+
+    while (body && line < end) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        size_t n = nl ? (size_t)(nl - line) : (size_t)(end - line);
+        json_t *doc = json_loadb(line, n, 0, NULL);
+        json_t *e = doc ? json_object_get(doc, "error") : NULL;
+
+        if (json_is_string(e)) {
+            snprintf(buf, size, "%s", json_string_value(e));
+            for (char *c = buf; *c; c++)
+                if ((unsigned char)*c < 0x20)
+                    *c = ' ';
+            json_decref(doc);
+            return true;
+        }
+        json_decref(doc);
+        line += n + 1;
+    }
+    return false;
+}
+
+/* The image present (pulled if the policy allows), its VOLUMEs refused,
+ * its environment's names in *ret_env. */
+static int ensure_image(struct ws_docker_rt *rt, struct ws_docker_api_version v,
+                        const Workspace__V1__DockerConfig *cfg, char ***ret_env, struct ws_diag *d)
+{
+    char path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX];
+    char *body = NULL;
+    size_t len = 0;
+    long status = 0;
+    bool volumes = false;
+    int err;
+
+    if (ws_docker_path_image_inspect(v, cfg->image, path, sizeof(path)) < 0)
+        return -EINVAL;
+    err = call(rt, WS_DOCKER_HTTP_GET, path, NULL, 0, &body, &len, &status, d);
+    if (err < 0)
+        return err;
+    if (status == 404) {
+        free(body);
+        body = NULL;
+        if (cfg->pull_policy == WORKSPACE__V1__PULL_POLICY__PULL_NEVER) {
+            ws_diag_set(d, "image %s is not present and pull_policy is never", cfg->image);
+            ws_diag_meta(d, "image", "%s", cfg->image);
+            return -WS_EFAILED;
+        }
+        if (ws_docker_path_image_pull(v, cfg->image, path, sizeof(path)) < 0)
+            return -EINVAL;
+        err = call(rt, WS_DOCKER_HTTP_POST, path, NULL, WS_DOCKER_PULL_TIMEOUT_MS, &body, &len,
+                   &status, d);
+        if (err < 0)
+            return err;
+        /* The pull reports progress as a stream of JSON lines; a failure
+         * is either the status or an {"error": ...} line (the status is
+         * 200 once the stream has begun). */
+        if (status != 200 || pull_error(body, len, msg, sizeof(msg))) {
+            if (status != 200)
+                daemon_message(body, len, msg, sizeof(msg));
+            free(body);
+            ws_diag_set(d, "pulling image %s failed: %s", cfg->image, msg);
+            ws_diag_meta(d, "image", "%s", cfg->image);
+            return -WS_EFAILED;
+        }
+        free(body);
+        body = NULL;
+        if (ws_docker_path_image_inspect(v, cfg->image, path, sizeof(path)) < 0)
+            return -EINVAL;
+        err = call(rt, WS_DOCKER_HTTP_GET, path, NULL, 0, &body, &len, &status, d);
+        if (err < 0)
+            return err;
+    }
+    if (status != 200) {
+        daemon_message(body, len, msg, sizeof(msg));
+        free(body);
+        ws_diag_set(d, "inspecting image %s failed: %s", cfg->image, msg);
+        return -WS_EFAILED;
+    }
+    err = ws_docker_parse_image_volumes(body, len, &volumes);
+    if (err == 0 && volumes) {
+        free(body);
+        ws_diag_set(d,
+                    "image %s declares VOLUMEs, which would be writable outside the "
+                    "workspace and its limits: refused",
+                    cfg->image);
+        ws_diag_meta(d, "image", "%s", cfg->image);
+        return -WS_EFAILED;
+    }
+    if (err == 0)
+        err = ws_docker_parse_image_env_names(body, len, ret_env);
+    free(body);
+    if (err < 0) {
+        ws_diag_set(d, "the Docker daemon's image document is not understood");
+        return err == -ENOMEM ? err : -WS_EFAILED;
+    }
+    return 0;
+}
+
+static void spec_fill(const char *server_id, const char *workspace_id, const char *dir,
+                      const Workspace__V1__DockerConfig *cfg, const char *user,
+                      const char *init_path, struct ws_docker_container_spec *ret)
+{
+    *ret = (struct ws_docker_container_spec){
+        .image = cfg->image,
+        .workspace_dir = dir,
+        .user = user,
+        .server_id = server_id,
+        .workspace_id = workspace_id,
+        .network_allow = cfg->network == WORKSPACE__V1__NETWORK__NETWORK_ALLOW,
+        .memory_bytes = (int64_t)cfg->memory_mb << 20,
+        .nano_cpus = cfg->cpus > 0 ? (int64_t)(cfg->cpus * 1e9 + 0.5) : 0,
+        .pids_limit = cfg->pids_limit ? cfg->pids_limit : WS_DOCKER_PIDS_DEFAULT,
+        .init_path = init_path,
+    };
+}
+
+/* GET /containers/{ref}/json into hardening and state; 404: -ENOENT. */
+static int inspect(struct ws_docker_rt *rt, struct ws_docker_api_version v, const char *ref,
+                   struct ws_docker_hardening *ret_h, struct ws_docker_state *ret_s, char *ret_id,
+                   struct ws_diag *d)
+{
+    char path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX];
+    char *body = NULL;
+    size_t len = 0;
+    long status = 0;
+    int err;
+
+    if (ws_docker_path_container(v, ref, WS_DOCKER_CONTAINER_INSPECT, path, sizeof(path)) < 0)
+        return -EINVAL;
+    err = call(rt, WS_DOCKER_HTTP_GET, path, NULL, 0, &body, &len, &status, d);
+    if (err < 0)
+        return err;
+    if (status == 404) {
+        free(body);
+        return -ENOENT;
+    }
+    if (status != 200) {
+        daemon_message(body, len, msg, sizeof(msg));
+        free(body);
+        ws_diag_set(d, "inspecting the container failed: %s", msg);
+        return -WS_EFAILED;
+    }
+    err = ws_docker_parse_hardening(body, len, ret_h);
+    if (err == 0)
+        err = ws_docker_parse_state(body, len, ret_s);
+    if (err == 0 && ret_id) {
+        struct ws_docker_created c;
+        /* The inspect document carries "Id" like a create's answer. */
+        err = ws_docker_parse_created(body, len, &c);
+        if (err == 0)
+            memcpy(ret_id, c.id, sizeof(c.id));
+    }
+    free(body);
+    if (err < 0) {
+        ws_diag_set(d, "the Docker daemon's container document is not understood");
+        return err == -ENOMEM ? err : -WS_EFAILED;
+    }
+    return 0;
+}
+
+int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
+                        const Workspace__V1__DockerConfig *cfg, bool fresh, struct ws_diag *d)
+{
+    struct ws_docker_container_spec spec;
+    struct ws_docker_api_version v;
+    struct ws_docker_hardening h;
+    struct ws_docker_state st;
+    struct ws_docker_created created;
+    char name[WS_DOCKER_NAME_MAX + 1], path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX];
+    char user[WS_DOCKER_USER_MAX], id[WS_DOCKER_ID_LEN + 1] = "";
+    const char *init = ws_docker_rt_init_path();
+    char *json = NULL, *body = NULL;
+    size_t len = 0;
+    long status = 0;
+    struct box *b = NULL;
+    bool made = false;
+    int err;
+
+    if (!init || !ws_docker_rt_relay_path()) {
+        ws_diag_set(d, "docker backend unavailable: the %s program is missing",
+                    init ? WS_DOCKER_RELAY_NAME : WS_DOCKER_INIT_NAME);
+        return -WS_EFAILED;
+    }
+    if (cfg->user && cfg->user[0])
+        snprintf(user, sizeof(user), "%s", cfg->user);
+    else if (ws_docker_user_format(getuid(), getgid(), user, sizeof(user)) < 0)
+        return -EINVAL;
+    err = ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name));
+    if (err < 0)
+        return -EINVAL;
+    spec_fill(rt->server_id, workspace_id, dir, cfg, user, init, &spec);
+    err = version(rt, &v, d);
+    if (err < 0)
+        return err;
+
+    b = calloc(1, sizeof(*b));
+    if (!b)
+        return -ENOMEM;
+    snprintf(b->workspace_id, sizeof(b->workspace_id), "%s", workspace_id);
+    err = ensure_image(rt, v, cfg, &b->image_env, d);
+    if (err < 0)
+        goto out;
+
+    if (!fresh) {
+        /* Keep a container that runs and reads back right. */
+        err = inspect(rt, v, name, &h, &st, id, d);
+        if (err == 0 && st.running && !ws_docker_hardening_mismatch(&h, &spec)) {
+            memcpy(b->container_id, id, sizeof(id));
+            box_set(rt, workspace_id, b);
+            return 0;
+        }
+        if (err < 0 && err != -ENOENT)
+            goto out;
+    }
+    err = remove_container(rt, v, name, d);
+    if (err < 0)
+        goto out;
+    err = ws_docker_create_body(&spec, &json);
+    if (err < 0) {
+        ws_diag_set(d, "the container's configuration is not valid");
+        err = err == -ENOMEM ? err : -WS_EFAILED;
+        goto out;
+    }
+    if (ws_docker_path_create(v, name, path, sizeof(path)) < 0) {
+        err = -EINVAL;
+        goto out;
+    }
+    err = call(rt, WS_DOCKER_HTTP_POST, path, json, 0, &body, &len, &status, d);
+    if (err < 0)
+        goto out;
+    if (status != 201 || ws_docker_parse_created(body, len, &created) < 0) {
+        daemon_message(body, len, msg, sizeof(msg));
+        ws_diag_set(d, "the Docker daemon did not create the container: %s", msg);
+        err = -WS_EFAILED;
+        goto out;
+    }
+    made = true;
+    memcpy(id, created.id, sizeof(id));
+    free(body);
+    body = NULL;
+
+    if (ws_docker_path_container(v, id, WS_DOCKER_CONTAINER_START, path, sizeof(path)) < 0) {
+        err = -EINVAL;
+        goto out;
+    }
+    err = call(rt, WS_DOCKER_HTTP_POST, path, NULL, 0, &body, &len, &status, d);
+    if (err < 0)
+        goto out;
+    if (status != 204 && status != 304) {
+        daemon_message(body, len, msg, sizeof(msg));
+        ws_diag_set(d, "the Docker daemon did not start the container: %s", msg);
+        err = -WS_EFAILED;
+        goto out;
+    }
+    /* Read back, never assumed: a daemon may drop what its kernel cannot
+     * enforce with a warning only. */
+    err = inspect(rt, v, id, &h, &st, NULL, d);
+    if (err == -ENOENT) {
+        ws_diag_set(d, "the container vanished right after its start");
+        err = -WS_EFAILED;
+    }
+    if (err < 0)
+        goto out;
+    const char *bad = ws_docker_hardening_mismatch(&h, &spec);
+    if (bad) {
+        ws_diag_set(d, "the Docker daemon did not apply %s as asked: refused", bad);
+        ws_diag_meta(d, "setting", "%s", bad);
+        err = -WS_EFAILED;
+        goto out;
+    }
+    if (!st.running) {
+        ws_diag_set(d, "the container stopped right after its start (status %s, exit code %d)",
+                    st.status, st.exit_code);
+        err = -WS_EFAILED;
+        goto out;
+    }
+    memcpy(b->container_id, id, sizeof(id));
+    box_set(rt, workspace_id, b);
+    b = NULL;
+    err = 0;
+out:
+    if (err < 0 && made) {
+        /* Compensation: nothing of a failed Open stays behind. */
+        struct ws_diag ignored = {0};
+        (void)remove_container(rt, v, id, &ignored);
+    }
+    box_free(b);
+    free(json);
+    free(body);
+    return err;
+}
+
+int ws_docker_rt_detach(struct ws_docker_rt *rt, const char *workspace_id, struct ws_diag *d)
+{
+    struct ws_docker_api_version v;
+    char name[WS_DOCKER_NAME_MAX + 1];
+    int err;
+
+    if (ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name)) < 0)
+        return -EINVAL;
+    err = version(rt, &v, d);
+    if (err == 0)
+        err = remove_container(rt, v, name, d);
+    if (err < 0) {
+        char why[WS_DIAG_MESSAGE_MAX];
+        snprintf(why, sizeof(why), "%s", d ? d->message : "");
+        ws_diag_set(d, "the workspace's container could not be removed (Close can be retried): %s",
+                    why);
+        return err;
+    }
+    box_set(rt, workspace_id, NULL);
+    return 0;
+}
+
+void ws_docker_rt_forget(struct ws_docker_rt *rt, const char *workspace_id)
+{
+    box_set(rt, workspace_id, NULL);
+}
+
+int ws_docker_rt_reconcile(struct ws_docker_rt *rt, struct ws_diag *d)
+{
+    struct ws_docker_api_version v;
+    char path[WS_DOCKER_PATH_MAX];
+    char *body = NULL, **ids = NULL;
+    size_t len = 0;
+    long status = 0;
+    int err, n = 0;
+
+    err = version(rt, &v, d);
+    if (err < 0)
+        return err;
+    if (ws_docker_path_list_by_label(v, WS_DOCKER_LABEL_SERVER, rt->server_id, path, sizeof(path)) <
+        0)
+        return -EINVAL;
+    err = call(rt, WS_DOCKER_HTTP_GET, path, NULL, 0, &body, &len, &status, d);
+    if (err < 0)
+        return err;
+    if (status != 200 || ws_docker_parse_container_ids(body, len, &ids) < 0) {
+        free(body);
+        ws_diag_set(d, "listing this server's containers failed (HTTP %ld)", status);
+        return -WS_EFAILED;
+    }
+    free(body);
+    for (size_t i = 0; ids[i]; i++)
+        if (remove_container(rt, v, ids[i], d) == 0)
+            n++;
+    ws_docker_names_free(ids);
+    return n;
+}
+
+void ws_docker_rt_describe(struct ws_docker_rt *rt, const char *workspace_id,
+                           struct ws_docker_rt_info *ret)
+{
+    struct ws_docker_rt_info info = {0};
+    struct ws_docker_api_version v;
+    struct ws_docker_state st;
+    struct ws_diag d = {0};
+    char name[WS_DOCKER_NAME_MAX + 1];
+
+    if (version(rt, &v, &d) == 0) {
+        info.reachable = true;
+        snprintf(info.api_version, sizeof(info.api_version), "%u.%u", v.major, v.minor);
+        if (ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name)) >= 0 &&
+            inspect(rt, v, name, &info.hardening, &st, info.container_id, &d) == 0) {
+            info.running = st.running;
+            info.oom_killed = st.oom_killed;
+        } else {
+            info.container_id[0] = '\0';
+        }
+    }
+    *ret = info;
+}
+
+/* ---- commands ---- */
+
+static void run_free(struct run *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->argc; i++)
+        free(r->argv[i]);
+    ws_close_fd(&r->status_fd);
+    ws_close_fd(&r->child_fd[0]);
+    free(r);
+}
+
+/* An in-container signal: exec "init signal HANDLE SIG" detached. Two
+ * calls on the runtime's pump, chained; nobody waits for them. */
+struct sig_call {
+    struct ws_docker_rt *rt;
+    char container_id[WS_DOCKER_ID_LEN + 1];
+    char handle[HANDLE_LEN + 1];
+    int sig;
+    char body[1024];
+    size_t len;
+    bool overflow;
+};
+
+static int sig_body(void *arg, const char *data, size_t len)
+{
+    struct sig_call *c = arg;
+
+    if (c->len + len >= sizeof(c->body)) {
+        c->overflow = true;
+        return 0;
+    }
+    memcpy(c->body + c->len, data, len);
+    c->len += len;
+    c->body[c->len] = '\0';
+    return 0;
+}
+
+static void sig_started(void *arg, int err, long status)
+{
+    (void)err;
+    (void)status;
+    free(arg);
+}
+
+static void sig_created(void *arg, int err, long status)
+{
+    struct sig_call *c = arg;
+    struct ws_docker_created created;
+    char path[WS_DOCKER_PATH_MAX];
+
+    if (err < 0 || status != 201 || c->overflow ||
+        ws_docker_parse_created(c->body, c->len, &created) < 0 ||
+        ws_docker_path_exec(c->rt->version, created.id, WS_DOCKER_EXEC_START, path, sizeof(path)) <
+            0) {
+        free(c);
+        return;
+    }
+    static const char detached[] = "{\"Detach\":true,\"Tty\":false}";
+    struct ws_docker_http_request req = {
+        .method = WS_DOCKER_HTTP_POST,
+        .path = path,
+        .body = detached,
+        .body_len = sizeof(detached) - 1,
+        .on_done = sig_started,
+        .arg = c,
+    };
+    if (ws_docker_http_start(c->rt->http, &req, NULL) < 0)
+        free(c);
+}
+
+static void send_signal(struct run *r, int sig)
+{
+    struct ws_docker_rt *rt = r->rt;
+    char path[WS_DOCKER_PATH_MAX], num[16], *json = NULL;
+    const char *argv[] = {WS_DOCKER_INIT_TARGET, "signal", r->handle, num, NULL};
+    struct ws_docker_exec_spec es = {.argv = argv};
+    struct sig_call *c;
+
+    snprintf(num, sizeof(num), "%d", sig);
+    if (ws_docker_path_container(rt->version, r->container_id, WS_DOCKER_CONTAINER_EXEC, path,
+                                 sizeof(path)) < 0 ||
+        ws_docker_exec_body(&es, &json) < 0)
+        return;
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        free(json);
+        return;
+    }
+    c->rt = rt;
+    c->sig = sig;
+    memcpy(c->container_id, r->container_id, sizeof(c->container_id));
+    memcpy(c->handle, r->handle, sizeof(c->handle));
+    struct ws_docker_http_request req = {
+        .method = WS_DOCKER_HTTP_POST,
+        .path = path,
+        .body = json,
+        .body_len = strlen(json),
+        .on_body = sig_body,
+        .on_done = sig_created,
+        .arg = c,
+    };
+    if (ws_docker_http_start(rt->http, &req, NULL) < 0)
+        free(c);
+    free(json);
+}
+
+static int hook_signal(void *arg, struct ws_tree *tree, pid_t leader, int sig)
+{
+    (void)tree;
+    (void)leader;
+    send_signal(arg, sig);
+    return 0;
+}
+
+static void hook_kill(void *arg)
+{
+    struct run *r = arg;
+
+    if (!r->killed) {
+        r->killed = true;
+        send_signal(r, SIGKILL);
+    }
+}
+
+/* The relay's line: "exited CODE" or "signaled SIG[ core][ oom]". Without
+ * one the init's record never came (the relay said why on stderr): the
+ * relay's own exit stands. */
+static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
+{
+    struct run *r = arg;
+    char buf[STATUS_MAX], word[16] = "", extra1[8] = "", extra2[8] = "";
+    size_t have = 0;
+    int v = -1;
+
+    if (r->status_fd < 0)
+        return;
+    while (have + 1 < sizeof(buf)) {
+        ssize_t n = read(r->status_fd, buf + have, sizeof(buf) - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+    }
+    buf[have] = '\0';
+    if (have == 0 || buf[have - 1] != '\n' || memchr(buf, '\n', have) != buf + have - 1)
+        return;
+    if (sscanf(buf, "%15s %d %7s %7s", word, &v, extra1, extra2) < 2)
+        return;
+    if (!strcmp(word, "exited") && v >= 0 && v <= 255) {
+        *e = (struct ws_child_exit){.exit_code = v};
+    } else if (!strcmp(word, "signaled") && v > 0 && v < NSIG) {
+        e->signaled = true;
+        e->exit_code = 0;
+        e->signal = v;
+        e->core_dumped = !strcmp(extra1, "core");
+        if (v == SIGKILL && (!strcmp(extra1, "oom") || !strcmp(extra2, "oom")))
+            *ret_oom = true;
+    }
+}
+
+static void hook_spawned(void *arg)
+{
+    struct run *r = arg;
+
+    ws_close_fd(&r->child_fd[0]);
+}
+
+static void hook_free(void *arg)
+{
+    run_free(arg);
+}
+
+void ws_docker_rt_discard(struct ws_proc_wrapper *w)
+{
+    if (w && w->arg) {
+        run_free(w->arg);
+        w->arg = NULL;
+    }
+}
+
+static int add(struct run *r, const char *s)
+{
+    if (r->argc + 1 >= sizeof(r->argv) / sizeof(r->argv[0]))
+        return -E2BIG;
+    r->argv[r->argc] = strdup(s);
+    if (!r->argv[r->argc])
+        return -ENOMEM;
+    r->argc++;
+    return 0;
+}
+
+/* Names to remove from an exec's inherited environment: the image's and
+ * the daemon's own, less those the command sets (a removal would not
+ * matter for them, but the list stays short). */
+static int unset_list(const struct box *b, const char *const *envp, const char ***ret)
+{
+    static const char *const daemon_vars[] = {"HOSTNAME", "TERM"};
+    size_t n = 0, cap = 2;
+    const char **out;
+
+    for (size_t i = 0; b->image_env && b->image_env[i]; i++)
+        cap++;
+    out = calloc(cap + 1, sizeof(*out));
+    if (!out)
+        return -ENOMEM;
+    for (size_t i = 0; i < cap; i++) {
+        const char *name = i < 2 ? daemon_vars[i] : b->image_env[i - 2];
+        size_t len = strlen(name);
+        bool set = false, dup = false;
+
+        for (size_t k = 0; envp && envp[k] && !set; k++)
+            set = !strncmp(envp[k], name, len) && envp[k][len] == '=';
+        for (size_t k = 0; k < n && !dup; k++)
+            dup = !strcmp(out[k], name);
+        if (!set && !dup)
+            out[n++] = name;
+    }
+    *ret = out;
+    return 0;
+}
+
+int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *spec,
+                      struct ws_proc_wrapper *ret, struct ws_diag *d)
+{
+    const char *relay = ws_docker_rt_relay_path();
+    char path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX], backstop[24], api[16];
+    char cwd[WS_DOCKER_CWD_MAX + 1], exec_id[WS_DOCKER_ID_LEN + 1];
+    const char **argv = NULL, **unset = NULL;
+    struct ws_docker_api_version v;
+    struct ws_docker_created created;
+    uint8_t rnd[8];
+    char *json = NULL, *body = NULL;
+    size_t argc = 0, len = 0;
+    long status = 0;
+    struct run *r = NULL;
+    struct box *b;
+    int err, p[2];
+
+    if (!relay || !ws_docker_rt_init_path())
+        return -ENOENT;
+    err = version(rt, &v, d);
+    if (err < 0)
+        return err;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    r->rt = rt;
+    r->status_fd = r->child_fd[0] = -1;
+    pthread_mutex_lock(&rt->lock);
+    b = box_find_locked(rt, spec->workspace_id);
+    if (b) {
+        memcpy(r->container_id, b->container_id, sizeof(r->container_id));
+        err = unset_list(b, spec->envp, &unset);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    if (!b) {
+        ws_diag_set(d, "the workspace has no container (Resolve its ref to make one)");
+        err = -WS_EFAILED;
+        goto out;
+    }
+    if (err < 0)
+        goto out;
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
+        err = -errno;
+        goto out;
+    }
+    snprintf(r->handle, sizeof(r->handle), "p_%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
+             rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    snprintf(backstop, sizeof(backstop), "%" PRIu64,
+             spec->timeout_ms ? spec->timeout_ms + WS_DOCKER_BACKSTOP_MARGIN_MS : 0);
+    if (!spec->cwd || !spec->cwd[0] || !strcmp(spec->cwd, "."))
+        snprintf(cwd, sizeof(cwd), "%s", WS_DOCKER_WORKDIR);
+    else if ((size_t)snprintf(cwd, sizeof(cwd), "%s/%s", WS_DOCKER_WORKDIR, spec->cwd) >=
+             sizeof(cwd)) {
+        err = -WS_EBADPATH;
+        goto out;
+    }
+
+    for (argc = 0; spec->argv[argc]; argc++)
+        ;
+    argv = calloc(argc + 5, sizeof(*argv));
+    if (!argv) {
+        err = -ENOMEM;
+        goto out;
+    }
+    argv[0] = WS_DOCKER_INIT_TARGET;
+    argv[1] = "run";
+    argv[2] = r->handle;
+    argv[3] = backstop;
+    for (size_t i = 0; i < argc; i++)
+        argv[4 + i] = spec->argv[i];
+    struct ws_docker_exec_spec es = {
+        .argv = argv,
+        .envp = spec->envp,
+        .unset = unset,
+        .cwd = cwd,
+        .tty = spec->tty,
+        .attach_stdin = spec->stdin_pipe || spec->tty,
+    };
+    err = ws_docker_exec_body(&es, &json);
+    if (err < 0) {
+        ws_diag_set(d, "the command cannot be passed to the Docker daemon");
+        err = err == -ENOMEM ? err : -WS_EMALFORMED;
+        goto out;
+    }
+    if (ws_docker_path_container(v, r->container_id, WS_DOCKER_CONTAINER_EXEC, path, sizeof(path)) <
+        0) {
+        err = -EINVAL;
+        goto out;
+    }
+    err = call(rt, WS_DOCKER_HTTP_POST, path, json, 0, &body, &len, &status, d);
+    if (err < 0)
+        goto out;
+    if (status != 201 || ws_docker_parse_created(body, len, &created) < 0) {
+        daemon_message(body, len, msg, sizeof(msg));
+        ws_diag_set(d, "the Docker daemon did not create the exec: %s%s", msg,
+                    status == 404 || status == 409 ? " (Resolve the workspace's ref to make "
+                                                     "its container again)"
+                                                   : "");
+        err = -WS_EFAILED;
+        goto out;
+    }
+    memcpy(exec_id, created.id, sizeof(exec_id));
+
+    if (pipe2(p, O_CLOEXEC) < 0) {
+        err = -errno;
+        goto out;
+    }
+    r->status_fd = p[0];
+    r->child_fd[0] = p[1];
+    snprintf(api, sizeof(api), "%u.%u", v.major, v.minor);
+    if ((err = add(r, relay)) < 0 || (err = add(r, "--host")) < 0 ||
+        (err = add(r, rt->host_arg)) < 0 || (err = add(r, "--api")) < 0 ||
+        (err = add(r, api)) < 0 || (err = add(r, "--status-fd")) < 0 || (err = add(r, "3")) < 0)
+        goto out;
+    if (rt->tls && ((err = add(r, "--tls-verify")) < 0 ||
+                    (rt->cert_path &&
+                     ((err = add(r, "--cert-path")) < 0 || (err = add(r, rt->cert_path)) < 0))))
+        goto out;
+    if (spec->tty && (err = add(r, "--tty")) < 0)
+        goto out;
+    if ((spec->stdin_pipe || spec->tty) && (err = add(r, "--stdin")) < 0)
+        goto out;
+    if ((err = add(r, exec_id)) < 0)
+        goto out;
+
+    *ret = (struct ws_proc_wrapper){
+        .argv = (const char *const *)r->argv,
+        .keep_fds = r->child_fd,
+        .n_keep_fds = 1,
+        .signal = hook_signal,
+        .kill = hook_kill,
+        .exited = hook_exited,
+        .spawned = hook_spawned,
+        .free = hook_free,
+        .arg = r,
+    };
+    r = NULL;
+    err = 0;
+out:
+    run_free(r);
+    free(argv);
+    free(unset);
+    free(json);
+    free(body);
+    return err;
+}

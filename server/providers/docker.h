@@ -1,0 +1,137 @@
+/* The Docker provider's runtime: one hardened, labelled container per
+ * workspace over the workspace's host directory, and every command run in
+ * it through `docker exec` under our in-container init.
+ *
+ * Containers: created and started at Open (and again wherever the
+ * registry re-attaches a workspace: after a restart, or on Resolve when
+ * the container is gone or stopped), removed at Close. Their hardening is
+ * read back from inspect after the start and compared with what was asked
+ * for; any difference removes the container and fails the Open (the
+ * daemon may drop a limit its kernel cannot enforce with only a warning).
+ * Any failure after the create removes what was created. Names are
+ * "workspaced-<server id>-<workspace id>", labels carry both ids, so a
+ * server finds what an earlier run of itself left (ws_docker_rt_reconcile).
+ *
+ * Commands: the server creates the exec with the command wrapped as
+ *     /.workspaced-init run HANDLE BACKSTOP_MS ARGV...
+ * and starts a host-side relay (workspaced-docker-relay) in the command's
+ * place under the exec layer's process machinery; the relay attaches to
+ * the exec (the hijacked connection: output demultiplexed into the
+ * command's pipes, stdin forwarded) and reports the exit record the init
+ * writes. Abort is two layers: signals and kills go into the container to
+ * the init's process tree (an exec of "init signal HANDLE SIG"), and the
+ * relay itself is killed with the host-side tree, so a call returns even
+ * when the daemon is slow. The init bounds every command by BACKSTOP_MS on
+ * its own, in case the server is gone.
+ *
+ * Threads: every function may be called from any thread but the runtime's
+ * own pump thread; the blocking ones (attach, detach, wrap, reconcile,
+ * describe) are for handler threads.
+ */
+#ifndef WS_PROVIDERS_DOCKER_H
+#define WS_PROVIDERS_DOCKER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/base/errors.h"
+#include "server/docker/api.h"
+#include "server/exec/process.h"
+#include "workspace/v1/common.pb-c.h"
+
+/* The program every command runs under inside the container, and the
+ * host-side relay; found next to the server binary or named by these
+ * variables. */
+#define WS_DOCKER_INIT_NAME  "workspaced-docker-init"
+#define WS_DOCKER_INIT_ENV   "WORKSPACED_DOCKER_INIT"
+#define WS_DOCKER_RELAY_NAME "workspaced-docker-relay"
+#define WS_DOCKER_RELAY_ENV  "WORKSPACED_DOCKER_RELAY"
+
+/* PATH of commands in a container (the guard's lookup path there). */
+#define WS_DOCKER_EXEC_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+/* The init's own bound on a command beyond the server's deadline. */
+#define WS_DOCKER_BACKSTOP_MARGIN_MS 30000
+/* Pulling an image (if-not-present) may take this long. */
+#define WS_DOCKER_PULL_TIMEOUT_MS (10L * 60 * 1000)
+/* Every other call to the daemon. */
+#define WS_DOCKER_CALL_TIMEOUT_MS 60000L
+
+struct ws_docker_rt;
+
+/* Creates the runtime: its own pump thread and HTTP client for the daemon
+ * named by DOCKER_HOST (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH), read now.
+ * server_id labels and names this server's containers ([a-zA-Z0-9_.-],
+ * stable across restarts). Nothing is contacted yet. Returns 0, -EINVAL
+ * (bad server_id or DOCKER_HOST), -ENOMEM. */
+int ws_docker_rt_new(const char *server_id, struct ws_docker_rt **ret);
+/* Accepts NULL. After every command using it is done. */
+void ws_docker_rt_free(struct ws_docker_rt *rt);
+
+/* Removes every container carrying this server's label: run at start,
+ * before serving, when no workspace has a container of this run yet (the
+ * ones of workspaces still open are made again when they are next used).
+ * Returns the number removed, or -WS_EFAILED when the daemon cannot be
+ * asked (d says why). */
+int ws_docker_rt_reconcile(struct ws_docker_rt *rt, struct ws_diag *d);
+
+/* Makes the workspace's container exist and run with the config's
+ * hardening over dir (an absolute host path). fresh: remove whatever
+ * exists under its name and create anew; else keep a running container
+ * whose hardening reads back right. Errors: -WS_EFAILED (d: why;
+ * d->transient when the daemon is unreachable). */
+int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
+                        const Workspace__V1__DockerConfig *cfg, bool fresh, struct ws_diag *d);
+
+/* Stops and removes the workspace's container (and its anonymous
+ * volumes); a container that does not exist is fine. Errors: -WS_EFAILED
+ * (the daemon is unreachable or refused; nothing was forgotten). */
+int ws_docker_rt_detach(struct ws_docker_rt *rt, const char *workspace_id, struct ws_diag *d);
+
+/* Drops what the runtime remembers of a workspace (evicted). */
+void ws_docker_rt_forget(struct ws_docker_rt *rt, const char *workspace_id);
+
+struct ws_docker_rt_exec {
+    const char *workspace_id;
+    /* The shell guard's result (foreign_root): argv[0] a name or an
+     * absolute path in the container; envp the whole environment. */
+    const char *const *argv;
+    const char *const *envp;
+    /* Workspace-relative, checked by the guard ("." for the root). */
+    const char *cwd;
+    bool tty;
+    bool stdin_pipe;
+    /* The server's deadline (0: none); the init adds its margin. */
+    uint64_t timeout_ms;
+};
+
+/* Creates the exec and fills *ret with the relay to spawn in the command's
+ * place (ownership as struct ws_proc_wrapper says: ws_proc_spawn takes
+ * ret->arg). Errors: -WS_EFAILED (no container: the workspace was not
+ * attached, or the daemon refused), -ENOENT (the relay or init program is
+ * missing), -ENOMEM. */
+int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *spec,
+                      struct ws_proc_wrapper *ret, struct ws_diag *d);
+/* Frees a wrapper that was never handed to ws_proc_spawn. */
+void ws_docker_rt_discard(struct ws_proc_wrapper *w);
+
+/* What Describe reports, read from the daemon now. */
+struct ws_docker_rt_info {
+    bool reachable;
+    char api_version[16];
+    char container_id[WS_DOCKER_ID_LEN + 1]; /* "" when there is none */
+    bool running;
+    bool oom_killed;
+    struct ws_docker_hardening hardening; /* valid when container_id[0] */
+};
+void ws_docker_rt_describe(struct ws_docker_rt *rt, const char *workspace_id,
+                           struct ws_docker_rt_info *ret);
+
+/* The daemon's reachability and negotiated API version, asked now (for
+ * ListProviders). Returns 0 or -WS_EFAILED with d set. */
+int ws_docker_rt_ping(struct ws_docker_rt *rt, char *api_version, size_t size, struct ws_diag *d);
+
+/* Host paths of the init and the relay, or NULL when missing. */
+const char *ws_docker_rt_init_path(void);
+const char *ws_docker_rt_relay_path(void);
+
+#endif

@@ -1,0 +1,860 @@
+// Docker provider end to end: the real server, the real daemon at
+// /var/run/docker.sock (the suite's setup starts it and builds the test
+// image workspaced-test:busybox; these tests fail, never skip, without
+// them), the real in-container init and relay, and a real client. What the
+// server claims is checked against what the daemon itself reports
+// (inspect, top), not against the server's own answers.
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <curl/curl.h>
+#include <gtest/gtest.h>
+#include <jansson.h>
+
+#include "tests/e2e/harness.h"
+
+using grpc::ClientContext;
+using grpc::StatusCode;
+using namespace workspace::v1;
+using wstest::ArgvProcess;
+using wstest::EventLog;
+using wstest::Server;
+
+namespace
+{
+
+using Clock = std::chrono::steady_clock;
+
+const char kImage[] = "workspaced-test:busybox";
+const char kSock[] = "/var/run/docker.sock";
+
+const std::vector<std::string> kAllowed = {
+    "sh",    "cat",    "echo", "sleep", "head", "id",  "ls",   "env",   "wc",  "true",
+    "false", "printf", "ps",   "kill",  "dd",   "yes", "stat", "touch", "pwd", "/bin/echo",
+};
+
+// ---- the daemon, asked directly ----
+
+struct Reply {
+    long status = 0;
+    std::string body;
+};
+
+size_t Collect(char *p, size_t size, size_t n, void *ud)
+{
+    static_cast<std::string *>(ud)->append(p, size * n);
+    return size * n;
+}
+
+Reply Docker(const std::string &method, const std::string &path, const std::string &body = "")
+{
+    Reply r;
+    CURL *c = curl_easy_init();
+    struct curl_slist *h = curl_slist_append(nullptr, "Content-Type: application/json");
+    std::string url = "http://docker" + path;
+    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, kSock);
+    curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    if (!body.empty() || method == "POST")
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body.c_str());
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, Collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r.body);
+    if (curl_easy_perform(c) == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+struct Json {
+    json_t *root = nullptr;
+    explicit Json(const std::string &s) : root(json_loads(s.c_str(), 0, nullptr))
+    {
+    }
+    ~Json()
+    {
+        json_decref(root);
+    }
+    // A member by a dotted path ("HostConfig.CapDrop").
+    json_t *at(const std::string &path) const
+    {
+        json_t *v = root;
+        std::stringstream ss(path);
+        std::string part;
+        while (v && std::getline(ss, part, '.'))
+            v = json_object_get(v, part.c_str());
+        return v;
+    }
+    std::string str(const std::string &path) const
+    {
+        json_t *v = at(path);
+        return json_is_string(v) ? json_string_value(v) : "";
+    }
+    long long num(const std::string &path) const
+    {
+        json_t *v = at(path);
+        return json_is_integer(v) ? json_integer_value(v) : -12345;
+    }
+    bool flag(const std::string &path) const
+    {
+        return json_is_true(at(path));
+    }
+};
+
+// Containers carrying a label (all states).
+std::vector<std::string> ContainersLabelled(const std::string &label, const std::string &value)
+{
+    std::string filter = "{\"label\":[\"" + label + "=" + value + "\"]}";
+    char *enc = curl_easy_escape(nullptr, filter.c_str(), 0);
+    Reply r = Docker("GET", std::string("/containers/json?all=true&filters=") + enc);
+    curl_free(enc);
+    std::vector<std::string> ids;
+    Json j(r.body);
+    size_t i;
+    json_t *v;
+    json_array_foreach(j.root, i, v) ids.push_back(json_string_value(json_object_get(v, "Id")));
+    return ids;
+}
+
+std::vector<std::string> ContainersOf(const std::string &ws_id)
+{
+    return ContainersLabelled("dev.workspaced.workspace", ws_id);
+}
+
+std::string ContainerOf(const std::string &ws_id)
+{
+    auto ids = ContainersOf(ws_id);
+    EXPECT_EQ(ids.size(), 1u) << "containers labelled for " << ws_id;
+    return ids.empty() ? "" : ids[0];
+}
+
+// The command lines of every process in the container (GET /top).
+std::vector<std::string> Top(const std::string &cid)
+{
+    Reply r = Docker("GET", "/containers/" + cid + "/top");
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::vector<std::string> out;
+    Json j(r.body);
+    json_t *procs = json_object_get(j.root, "Processes");
+    size_t i;
+    json_t *row;
+    json_array_foreach(procs, i, row)
+    {
+        json_t *cell = json_array_get(row, json_array_size(row) - 1);
+        if (json_is_string(cell))
+            out.push_back(json_string_value(cell));
+    }
+    return out;
+}
+
+int CountInTop(const std::string &cid, const std::string &marker)
+{
+    int n = 0;
+    for (const auto &line : Top(cid))
+        if (line.find(marker) != std::string::npos)
+            n++;
+    return n;
+}
+
+// Polls the container's process list until nothing matches `marker`.
+int WaitTopGone(const std::string &cid, const std::string &marker, int timeout_ms)
+{
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    int n;
+    while ((n = CountInTop(cid, marker)) > 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return n;
+}
+
+// Offset of the first byte where a and b differ (npos when equal).
+size_t FirstDifference(const std::string &a, const std::string &b)
+{
+    size_t n = std::min(a.size(), b.size());
+    for (size_t i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return i;
+    return a.size() == b.size() ? std::string::npos : n;
+}
+
+// Where got's bytes at `at` came from in want, for a failure message.
+std::string Around(const std::string &got, const std::string &want, size_t at)
+{
+    if (at == std::string::npos || at >= got.size())
+        return "";
+    std::string probe = got.substr(at, 64);
+    size_t from = want.find(probe);
+    size_t last = at;
+    while (last < got.size() && last < want.size() && got[last] != want[last])
+        last++;
+    std::ostringstream o;
+    o << "; at " << at << " got the bytes of offset "
+      << (from == std::string::npos ? std::string("nowhere") : std::to_string(from))
+      << "; equal again after " << (last - at) << " bytes";
+    size_t resync = at;
+    while (resync < got.size() && got.compare(resync, 64, want, resync, 64) != 0)
+        resync += 64;
+    o << "; blocks equal again from " << resync;
+    return o.str();
+}
+
+std::string Unique()
+{
+    static std::mt19937_64 rng(std::random_device{}());
+    return std::to_string(rng() % 1000000000ULL);
+}
+
+// ---- the server ----
+
+struct DockerOptions {
+    std::string image = kImage;
+    bool network = false;
+    uint32_t memory_mb = 0;
+    double cpus = 0;
+    uint32_t pids_limit = 0;
+    bool pull_never = false;
+    std::string user;
+    std::vector<std::string> allowed = kAllowed;
+    uint64_t max_duration_ms = 0;
+};
+
+grpc::Status OpenDocker(Workspaces::Stub *stub, const DockerOptions &o, wstest::Ws *ret)
+{
+    OpenRequest req;
+    DockerConfig *dc = req.mutable_docker();
+    dc->set_image(o.image);
+    if (o.network)
+        dc->set_network(NETWORK_ALLOW);
+    dc->set_memory_mb(o.memory_mb);
+    dc->set_cpus(o.cpus);
+    dc->set_pids_limit(o.pids_limit);
+    if (o.pull_never)
+        dc->set_pull_policy(PULL_NEVER);
+    dc->set_user(o.user);
+    req.mutable_capabilities()->mutable_fs();
+    ShellCapability *shell = req.mutable_capabilities()->mutable_shell();
+    for (const auto &c : o.allowed)
+        shell->add_allowed_commands(c);
+    shell->set_max_duration_ms(o.max_duration_ms);
+    OpenResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    grpc::Status s = stub->Open(&ctx, req, &resp);
+    if (s.ok() && ret)
+        *ret = wstest::Ws{resp.workspace().id(), resp.workspace().ref().token()};
+    return s;
+}
+
+grpc::Status Close(Workspaces::Stub *stub, const std::string &id, CloseResponse *resp = nullptr)
+{
+    CloseRequest req;
+    req.set_workspace_id(id);
+    CloseResponse r;
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Status s = stub->Close(&ctx, req, &r);
+    if (resp)
+        *resp = r;
+    return s;
+}
+
+RunResponse RunIn(Server &srv, const std::string &id, const ProcessConfig &pc,
+                  const std::string &stdin_data = "")
+{
+    RunResponse resp;
+    auto ex = srv.exec();
+    grpc::Status s = wstest::RunProcess(ex.get(), id, pc, &resp, stdin_data);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp;
+}
+
+class DockerTest : public ::testing::Test
+{
+  protected:
+    void SetUp() override
+    {
+        Reply ping = Docker("GET", "/_ping");
+        ASSERT_EQ(ping.status, 200) << "the Docker daemon must be running (tests/fixtures/"
+                                       "dockerd.sh): these tests never skip";
+        ASSERT_EQ(Docker("GET", std::string("/images/") + kImage + "/json").status, 200)
+            << "the test image must exist (tests/fixtures/image/build.sh)";
+        srv_ = std::make_unique<Server>();
+        ws_ = srv_->workspaces();
+    }
+    void TearDown() override
+    {
+        for (const auto &id : opened_)
+            (void)Close(ws_.get(), id);
+        srv_.reset();
+        for (const auto &id : opened_)
+            for (const auto &cid : ContainersOf(id))
+                Docker("DELETE", "/containers/" + cid + "?force=true");
+    }
+    wstest::Ws Open(const DockerOptions &o = DockerOptions())
+    {
+        wstest::Ws w;
+        grpc::Status s = OpenDocker(ws_.get(), o, &w);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+        if (s.ok())
+            opened_.push_back(w.id);
+        return w;
+    }
+
+    std::unique_ptr<Server> srv_;
+    std::unique_ptr<Workspaces::Stub> ws_;
+    std::vector<std::string> opened_;
+};
+
+// ---- hardening ----
+
+TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
+{
+    DockerOptions o;
+    o.memory_mb = 256;
+    o.cpus = 0.5;
+    o.pids_limit = 100;
+    wstest::Ws w = Open(o);
+    std::string cid = ContainerOf(w.id);
+    ASSERT_FALSE(cid.empty());
+    Json j(Docker("GET", "/containers/" + cid + "/json").body);
+    ASSERT_NE(j.root, nullptr);
+    json_t *drop = j.at("HostConfig.CapDrop");
+    ASSERT_TRUE(json_is_array(drop));
+    EXPECT_STREQ(json_string_value(json_array_get(drop, 0)), "ALL");
+    EXPECT_EQ(json_array_size(j.at("HostConfig.CapAdd")), 0u);
+    EXPECT_FALSE(j.flag("HostConfig.Privileged"));
+    EXPECT_TRUE(j.flag("HostConfig.ReadonlyRootfs"));
+    json_t *sec = j.at("HostConfig.SecurityOpt");
+    ASSERT_TRUE(json_is_array(sec));
+    EXPECT_STREQ(json_string_value(json_array_get(sec, 0)), "no-new-privileges");
+    EXPECT_EQ(j.str("HostConfig.NetworkMode"), "none");
+    EXPECT_EQ(j.num("HostConfig.PidsLimit"), 100);
+    EXPECT_EQ(j.num("HostConfig.Memory"), 256LL << 20);
+    EXPECT_EQ(j.num("HostConfig.MemorySwap"), 256LL << 20);
+    EXPECT_EQ(j.num("HostConfig.NanoCpus"), 500000000LL);
+    EXPECT_TRUE(j.flag("HostConfig.Init"));
+    EXPECT_EQ(j.str("HostConfig.LogConfig.Type"), "local");
+    EXPECT_EQ(j.str("Config.User"), std::to_string(getuid()) + ":" + std::to_string(getgid()));
+    EXPECT_EQ(j.str("Config.WorkingDir"), "/workspace");
+    EXPECT_NE(j.str("HostConfig.Tmpfs./tmp").find("size="), std::string::npos);
+    json_t *labels = j.at("Config.Labels");
+    EXPECT_STREQ(json_string_value(json_object_get(labels, "dev.workspaced.workspace")),
+                 w.id.c_str());
+    EXPECT_TRUE(j.flag("State.Running"));
+
+    // Describe reports the same, read back rather than assumed.
+    DescribeRequest dr;
+    dr.set_workspace_id(w.id);
+    DescribeResponse d;
+    ClientContext ctx;
+    ASSERT_TRUE(ws_->Describe(&ctx, dr, &d).ok());
+    EXPECT_EQ(d.isolation(), "container");
+    ASSERT_TRUE(d.has_container());
+    EXPECT_TRUE(d.container().daemon_reachable());
+    EXPECT_EQ(d.container().api_version(), "1.41");
+    EXPECT_EQ(d.container().id(), cid);
+    EXPECT_TRUE(d.container().running());
+    EXPECT_TRUE(d.container().cap_drop_all());
+    EXPECT_TRUE(d.container().no_new_privileges());
+    EXPECT_TRUE(d.container().read_only_rootfs());
+    EXPECT_EQ(d.container().network_mode(), "none");
+    EXPECT_EQ(d.container().pids_limit(), 100);
+    EXPECT_EQ(d.container().memory_bytes(), 256LL << 20);
+    EXPECT_EQ(d.container().memory_swap_bytes(), 256LL << 20);
+    EXPECT_EQ(d.container().other_mounts(), 0u);
+
+    // The ref carries the configuration, never a container id.
+    EXPECT_EQ(w.token.find(cid.substr(0, 12)), std::string::npos);
+
+    auto pr = srv_->providers();
+    ClientContext pctx;
+    ListProvidersResponse lp;
+    ASSERT_TRUE(pr->ListProviders(&pctx, ListProvidersRequest(), &lp).ok());
+    bool seen = false;
+    for (const auto &p : lp.providers())
+        if (p.kind() == "docker") {
+            seen = true;
+            EXPECT_TRUE(p.available()) << p.reason();
+            EXPECT_EQ(p.api_version(), "1.41");
+            EXPECT_EQ(p.isolation(), "container");
+        }
+    EXPECT_TRUE(seen);
+}
+
+TEST_F(DockerTest, CommandsSeeOnlyTheHardenedContainer)
+{
+    wstest::Ws w = Open();
+    // Read-only root, writable workspace and /tmp, no capabilities, no
+    // new privileges, no network but loopback.
+    RunResponse r =
+        RunIn(*srv_, w.id,
+              ArgvProcess({"sh", "-c",
+                           "touch /etc/x 2>/dev/null && echo rootfs-writable; "
+                           "touch /workspace/w && echo ws-ok; touch /tmp/t && echo tmp-ok; "
+                           "grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+                           "ls /sys/class/net; pwd; echo HOME=$HOME"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    EXPECT_EQ(r.stdout().find("rootfs-writable"), std::string::npos) << r.stdout();
+    EXPECT_NE(r.stdout().find("ws-ok"), std::string::npos) << r.stdout();
+    EXPECT_NE(r.stdout().find("tmp-ok"), std::string::npos) << r.stdout();
+    EXPECT_NE(r.stdout().find("CapEff:\t0000000000000000"), std::string::npos) << r.stdout();
+    EXPECT_NE(r.stdout().find("NoNewPrivs:\t1"), std::string::npos) << r.stdout();
+    EXPECT_NE(r.stdout().find("lo\n/workspace\nHOME=/workspace"), std::string::npos) << r.stdout();
+}
+
+TEST_F(DockerTest, EnvironmentIsExactlyTheGuardsNotTheImages)
+{
+    wstest::Ws w = Open();
+    ProcessConfig pc = ArgvProcess({"env"});
+    (*pc.mutable_env())["FOO"] = "bar baz";
+    RunResponse r = RunIn(*srv_, w.id, pc);
+    ASSERT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    std::set<std::string> lines;
+    std::stringstream ss(r.stdout());
+    for (std::string l; std::getline(ss, l);)
+        lines.insert(l);
+    // The image sets PATH=/bin; the daemon adds HOSTNAME: neither leaks.
+    std::set<std::string> want = {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/workspace",
+        "LANG=C.UTF-8", "FOO=bar baz"};
+    EXPECT_EQ(lines, want) << r.stdout();
+}
+
+// ---- files both ways ----
+
+TEST_F(DockerTest, FilesAreSharedBothWaysWithMatchingOwnership)
+{
+    wstest::Ws w = Open();
+    auto fs = srv_->fs();
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "dir/from-api.txt", "written through the API\n",
+                              nullptr, true)
+                    .ok());
+    RunResponse r =
+        RunIn(*srv_, w.id,
+              ArgvProcess({"sh", "-c",
+                           "cat /workspace/dir/from-api.txt && "
+                           "stat -c '%u:%g' /workspace/dir/from-api.txt && "
+                           "echo 'written in the container' > /workspace/dir/from-ct.txt"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    EXPECT_EQ(r.stdout(), "written through the API\n" + std::to_string(getuid()) + ":" +
+                              std::to_string(getgid()) + "\n");
+    std::string got;
+    ASSERT_TRUE(wstest::Read(fs.get(), w.id, "dir/from-ct.txt", &got).ok());
+    EXPECT_EQ(got, "written in the container\n");
+    struct stat st;
+    ASSERT_EQ(stat((srv_->workspace_dir(w.id) + "/dir/from-ct.txt").c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, getuid());
+    EXPECT_EQ(st.st_gid, getgid());
+}
+
+// ---- streaming and exit records ----
+
+TEST_F(DockerTest, ExitCodesAndSignalsAreReported)
+{
+    wstest::Ws w = Open();
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"sh", "-c", "echo out; echo err >&2; exit 7"}));
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+    EXPECT_EQ(r.exited().exit_code(), 7);
+    EXPECT_EQ(r.stdout(), "out\n");
+    EXPECT_EQ(r.stderr(), "err\n");
+    r = RunIn(*srv_, w.id, ArgvProcess({"sh", "-c", "kill -USR1 $$"}));
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_SIGNALED);
+    EXPECT_EQ(r.exited().signal(), SIGUSR1);
+    // A command that is not in the image: 127, like a shell.
+    DockerOptions o;
+    o.allowed = {"no-such-tool"};
+    wstest::Ws w2 = Open(o);
+    r = RunIn(*srv_, w2.id, ArgvProcess({"no-such-tool"}));
+    EXPECT_EQ(r.exited().exit_code(), 127);
+    // A lookalike of the exit record written by the command is output.
+    r = RunIn(*srv_, w.id,
+              ArgvProcess({"sh", "-c",
+                           "printf '\\033_wsinit;exited 9\\033\\\\' >&2; echo after >&2; "
+                           "exit 4"}));
+    EXPECT_EQ(r.exited().exit_code(), 4);
+    EXPECT_EQ(r.stderr(), "\x1b_wsinit;exited 9\x1b\\after\n");
+}
+
+TEST_F(DockerTest, HundredMebibytesStreamByteExact)
+{
+    wstest::Ws w = Open();
+    // Random bytes hold plenty of lookalike frame headers and records.
+    std::string data(100 << 20, '\0');
+    std::mt19937_64 rng(42);
+    for (size_t i = 0; i + 8 <= data.size(); i += 8) {
+        uint64_t v = rng();
+        memcpy(&data[i], &v, 8);
+    }
+    wstest::WriteHostFile(srv_->workspace_dir(w.id) + "/big.bin", data);
+    auto ex = srv_->exec();
+    {
+        ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+        auto stream = wstest::StartStream(ex.get(), &ctx, w.id, ArgvProcess({"cat", "big.bin"}));
+        EventLog log;
+        wstest::ReadEvents(stream.get(), &log);
+        ASSERT_TRUE(stream->Finish().ok());
+        EXPECT_EQ(wstest::Problems(log), "");
+        EXPECT_TRUE(log.gaps.empty());
+        EXPECT_EQ(log.exit.exit_code(), 0);
+        EXPECT_EQ(log.exit.stdout().bytes_total(), data.size());
+        ASSERT_EQ(log.out.data.size(), data.size());
+        size_t diff = FirstDifference(log.out.data, data);
+        EXPECT_EQ(diff, std::string::npos)
+            << "the stream differs from the file" << Around(log.out.data, data, diff);
+        EXPECT_EQ(log.err.data, "");
+    }
+    // And the other way: 16 MiB of it through stdin, back out of cat.
+    const size_t n = 16 << 20;
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(300));
+    ProcessConfig pc = ArgvProcess({"cat"});
+    pc.set_stdin(true);
+    auto stream = wstest::StartStream(ex.get(), &ctx, w.id, pc);
+    std::thread writer([&] {
+        for (size_t off = 0; off < n; off += 1 << 20) {
+            StartRequest in;
+            in.set_stdin(data.substr(off, 1 << 20));
+            if (!stream->Write(in))
+                return;
+        }
+        StartRequest eof;
+        eof.set_close_stdin(true);
+        stream->Write(eof);
+    });
+    EventLog log;
+    wstest::ReadEvents(stream.get(), &log);
+    writer.join();
+    ASSERT_TRUE(stream->Finish().ok());
+    EXPECT_EQ(log.exit.exit_code(), 0);
+    ASSERT_EQ(log.out.data.size(), n);
+    EXPECT_TRUE(log.out.data == data.substr(0, n)) << "stdin came back different";
+}
+
+TEST_F(DockerTest, StdinAndPtyWork)
+{
+    wstest::Ws w = Open();
+    auto ex = srv_->exec();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    ProcessConfig pc = ArgvProcess({"sh", "-c", "read line; echo got:$line; [ -t 0 ] && echo tty"});
+    pc.mutable_pty()->set_rows(24);
+    pc.mutable_pty()->set_cols(80);
+    auto stream = wstest::StartStream(ex.get(), &ctx, w.id, pc);
+    StartRequest in;
+    in.set_stdin("hello\n");
+    ASSERT_TRUE(stream->Write(in));
+    EventLog log;
+    wstest::ReadEvents(stream.get(), &log);
+    stream->Finish();
+    EXPECT_EQ(log.exit.exit_code(), 0) << log.pty.data;
+    EXPECT_NE(log.pty.data.find("got:hello"), std::string::npos) << log.pty.data;
+    EXPECT_NE(log.pty.data.find("tty"), std::string::npos) << log.pty.data;
+    EXPECT_EQ(log.pty.data.find("wsinit"), std::string::npos) << log.pty.data;
+}
+
+// ---- abort reaches the container ----
+
+TEST_F(DockerTest, TimeoutKillsTheWholeTreeInTheContainer)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    std::string m = "1000." + Unique();
+    ProcessConfig pc = ArgvProcess({"sh", "-c", "sleep " + m + " & sleep " + m});
+    pc.set_timeout_ms(3000);
+    auto t0 = Clock::now();
+    RunResponse r;
+    std::thread run([&] { r = RunIn(*srv_, w.id, pc); });
+    int peak = 0;
+    auto until = Clock::now() + std::chrono::seconds(3);
+    while (peak < 2 && Clock::now() < until) {
+        peak = std::max(peak, CountInTop(cid, m));
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    run.join();
+    EXPECT_GE(peak, 2) << "the tree never ran";
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_TIMEOUT);
+    EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
+    EXPECT_EQ(WaitTopGone(cid, m, 10000), 0) << "sleeps left in the container";
+}
+
+TEST_F(DockerTest, CancelKillsTheWholeTreeInTheContainer)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    std::string m = "1000." + Unique();
+    auto ex = srv_->exec();
+    {
+        ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        // The TERM-ignoring tree needs the KILL after the grace period.
+        auto stream = wstest::StartStream(
+            ex.get(), &ctx, w.id,
+            ArgvProcess({"sh", "-c", "trap '' TERM; sleep " + m + " & sleep " + m + "; echo x"}));
+        EventLog log;
+        wstest::ReadEvents(stream.get(), &log, [](const EventLog &l) { return l.started; });
+        auto deadline = Clock::now() + std::chrono::seconds(10);
+        while (CountInTop(cid, m) < 2 && Clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        ASSERT_GE(CountInTop(cid, m), 2) << "the tree never ran";
+        ctx.TryCancel();
+        wstest::ReadEvents(stream.get(), &log);
+        stream->Finish();
+    }
+    EXPECT_EQ(WaitTopGone(cid, m, 10000), 0) << "sleeps left in the container";
+}
+
+TEST_F(DockerTest, SendSignalReachesTheTreeInTheContainer)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    auto ex = srv_->exec();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = wstest::StartStream(ex.get(), &ctx, w.id,
+                                      ArgvProcess({"sh", "-c",
+                                                   "trap 'echo got-usr1; exit 5' USR1; echo ready; "
+                                                   "while true; do sleep 0.1; done"}));
+    EventLog log;
+    wstest::ReadEvents(stream.get(), &log, [](const EventLog &l) {
+        return l.out.data.find("ready") != std::string::npos;
+    });
+    StartRequest sig;
+    sig.set_signal(SIGUSR1);
+    ASSERT_TRUE(stream->Write(sig));
+    wstest::ReadEvents(stream.get(), &log);
+    stream->Finish();
+    EXPECT_EQ(log.exit.cause(), EXIT_CAUSE_EXITED);
+    EXPECT_EQ(log.exit.exit_code(), 5);
+    EXPECT_NE(log.out.data.find("got-usr1"), std::string::npos);
+}
+
+// ---- limits and network ----
+
+TEST_F(DockerTest, ForkBombStopsAtThePidsLimitAndOthersKeepWorking)
+{
+    DockerOptions o;
+    o.pids_limit = 64;
+    wstest::Ws bomb = Open(o);
+    wstest::Ws other = Open();
+    // busybox's shell gives up at the first fork the kernel refuses.
+    ProcessConfig pc = ArgvProcess(
+        {"sh", "-c", "i=0; while [ $i -lt 200 ]; do sleep 30 & i=$((i+1)); done; echo all-200"});
+    pc.set_timeout_ms(60000);
+    RunResponse r = RunIn(*srv_, bomb.id, pc);
+    EXPECT_EQ(r.stdout(), "") << "200 processes were started despite the limit";
+    EXPECT_NE(r.stderr().find("can't fork"), std::string::npos) << r.stderr();
+    EXPECT_NE(r.exited().exit_code(), 0);
+    // What the bomb left was ended with it: the workspace works again.
+    RunResponse again = RunIn(*srv_, bomb.id, ArgvProcess({"echo", "recovered"}));
+    EXPECT_EQ(again.stdout(), "recovered\n");
+    RunResponse ok = RunIn(*srv_, other.id, ArgvProcess({"echo", "alive"}));
+    EXPECT_EQ(ok.stdout(), "alive\n");
+}
+
+TEST_F(DockerTest, OutOfMemoryIsReportedAsOom)
+{
+    DockerOptions o;
+    o.memory_mb = 32;
+    wstest::Ws w = Open(o);
+    // 64 MiB held in a shell variable cannot fit.
+    RunResponse r = RunIn(*srv_, w.id,
+                          ArgvProcess({"sh", "-c",
+                                       "x=$(head -c 67108864 /dev/zero | tr '\\0' a); "
+                                       "echo ${#x}"}));
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_OOM) << r.exited().DebugString() << r.stderr();
+}
+
+TEST_F(DockerTest, NetworkOffCannotReachTheHost)
+{
+    wstest::Ws w = Open();
+    RunResponse r = RunIn(*srv_, w.id,
+                          ArgvProcess({"sh", "-c",
+                                       "cat /proc/net/route | wc -l; "
+                                       "ls /sys/class/net"}));
+    // No route at all (the header line only) and no interface but lo.
+    EXPECT_EQ(r.stdout(), "1\nlo\n");
+}
+
+// ---- failure modes ----
+
+TEST_F(DockerTest, PullNeverWithAMissingImageFailsClosed)
+{
+    DockerOptions o;
+    o.image = "workspaced-test:no-such-tag-" + Unique();
+    o.pull_never = true;
+    grpc::Status s = OpenDocker(ws_.get(), o, nullptr);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("pull_policy"), std::string::npos) << s.error_message();
+    // Nothing was created for it.
+    std::string server_id = wstest::ReadHostFile(srv_->state_dir() + "/server-id");
+    ASSERT_EQ(server_id.size(), 16u);
+    EXPECT_TRUE(ContainersLabelled("dev.workspaced.server", server_id).empty());
+
+    // if-not-present: the pull is tried and its failure reported (no
+    // registry is reachable here).
+    o.pull_never = false;
+    s = OpenDocker(ws_.get(), o, nullptr);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("pulling image"), std::string::npos) << s.error_message();
+    EXPECT_TRUE(ContainersLabelled("dev.workspaced.server", server_id).empty());
+}
+
+TEST_F(DockerTest, CloseRemovesTheContainerAndIsIdempotent)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    ASSERT_FALSE(cid.empty());
+    CloseResponse cr;
+    ASSERT_TRUE(Close(ws_.get(), w.id, &cr).ok());
+    EXPECT_FALSE(cr.already_closed());
+    EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 404);
+    ASSERT_TRUE(Close(ws_.get(), w.id, &cr).ok());
+    EXPECT_TRUE(cr.already_closed());
+    struct stat st;
+    EXPECT_NE(stat(srv_->workspace_dir(w.id).c_str(), &st), 0);
+}
+
+TEST_F(DockerTest, RestartAfterKillReconcilesAndResolveRecreates)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    auto fs = srv_->fs();
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "keep.txt", "kept\n").ok());
+    std::string state = srv_->state_dir();
+    srv_->Kill();
+    srv_.reset();
+    // The container outlived the server...
+    EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 200);
+    srv_ = std::make_unique<Server>(std::vector<std::string>{}, state);
+    ws_ = srv_->workspaces();
+    // ...and the restart removed it.
+    EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 404);
+    ResolveRequest rr;
+    rr.mutable_ref()->set_token(w.token);
+    ResolveResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Status s = ws_->Resolve(&ctx, rr, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    std::string fresh = ContainerOf(w.id);
+    EXPECT_FALSE(fresh.empty());
+    EXPECT_NE(fresh, cid);
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"cat", "keep.txt"}));
+    EXPECT_EQ(r.stdout(), "kept\n");
+
+    // A container removed behind the server's back: Resolve makes it again.
+    Docker("DELETE", "/containers/" + fresh + "?force=true");
+    ClientContext ctx2;
+    ResolveResponse resp2;
+    ASSERT_TRUE(ws_->Resolve(&ctx2, rr, &resp2).ok());
+    r = RunIn(*srv_, w.id, ArgvProcess({"cat", "keep.txt"}));
+    EXPECT_EQ(r.stdout(), "kept\n");
+}
+
+// ---- hostile input ----
+
+TEST_F(DockerTest, HostileValuesChangeNothingInTheContainersConfig)
+{
+    const std::vector<std::string> hostile = {
+        "\",\"HostConfig\":{\"Privileged\":true}",
+        "a\"b'c",
+        "x\r\nPrivileged: true",
+        "}{\"Cmd\":[\"sh\"]}",
+    };
+    // In the image name and the user: refused before the daemon is asked.
+    for (const auto &h : hostile) {
+        DockerOptions o;
+        o.image = std::string(kImage) + h;
+        EXPECT_WS_ERROR(OpenDocker(ws_.get(), o, nullptr), StatusCode::INVALID_ARGUMENT,
+                        "MALFORMED")
+            << h;
+        o = DockerOptions();
+        o.user = "0:0" + h;
+        EXPECT_WS_ERROR(OpenDocker(ws_.get(), o, nullptr), StatusCode::INVALID_ARGUMENT,
+                        "MALFORMED")
+            << h;
+    }
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    std::string before = Docker("GET", "/containers/" + cid + "/json").body;
+    Json jb(before);
+    // In argv and env: passed through verbatim as data.
+    for (const auto &h : hostile) {
+        ProcessConfig pc = ArgvProcess({"printf", "%s", h});
+        (*pc.mutable_env())["HOSTILE"] = h;
+        RunResponse r = RunIn(*srv_, w.id, pc);
+        EXPECT_EQ(r.stdout(), h);
+        ProcessConfig pe = ArgvProcess({"sh", "-c", "printf %s \"$HOSTILE\""});
+        (*pe.mutable_env())["HOSTILE"] = h;
+        r = RunIn(*srv_, w.id, pe);
+        EXPECT_EQ(r.stdout(), h);
+        // A NUL in the environment is refused by the guard.
+    }
+    // In cwd: refused or confined, never a path outside /workspace.
+    ProcessConfig pc = ArgvProcess({"pwd"});
+    pc.set_cwd("../../etc");
+    grpc::Status s;
+    {
+        RunResponse resp;
+        auto ex = srv_->exec();
+        s = wstest::RunProcess(ex.get(), w.id, pc, &resp);
+    }
+    EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "CWD_ESCAPE");
+    Json ja(Docker("GET", "/containers/" + cid + "/json").body);
+    EXPECT_FALSE(ja.flag("HostConfig.Privileged"));
+    EXPECT_EQ(json_array_size(ja.at("HostConfig.CapAdd")), 0u);
+    EXPECT_EQ(ja.str("Config.Image"), jb.str("Config.Image"));
+    EXPECT_EQ(ja.str("Path"), jb.str("Path"));
+    EXPECT_EQ(ja.str("Config.User"), jb.str("Config.User"));
+    EXPECT_EQ(ja.num("HostConfig.PidsLimit"), jb.num("HostConfig.PidsLimit"));
+}
+
+TEST_F(DockerTest, GuardRefusesBeforeTheDaemonSeesAnything)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    Json before(Docker("GET", "/containers/" + cid + "/json").body);
+    size_t execs = json_array_size(before.at("ExecIDs"));
+    for (const auto &argv0 : {"/bin/cat", "./sh", "nc", "/bin/../bin/echo"}) {
+        RunResponse resp;
+        auto ex = srv_->exec();
+        grpc::Status s = wstest::RunProcess(ex.get(), w.id, ArgvProcess({argv0}), &resp);
+        EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "COMMAND_NOT_ALLOWED") << argv0;
+    }
+    Json after(Docker("GET", "/containers/" + cid + "/json").body);
+    EXPECT_EQ(json_array_size(after.at("ExecIDs")), execs);
+    // The allowed absolute spelling runs.
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"/bin/echo", "ok"}));
+    EXPECT_EQ(r.stdout(), "ok\n");
+}
+
+TEST_F(DockerTest, ImagesDeclaringVolumesAreRefused)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    std::string tag = "vol" + Unique();
+    char *changes = curl_easy_escape(nullptr, "VOLUME /data", 0);
+    Reply c = Docker("POST", "/commit?container=" + cid + "&repo=workspaced-test&tag=" + tag +
+                                 "&changes=" + changes);
+    curl_free(changes);
+    ASSERT_EQ(c.status, 201) << c.body;
+    DockerOptions o;
+    o.image = "workspaced-test:" + tag;
+    grpc::Status s = OpenDocker(ws_.get(), o, nullptr);
+    Docker("DELETE", "/images/workspaced-test:" + tag + "?force=true");
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("VOLUME"), std::string::npos) << s.error_message();
+}
+
+} // namespace

@@ -1,0 +1,802 @@
+// Tests for server/docker/init.c, the wrapper every Docker-provider command
+// runs under. The static binary is run directly on the host (it needs no
+// container: a subreaper, /proc and signals are all it uses), with its stdout
+// and stderr on pipes, and every property is checked from the exit record,
+// the exit code, the output or /proc as seen from here.
+#include <elf.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace
+{
+
+using Clock = std::chrono::steady_clock;
+
+const char kInitRunfile[] = "server/docker/workspaced-docker-init";
+// Long enough for any noisy machine; a test only waits this long when the
+// feature under test is broken (something was left running).
+const int kFinishWaitMs = 60000;
+
+std::string Record(const std::string &status)
+{
+    return "\x1b_wsinit;" + status + "\x1b\\";
+}
+
+bool EndsWith(const std::string &s, const std::string &suffix)
+{
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+size_t Count(const std::string &s, const std::string &what)
+{
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1))
+        n++;
+    return n;
+}
+
+long ElapsedMs(Clock::time_point t0)
+{
+    return (long)std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+}
+
+// Resolved once, from the runfiles directory the test starts in (a test
+// may change directory later).
+std::string InitPath()
+{
+    static const std::string path = [] {
+        char real[PATH_MAX];
+        return std::string(realpath(kInitRunfile, real) ? real : kInitRunfile);
+    }();
+    return path;
+}
+
+// A fresh ID per run, so that concurrent tests (and leftovers of a crashed
+// one) never answer to each other's `signal`.
+std::string NewId()
+{
+    unsigned char raw[8];
+    std::ifstream urandom("/dev/urandom", std::ios::binary);
+    urandom.read(reinterpret_cast<char *>(raw), sizeof(raw));
+    EXPECT_TRUE(urandom.good());
+    static const char hex[] = "0123456789abcdef";
+    std::string id = "p_";
+    for (unsigned char c : raw) {
+        id += hex[c >> 4];
+        id += hex[c & 15];
+    }
+    return id;
+}
+
+std::string TempPath(const std::string &name)
+{
+    const char *base = getenv("TEST_TMPDIR");
+    return std::string(base ? base : "/tmp") + "/" + name;
+}
+
+// /proc/PID/cmdline with NULs as spaces, "" when there is no such process.
+std::string Cmdline(pid_t pid)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    for (char &c : s)
+        if (c == '\0')
+            c = ' ';
+    if (!s.empty() && s.back() == ' ')
+        s.pop_back();
+    return s;
+}
+
+// Fields of /proc/PID/stat after the comm: [0] is field 3 (state), [1] is
+// field 4 (ppid), [3] is field 6 (session). Empty when the process is gone.
+std::vector<std::string> StatFields(pid_t pid)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::vector<std::string> out;
+    size_t close = s.rfind(')');
+    if (close == std::string::npos)
+        return out;
+    std::istringstream in(s.substr(close + 1));
+    for (std::string field; in >> field;)
+        out.push_back(field);
+    return out;
+}
+
+// True when the sleeper is gone: no process with that pid runs `cmdline`.
+// One that is still there is killed, so a failing test leaves nothing behind.
+bool Gone(pid_t pid, const std::string &cmdline)
+{
+    if (pid <= 0)
+        return false;
+    if (Cmdline(pid) != cmdline)
+        return true;
+    (void)kill(pid, SIGKILL);
+    return false;
+}
+
+// True when `pid` is running `cmdline` and is not a zombie.
+bool Alive(pid_t pid, const std::string &cmdline)
+{
+    std::vector<std::string> st = StatFields(pid);
+    return !st.empty() && st[0] != "Z" && Cmdline(pid) == cmdline;
+}
+
+struct Result {
+    int status = -1; // wait status of init; -1 when it did not end in time
+    std::string out, err;
+    long elapsed_ms = 0;
+};
+
+// A running init, its stdout and stderr read through pipes.
+class Init
+{
+  public:
+    Init() = default;
+    Init(const Init &) = delete;
+    Init &operator=(const Init &) = delete;
+    ~Init()
+    {
+        if (pid_ > 0) {
+            (void)kill(pid_, SIGKILL);
+            (void)waitpid(pid_, nullptr, 0);
+        }
+        CloseFds();
+    }
+
+    // Starts `init ARGS...` with stdin on /dev/null and no core dumps.
+    bool Start(const std::vector<std::string> &args)
+    {
+        int out[2], err[2];
+        if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+            return false;
+        std::string path = InitPath();
+        std::vector<char *> argv;
+        argv.push_back(const_cast<char *>(path.c_str()));
+        for (const auto &a : args)
+            argv.push_back(const_cast<char *>(a.c_str()));
+        argv.push_back(nullptr);
+        t0_ = Clock::now();
+        pid_ = fork();
+        if (pid_ < 0)
+            return false;
+        if (pid_ == 0) {
+            struct rlimit no_core = {0, 0};
+            int null = open("/dev/null", O_RDONLY);
+            if (null < 0 || dup2(null, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
+                _exit(120);
+            (void)setrlimit(RLIMIT_CORE, &no_core);
+            execv(argv[0], argv.data());
+            _exit(121);
+        }
+        close(out[1]);
+        close(err[1]);
+        out_ = out[0];
+        err_ = err[0];
+        return true;
+    }
+
+    pid_t pid() const
+    {
+        return pid_;
+    }
+
+    // Reads stdout until it holds `lines` complete lines (or EOF / the
+    // deadline); returns them.
+    std::vector<std::string> ReadLines(size_t lines)
+    {
+        auto give_up = Clock::now() + std::chrono::milliseconds(kFinishWaitMs);
+        while (Count(out_buf_, "\n") < lines && out_ >= 0 && Clock::now() < give_up)
+            Pump(100);
+        std::vector<std::string> v;
+        std::istringstream in(out_buf_);
+        for (std::string l; v.size() < lines && std::getline(in, l);)
+            v.push_back(l);
+        return v;
+    }
+
+    // Reads both pipes to EOF and reaps init, both within kFinishWaitMs.
+    Result Finish()
+    {
+        Result r;
+        auto give_up = Clock::now() + std::chrono::milliseconds(kFinishWaitMs);
+        while ((out_ >= 0 || err_ >= 0) && Clock::now() < give_up)
+            Pump(100);
+        while (Clock::now() < give_up) {
+            pid_t w = waitpid(pid_, &r.status, WNOHANG);
+            if (w == pid_) {
+                pid_ = -1;
+                break;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        if (pid_ > 0)
+            r.status = -1;
+        r.elapsed_ms = ElapsedMs(t0_);
+        r.out = out_buf_;
+        r.err = err_buf_;
+        return r;
+    }
+
+    // Nonzero once init has exited (and then reaps it).
+    bool Exited()
+    {
+        int status;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            return true;
+        }
+        return false;
+    }
+
+  private:
+    void Pump(int timeout_ms)
+    {
+        struct pollfd fds[2] = {{out_, POLLIN, 0}, {err_, POLLIN, 0}};
+        if (poll(fds, 2, timeout_ms) <= 0)
+            return;
+        char buf[65536];
+        for (int i = 0; i < 2; i++) {
+            int *fd = i == 0 ? &out_ : &err_;
+            std::string *sink = i == 0 ? &out_buf_ : &err_buf_;
+            if (*fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            ssize_t n = read(*fd, buf, sizeof(buf));
+            if (n > 0) {
+                sink->append(buf, (size_t)n);
+            } else if (n == 0 || errno != EINTR) {
+                close(*fd);
+                *fd = -1;
+            }
+        }
+    }
+
+    void CloseFds()
+    {
+        if (out_ >= 0)
+            close(out_);
+        if (err_ >= 0)
+            close(err_);
+        out_ = err_ = -1;
+    }
+
+    pid_t pid_ = -1;
+    int out_ = -1, err_ = -1;
+    std::string out_buf_, err_buf_;
+    Clock::time_point t0_;
+};
+
+Result RunInit(const std::vector<std::string> &args)
+{
+    Init init;
+    if (!init.Start(args))
+        return Result{};
+    return init.Finish();
+}
+
+// `init run ID TIMEOUT /bin/sh -c SCRIPT`.
+std::vector<std::string> Shell(const std::string &id, const std::string &script,
+                               const std::string &timeout_ms = "0")
+{
+    return {"run", id, timeout_ms, "/bin/sh", "-c", script};
+}
+
+int ExitCode(const Result &r)
+{
+    return r.status >= 0 && WIFEXITED(r.status) ? WEXITSTATUS(r.status) : -1;
+}
+
+pid_t ToPid(const std::string &s)
+{
+    return (pid_t)atoi(s.c_str());
+}
+
+// ---- exit records ----
+
+TEST(DockerInitTest, ExitCodesPassThroughAndTheRecordIsTheLastBytes)
+{
+    for (int code : {0, 3, 255}) {
+        Result r = RunInit(Shell(NewId(), "echo out; echo err >&2; exit " + std::to_string(code)));
+        EXPECT_EQ(ExitCode(r), code);
+        EXPECT_EQ(r.out, "out\n");
+        EXPECT_EQ(r.err, "err\n" + Record("exited " + std::to_string(code)));
+    }
+}
+
+TEST(DockerInitTest, CommandKilledByASignalIsReportedSignaled)
+{
+    Result r = RunInit(Shell(NewId(), "kill -USR1 $$"));
+    EXPECT_EQ(ExitCode(r), 128 + SIGUSR1);
+    EXPECT_EQ(r.err, Record("signaled " + std::to_string(SIGUSR1)));
+}
+
+TEST(DockerInitTest, ArgumentsReachTheProgramUnchanged)
+{
+    Result r = RunInit(
+        {"run", NewId(), "0", "/bin/sh", "-c", "printf '[%s]' \"$@\"", "zero", "a b", "", "--x"});
+    EXPECT_EQ(ExitCode(r), 0);
+    EXPECT_EQ(r.out, "[a b][][--x]");
+    EXPECT_EQ(r.err, Record("exited 0"));
+}
+
+// Decided: a PROGRAM that cannot be executed still gets an exit record
+// (exited 127 for ENOENT, 126 otherwise), after a one-line message.
+TEST(DockerInitTest, MissingProgramIsExited127WithAMessage)
+{
+    Result r = RunInit({"run", NewId(), "0", "/nonexistent/workspaced-program", "arg"});
+    EXPECT_EQ(ExitCode(r), 127);
+    EXPECT_EQ(r.out, "");
+    const std::string rec = Record("exited 127");
+    ASSERT_TRUE(EndsWith(r.err, rec)) << r.err;
+    std::string message = r.err.substr(0, r.err.size() - rec.size());
+    EXPECT_EQ(message.rfind("workspaced-docker-init: cannot execute "
+                            "/nonexistent/workspaced-program: ",
+                            0),
+              0u)
+        << message;
+    EXPECT_EQ(Count(message, "\n"), 1u) << message;
+    EXPECT_TRUE(EndsWith(message, "\n")) << message;
+}
+
+TEST(DockerInitTest, UnexecutableProgramIsExited126WithAMessage)
+{
+    Result r = RunInit({"run", NewId(), "0", "/"}); // a directory: EACCES, even for root
+    EXPECT_EQ(ExitCode(r), 126);
+    const std::string rec = Record("exited 126");
+    ASSERT_TRUE(EndsWith(r.err, rec)) << r.err;
+    EXPECT_EQ(r.err.rfind("workspaced-docker-init: cannot execute /: ", 0), 0u) << r.err;
+}
+
+// The command's own 127 is not an exec failure: no message.
+TEST(DockerInitTest, CommandExiting127GetsNoExecMessage)
+{
+    Result r = RunInit(Shell(NewId(), "exit 127"));
+    EXPECT_EQ(ExitCode(r), 127);
+    EXPECT_EQ(r.err, Record("exited 127"));
+}
+
+TEST(DockerInitTest, MisuseExits127WithOneLineAndNoRecord)
+{
+    const std::string id = NewId();
+    const std::vector<std::vector<std::string>> cases = {
+        {},
+        {"bogus"},
+        {"run"},
+        {"run", id, "0"},
+        {"run", "p_0123456789ABCDEF", "0", "/bin/true"},
+        {"run", "p_0123456789abcde", "0", "/bin/true"},
+        {"run", "p_0123456789abcdef0", "0", "/bin/true"},
+        {"run", "q_0123456789abcdef", "0", "/bin/true"},
+        {"run", "p-0123456789abcdef", "0", "/bin/true"},
+        {"run", "", "0", "/bin/true"},
+        {"run", id, "", "/bin/true"},
+        {"run", id, "-1", "/bin/true"},
+        {"run", id, "+5", "/bin/true"},
+        {"run", id, " 5", "/bin/true"},
+        {"run", id, "5 ", "/bin/true"},
+        {"run", id, "1e3", "/bin/true"},
+        {"run", id, "0x10", "/bin/true"},
+        {"run", id, "1099511627777", "/bin/true"}, // 2^40 + 1
+        {"run", id, "99999999999999999999999", "/bin/true"},
+        {"run", id, "0", "bin/true"},
+        {"run", id, "0", "./true"},
+        {"run", id, "0", ""},
+        {"signal"},
+        {"signal", id},
+        {"signal", id, "0"},
+        {"signal", id, "65"},
+        {"signal", id, "-9"},
+        {"signal", id, "TERM"},
+        {"signal", id, "9", "extra"},
+        {"signal", "p_0123456789abcdeg", "9"},
+    };
+    for (const auto &args : cases) {
+        std::string shown;
+        for (const auto &a : args)
+            shown += "[" + a + "]";
+        Result r = RunInit(args);
+        EXPECT_EQ(ExitCode(r), 127) << shown;
+        EXPECT_EQ(r.out, "") << shown;
+        EXPECT_EQ(r.err.rfind("workspaced-docker-init: ", 0), 0u) << shown << r.err;
+        EXPECT_EQ(Count(r.err, "\n"), 1u) << shown << r.err;
+        EXPECT_TRUE(EndsWith(r.err, "\n")) << shown << r.err;
+        EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 0u) << shown << r.err;
+    }
+}
+
+TEST(DockerInitTest, LargestTimeoutIsAccepted)
+{
+    Result r = RunInit(Shell(NewId(), "exit 2", "1099511627776")); // 2^40
+    EXPECT_EQ(ExitCode(r), 2);
+    EXPECT_EQ(r.err, Record("exited 2"));
+}
+
+// ---- the tree dies with the command ----
+
+TEST(DockerInitTest, BackgroundChildIsKilledWhenTheCommandExits)
+{
+    // The sleeper keeps stdout open: Finish would wait for it if it lived.
+    Result r = RunInit(Shell(NewId(), "sleep 1001 & echo $!; exit 3"));
+    EXPECT_EQ(ExitCode(r), 3);
+    EXPECT_EQ(r.err, Record("exited 3"));
+    pid_t sleeper = ToPid(r.out);
+    ASSERT_GT(sleeper, 0) << r.out;
+    EXPECT_TRUE(Gone(sleeper, "sleep 1001"));
+}
+
+TEST(DockerInitTest, SetsidAndDoubleForkEscapeesAreKilled)
+{
+    const std::string id = NewId();
+    const std::string flag = TempPath("escapees-" + id);
+    // Both escapees print their pid, then drop every fd the command had, so
+    // nothing but init's kill can end them. The command exits once told to.
+    Init init;
+    ASSERT_TRUE(init.Start(
+        Shell(id, "a=$( (setsid sh -c 'echo $$; exec sleep 1002 </dev/null >/dev/null 2>&1' &) ); "
+                  "b=$( (sh -c 'echo $$; exec sleep 1003 </dev/null >/dev/null 2>&1' &) ); "
+                  "echo $a $b; while [ ! -e " +
+                      flag + " ]; do sleep 0.05; done; exit 0")));
+    std::vector<std::string> line = init.ReadLines(1);
+    ASSERT_EQ(line.size(), 1u);
+    pid_t a = 0, b = 0;
+    ASSERT_EQ(sscanf(line[0].c_str(), "%d %d", &a, &b), 2) << line[0];
+
+    // Re-parented to init (not Docker's pid 1, not the host's), one of them in
+    // a session of its own.
+    auto t0 = Clock::now();
+    while ((StatFields(a).size() < 4 || StatFields(a)[1] != std::to_string(init.pid()) ||
+            StatFields(b).size() < 4 || StatFields(b)[1] != std::to_string(init.pid())) &&
+           ElapsedMs(t0) < kFinishWaitMs)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(Alive(a, "sleep 1002"));
+    EXPECT_TRUE(Alive(b, "sleep 1003"));
+    ASSERT_GE(StatFields(a).size(), 4u);
+    EXPECT_EQ(StatFields(a)[1], std::to_string(init.pid()));
+    EXPECT_EQ(StatFields(a)[3], std::to_string(a)) << "not in a session of its own";
+    ASSERT_GE(StatFields(b).size(), 4u);
+    EXPECT_EQ(StatFields(b)[1], std::to_string(init.pid()));
+
+    std::ofstream(flag).put('x');
+    Result r = init.Finish();
+    unlink(flag.c_str());
+    EXPECT_EQ(ExitCode(r), 0);
+    EXPECT_EQ(r.err, Record("exited 0"));
+    EXPECT_TRUE(Gone(a, "sleep 1002"));
+    EXPECT_TRUE(Gone(b, "sleep 1003"));
+}
+
+// A descendant writing to stderr as fast as it can is dead before the record
+// goes out, so the record is still the last thing on the stream.
+TEST(DockerInitTest, RecordComesAfterEverythingANoisyOrphanWrote)
+{
+    Result r = RunInit(Shell(NewId(), "(while :; do echo noise >&2; done) & sleep 0.3; exit 6"));
+    EXPECT_EQ(ExitCode(r), 6);
+    EXPECT_GT(Count(r.err, "noise\n"), 0u);
+    EXPECT_TRUE(EndsWith(r.err, Record("exited 6")))
+        << r.err.substr(r.err.size() > 200 ? r.err.size() - 200 : 0);
+    EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 1u);
+}
+
+// ---- timeout ----
+
+TEST(DockerInitTest, TimeoutKillsTheWholeTreeAndReportsSignaled9)
+{
+    // The shell ignores TERM: only a SIGKILL ends it.
+    Result r = RunInit(Shell(NewId(), "trap '' TERM; sleep 1004 & echo $!; sleep 1005", "500"));
+    EXPECT_EQ(ExitCode(r), 128 + SIGKILL);
+    EXPECT_EQ(r.err, Record("signaled 9"));
+    EXPECT_GE(r.elapsed_ms, 450);
+    pid_t sleeper = ToPid(r.out);
+    ASSERT_GT(sleeper, 0) << r.out;
+    EXPECT_TRUE(Gone(sleeper, "sleep 1004"));
+}
+
+TEST(DockerInitTest, ZeroTimeoutMeansNoBound)
+{
+    Result r = RunInit(Shell(NewId(), "sleep 1; exit 5", "0"));
+    EXPECT_EQ(ExitCode(r), 5);
+    EXPECT_EQ(r.err, Record("exited 5"));
+}
+
+// ---- signals sent to init ----
+
+TEST(DockerInitTest, TermSentToInitIsForwardedToTheCommand)
+{
+    Init init;
+    ASSERT_TRUE(init.Start(
+        Shell(NewId(), "trap 'echo trapped; exit 7' TERM; echo ready; while :; do sleep 1; done")));
+    ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
+    ASSERT_EQ(kill(init.pid(), SIGTERM), 0);
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 7);
+    EXPECT_EQ(r.out, "ready\ntrapped\n");
+    // dash may say "Terminated" about the sleep the TERM reached as well.
+    EXPECT_TRUE(EndsWith(r.err, Record("exited 7"))) << r.err;
+    EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 1u) << r.err;
+}
+
+// Every forwarded signal rescans the tree: the second one must find it too.
+TEST(DockerInitTest, EverySignalSentToInitIsForwarded)
+{
+    Init init;
+    ASSERT_TRUE(init.Start(Shell(NewId(), "n=0; trap 'n=$((n+1)); echo usr1 $n' USR1; echo ready; "
+                                          "while [ $n -lt 2 ]; do sleep 0.05; done; exit 9")));
+    ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
+    ASSERT_EQ(kill(init.pid(), SIGUSR1), 0);
+    ASSERT_EQ(init.ReadLines(2), (std::vector<std::string>{"ready", "usr1 1"}));
+    ASSERT_EQ(kill(init.pid(), SIGUSR1), 0);
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 9);
+    EXPECT_EQ(r.out, "ready\nusr1 1\nusr1 2\n");
+    EXPECT_TRUE(EndsWith(r.err, Record("exited 9"))) << r.err;
+}
+
+// Forwarding reaches every descendant, a setsid() escapee included; the
+// command itself ignores the signal (only once the escapee is started: SIG_IGN
+// is inherited) and waits for the escapee to die of it.
+TEST(DockerInitTest, ForwardedSignalReachesAnEscapee)
+{
+    Init init;
+    ASSERT_TRUE(init.Start(Shell(
+        NewId(), "e=$( (setsid sh -c 'echo $$; exec sleep 1006 </dev/null >/dev/null 2>&1' &) ); "
+                 "trap '' USR1; echo ready; while kill -0 $e 2>/dev/null; do sleep 0.05; done; "
+                 "echo escapee-gone; exit 8")));
+    ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
+    ASSERT_EQ(kill(init.pid(), SIGUSR1), 0);
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 8);
+    EXPECT_EQ(r.out, "ready\nescapee-gone\n");
+    EXPECT_EQ(r.err, Record("exited 8"));
+}
+
+// ---- signal mode ----
+
+TEST(DockerInitTest, SignalModeTermReachesEveryProcessOfTheCommand)
+{
+    const std::string id = NewId();
+    Init init;
+    // The shell ignores TERM only after starting the sleepers, so they die of
+    // TERM (143), not of init's final SIGKILL (137), and the shell reports it.
+    ASSERT_TRUE(
+        init.Start(Shell(id, "sleep 1007 & a=$!; sleep 1008 & b=$!; trap '' TERM; "
+                             "echo ready; wait $a; echo a=$?; wait $b; echo b=$?; exit 4")));
+    ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
+    Result s = RunInit({"signal", id, "15"});
+    EXPECT_EQ(ExitCode(s), 0);
+    EXPECT_EQ(s.out + s.err, "");
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 4);
+    EXPECT_EQ(r.out, "ready\na=143\nb=143\n");
+    // dash may say "Terminated" about the sleepers.
+    EXPECT_TRUE(EndsWith(r.err, Record("exited 4"))) << r.err;
+    EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 1u) << r.err;
+}
+
+TEST(DockerInitTest, SignalModeTermThenKillEndsATermIgnoringTree)
+{
+    const std::string id = NewId();
+    Init init;
+    ASSERT_TRUE(init.Start(Shell(id, "trap '' TERM; sleep 1009 & echo $!; wait")));
+    std::vector<std::string> line = init.ReadLines(1);
+    ASSERT_EQ(line.size(), 1u);
+    pid_t sleeper = ToPid(line[0]);
+    ASSERT_GT(sleeper, 0);
+
+    Result term = RunInit({"signal", id, "15"});
+    EXPECT_EQ(ExitCode(term), 0);
+    EXPECT_EQ(term.err, "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(init.Exited()) << "TERM was ignored: the command must still run";
+    EXPECT_TRUE(Alive(sleeper, "sleep 1009"));
+
+    Result kill9 = RunInit({"signal", id, "9"});
+    EXPECT_EQ(ExitCode(kill9), 0);
+    EXPECT_EQ(kill9.err, "");
+    // `signal ID 9` returns only once nothing of the tree is left alive: at
+    // most a zombie waiting for init to reap it.
+    std::vector<std::string> st = StatFields(sleeper);
+    EXPECT_TRUE(st.empty() || st[0] == "Z" || Cmdline(sleeper) != "sleep 1009")
+        << "state " << (st.empty() ? "" : st[0]);
+
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 128 + SIGKILL);
+    EXPECT_EQ(r.err, Record("signaled 9"));
+    EXPECT_TRUE(Gone(sleeper, "sleep 1009"));
+}
+
+TEST(DockerInitTest, SignalModeOnlyReachesItsOwnId)
+{
+    const std::string id_a = NewId(), id_b = NewId();
+    Init a, b;
+    ASSERT_TRUE(a.Start(Shell(id_a, "echo ready; exec sleep 1010")));
+    ASSERT_TRUE(b.Start(Shell(id_b, "echo ready; exec sleep 1011")));
+    ASSERT_EQ(a.ReadLines(1), std::vector<std::string>{"ready"});
+    ASSERT_EQ(b.ReadLines(1), std::vector<std::string>{"ready"});
+
+    EXPECT_EQ(ExitCode(RunInit({"signal", id_a, "9"})), 0);
+    Result ra = a.Finish();
+    EXPECT_EQ(ra.err, Record("signaled 9"));
+    EXPECT_FALSE(b.Exited());
+
+    EXPECT_EQ(ExitCode(RunInit({"signal", id_b, "15"})), 0);
+    Result rb = b.Finish();
+    EXPECT_EQ(rb.err, Record("signaled 15"));
+}
+
+TEST(DockerInitTest, SignalModeWithoutARunningInitExits3)
+{
+    Result r = RunInit({"signal", NewId(), "15"});
+    EXPECT_EQ(ExitCode(r), 3);
+    EXPECT_EQ(r.out + r.err, "");
+
+    // An ID whose command has ended is no longer found either.
+    const std::string id = NewId();
+    EXPECT_EQ(ExitCode(RunInit(Shell(id, "exit 0"))), 0);
+    EXPECT_EQ(ExitCode(RunInit({"signal", id, "15"})), 3);
+}
+
+// ---- terminal ----
+
+// As under `docker exec -t`: init leads the session of the terminal on fds
+// 0-2. The command gets a session of its own with the terminal as its
+// controlling terminal and its group in the foreground, and the SIGHUP the
+// kernel sends when init gives the terminal up is not forwarded to it.
+TEST(DockerInitTest, TerminalBecomesTheCommandsControllingTerminal)
+{
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    ASSERT_GE(master, 0);
+    ASSERT_EQ(grantpt(master), 0);
+    ASSERT_EQ(unlockpt(master), 0);
+    std::string slave = ptsname(master);
+    std::string path = InitPath();
+    std::vector<std::string> args = {
+        path,
+        "run",
+        NewId(),
+        "0",
+        "/bin/sh",
+        "-c",
+        "sleep 0.5; set -- $(cat /proc/$$/stat); echo \"ids $1 $5 $6 $8 tty=$7\""};
+    std::vector<char *> argv;
+    for (auto &a : args)
+        argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
+
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        // A session leader opening a terminal without O_NOCTTY acquires it.
+        if (setsid() < 0)
+            _exit(120);
+        int fd = open(slave.c_str(), O_RDWR);
+        if (fd < 0 || dup2(fd, 0) < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0)
+            _exit(121);
+        if (fd > 2)
+            close(fd);
+        execv(argv[0], argv.data());
+        _exit(122);
+    }
+    std::string out;
+    auto give_up = Clock::now() + std::chrono::milliseconds(kFinishWaitMs);
+    while (Clock::now() < give_up) {
+        struct pollfd p = {master, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        char buf[4096];
+        ssize_t n = read(master, buf, sizeof(buf));
+        if (n > 0)
+            out.append(buf, (size_t)n);
+        else if (n == 0 || errno != EINTR)
+            break; // EIO: every slave fd is closed
+    }
+    close(master);
+    int status = -1;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << " " << out;
+    EXPECT_TRUE(EndsWith(out, Record("exited 0"))) << out;
+
+    unsigned long p = 0, pgrp = 0, sid = 0, tpgid = 0;
+    long tty = 0;
+    size_t at = out.find("ids ");
+    ASSERT_NE(at, std::string::npos) << out;
+    ASSERT_EQ(
+        sscanf(out.c_str() + at, "ids %lu %lu %lu %lu tty=%ld", &p, &pgrp, &sid, &tpgid, &tty), 5)
+        << out;
+    EXPECT_EQ(pgrp, p);
+    EXPECT_EQ(sid, p);
+    EXPECT_EQ(tpgid, p) << "the command's group is not the terminal's foreground";
+    EXPECT_NE(tty, 0) << "the command has no controlling terminal";
+}
+
+// ---- the binary ----
+
+// It runs inside arbitrary images: no dynamic loader, no shared libraries.
+TEST(DockerInitTest, BinaryIsStatic)
+{
+    std::ifstream f(kInitRunfile, std::ios::binary);
+    std::string elf((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    ASSERT_GE(elf.size(), sizeof(Elf64_Ehdr));
+    Elf64_Ehdr eh;
+    memcpy(&eh, elf.data(), sizeof(eh));
+    ASSERT_EQ(memcmp(eh.e_ident, ELFMAG, SELFMAG), 0);
+    ASSERT_EQ(eh.e_ident[EI_CLASS], ELFCLASS64);
+    ASSERT_EQ(eh.e_phentsize, sizeof(Elf64_Phdr));
+    ASSERT_LE(eh.e_phoff + (uint64_t)eh.e_phnum * sizeof(Elf64_Phdr), elf.size());
+    int loads = 0;
+    for (int i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, elf.data() + eh.e_phoff + i * sizeof(ph), sizeof(ph));
+        EXPECT_NE(ph.p_type, (Elf64_Word)PT_INTERP) << "the binary asks for a dynamic loader";
+        if (ph.p_type == PT_LOAD)
+            loads++;
+    }
+    EXPECT_GT(loads, 0);
+    struct stat st;
+    ASSERT_EQ(stat(kInitRunfile, &st), 0);
+    EXPECT_TRUE(st.st_mode & S_IXUSR);
+}
+
+// A name is looked up in PATH like execvp, but never in a relative or empty
+// entry: those would be the command's cwd (the workspace).
+TEST(DockerInitTest, NamesAreFoundInPathButNeverInTheCwd)
+{
+    std::string dir = TempPath("pathdir");
+    ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+    std::string planted = dir + "/planted-tool";
+    {
+        int fd = open(planted.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0755);
+        ASSERT_GE(fd, 0);
+        std::string script = "#!/bin/sh\necho planted-ran\n";
+        ASSERT_EQ(write(fd, script.data(), script.size()), (ssize_t)script.size());
+        close(fd);
+    }
+    (void)InitPath();
+    const char *old = getenv("PATH");
+    std::string saved = old ? old : "";
+    char cwd[4096];
+    ASSERT_NE(getcwd(cwd, sizeof(cwd)), nullptr);
+
+    setenv("PATH", ("/nonexistent:" + dir + ":/bin").c_str(), 1);
+    Result found = RunInit({"run", NewId(), "0", "planted-tool"});
+    // Relative and empty entries: the same file, reachable only through
+    // the cwd, is not run.
+    ASSERT_EQ(chdir(dir.c_str()), 0);
+    setenv("PATH", ".::pathdir", 1);
+    Result cwd_only = RunInit({"run", NewId(), "0", "planted-tool"});
+    ASSERT_EQ(chdir(cwd), 0);
+    setenv("PATH", "/bin", 1);
+    Result missing = RunInit({"run", NewId(), "0", "no-such-tool-anywhere"});
+    setenv("PATH", saved.c_str(), 1);
+    unlink(planted.c_str());
+    rmdir(dir.c_str());
+
+    EXPECT_EQ(ExitCode(found), 0) << found.err;
+    EXPECT_EQ(found.out, "planted-ran\n");
+    EXPECT_EQ(ExitCode(cwd_only), 127) << cwd_only.out;
+    EXPECT_EQ(cwd_only.out, "");
+    EXPECT_TRUE(EndsWith(cwd_only.err, Record("exited 127"))) << cwd_only.err;
+    EXPECT_EQ(ExitCode(missing), 127);
+    EXPECT_NE(missing.err.find("cannot execute no-such-tool-anywhere"), std::string::npos)
+        << missing.err;
+}
+
+} // namespace

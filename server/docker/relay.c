@@ -42,13 +42,13 @@
  * socket is still drained to its end, so the command never hangs on a full
  * pipe and the exit record is still read.
  *
- * TLS: the end of stdin cannot be passed on over TLS. A TCP half-close
- * (shutdown SHUT_WR) would cut the TLS session short under curl, and curl
- * offers no way to send TLS's close_notify while still reading; so with
- * --tls-verify the end of fd 0 stops the forwarding but the process does
- * not see EOF on its stdin (it sees it when the exec ends).
+ * Transport: a unix socket or plain tcp, spoken directly (no libcurl: the
+ * relay starts once per command, and loading curl's libraries took longer
+ * than the daemon's exec start). A TLS daemon is refused with 125: the
+ * server's own calls reach one through libcurl, but exec streams over TLS
+ * (and their stdin half-close, which needs TLS's close_notify) are not
+ * implemented.
  */
-#include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -64,14 +64,19 @@
 #include <strings.h>
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/uio.h>
 #include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "server/docker/api.h"
 #include "server/docker/frames.h"
-#include "server/docker/http.h"
+#include "server/docker/endpoint.h"
 
 #define PROGRAM "workspaced-docker-relay"
 
@@ -87,8 +92,12 @@
 #define HEAD_MAX (16 * 1024)
 /* An error body read back for the message; dockerd's are one short line. */
 #define ERROR_BODY_MAX (64 * 1024)
-/* One read from the socket and one read from stdin. */
-#define IO_BUF_SIZE (64 * 1024)
+/* One read from the socket and one read from stdin. Large, so that one
+ * read gathers many of the daemon's small frames (it writes one per write
+ * of the process, often 4 KiB) into one write to the server. */
+#define IO_BUF_SIZE (256 * 1024)
+/* Payload slices gathered for one writev. */
+#define GATHER_MAX 64
 /* Bytes of a possible exit record held back from the output. The longest
  * valid record, ESC "_wsinit;signaled 64 core oom" ESC "\\", is 31 bytes,
  * so anything longer is output. */
@@ -115,8 +124,8 @@
 #define RECORD_CLOSE "\x1b\\"
 #define ESC          0x1b
 
-/* "https://" + host + ":65535" + NUL, with room to spare. */
-#define BASE_URL_MAX (WS_DOCKER_HTTP_HOST_MAX + 32)
+/* A connection or call failure's message. */
+#define ERRBUF_MAX 256
 
 struct options {
     struct ws_docker_http_config cfg;
@@ -127,11 +136,9 @@ struct options {
     const char *exec_id;
 };
 
-/* The hijacked connection: curl connected it (unix, tcp or TLS alike) and
- * we speak raw bytes over it. */
+/* The hijacked connection: a plain socket we speak raw bytes over. */
 struct conn {
-    CURL *easy;
-    curl_socket_t sock;
+    int sock;
 };
 
 struct relay {
@@ -152,7 +159,12 @@ struct relay {
     size_t in_off, in_len;
     uint8_t *in_buf;
     int sigfd; /* SIGWINCH with --tty, else -1 */
-    char curl_err[CURL_ERROR_SIZE];
+    /* Payload of one socket read bound for the same fd, written at once:
+     * slices of sock_buf, valid until feed() returns. */
+    int gather_fd;
+    struct iovec gather[GATHER_MAX];
+    int n_gather;
+    char err[ERRBUF_MAX];
 };
 
 static uint8_t sock_buf[IO_BUF_SIZE];
@@ -335,113 +347,102 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
     return 0;
 }
 
-/* --- curl ------------------------------------------------------------------- */
+/* --- The connection -------------------------------------------------------- */
 
-/* What every handle to the daemon shares with server/docker/http.c: the
- * URL, the unix socket, TLS with the daemon's certificate verified, and no
- * proxy from the environment. */
-static CURLcode easy_setup(CURL *e, const struct ws_docker_http_config *cfg, const char *path,
-                           char *errbuf)
-{
-    char url[BASE_URL_MAX + WS_DOCKER_PATH_MAX];
-    CURLcode rc;
-
-    if (cfg->transport == WS_DOCKER_HTTP_UNIX)
-        snprintf(url, sizeof(url), "http://localhost%s", path);
-    else
-        snprintf(url, sizeof(url), "%s://%s:%u%s", cfg->tls ? "https" : "http", cfg->host,
-                 cfg->port, path);
-    errbuf[0] = '\0';
-    rc = curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_URL, url);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, cfg->tls ? "https" : "http");
-    if (rc == CURLE_OK && cfg->transport == WS_DOCKER_HTTP_UNIX)
-        rc = curl_easy_setopt(e, CURLOPT_UNIX_SOCKET_PATH, cfg->unix_path);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_PROXY, "");
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
-    /* The hijacked stream is HTTP/1.1's Upgrade: ALPN must not pick h2. */
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
-    if (rc == CURLE_OK && cfg->transport == WS_DOCKER_HTTP_TCP)
-        rc = curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    if (rc == CURLE_OK && cfg->tls) {
-        rc = curl_easy_setopt(e, CURLOPT_CAINFO, cfg->tls_ca);
-        if (rc == CURLE_OK)
-            rc = curl_easy_setopt(e, CURLOPT_SSLCERT, cfg->tls_cert);
-        if (rc == CURLE_OK)
-            rc = curl_easy_setopt(e, CURLOPT_SSLKEY, cfg->tls_key);
-        if (rc == CURLE_OK)
-            rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
-        if (rc == CURLE_OK)
-            rc = curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
-    }
-    return rc;
-}
-
-/* Connects without sending anything. On failure, says why. */
+/* Connects to the daemon's unix socket or tcp port (blocking, bounded by
+ * CONNECT_TIMEOUT_MS), then makes the socket non-blocking. No libcurl: the
+ * relay starts for every command, and loading curl's libraries cost more
+ * than the daemon's whole exec start. TLS is refused (see the top). On
+ * failure, says why into errbuf. */
 static int conn_open(const struct ws_docker_http_config *cfg, char *errbuf, struct conn *ret_conn)
 {
-    CURL *e = curl_easy_init();
-    curl_socket_t sock = CURL_SOCKET_BAD;
-    CURLcode rc;
-    int r;
+    int fd = -1, err = 0;
 
-    if (!e)
-        return -ENOMEM;
-    rc = easy_setup(e, cfg, "/", errbuf);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_CONNECT_ONLY, 1L);
-    if (rc == CURLE_OK)
-        rc = curl_easy_perform(e);
-    if (rc == CURLE_OK)
-        rc = curl_easy_getinfo(e, CURLINFO_ACTIVESOCKET, &sock);
-    if (rc != CURLE_OK || sock == CURL_SOCKET_BAD) {
-        say("cannot connect to the daemon: %s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
-        r = rc == CURLE_OUT_OF_MEMORY ? -ENOMEM : -ECONNREFUSED;
-        goto out;
+    errbuf[0] = '\0';
+    if (cfg->tls) {
+        snprintf(errbuf, ERRBUF_MAX, "a TLS daemon is not supported for exec");
+        return -EPROTONOSUPPORT;
     }
-    ret_conn->easy = e;
-    ret_conn->sock = sock;
-    e = NULL;
-    r = 0;
-out:
-    if (e)
-        curl_easy_cleanup(e);
-    return r;
+    if (cfg->transport == WS_DOCKER_HTTP_UNIX) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+        if (strlen(cfg->unix_path) >= sizeof(sa.sun_path))
+            return -ENAMETOOLONG;
+        memcpy(sa.sun_path, cfg->unix_path, strlen(cfg->unix_path) + 1);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+            err = -errno;
+    } else {
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+        struct addrinfo *ai = NULL;
+        char host[WS_DOCKER_HTTP_HOST_MAX], port[8];
+        size_t n = strlen(cfg->host);
+
+        /* A bracketed IPv6 literal is looked up without its brackets. */
+        if (n >= 2 && cfg->host[0] == '[' && cfg->host[n - 1] == ']')
+            snprintf(host, sizeof(host), "%.*s", (int)(n - 2), cfg->host + 1);
+        else
+            snprintf(host, sizeof(host), "%s", cfg->host);
+        snprintf(port, sizeof(port), "%u", cfg->port);
+        int g = getaddrinfo(host, port, &hints, &ai);
+        if (g != 0) {
+            snprintf(errbuf, ERRBUF_MAX, "%.128s: %.100s", host, gai_strerror(g));
+            return -EHOSTUNREACH;
+        }
+        err = -ECONNREFUSED;
+        for (struct addrinfo *a = ai; a; a = a->ai_next) {
+            fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+            if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+                int one = 1;
+                (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+                (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+                err = 0;
+                break;
+            }
+            err = -errno;
+            if (fd >= 0)
+                close(fd);
+            fd = -1;
+        }
+        freeaddrinfo(ai);
+    }
+    if (err == 0 && fcntl(fd, F_SETFL, O_NONBLOCK) < 0)
+        err = -errno;
+    if (err < 0) {
+        if (!errbuf[0])
+            snprintf(errbuf, ERRBUF_MAX, "%s", strerror(-err));
+        if (fd >= 0)
+            close(fd);
+        return err;
+    }
+    ret_conn->sock = fd;
+    return 0;
 }
 
 /* Sends one chunk. Returns the bytes sent (> 0), -EAGAIN, or -EPIPE when
  * the connection no longer takes data. */
 static ssize_t conn_send(struct conn *c, const void *data, size_t len)
 {
-    size_t n = 0;
-    CURLcode rc = curl_easy_send(c->easy, data, len, &n);
+    ssize_t n = send(c->sock, data, len, MSG_NOSIGNAL);
 
-    if (rc == CURLE_AGAIN || (rc == CURLE_OK && n == 0))
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return -EAGAIN;
-    if (rc != CURLE_OK)
+    if (n <= 0)
         return -EPIPE;
-    return (ssize_t)n;
+    return n;
 }
 
 /* Reads what is there. Returns the byte count (0 at the end of the
  * stream), -EAGAIN, or -ECONNRESET. */
 static ssize_t conn_recv(struct conn *c, void *buf, size_t size)
 {
-    size_t n = 0;
-    CURLcode rc = curl_easy_recv(c->easy, buf, size, &n);
+    ssize_t n = recv(c->sock, buf, size, 0);
 
-    if (rc == CURLE_AGAIN)
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return -EAGAIN;
-    if (rc != CURLE_OK)
+    if (n < 0)
         return -ECONNRESET;
-    return (ssize_t)n;
+    return n;
 }
 
 static int conn_send_all(struct conn *c, const char *data, size_t len, int64_t deadline)
@@ -465,9 +466,7 @@ static int conn_send_all(struct conn *c, const char *data, size_t len, int64_t d
 }
 
 /* Reads into buf[*len, size) until more bytes come in. Returns 0 with *len
- * grown, -ENODATA at the end of the stream, -ETIMEDOUT, -ECONNRESET. TLS
- * can hold decrypted bytes the socket no longer shows, so curl is asked
- * before poll is. */
+ * grown, -ENODATA at the end of the stream, -ETIMEDOUT, -ECONNRESET. */
 static int conn_read_more(struct conn *c, char *buf, size_t size, size_t *len, int64_t deadline)
 {
     for (;;) {
@@ -489,77 +488,70 @@ static int conn_read_more(struct conn *c, char *buf, size_t size, size_t *len, i
 
 static void conn_close(struct conn *c)
 {
-    if (c->easy)
-        curl_easy_cleanup(c->easy);
-    c->easy = NULL;
+    if (c->sock >= 0)
+        close(c->sock);
+    c->sock = -1;
 }
 
-/* A plain request on its own connection (resize, inspect): the body is
- * collected into a bounded buffer. */
-struct collect {
-    char *buf;
-    size_t len, size;
-};
+static size_t head_end(const char *buf, size_t len);
+static int head_status(const char *h, size_t len);
+static const char *head_value(const char *h, size_t len, const char *name, size_t *ret_len);
+static int dechunk(const char *buf, size_t len, char *out, size_t *ret_len);
 
-static size_t collect_body(char *data, size_t size, size_t nmemb, void *arg)
-{
-    struct collect *b = arg;
-    size_t len = size * nmemb;
-
-    if (len > b->size - b->len)
-        return 0; /* aborts the transfer: over the limit */
-    memcpy(b->buf + b->len, data, len);
-    b->len += len;
-    return len;
-}
-
-/* Returns 0 with *ret_status set (the body in buf, NUL-terminated, its
- * length in *ret_len), or -EIO with a message in errbuf. */
+/* A plain request on its own connection (resize, inspect), answered on a
+ * connection the daemon closes after it: the whole answer is read (bounded
+ * by size), its body (de-chunked) left in buf, NUL-terminated. Returns 0
+ * with *ret_status set, or a negative errno with a message in errbuf. */
 static int simple_call(const struct ws_docker_http_config *cfg, bool post, const char *path,
                        char *buf, size_t size, size_t *ret_len, long *ret_status, char *errbuf)
 {
-    struct collect b = {.buf = buf, .size = size - 1};
-    CURL *e = curl_easy_init();
-    struct curl_slist *hdrs = NULL;
-    long status = 0;
-    CURLcode rc;
-    int r;
+    static char raw[HEAD_MAX + INSPECT_BODY_MAX];
+    char req[WS_DOCKER_PATH_MAX + 128];
+    int64_t deadline = now_ms() + CALL_TIMEOUT_MS;
+    struct conn c = {.sock = -1};
+    size_t len = 0, head, vlen = 0, body_len;
+    const char *v;
+    int r, status;
 
-    if (!e)
-        return -ENOMEM;
-    rc = easy_setup(e, cfg, path, errbuf);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, CALL_TIMEOUT_MS);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect_body);
-    if (rc == CURLE_OK)
-        rc = curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
-    if (rc == CURLE_OK && post) {
-        hdrs = curl_slist_append(NULL, "Expect:");
-        rc = hdrs ? curl_easy_setopt(e, CURLOPT_HTTPHEADER, hdrs) : CURLE_OUT_OF_MEMORY;
-        if (rc == CURLE_OK)
-            rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE, 0L);
-        if (rc == CURLE_OK)
-            rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, "");
+    r = conn_open(cfg, errbuf, &c);
+    if (r < 0)
+        return r;
+    int n = snprintf(req, sizeof(req),
+                     "%s %s HTTP/1.1\r\nHost: docker\r\nContent-Length: 0\r\n"
+                     "Connection: close\r\n\r\n",
+                     post ? "POST" : "GET", path);
+    r = conn_send_all(&c, req, (size_t)n, deadline);
+    while (r == 0 && len < sizeof(raw))
+        r = conn_read_more(&c, raw, sizeof(raw), &len, deadline);
+    conn_close(&c);
+    if (r != -ENODATA) {
+        snprintf(errbuf, ERRBUF_MAX, "%s", r == 0 ? "the answer is too long" : strerror(-r));
+        return r == 0 ? -EMSGSIZE : r;
     }
-    if (rc == CURLE_OK)
-        rc = curl_easy_perform(e);
-    if (rc == CURLE_OK)
-        rc = curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-    if (rc != CURLE_OK) {
-        if (!errbuf[0])
-            snprintf(errbuf, CURL_ERROR_SIZE, "%s", curl_easy_strerror(rc));
-        r = -EIO;
-        goto out;
+    head = head_end(raw, len);
+    status = head ? head_status(raw, head) : -EPROTO;
+    if (status < 0) {
+        snprintf(errbuf, ERRBUF_MAX, "the daemon's answer is not HTTP");
+        return -EPROTO;
     }
-    buf[b.len] = '\0';
-    *ret_len = b.len;
+    v = head_value(raw, head, "transfer-encoding", &vlen);
+    if (v && vlen == 7 && strncasecmp(v, "chunked", 7) == 0) {
+        if (dechunk(raw + head, len - head, buf, &body_len) != 1 || body_len >= size) {
+            snprintf(errbuf, ERRBUF_MAX, "the daemon's chunked answer is malformed");
+            return -EPROTO;
+        }
+    } else {
+        body_len = len - head;
+        if (body_len >= size) {
+            snprintf(errbuf, ERRBUF_MAX, "the answer is too long");
+            return -EMSGSIZE;
+        }
+        memcpy(buf, raw + head, body_len);
+    }
+    buf[body_len] = '\0';
+    *ret_len = body_len;
     *ret_status = status;
-    r = 0;
-out:
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(e);
-    return r;
+    return 0;
 }
 
 /* --- Starting the exec ------------------------------------------------------ */
@@ -903,6 +895,49 @@ static void out_write(struct relay *r, int fd, const uint8_t *p, size_t len)
     }
 }
 
+/* Writes the gathered slices (one writev, retried on partial writes). */
+static void gather_flush(struct relay *r)
+{
+    struct iovec *iov = r->gather;
+    int n = r->n_gather, fd = r->gather_fd;
+
+    r->n_gather = 0;
+    while (n > 0 && !r->gone[fd]) {
+        ssize_t w = writev(fd, iov, n);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            wait_fd(fd, POLLOUT, -1);
+            continue;
+        }
+        if (w <= 0) {
+            /* Let out_write say it (or mark the reader gone). */
+            out_write(r, fd, iov[0].iov_base, iov[0].iov_len);
+            iov++;
+            n--;
+            continue;
+        }
+        while (n > 0 && (size_t)w >= iov[0].iov_len) {
+            w -= (ssize_t)iov[0].iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov[0].iov_base = (uint8_t *)iov[0].iov_base + w;
+            iov[0].iov_len -= (size_t)w;
+        }
+    }
+}
+
+static void gather_add(struct relay *r, int fd, const uint8_t *p, size_t len)
+{
+    if (r->n_gather > 0 && (r->gather_fd != fd || r->n_gather == GATHER_MAX))
+        gather_flush(r);
+    r->gather_fd = fd;
+    r->gather[r->n_gather++] = (struct iovec){.iov_base = (void *)p, .iov_len = len};
+}
+
 /* Passes the watched stream's bytes on, holding back the longest suffix of
  * what came so far that is, or may still become, an exit record: only that
  * suffix (at most RECORD_MAX bytes) waits for more bytes; everything
@@ -940,12 +975,15 @@ static int on_payload(void *arg, enum ws_frames_stream stream, const uint8_t *da
 {
     struct relay *r = arg;
 
-    if (stream == r->watched)
+    if (stream == r->watched) {
+        if (r->n_gather > 0)
+            gather_flush(r);
         hold_feed(r, data, len);
-    else
+    } else {
         /* systemerr is the daemon's, not the command's, but the command's
          * stderr is still the only place a reader will look. */
-        out_write(r, stream == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO, data, len);
+        gather_add(r, stream == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO, data, len);
+    }
     return 0;
 }
 
@@ -954,6 +992,10 @@ static int feed(struct relay *r, const uint8_t *data, size_t len)
 {
     ssize_t n = ws_frames_feed(&r->frames, data, len, on_payload, r);
 
+    /* Before the buffer is read into again, and before anything else is
+     * written. */
+    if (r->n_gather > 0)
+        gather_flush(r);
     if (n < 0) {
         say("the daemon's stream is not well-formed: %s", strerror((int)-n));
         return (int)n;
@@ -978,7 +1020,7 @@ static void resize(struct relay *r)
     if (ws_docker_path_exec_resize(r->opt.api, r->opt.exec_id, ws.ws_row, ws.ws_col, path,
                                    sizeof(path)) < 0)
         return;
-    (void)simple_call(&r->opt.cfg, true, path, body, sizeof(body), &len, &status, r->curl_err);
+    (void)simple_call(&r->opt.cfg, true, path, body, sizeof(body), &len, &status, r->err);
 }
 
 static void on_sigwinch(struct relay *r)
@@ -1067,8 +1109,8 @@ static void stdin_send(struct relay *r)
  * -EPROTO (said). */
 static int relay_loop(struct relay *r)
 {
-    /* curl may already hold bytes (TLS records decrypted ahead), which no
-     * poll would announce: ask curl first, poll once it says EAGAIN. */
+    /* Read first, poll once the socket says EAGAIN: the first read may
+     * find what arrived with the head. */
     bool sock_ready = true;
 
     for (;;) {
@@ -1140,9 +1182,9 @@ static int inspect_exit(struct relay *r)
             struct timespec ts = {0, INSPECT_PAUSE_MS * 1000000L};
             nanosleep(&ts, NULL);
         }
-        err = simple_call(&r->opt.cfg, false, path, body, sizeof(body), &len, &status, r->curl_err);
+        err = simple_call(&r->opt.cfg, false, path, body, sizeof(body), &len, &status, r->err);
         if (err < 0) {
-            say("inspecting the exec failed: %s", r->curl_err);
+            say("inspecting the exec failed: %s", r->err);
             return -ENODATA;
         }
         if (status != 200) {
@@ -1214,7 +1256,7 @@ static int finish(struct relay *r)
 
 int main(int argc, char **argv)
 {
-    struct relay r = {.sigfd = -1, .in_buf = stdin_buf};
+    struct relay r = {.sigfd = -1, .in_buf = stdin_buf, .conn = {.sock = -1}};
     struct termios saved;
     bool tty_saved = false;
     size_t off = 0, extra = 0;
@@ -1256,13 +1298,9 @@ int main(int argc, char **argv)
     r.in_closed = !r.opt.stdin_on;
     ws_frames_init(&r.frames, r.opt.tty);
 
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        say("curl_global_init failed");
-        code = EXIT_FAILED;
-        goto out;
-    }
-    err = conn_open(&r.opt.cfg, r.curl_err, &r.conn);
+    err = conn_open(&r.opt.cfg, r.err, &r.conn);
     if (err < 0) {
+        say("cannot connect to the daemon: %s", r.err);
         code = EXIT_FAILED;
         goto out;
     }
@@ -1286,6 +1324,5 @@ out:
         close(r.sigfd);
     if (tty_saved)
         tcsetattr(STDIN_FILENO, TCSANOW, &saved);
-    curl_global_cleanup();
     return code;
 }

@@ -545,9 +545,11 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         if (err < 0 && err != -ENOENT)
             goto out;
     }
-    err = remove_container(rt, v, name, d);
-    if (err < 0)
-        goto out;
+    if (!fresh) {
+        err = remove_container(rt, v, name, d);
+        if (err < 0)
+            goto out;
+    }
     err = ws_docker_create_body(&spec, &json);
     if (err < 0) {
         ws_diag_set(d, "the container's configuration is not valid");
@@ -559,6 +561,16 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         goto out;
     }
     err = call(rt, WS_DOCKER_HTTP_POST, path, json, 0, &body, &len, &status, d);
+    if (err == 0 && status == 409) {
+        /* The name is taken: what an earlier run of this workspace left
+         * (a re-attach after a restart the reconcile could not clean).
+         * Removed, then created once more. */
+        free(body);
+        body = NULL;
+        err = remove_container(rt, v, name, d);
+        if (err == 0)
+            err = call(rt, WS_DOCKER_HTTP_POST, path, json, 0, &body, &len, &status, d);
+    }
     if (err < 0)
         goto out;
     if (status != 201 || ws_docker_parse_created(body, len, &created) < 0) {
@@ -693,12 +705,17 @@ void ws_docker_rt_describe(struct ws_docker_rt *rt, const char *workspace_id,
     if (version(rt, &v, &d) == 0) {
         info.reachable = true;
         snprintf(info.api_version, sizeof(info.api_version), "%u.%u", v.major, v.minor);
-        if (ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name)) >= 0 &&
-            inspect(rt, v, name, &info.hardening, &st, info.container_id, &d) == 0) {
+        int err = ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name)) >= 0
+                      ? inspect(rt, v, name, &info.hardening, &st, info.container_id, &d)
+                      : -EINVAL;
+        if (err == 0) {
             info.running = st.running;
             info.oom_killed = st.oom_killed;
         } else {
             info.container_id[0] = '\0';
+            /* The version is remembered; the inspect is what asked now. */
+            if (d.transient)
+                info.reachable = false;
         }
     }
     *ret = info;

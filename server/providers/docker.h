@@ -75,9 +75,10 @@ void ws_docker_rt_free(struct ws_docker_rt *rt);
 int ws_docker_rt_reconcile(struct ws_docker_rt *rt, struct ws_diag *d);
 
 /* Makes the workspace's container exist and run with the config's
- * hardening over dir (an absolute host path). fresh: remove whatever
- * exists under its name and create anew; else keep a running container
- * whose hardening reads back right. Errors: -WS_EFAILED (d: why;
+ * hardening over dir (an absolute host path). fresh: create it (a name
+ * already taken, by what an earlier run left, is removed and the create
+ * made again); else keep a running container whose hardening reads back
+ * right and replace anything else. Errors: -WS_EFAILED (d: why;
  * d->transient when the daemon is unreachable). */
 int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
                         const Workspace__V1__DockerConfig *cfg, bool fresh, struct ws_diag *d);

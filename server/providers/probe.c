@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -247,9 +249,31 @@ static size_t discard_body(char *ptr, size_t size, size_t nmemb, void *userdata)
     return n;
 }
 
+/* When the daemon last answered /_ping (monotonic ms; 0: never). A success
+ * is trusted for WS_PROBE_DOCKER_OK_MS, so a burst of Opens pings once; a
+ * failure is never remembered, and a daemon gone within that window shows
+ * up as the Open's own calls failing, reported the same way. */
+#define WS_PROBE_DOCKER_OK_MS 2000
+static _Atomic int64_t docker_ok_at;
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void ws_probe_docker(struct ws_probe *ret)
 {
     struct ws_probe r = {0};
+    int64_t ok_at = atomic_load(&docker_ok_at);
+
+    if (ok_at && mono_ms() - ok_at < WS_PROBE_DOCKER_OK_MS) {
+        r.available = true;
+        *ret = r;
+        return;
+    }
     const char *host = getenv("DOCKER_HOST");
     char url[512];
     char body[8] = "";
@@ -282,8 +306,10 @@ void ws_probe_docker(struct ws_probe *ret)
         curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
     if (cc == CURLE_OK && code == 200 && strncmp(body, "OK", 2) == 0) {
         r.available = true;
+        atomic_store(&docker_ok_at, mono_ms());
         goto out;
     }
+    atomic_store(&docker_ok_at, 0);
     r.transient = true;
     if (cc != CURLE_OK)
         snprintf(r.reason, sizeof(r.reason), "Docker daemon not reachable: %s",

@@ -97,6 +97,31 @@ TEST(DockerDaemon, StoppedDaemonIsUnavailableTransientAndRecovers)
                                          wstest::ArgvProcess({"echo", "hi"}), &rr);
     EXPECT_FALSE(rs.ok());
 
+    // Describe says so, read now rather than remembered.
+    {
+        DescribeRequest dr;
+        dr.set_workspace_id(before.workspace().id());
+        DescribeResponse d;
+        ClientContext dctx;
+        ASSERT_TRUE(ws->Describe(&dctx, dr, &d).ok());
+        ASSERT_TRUE(d.has_container());
+        EXPECT_FALSE(d.container().daemon_reachable());
+        EXPECT_EQ(d.container().id(), "");
+    }
+    // Close cannot remove the container now: it fails, transient, and
+    // leaves the workspace as it was, to be closed again later.
+    {
+        CloseRequest cr;
+        cr.set_workspace_id(before.workspace().id());
+        CloseResponse c;
+        ClientContext cctx;
+        cctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+        grpc::Status cs = ws->Close(&cctx, cr, &c);
+        EXPECT_WS_ERROR(cs, StatusCode::UNAVAILABLE, "WORKSPACE_FAILED");
+        EXPECT_EQ(access(srv.workspace_dir(before.workspace().id()).c_str(), F_OK), 0)
+            << "the files went although the Close failed";
+    }
+
     ASSERT_EQ(system((std::string("bash ") + kFixture).c_str()), 0);
     ASSERT_TRUE(Ping());
     s = OpenDocker(ws.get(), &resp);
@@ -111,8 +136,20 @@ TEST(DockerDaemon, StoppedDaemonIsUnavailableTransientAndRecovers)
         cr.set_workspace_id(id);
         CloseResponse c;
         ClientContext cctx;
-        EXPECT_TRUE(ws->Close(&cctx, cr, &c).ok());
+        grpc::Status cs = ws->Close(&cctx, cr, &c);
+        EXPECT_TRUE(cs.ok()) << cs.error_message();
+        EXPECT_FALSE(c.already_closed());
+        EXPECT_NE(access(srv.workspace_dir(id).c_str(), F_OK), 0);
     }
+    // The retried Close removed the container the failed one could not.
+    std::string cmd =
+        "docker ps -aq --filter label=dev.workspaced.workspace=" + before.workspace().id();
+    FILE *f = popen(cmd.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[256] = "";
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    EXPECT_EQ(pclose(f), 0);
+    EXPECT_EQ(std::string(buf, n), "") << "the container is still there";
 }
 
 } // namespace

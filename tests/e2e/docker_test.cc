@@ -738,8 +738,19 @@ TEST_F(DockerTest, RestartAfterKillReconcilesAndResolveRecreates)
     EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 200);
     srv_ = std::make_unique<Server>(std::vector<std::string>{}, state);
     ws_ = srv_->workspaces();
-    // ...and the restart removed it.
+    // ...and the restart removed it, with everything labelled as this
+    // server's.
     EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 404);
+    std::string server_id = wstest::ReadHostFile(state + "/server-id");
+    EXPECT_TRUE(ContainersLabelled("dev.workspaced.server", server_id).empty());
+    // Something unlabelled squats the workspace's container name (not
+    // this server's, so no reconcile touches it): the re-attach replaces
+    // it.
+    std::string squat_name = "workspaced-" + server_id + "-" + w.id;
+    Reply squat =
+        Docker("POST", "/containers/create?name=" + squat_name,
+               std::string("{\"Image\":\"") + kImage + "\",\"Entrypoint\":[\"sleep\",\"60\"]}");
+    ASSERT_EQ(squat.status, 201) << squat.body;
     ResolveRequest rr;
     rr.mutable_ref()->set_token(w.token);
     ResolveResponse resp;
@@ -855,6 +866,28 @@ TEST_F(DockerTest, ImagesDeclaringVolumesAreRefused)
     Docker("DELETE", "/images/workspaced-test:" + tag + "?force=true");
     EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
     EXPECT_NE(s.error_message().find("VOLUME"), std::string::npos) << s.error_message();
+}
+
+// A failure after the create removes what was created: an image without
+// the keepalive program creates fine but cannot start.
+TEST_F(DockerTest, AFailedStartLeavesNothingBehind)
+{
+    std::string tag = "empty" + Unique();
+    std::string cmd =
+        "tar -cf - --files-from /dev/null | docker import - workspaced-test:" + tag + " >/dev/null";
+    ASSERT_EQ(system(cmd.c_str()), 0);
+    DockerOptions o;
+    o.image = "workspaced-test:" + tag;
+    grpc::Status s = OpenDocker(ws_.get(), o, nullptr);
+    std::string server_id = wstest::ReadHostFile(srv_->state_dir() + "/server-id");
+    std::vector<std::string> left = ContainersLabelled("dev.workspaced.server", server_id);
+    Docker("DELETE", "/images/workspaced-test:" + tag + "?force=true");
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("start"), std::string::npos) << s.error_message();
+    EXPECT_TRUE(left.empty()) << left.size() << " container(s) left behind";
+    // Nor a workspace directory.
+    std::string root = srv_->state_dir() + "/workspaces";
+    EXPECT_TRUE(wstest::Snapshot(root).empty());
 }
 
 } // namespace

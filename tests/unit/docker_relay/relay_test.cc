@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -778,6 +780,32 @@ TEST(Usage, AnUnreachableDaemonExits125)
     EXPECT_EQ(125, res.code);
     EXPECT_EQ(0u, res.err.find("workspaced-docker-relay: cannot connect to the daemon")) << res.err;
     EXPECT_EQ("", res.status);
+}
+
+// Exec streams over TLS are not implemented: refused, never attempted in
+// the clear. A listening socket shows that nothing was even sent.
+TEST(Usage, ATlsDaemonIsRefusedWithoutAConnection)
+{
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(lfd, 0);
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(0, bind(lfd, (struct sockaddr *)&sa, sizeof(sa)));
+    ASSERT_EQ(0, listen(lfd, 4));
+    socklen_t sl = sizeof(sa);
+    ASSERT_EQ(0, getsockname(lfd, (struct sockaddr *)&sa, &sl));
+    std::string host = "tcp://127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+    Relay r;
+    r.Start({"--host", host.c_str(), "--tls-verify", "--cert-path", "/nonexistent", "--api", "1.41",
+             "--status-fd", "3", kExecId});
+    Result res = r.Finish();
+    EXPECT_EQ(125, res.code);
+    EXPECT_NE(std::string::npos, res.err.find("TLS")) << res.err;
+    EXPECT_EQ("", res.status);
+    struct pollfd p = {lfd, POLLIN, 0};
+    EXPECT_EQ(0, poll(&p, 1, 0)) << "the relay connected anyway";
+    close(lfd);
 }
 
 // --- A fake daemon, for exact bytes --------------------------------------------

@@ -14,6 +14,16 @@ trap 'rm -f "$log"' EXIT
 status=0
 bazel test //... "$@" 2>&1 | tee -a "$log" || status=1
 bazel test --config=asan //... "$@" 2>&1 | tee -a "$log" || status=1
+# Last, outside the test runner: it stops and restarts dockerd, which must
+# outlive it (see tests/e2e/BUILD.bazel).
+bazel run //tests/e2e:docker_daemon_test 2>&1 | tee -a "$log"
+if [ "${PIPESTATUS[0]}" -eq 0 ]; then
+  echo "//tests/e2e:docker_daemon_test PASSED (bazel run)" | tee -a "$log"
+else
+  echo "//tests/e2e:docker_daemon_test FAILED (bazel run)" | tee -a "$log"
+  status=1
+fi
+bash tests/fixtures/dockerd.sh || status=1
 
 passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")

@@ -6,6 +6,7 @@
  *
  *     init run ID TIMEOUT_MS PROGRAM [ARGS...]
  *     init signal ID SIGNO
+ *     init keepalive
  *
  * `run` forks PROGRAM (an absolute path, or a name without '/' looked up in init's PATH as execvp
  * does, relative entries skipped; argv[0] = PROGRAM as given) as the command, in a session of its
@@ -23,6 +24,8 @@
  * A timed-out command is SIGKILLed with the rest and normally reads `signaled 9`. When PROGRAM
  * cannot be executed, a message precedes `exited 127` (ENOENT) or `exited 126` (anything else).
  * Init exits with the code, or 128 + the signal.
+ *
+ * `keepalive` is the container's main process: it waits for HUP, INT or TERM and exits 0.
  *
  * `signal` finds the `run` init(s) for ID through /proc and sends SIGNO (1..64) to every
  * descendant of them, not to the inits themselves: Docker cannot signal an exec, so this is how
@@ -779,12 +782,40 @@ static int signal_command(int argc, char **argv)
     return found ? 0 : EXIT_NO_INIT;
 }
 
+/* ---- keepalive ---- */
+
+/* The container's main process: nothing but waiting, so the container runs
+ * whatever the image holds (no `sleep` needed, an empty image will do).
+ * Docker's init is pid 1 above it, reaps what execs leave and passes the
+ * stop signal on: HUP, INT or TERM end it at once, exit 0. */
+static int keepalive(int argc)
+{
+    sigset_t stop;
+    int sig = 0;
+
+    if (argc != 2) {
+        say(0, "usage: keepalive");
+        return EXIT_MISUSE;
+    }
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGHUP);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    if (sigprocmask(SIG_BLOCK, &stop, NULL) < 0)
+        return EXIT_INTERNAL;
+    while (sigwait(&stop, &sig) != 0)
+        ;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && strcmp(argv[1], "run") == 0)
         return run(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "signal") == 0)
         return signal_command(argc, argv);
-    say(0, "usage: run ID TIMEOUT_MS /PROGRAM [ARGS...] | signal ID SIGNO");
+    if (argc >= 2 && strcmp(argv[1], "keepalive") == 0)
+        return keepalive(argc);
+    say(0, "usage: run ID TIMEOUT_MS /PROGRAM [ARGS...] | signal ID SIGNO | keepalive");
     return EXIT_MISUSE;
 }

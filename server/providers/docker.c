@@ -429,6 +429,10 @@ static int ensure_image(struct ws_docker_rt *rt, struct ws_docker_api_version v,
     return 0;
 }
 
+/* The container's main process: our init, which the image need not
+ * provide anything for. */
+static const char *const keepalive_argv[] = {WS_DOCKER_INIT_TARGET, "keepalive", NULL};
+
 static void spec_fill(const char *server_id, const char *workspace_id, const char *dir,
                       const Workspace__V1__DockerConfig *cfg, const char *user,
                       const char *init_path, struct ws_docker_container_spec *ret)
@@ -444,6 +448,7 @@ static void spec_fill(const char *server_id, const char *workspace_id, const cha
         .nano_cpus = cfg->cpus > 0 ? (int64_t)(cfg->cpus * 1e9 + 0.5) : 0,
         .pids_limit = cfg->pids_limit ? cfg->pids_limit : WS_DOCKER_PIDS_DEFAULT,
         .init_path = init_path,
+        .keepalive = keepalive_argv,
     };
 }
 

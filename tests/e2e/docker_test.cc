@@ -868,13 +868,15 @@ TEST_F(DockerTest, ImagesDeclaringVolumesAreRefused)
     EXPECT_NE(s.error_message().find("VOLUME"), std::string::npos) << s.error_message();
 }
 
-// A failure after the create removes what was created: an image without
-// the keepalive program creates fine but cannot start.
+// A failure after the create removes what was created: an image with a
+// directory where the init is bound creates fine but cannot start.
 TEST_F(DockerTest, AFailedStartLeavesNothingBehind)
 {
-    std::string tag = "empty" + Unique();
+    std::string tag = "blocked" + Unique();
+    std::string dir = wstest::MakeTempDir("img");
+    ASSERT_EQ(mkdir((dir + "/.workspaced-init").c_str(), 0755), 0);
     std::string cmd =
-        "tar -cf - --files-from /dev/null | docker import - workspaced-test:" + tag + " >/dev/null";
+        "tar -C " + dir + " -cf - . | docker import - workspaced-test:" + tag + " >/dev/null";
     ASSERT_EQ(system(cmd.c_str()), 0);
     DockerOptions o;
     o.image = "workspaced-test:" + tag;
@@ -883,11 +885,35 @@ TEST_F(DockerTest, AFailedStartLeavesNothingBehind)
     std::vector<std::string> left = ContainersLabelled("dev.workspaced.server", server_id);
     Docker("DELETE", "/images/workspaced-test:" + tag + "?force=true");
     EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
-    EXPECT_NE(s.error_message().find("start"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("did not start"), std::string::npos) << s.error_message();
     EXPECT_TRUE(left.empty()) << left.size() << " container(s) left behind";
     // Nor a workspace directory.
-    std::string root = srv_->state_dir() + "/workspaces";
-    EXPECT_TRUE(wstest::Snapshot(root).empty());
+    EXPECT_TRUE(wstest::Snapshot(srv_->state_dir() + "/workspaces").empty());
+}
+
+// The container needs nothing of the image to stay up: an empty image
+// opens, and only the commands it lacks fail (as 127).
+TEST_F(DockerTest, AnEmptyImageStillGivesARunningContainer)
+{
+    std::string tag = "empty" + Unique();
+    std::string cmd =
+        "tar -cf - --files-from /dev/null | docker import - workspaced-test:" + tag + " >/dev/null";
+    ASSERT_EQ(system(cmd.c_str()), 0);
+    DockerOptions o;
+    o.image = "workspaced-test:" + tag;
+    o.allowed = {"sh"};
+    wstest::Ws w;
+    grpc::Status s = OpenDocker(ws_.get(), o, &w);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    opened_.push_back(w.id);
+    std::string cid = ContainerOf(w.id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    Json j(Docker("GET", "/containers/" + cid + "/json").body);
+    EXPECT_TRUE(j.flag("State.Running"));
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"sh", "-c", "true"}));
+    EXPECT_EQ(r.exited().exit_code(), 127);
+    ASSERT_TRUE(Close(ws_.get(), w.id).ok());
+    Docker("DELETE", "/images/workspaced-test:" + tag + "?force=true");
 }
 
 } // namespace

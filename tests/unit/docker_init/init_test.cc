@@ -799,4 +799,25 @@ TEST(DockerInitTest, NamesAreFoundInPathButNeverInTheCwd)
         << missing.err;
 }
 
+// The container's main process waits, whatever else happens, until it is
+// asked to stop.
+TEST(DockerInitTest, KeepaliveWaitsUntilTermAndExitsZero)
+{
+    Init init;
+    ASSERT_TRUE(init.Start({"keepalive"}));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // SIGCHLD does not end it.
+    ASSERT_EQ(kill(init.pid(), SIGCHLD), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    int status = 0;
+    EXPECT_EQ(waitpid(init.pid(), &status, WNOHANG), 0) << "keepalive ended by itself";
+    ASSERT_EQ(kill(init.pid(), SIGTERM), 0);
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 0);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "");
+    Result misuse = RunInit({"keepalive", "extra"});
+    EXPECT_EQ(ExitCode(misuse), 127);
+}
+
 } // namespace

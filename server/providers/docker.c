@@ -109,7 +109,6 @@ int ws_docker_rt_new(const char *server_id, struct ws_docker_rt **ret)
     struct ws_docker_http_config cfg;
     struct ws_docker_rt *rt;
     const char *host = getenv("DOCKER_HOST");
-    const char *verify = getenv("DOCKER_TLS_VERIFY");
     const char *certs = getenv("DOCKER_CERT_PATH");
     int err;
 
@@ -125,7 +124,6 @@ int ws_docker_rt_new(const char *server_id, struct ws_docker_rt **ret)
     rt->tls = cfg.tls;
     rt->host_arg = strdup(host && *host ? host : "unix://" WS_DOCKER_HTTP_DEFAULT_SOCKET);
     rt->cert_path = certs && *certs ? strdup(certs) : NULL;
-    (void)verify;
     pthread_mutex_init(&rt->lock, NULL);
     if (!rt->host_arg) {
         err = -ENOMEM;
@@ -517,6 +515,13 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     if (!init || !ws_docker_rt_relay_path()) {
         ws_diag_set(d, "docker backend unavailable: the %s program is missing",
                     init ? WS_DOCKER_RELAY_NAME : WS_DOCKER_INIT_NAME);
+        return -WS_EFAILED;
+    }
+    if (rt->tls) {
+        /* The relay speaks to the daemon in the clear only: refuse rather
+         * than open a workspace whose commands could not run. */
+        ws_diag_set(d, "docker backend unavailable: commands cannot be run through a TLS "
+                       "daemon (DOCKER_TLS_VERIFY) yet");
         return -WS_EFAILED;
     }
     if (cfg->user && cfg->user[0])

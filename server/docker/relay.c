@@ -1139,6 +1139,16 @@ static int relay_loop(struct relay *r)
         if (sock_ready || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
             ssize_t got = conn_recv(&r->conn, sock_buf, sizeof(sock_buf));
 
+            /* Take what else is queued already, so that many small frames
+             * leave as one write (each write wakes the server). Never
+             * waits: what is not there yet goes with the next read. */
+            while (got > 0 && (size_t)got < sizeof(sock_buf)) {
+                ssize_t more = conn_recv(&r->conn, sock_buf + got, sizeof(sock_buf) - (size_t)got);
+
+                if (more <= 0)
+                    break; /* EAGAIN, or the end: the next read sees it */
+                got += more;
+            }
             if (got == -EAGAIN) {
                 sock_ready = false;
             } else if (got <= 0) {

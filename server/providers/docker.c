@@ -17,6 +17,7 @@
 #include "server/base/fd.h"
 #include "server/docker/http.h"
 #include "server/posix/pump.h"
+#include "server/providers/probe.h"
 
 /* Longest status line the relay writes ("signaled 64 core oom\n"). */
 #define STATUS_MAX 64
@@ -61,45 +62,20 @@ struct run {
 
 /* ---- paths of our programs ---- */
 
-static const char *find_program(const char *env, const char *name, char *buf, size_t size)
-{
-    const char *forced = getenv(env);
-    char exe[PATH_MAX];
-    ssize_t n;
-
-    if (forced && forced[0])
-        return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
-    /* Installed next to the server binary, or in the build tree's docker
-     * directory beside it. */
-    n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-    if (n <= 0)
-        return NULL;
-    exe[n] = '\0';
-    char *slash = strrchr(exe, '/');
-    if (!slash)
-        return NULL;
-    *slash = '\0';
-    const char *dirs[] = {"", "/docker", "/server/docker"};
-    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
-        int k = snprintf(buf, size, "%s%s/%s", exe, dirs[i], name);
-        if (k > 0 && (size_t)k < size && access(buf, X_OK) == 0)
-            return buf;
-    }
-    return NULL;
-}
-
 const char *ws_docker_rt_init_path(void)
 {
     static _Thread_local char found[PATH_MAX];
 
-    return find_program(WS_DOCKER_INIT_ENV, WS_DOCKER_INIT_NAME, found, sizeof(found));
+    return ws_probe_server_program(WS_DOCKER_INIT_ENV, WS_DOCKER_INIT_NAME, "docker", found,
+                                   sizeof(found));
 }
 
 const char *ws_docker_rt_relay_path(void)
 {
     static _Thread_local char found[PATH_MAX];
 
-    return find_program(WS_DOCKER_RELAY_ENV, WS_DOCKER_RELAY_NAME, found, sizeof(found));
+    return ws_probe_server_program(WS_DOCKER_RELAY_ENV, WS_DOCKER_RELAY_NAME, "docker", found,
+                                   sizeof(found));
 }
 
 /* ---- life ---- */

@@ -54,17 +54,19 @@ const char *ws_probe_bwrap_path(void)
     return find_in_path("bwrap", found, sizeof(found));
 }
 
-const char *ws_probe_sandbox_init_path(void)
+const char *ws_probe_server_program(const char *env, const char *name, const char *subdir,
+                                    char *buf, size_t size)
 {
-    static _Thread_local char found[PATH_MAX];
-    const char *forced = getenv(WS_SANDBOX_INIT_ENV);
+    const char *forced = getenv(env);
     char exe[PATH_MAX];
     ssize_t n;
 
+    /* An operator's explicit choice replaces the search: if it is not
+     * usable there is none, never a fallback to another binary. */
     if (forced && forced[0])
         return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
     /* Installed next to the server binary (or, in the build tree, in the
-     * sandbox directory beside it). */
+     * subdirectory beside it). */
     n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0)
         return NULL;
@@ -73,13 +75,21 @@ const char *ws_probe_sandbox_init_path(void)
     if (!slash)
         return NULL;
     *slash = '\0';
-    static const char *const rel[] = {"sandbox/" WS_SANDBOX_INIT_NAME, WS_SANDBOX_INIT_NAME};
-    for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
-        int k = snprintf(found, sizeof(found), "%s/%s", exe, rel[i]);
-        if (k > 0 && (size_t)k < sizeof(found) && access(found, X_OK) == 0)
-            return found;
+    for (int i = 0; i < 2; i++) {
+        int k = i == 0 ? snprintf(buf, size, "%s/%s/%s", exe, subdir, name)
+                       : snprintf(buf, size, "%s/%s", exe, name);
+        if (k > 0 && (size_t)k < size && access(buf, X_OK) == 0)
+            return buf;
     }
     return NULL;
+}
+
+const char *ws_probe_sandbox_init_path(void)
+{
+    static _Thread_local char found[PATH_MAX];
+
+    return ws_probe_server_program(WS_SANDBOX_INIT_ENV, WS_SANDBOX_INIT_NAME, "sandbox", found,
+                                   sizeof(found));
 }
 
 static int64_t now_ms(void)

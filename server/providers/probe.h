@@ -35,4 +35,11 @@ const char *ws_probe_bwrap_path(void);
 #define WS_SANDBOX_INIT_NAME "workspaced-sandbox-init"
 const char *ws_probe_sandbox_init_path(void);
 
+/* A program the server ships: the absolute path named by the environment
+ * variable `env` (only that one, when set), else `name` in `subdir` beside
+ * the server binary (the build tree), else beside it (an install); written
+ * into buf. NULL when not found or not executable. */
+const char *ws_probe_server_program(const char *env, const char *name, const char *subdir,
+                                    char *buf, size_t size);
+
 #endif

@@ -457,9 +457,14 @@ static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
     pthread_mutex_unlock(&ws->lock);
     if (ws->provider->on_disk)
         unlinkat(r->records_fd, ws->id, 0);
-    /* Its commands run in a directory that is gone: end them too. */
+    /* Its commands run in a directory that is gone: end them too, and
+     * what the runtime holds for it (a container over the lost
+     * directory). Best effort: the next start's reconcile sweeps what
+     * remains. */
     if (r->close_hook)
         r->close_hook(r->close_hook_ud, ws->id);
+    if (r->rt.detach && ws->provider->on_disk)
+        (void)r->rt.detach(r->rt.ud, ws, NULL);
 }
 
 /* Makes sure `ws` is usable: re-attaches a CONFIGURED one, detects a

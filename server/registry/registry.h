@@ -115,7 +115,9 @@ void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn
  * a failure fails that Open or Resolve. detach runs on Close after the
  * commands were ended and before the storage is removed; a failure fails
  * the Close, which leaves the workspace open so the Close can be
- * retried. Both may block (handler threads); set once, before serving. */
+ * retried. detach also runs, best effort (d NULL), when a workspace is
+ * found evicted. Both may block (handler threads); set once, before
+ * serving. */
 struct ws_registry_runtime {
     int (*attach)(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
                   struct ws_diag *d);

@@ -916,4 +916,20 @@ TEST_F(DockerTest, AnEmptyImageStillGivesARunningContainer)
     Docker("DELETE", "/images/workspaced-test:" + tag + "?force=true");
 }
 
+// A workspace whose directory vanished behind the server's back is evicted,
+// and its container (over a directory that no longer exists) goes with it.
+TEST_F(DockerTest, EvictionRemovesTheContainer)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    ASSERT_FALSE(cid.empty());
+    std::string rm = "rm -rf " + srv_->workspace_dir(w.id);
+    ASSERT_EQ(system(rm.c_str()), 0);
+    RunResponse resp;
+    auto ex = srv_->exec();
+    grpc::Status s = wstest::RunProcess(ex.get(), w.id, ArgvProcess({"true"}), &resp);
+    EXPECT_WS_ERROR(s, StatusCode::NOT_FOUND, "WORKSPACE_EVICTED");
+    EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 404);
+}
+
 } // namespace

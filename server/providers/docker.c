@@ -859,7 +859,11 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
     if (sscanf(buf, "%15s %d %7s %7s", word, &v, extra1, extra2) < 2)
         return;
     if (!strcmp(word, "exited") && v >= 0 && v <= 255) {
-        *e = (struct ws_child_exit){.exit_code = v};
+        /* The command's status; the rusage stays the relay's. */
+        e->signaled = false;
+        e->exit_code = v;
+        e->signal = 0;
+        e->core_dumped = false;
     } else if (!strcmp(word, "signaled") && v > 0 && v < NSIG) {
         e->signaled = true;
         e->exit_code = 0;

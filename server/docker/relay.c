@@ -96,6 +96,25 @@
  * read gathers many of the daemon's small frames (it writes one per write
  * of the process, often 4 KiB) into one write to the server. */
 #define IO_BUF_SIZE (256 * 1024)
+/* Output that flows steadily is read in batches. The daemon sends one
+ * frame per write of the process (busybox writes 4 KiB at a time), and
+ * each write of ours wakes the server, which sends what it read as one
+ * message to the client: reading frames as fast as they come makes
+ * thousands of small messages a second, each costing three processes a
+ * wake-up, and on a small machine that CPU is what the stream runs short
+ * of. So when a read finds data less than BURST_WINDOW_US after the
+ * previous one did, and found less than BATCH_BYTES, the socket is left
+ * alone for BATCH_PAUSE_US (stdin and resizes are still served) while the
+ * daemon's frames pile up in it, to be read and written on in one go.
+ * Output that comes on its own, a prompt or an echo, is never held; in a
+ * steady stream a byte waits at most BATCH_PAUSE_US longer. At the rates
+ * seen here (~150 MB/s) a pause's worth is about what the daemon's socket
+ * buffer holds, so the daemon blocks little if at all; measured with
+ * tests/bench, 0.5, 1 and 2 ms pauses gave 51, 90 and 148 KiB per message
+ * to the client, and the stream's rate rose with them. */
+#define BATCH_BYTES     (192 * 1024)
+#define BATCH_PAUSE_US  2000
+#define BURST_WINDOW_US 4000
 /* Payload slices gathered for one writev. */
 #define GATHER_MAX 64
 /* Bytes of a possible exit record held back from the output. The longest
@@ -197,6 +216,14 @@ static int64_t now_ms(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /* Milliseconds left until deadline, at least 0. */
@@ -1112,13 +1139,30 @@ static int relay_loop(struct relay *r)
     /* Read first, poll once the socket says EAGAIN: the first read may
      * find what arrived with the head. */
     bool sock_ready = true;
+    /* When the last read found data, and until when the socket is left
+     * alone (see BATCH_BYTES). */
+    int64_t last_data_us = INT64_MIN / 2, pause_until_us = 0;
 
     for (;;) {
         struct pollfd p[3];
         int np = 1, in_i = -1, sig_i = -1, n;
         bool pending_in = r->in_off < r->in_len;
+        int64_t now = sock_ready ? 0 : now_us();
+        bool pausing = !sock_ready && now < pause_until_us;
+        struct timespec ts = {0}, *tsp = NULL;
 
-        p[0] = (struct pollfd){.fd = r->conn.sock, .events = POLLIN | (pending_in ? POLLOUT : 0)};
+        if (sock_ready) {
+            tsp = &ts;
+        } else if (pausing) {
+            int64_t left = pause_until_us - now;
+
+            ts = (struct timespec){.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
+            tsp = &ts;
+        }
+        /* While pausing the socket is watched only for a pending stdin
+         * write (a hang-up or an error is reported whatever the mask). */
+        p[0] = (struct pollfd){.fd = r->conn.sock,
+                               .events = (pausing ? 0 : POLLIN) | (pending_in ? POLLOUT : 0)};
         if (r->in_reading && !pending_in) {
             in_i = np;
             p[np++] = (struct pollfd){.fd = STDIN_FILENO, .events = POLLIN};
@@ -1127,7 +1171,7 @@ static int relay_loop(struct relay *r)
             sig_i = np;
             p[np++] = (struct pollfd){.fd = r->sigfd, .events = POLLIN};
         }
-        n = poll(p, (nfds_t)np, sock_ready ? 0 : -1);
+        n = ppoll(p, (nfds_t)np, tsp, NULL);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -1136,7 +1180,9 @@ static int relay_loop(struct relay *r)
         }
         if (sig_i >= 0 && p[sig_i].revents)
             on_sigwinch(r);
-        if (sock_ready || (p[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+        if (pausing && ((p[0].revents & (POLLHUP | POLLERR)) || now_us() >= pause_until_us))
+            sock_ready = true;
+        if (sock_ready || (!pausing && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))) {
             ssize_t got = conn_recv(&r->conn, sock_buf, sizeof(sock_buf));
 
             /* Take what else is queued already, so that many small frames
@@ -1157,10 +1203,18 @@ static int relay_loop(struct relay *r)
                 return 0;
             } else {
                 int err = feed(r, sock_buf, (size_t)got);
+                int64_t t = now_us();
+                bool burst = t - last_data_us < BURST_WINDOW_US;
 
                 if (err < 0)
                     return err;
-                sock_ready = true;
+                last_data_us = t;
+                if (burst && (size_t)got < BATCH_BYTES) {
+                    pause_until_us = t + BATCH_PAUSE_US;
+                    sock_ready = false;
+                } else {
+                    sock_ready = true;
+                }
             }
         }
         if (in_i >= 0 && p[in_i].revents)

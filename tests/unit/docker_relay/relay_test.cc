@@ -1124,6 +1124,66 @@ TEST(Fake, OnlyTheFinalRecordIsTaken)
     }
 }
 
+TEST(Fake, SteadySmallFramesLeaveInFewLargeWrites)
+{
+    // The daemon's usual pattern under a busy command: a 4 KiB frame every
+    // 200 us. Read one by one they would reach the server as ~512 writes;
+    // batched, each write carries a pause's worth (~10 frames here). The
+    // reader below is faster than the relay, so each of its reads is about
+    // one of the relay's writes (at most 64 KiB: 32 reads is the floor).
+    const int kFrames = 512;
+    const std::string chunk(4096, 'z');
+    FakeDaemon d([&](FakeDaemon &, int fd) {
+        FakeDaemon::Send(fd, FakeDaemon::Upgrade());
+        for (int i = 0; i < kFrames; i++) {
+            FakeDaemon::Send(fd, Frame(1, chunk));
+            usleep(200);
+        }
+        FakeDaemon::Send(fd, Frame(2, Record("exited 0")));
+    });
+    Relay r;
+    r.Start(FakeArgs(d));
+    int reads = 0;
+    Result res = r.Finish("", [&](std::string &) { reads++; });
+    EXPECT_EQ(0, res.code);
+    EXPECT_EQ((size_t)kFrames * chunk.size(), res.out.size());
+    EXPECT_EQ("exited 0\n", res.status);
+    EXPECT_LT(reads, kFrames / 4) << "the frames were written on one by one, not batched";
+}
+
+TEST(Fake, OutputThatComesAloneIsPassedOnWithoutWaitingForMore)
+{
+    // A prompt, an echo: the daemon sends one small frame and nothing more
+    // until someone has seen it. Output held back for a batch that never
+    // fills would hang here.
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t seen = 0;
+    const int kRounds = 8;
+    FakeDaemon d([&](FakeDaemon &, int fd) {
+        FakeDaemon::Send(fd, FakeDaemon::Upgrade());
+        for (int i = 0; i < kRounds; i++) {
+            FakeDaemon::Send(fd, Frame(1, "$ "));
+            std::unique_lock<std::mutex> l(mu);
+            if (!cv.wait_for(l, kHang, [&] { return seen >= (size_t)(i + 1) * 2; }))
+                return;
+        }
+        FakeDaemon::Send(fd, Frame(2, Record("exited 0")));
+    });
+    Relay r;
+    r.Start(FakeArgs(d));
+    Result res = r.Finish("", [&](std::string &out) {
+        std::lock_guard<std::mutex> g(mu);
+        seen = out.size();
+        cv.notify_all();
+    });
+    EXPECT_EQ(0, res.code);
+    std::string want;
+    for (int i = 0; i < kRounds; i++)
+        want += "$ ";
+    EXPECT_EQ(want, res.out);
+}
+
 TEST(Fake, InspectIsAskedAgainWhileTheExecStillRuns)
 {
     FakeDaemon d(Answer(FakeDaemon::Upgrade() + Frame(1, "x")));

@@ -16,7 +16,15 @@ packages=(
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
   # isolation backends probed by the server
   bubblewrap docker.io busybox-static
+  # clients: Go stubs and runtime (GOPATH mode against /usr/share/gocode)
+  golang-go golang-google-grpc-dev golang-google-genproto-dev
+  golang-github-golang-protobuf-1-3-dev protoc-gen-go-1-3 protoc-gen-go-grpc
 )
+# The Node client needs node and npm; Debian's are used only where the
+# machine has none of its own.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

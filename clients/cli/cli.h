@@ -1,0 +1,47 @@
+/* The commands of wsctl. Each takes the shared context and its own
+ * arguments (argv[0] is the command name), parses them with getopt_long,
+ * and returns the process exit status: 0, WSC_EXIT_FAIL after printing
+ * the error line, WSC_EXIT_USAGE for bad arguments, or (exec, attach) the
+ * remote command's status.
+ */
+#ifndef WSC_CLI_H
+#define WSC_CLI_H
+
+#include <signal.h>
+#include <stdbool.h>
+
+#include "clients/cli/rpc.h"
+
+struct wsc_ctx {
+    struct wsc_client *cl;
+    /* --json: machine-readable output on stdout. */
+    bool json;
+};
+
+/* commands.c: workspaces, providers and files. */
+int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_resolve(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_close(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_describe(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_providers(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_ls(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_stat(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_cat(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_put(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_rm(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_mkdir(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_mv(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_glob(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_grep(struct wsc_ctx *ctx, int argc, char **argv);
+
+/* exec.c: processes. */
+int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_attach(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_ps(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_kill(struct wsc_ctx *ctx, int argc, char **argv);
+
+/* The signals the exec console reads through a signalfd; main() blocks
+ * them before gRPC starts any thread. */
+void wsc_exec_signals(sigset_t *ret_set);
+
+#endif

@@ -1,0 +1,693 @@
+// End to end: drives the real wsctl binary against a real workspaced, the
+// way a person at a shell (or a script) would, including a pseudo-terminal
+// session for exec -t.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char **environ;
+
+namespace
+{
+
+std::string Runfile(const std::string &rel)
+{
+    const char *srcdir = getenv("TEST_SRCDIR");
+    return std::string(srcdir ? srcdir : ".") + "/workspaced/" + rel;
+}
+
+std::string TempDir()
+{
+    const char *t = getenv("TEST_TMPDIR");
+    std::string tmpl = std::string(t ? t : "/tmp") + "/wsctlXXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data()))
+        abort();
+    return buf.data();
+}
+
+std::string ReadFile(const std::string &path)
+{
+    std::ifstream f(path, std::ios::binary);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+struct Result {
+    // Exit status, or 128 + signal when wsctl itself died of one.
+    int code = -1;
+    std::string out, err;
+};
+
+struct RunOpts {
+    std::string stdin_data;
+    std::string stdin_path;
+    std::string stdout_path;
+    // Replaces the environment's WORKSPACED_ADDR (empty: unset).
+    std::vector<std::string> env;
+    bool use_addr_flag = true;
+};
+
+class Server
+{
+  public:
+    Server()
+    {
+        state_ = TempDir();
+        int out[2];
+        if (pipe(out) < 0)
+            abort();
+        std::string bin = Runfile("server/workspaced");
+        std::string errpath = state_ + ".stderr";
+        std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--state-dir", state_};
+        std::vector<char *> argv;
+        for (auto &a : args)
+            argv.push_back(&a[0]);
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+        posix_spawn_file_actions_addopen(&fa, 2, errpath.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                         0644);
+        posix_spawn_file_actions_addclose(&fa, out[0]);
+        if (posix_spawn(&pid_, bin.c_str(), &fa, nullptr, argv.data(), environ) != 0)
+            abort();
+        posix_spawn_file_actions_destroy(&fa);
+        close(out[1]);
+        std::string line;
+        char ch;
+        struct pollfd p = {out[0], POLLIN, 0};
+        while (poll(&p, 1, 20000) > 0 && read(out[0], &ch, 1) == 1 && ch != '\n')
+            line.push_back(ch);
+        close(out[0]);
+        const std::string prefix = "workspaced listening on ";
+        if (line.compare(0, prefix.size(), prefix) != 0) {
+            fprintf(stderr, "server did not start: %s\n", ReadFile(errpath).c_str());
+            abort();
+        }
+        addr_ = line.substr(prefix.size());
+    }
+    ~Server()
+    {
+        kill(pid_, SIGTERM);
+        int status;
+        waitpid(pid_, &status, 0);
+    }
+    const std::string &addr() const
+    {
+        return addr_;
+    }
+
+  private:
+    pid_t pid_ = -1;
+    std::string state_, addr_;
+};
+
+Server *server;
+
+// Runs wsctl with `args`, feeding stdin and collecting stdout and stderr.
+Result Wsctl(std::vector<std::string> args, const RunOpts &o = RunOpts())
+{
+    std::string bin = Runfile("clients/cli/wsctl");
+    std::vector<std::string> full = {bin};
+    if (o.use_addr_flag) {
+        full.push_back("--addr");
+        full.push_back(server->addr());
+    }
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char *> argv;
+    for (auto &a : full)
+        argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+
+    std::vector<std::string> envs;
+    for (char **e = environ; *e; e++)
+        if (strncmp(*e, "WORKSPACED_", 11) != 0)
+            envs.push_back(*e);
+    envs.insert(envs.end(), o.env.begin(), o.env.end());
+    std::vector<char *> envp;
+    for (auto &e : envs)
+        envp.push_back(&e[0]);
+    envp.push_back(nullptr);
+
+    int in[2], out[2], err[2];
+    if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+        abort();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (!o.stdin_path.empty())
+        posix_spawn_file_actions_addopen(&fa, 0, o.stdin_path.c_str(), O_RDONLY, 0);
+    else
+        posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    if (!o.stdout_path.empty())
+        posix_spawn_file_actions_addopen(&fa, 1, o.stdout_path.c_str(),
+                                         O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    else
+        posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    pid_t pid;
+    if (posix_spawn(&pid, bin.c_str(), &fa, nullptr, argv.data(), envp.data()) != 0)
+        abort();
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+
+    Result r;
+    size_t fed = 0;
+    int in_fd = in[1];
+    if (o.stdin_data.empty()) {
+        close(in_fd);
+        in_fd = -1;
+    } else {
+        fcntl(in_fd, F_SETFL, O_NONBLOCK);
+    }
+    signal(SIGPIPE, SIG_IGN);
+    int open_fds = 2;
+    while (open_fds > 0 || in_fd >= 0) {
+        struct pollfd p[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {in_fd, POLLOUT, 0}};
+        if (poll(p, 3, -1) < 0)
+            break;
+        char buf[65536];
+        for (int i = 0; i < 2; i++) {
+            if (p[i].fd < 0 || !p[i].revents)
+                continue;
+            ssize_t n = read(p[i].fd, buf, sizeof(buf));
+            if (n > 0) {
+                (i == 0 ? r.out : r.err).append(buf, n);
+            } else {
+                close(p[i].fd);
+                (i == 0 ? out[0] : err[0]) = -1;
+                open_fds--;
+            }
+        }
+        if (in_fd >= 0 && p[2].revents) {
+            ssize_t n = write(in_fd, o.stdin_data.data() + fed, o.stdin_data.size() - fed);
+            if (n > 0)
+                fed += n;
+            if (n < 0 || fed == o.stdin_data.size()) {
+                close(in_fd);
+                in_fd = -1;
+            }
+        }
+        if (open_fds == 0 && in_fd >= 0) {
+            close(in_fd);
+            in_fd = -1;
+        }
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+}
+
+std::string Trim(std::string s)
+{
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r'))
+        s.pop_back();
+    return s;
+}
+
+const char *kAllow = "sh,cat,echo,sleep,wc,head,true,false";
+
+std::string OpenWorkspace()
+{
+    Result r = Wsctl({"open", "--provider", "local-bash", "--allow", kAllow});
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(r.out.compare(0, 3, "ws_"), 0) << r.out;
+    return Trim(r.out);
+}
+
+class WsctlTest : public ::testing::Test
+{
+  protected:
+    static void SetUpTestSuite()
+    {
+        server = new Server();
+    }
+    static void TearDownTestSuite()
+    {
+        delete server;
+        server = nullptr;
+    }
+    void SetUp() override
+    {
+        ws_ = OpenWorkspace();
+    }
+    void TearDown() override
+    {
+        Wsctl({"close", ws_});
+    }
+    std::string ws_;
+};
+
+TEST_F(WsctlTest, JsonOpenHasIdAndRefThatResolves)
+{
+    Result r = Wsctl({"--json", "open", "--provider", "local-bash", "--allow", "sh"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    // A flat object: pick the two fields out without a JSON library.
+    auto field = [&](const std::string &name) {
+        size_t at = r.out.find("\"" + name + "\":\"");
+        EXPECT_NE(at, std::string::npos) << r.out;
+        if (at == std::string::npos)
+            return std::string();
+        at += name.size() + 4;
+        return r.out.substr(at, r.out.find('"', at) - at);
+    };
+    std::string id = field("id"), ref = field("ref");
+    EXPECT_EQ(id.compare(0, 3, "ws_"), 0);
+    EXPECT_FALSE(ref.empty());
+    Result res = Wsctl({"resolve", ref});
+    EXPECT_EQ(res.code, 0) << res.err;
+    EXPECT_EQ(Trim(res.out), id);
+    EXPECT_EQ(Wsctl({"close", id}).code, 0);
+}
+
+TEST_F(WsctlTest, PutCatHundredMebibytesByteExact)
+{
+    std::string dir = TempDir();
+    std::string src = dir + "/big.in", dst = dir + "/big.out";
+    {
+        std::string data(100u << 20, '\0');
+        uint64_t x = 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; i < data.size(); i += 8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            memcpy(&data[i], &x, 8);
+        }
+        std::ofstream(src, std::ios::binary) << data;
+    }
+    Result put = Wsctl({"put", ws_, "big.bin", src});
+    ASSERT_EQ(put.code, 0) << put.err;
+    RunOpts o;
+    o.stdout_path = dst;
+    Result cat = Wsctl({"cat", ws_, "big.bin"}, o);
+    ASSERT_EQ(cat.code, 0) << cat.err;
+    EXPECT_TRUE(ReadFile(src) == ReadFile(dst)) << "cat differs from put";
+
+    // And from stdin, through the pipe.
+    RunOpts in;
+    in.stdin_path = src;
+    ASSERT_EQ(Wsctl({"put", ws_, "big2.bin"}, in).code, 0);
+    Result st = Wsctl({"stat", ws_, "big2.bin"});
+    EXPECT_NE(st.out.find("size:  104857600"), std::string::npos) << st.out;
+}
+
+TEST_F(WsctlTest, FileCommands)
+{
+    RunOpts o;
+    o.stdin_data = "hello world\nsecond line\n";
+    ASSERT_EQ(Wsctl({"put", ws_, "a.txt"}, o).code, 0);
+    EXPECT_EQ(Wsctl({"cat", ws_, "a.txt"}).out, o.stdin_data);
+
+    ASSERT_EQ(Wsctl({"mkdir", ws_, "d/e/f", "-p"}).code, 0);
+    Result no_p = Wsctl({"mkdir", ws_, "x/y"});
+    EXPECT_NE(no_p.code, 0);
+    EXPECT_NE(no_p.err.find("wsctl: NO_SUCH_FILE"), std::string::npos) << no_p.err;
+
+    ASSERT_EQ(Wsctl({"mv", ws_, "a.txt", "d/e/b.txt"}).code, 0);
+    Result ls = Wsctl({"ls", ws_, ".", "--depth", "4"});
+    ASSERT_EQ(ls.code, 0) << ls.err;
+    EXPECT_NE(ls.out.find("d/e/b.txt"), std::string::npos) << ls.out;
+    EXPECT_EQ(ls.out.find("a.txt\n"), std::string::npos) << ls.out;
+    Result lsj = Wsctl({"--json", "ls", ws_, "d", "--depth", "3"});
+    EXPECT_NE(lsj.out.find("\"entries\":["), std::string::npos) << lsj.out;
+
+    Result st = Wsctl({"stat", ws_, "d/e/b.txt"});
+    EXPECT_NE(st.out.find("type:  REGULAR"), std::string::npos) << st.out;
+    EXPECT_NE(st.out.find("size:  24"), std::string::npos) << st.out;
+    Result stj = Wsctl({"--json", "stat", ws_, "d"});
+    EXPECT_NE(stj.out.find("\"type\":\"FILE_TYPE_DIRECTORY\""), std::string::npos) << stj.out;
+
+    Result glob = Wsctl({"glob", ws_, "**/*.txt"});
+    EXPECT_EQ(glob.out, "d/e/b.txt\n");
+    Result grep = Wsctl({"grep", ws_, "sec.nd"});
+    EXPECT_EQ(grep.code, 0) << grep.err;
+    EXPECT_EQ(grep.out, "d/e/b.txt:2:second line\n");
+    EXPECT_EQ(Wsctl({"grep", ws_, "nothing-here"}).code, 1);
+
+    Result rm_dir = Wsctl({"rm", ws_, "d"});
+    EXPECT_NE(rm_dir.err.find("wsctl: NOT_EMPTY"), std::string::npos) << rm_dir.err;
+    ASSERT_EQ(Wsctl({"rm", ws_, "d", "-r"}).code, 0);
+    Result gone = Wsctl({"stat", ws_, "d"});
+    EXPECT_EQ(gone.code, 1);
+    EXPECT_NE(gone.err.find("wsctl: NO_SUCH_FILE"), std::string::npos) << gone.err;
+}
+
+TEST_F(WsctlTest, TypedErrorLines)
+{
+    Result esc = Wsctl({"cat", ws_, "../x"});
+    EXPECT_NE(esc.code, 0);
+    EXPECT_EQ(esc.err.compare(0, 20, "wsctl: PATH_ESCAPE: "), 0) << esc.err;
+    EXPECT_EQ(std::count(esc.err.begin(), esc.err.end(), '\n'), 1) << esc.err;
+
+    Result deny = Wsctl({"exec", ws_, "--", "ls"});
+    EXPECT_NE(deny.code, 0);
+    EXPECT_NE(deny.err.find("wsctl: COMMAND_NOT_ALLOWED: "), std::string::npos) << deny.err;
+
+    Result nows = Wsctl({"ls", "ws_00000000000000000000000000000000"});
+    EXPECT_NE(nows.err.find("wsctl: NO_SUCH_WORKSPACE: "), std::string::npos) << nows.err;
+
+    EXPECT_EQ(Wsctl({"frobnicate"}).code, 2);
+    EXPECT_EQ(Wsctl({"cat", ws_}).code, 2);
+}
+
+TEST_F(WsctlTest, CloseTwiceIsFine)
+{
+    std::string id = OpenWorkspace();
+    EXPECT_EQ(Wsctl({"close", id}).code, 0);
+    Result again = Wsctl({"--json", "close", id});
+    EXPECT_EQ(again.code, 0) << again.err;
+    EXPECT_NE(again.out.find("\"already_closed\":true"), std::string::npos) << again.out;
+}
+
+TEST_F(WsctlTest, AddressFromEnvironment)
+{
+    RunOpts o;
+    o.use_addr_flag = false;
+    o.env = {"WORKSPACED_ADDR=" + server->addr()};
+    Result r = Wsctl({"providers"}, o);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("local-bash"), std::string::npos);
+
+    // Without it the default address has no server: a clean error line.
+    RunOpts none;
+    none.use_addr_flag = false;
+    none.env = {"WORKSPACED_ADDR=127.0.0.1:1"};
+    Result bad = Wsctl({"providers"}, none);
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_NE(bad.err.find("wsctl: UNAVAILABLE"), std::string::npos) << bad.err;
+}
+
+TEST_F(WsctlTest, ExecExitCodesAndStreams)
+{
+    EXPECT_EQ(Wsctl({"exec", ws_, "--", "sh", "-c", "exit 7"}).code, 7);
+    EXPECT_EQ(Wsctl({"exec", ws_, "--", "true"}).code, 0);
+    EXPECT_EQ(Wsctl({"exec", ws_, "--", "sh", "-c", "kill -KILL $$"}).code, 128 + SIGKILL);
+    EXPECT_EQ(Wsctl({"exec", ws_, "--", "sh", "-c", "kill -TERM $$"}).code, 128 + SIGTERM);
+
+    Result r = Wsctl({"exec", ws_, "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 3"});
+    EXPECT_EQ(r.code, 3);
+    EXPECT_EQ(r.out, "to-out\n");
+    EXPECT_EQ(r.err, "to-err\n");
+
+    Result j = Wsctl({"--json", "exec", ws_, "--", "echo", "x"});
+    EXPECT_EQ(j.code, 0);
+    EXPECT_NE(j.out.find("\"started\":"), std::string::npos) << j.out;
+    EXPECT_NE(j.out.find("\"cause\":\"EXIT_CAUSE_EXITED\""), std::string::npos) << j.out;
+}
+
+TEST_F(WsctlTest, ExecForwardsStdin)
+{
+    RunOpts o;
+    o.stdin_data = std::string(3 << 20, 'z') + "end\n";
+    Result r = Wsctl({"exec", ws_, "-i", "--", "cat"}, o);
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(r.out == o.stdin_data) << r.out.size();
+
+    // Without -i the command reads /dev/null.
+    Result none = Wsctl({"exec", ws_, "--", "wc", "-c"}, o);
+    EXPECT_EQ(Trim(none.out), "0");
+}
+
+TEST_F(WsctlTest, ExecTimeout)
+{
+    auto t0 = std::chrono::steady_clock::now();
+    Result r = Wsctl({"exec", ws_, "--timeout", "500ms", "--", "sleep", "30"});
+    auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_EQ(r.code, 124);
+    EXPECT_NE(r.err.find("wsctl: TIMEOUT"), std::string::npos) << r.err;
+    EXPECT_LT(took, std::chrono::seconds(15));
+}
+
+// Polls `wsctl ps` until `pred` holds for its output (or 15 s pass).
+bool WaitForPs(const std::string &ws, const std::function<bool(const std::string &)> &pred,
+               std::string *last = nullptr)
+{
+    for (int i = 0; i < 150; i++) {
+        Result ps = Wsctl({"ps", ws});
+        if (last)
+            *last = ps.out;
+        if (ps.code == 0 && pred(ps.out))
+            return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+}
+
+// The ps line of the process tagged `tag`.
+std::string PsLine(const std::string &ps, const std::string &tag)
+{
+    std::istringstream in(ps);
+    std::string line;
+    while (std::getline(in, line))
+        if (line.find(" " + tag + " ") != std::string::npos)
+            return line;
+    return "";
+}
+
+TEST_F(WsctlTest, AttachPsKill)
+{
+    Result bg = Wsctl(
+        {"exec", ws_, "--background", "--tag", "job1", "--", "sh", "-c", "echo first; sleep 1000"});
+    ASSERT_EQ(bg.code, 0) << bg.err;
+    EXPECT_EQ(Trim(bg.out).compare(0, 2, "p_"), 0) << bg.out;
+    std::string last;
+    ASSERT_TRUE(WaitForPs(
+        ws_,
+        [](const std::string &ps) {
+            return PsLine(ps, "job1").find("running") != std::string::npos;
+        },
+        &last))
+        << last;
+
+    Result attached;
+    std::thread t([&] { attached = Wsctl({"attach", ws_, "job1"}); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    Result k = Wsctl({"kill", ws_, "job1", "-s", "KILL"});
+    EXPECT_EQ(k.code, 0) << k.err;
+    t.join();
+    EXPECT_EQ(attached.out, "first\n");
+    EXPECT_EQ(attached.code, 128 + SIGKILL) << attached.err;
+    EXPECT_TRUE(WaitForPs(
+        ws_,
+        [](const std::string &ps) {
+            return PsLine(ps, "job1").find("killed(9)") != std::string::npos;
+        },
+        &last))
+        << last;
+
+    // Replay from an offset, after the end.
+    Result replay = Wsctl({"attach", ws_, "job1", "--offset", "2"});
+    EXPECT_EQ(replay.out, "rst\n");
+
+    Result nosuch = Wsctl({"kill", ws_, "no-such-tag"});
+    EXPECT_NE(nosuch.err.find("wsctl: NO_SUCH_PROCESS"), std::string::npos) << nosuch.err;
+    Result psj = Wsctl({"--json", "ps", ws_});
+    EXPECT_NE(psj.out.find("\"tag\":\"job1\""), std::string::npos) << psj.out;
+}
+
+TEST_F(WsctlTest, SigtermCancelsRemoteCommand)
+{
+    // A plain (not --tty) exec killed the way a shell's Ctrl-C would be.
+    std::string bin = Runfile("clients/cli/wsctl");
+    std::string addr = server->addr();
+    pid_t pid = fork();
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDWR);
+        dup2(devnull, 0);
+        dup2(devnull, 1);
+        execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "exec", ws_.c_str(), "--tag",
+              "sleeper", "--", "sleep", "1000", (char *)nullptr);
+        _exit(127);
+    }
+    std::string last;
+    ASSERT_TRUE(WaitForPs(
+        ws_,
+        [](const std::string &ps) {
+            return PsLine(ps, "sleeper").find("running") != std::string::npos;
+        },
+        &last))
+        << last;
+    kill(pid, SIGINT);
+    int status;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
+    EXPECT_TRUE(WaitForPs(
+        ws_,
+        [](const std::string &ps) {
+            return PsLine(ps, "sleeper").find("running") == std::string::npos;
+        },
+        &last))
+        << last;
+}
+
+// True when some host process runs exactly `argv`.
+bool HostHasProcess(const std::vector<std::string> &argv)
+{
+    std::string want;
+    for (const auto &a : argv)
+        want += a + std::string(1, '\0');
+    DIR *d = opendir("/proc");
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        found = ReadFile(std::string("/proc/") + e->d_name + "/cmdline") == want;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+// Reads from the pty master until `want` has been seen (or 15 s pass).
+bool ReadUntil(int fd, const std::string &want, std::string *seen)
+{
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (seen->find(want) == std::string::npos) {
+        if (std::chrono::steady_clock::now() > until)
+            return false;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        char buf[4096];
+        ssize_t n = read(fd, buf, sizeof(buf));
+        if (n <= 0)
+            return false;
+        seen->append(buf, n);
+    }
+    return true;
+}
+
+TEST_F(WsctlTest, PtySessionAndCtrlC)
+{
+    std::string bin = Runfile("clients/cli/wsctl");
+    std::string addr = server->addr();
+    struct winsize wsz = {30, 100, 0, 0};
+    int master = -1;
+    pid_t pid = forkpty(&master, nullptr, nullptr, &wsz);
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "exec", "-t", "--tag", "shell",
+              ws_.c_str(), "--", "sh", (char *)nullptr);
+        _exit(127);
+    }
+    std::string seen;
+    // Remote output is computed, so finding "42" proves the command ran
+    // (the typed line itself only shows "6*7").
+    ASSERT_EQ(write(master, "echo hi $((6*7))\n", 17), 17);
+    ASSERT_TRUE(ReadUntil(master, "hi 42", &seen)) << seen;
+
+    // A resize reaches the remote terminal.
+    struct winsize bigger = {40, 120, 0, 0};
+    ioctl(master, TIOCSWINSZ, &bigger);
+    kill(pid, SIGWINCH);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_EQ(write(master, "stty size\n", 10), 10);
+    ASSERT_TRUE(ReadUntil(master, "40 120", &seen)) << seen;
+
+    // ps lists commands, not their children: the shell's child is looked
+    // for on the host (local-bash runs it there), by a duration no other
+    // test uses.
+    const std::string secs = std::to_string(100000 + getpid() % 100000);
+    const std::string typed = "sleep " + secs + "\n";
+    ASSERT_EQ(write(master, typed.data(), typed.size()), (ssize_t)typed.size());
+    auto sleeping = [&] { return HostHasProcess({"sleep", secs}); };
+    for (int i = 0; i < 150 && !sleeping(); i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE(sleeping()) << seen;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_EQ(write(master, "\x03", 1), 1);
+
+    int status = 0;
+    bool exited = false;
+    for (int i = 0; i < 1500 && !exited; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            exited = true;
+        else
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    EXPECT_TRUE(exited);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
+    // The local terminal is back in cooked mode.
+    struct termios after;
+    ASSERT_EQ(tcgetattr(master, &after), 0);
+    EXPECT_TRUE(after.c_lflag & ICANON);
+    EXPECT_TRUE(after.c_lflag & ECHO);
+    close(master);
+
+    // The shell and its sleep are gone on the server.
+    for (int i = 0; i < 150 && sleeping(); i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(sleeping());
+    std::string last;
+    EXPECT_TRUE(WaitForPs(
+        ws_,
+        [](const std::string &ps) {
+            std::istringstream in(ps);
+            std::string line;
+            while (std::getline(in, line))
+                if (line.find("running") != std::string::npos)
+                    return false;
+            return true;
+        },
+        &last))
+        << last;
+}
+
+TEST_F(WsctlTest, PutShowsProgressOnTerminal)
+{
+    std::string src = TempDir() + "/mid.in";
+    std::ofstream(src, std::ios::binary) << std::string(16u << 20, 'p');
+    std::string bin = Runfile("clients/cli/wsctl");
+    std::string addr = server->addr();
+    int master = -1;
+    pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "put", ws_.c_str(), "mid.bin",
+              src.c_str(), (char *)nullptr);
+        _exit(127);
+    }
+    std::string seen;
+    EXPECT_TRUE(ReadUntil(master, "100% [====================] 16.0/16.0 MiB", &seen)) << seen;
+    int status;
+    waitpid(pid, &status, 0);
+    close(master);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    // Not on a pipe.
+    Result quiet = Wsctl({"put", ws_, "mid2.bin", src});
+    EXPECT_EQ(quiet.code, 0);
+    EXPECT_EQ(quiet.err, "");
+}
+
+} // namespace

@@ -1,0 +1,354 @@
+// Package workspaced is the Go client of workspaced, the service that gives
+// AI agents a workspace: a confined file system plus streamed command
+// execution behind a gRPC API (proto/workspace/v1).
+//
+// The package is a thin layer over the generated stubs: it adds the
+// connection defaults, the bearer token, typed errors decoded from the
+// server's google.rpc.ErrorInfo, retries of transient Open failures, and
+// Go-shaped handles for files and processes.
+//
+//	c, err := workspaced.Connect(ctx, "")  // WORKSPACED_ADDR, WORKSPACED_TOKEN
+//	ws, err := c.Open(ctx, workspaced.LocalBash(), &workspaced.Capabilities{
+//		Fs:    &workspaced.FsCapability{},
+//		Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh"}},
+//	})
+//	defer ws.Close(ctx)
+package workspaced
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/ioutil"
+	"net"
+	"os"
+	"strings"
+
+	pb "workspaced/clients/go/gen/workspace/v1"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Types of the API used as-is: the generated messages already are the most
+// precise description, and aliasing them spares callers a second import.
+type (
+	Capabilities       = pb.Capabilities
+	FsCapability       = pb.FsCapability
+	ShellCapability    = pb.ShellCapability
+	MemoryConfig       = pb.MemoryConfig
+	LocalBashConfig    = pb.LocalBashConfig
+	LocalSandboxConfig = pb.LocalSandboxConfig
+	DockerConfig       = pb.DockerConfig
+	WorkspaceRef       = pb.WorkspaceRef
+	ProviderInfo       = pb.ProviderInfo
+	WorkspaceSummary   = pb.WorkspaceSummary
+	DescribeResponse   = pb.DescribeResponse
+	FileInfo           = pb.FileInfo
+	Exited             = pb.Exited
+	StreamStats        = pb.StreamStats
+	ProcessInfo        = pb.ProcessInfo
+	PtySize            = pb.PtySize
+	GrepMatch          = pb.GrepMatch
+	GrepSummary        = pb.GrepSummary
+)
+
+// Environment variables that supply defaults to Connect.
+const (
+	EnvAddr  = "WORKSPACED_ADDR"
+	EnvToken = "WORKSPACED_TOKEN"
+)
+
+// DefaultAddr is the server's own default listen address.
+const DefaultAddr = "127.0.0.1:7878"
+
+type options struct {
+	token     string
+	tokenSet  bool
+	tls       *tls.Config
+	tlsErr    error
+	openRetry RetryPolicy
+	dialOpts  []grpc.DialOption
+}
+
+// Option configures Connect.
+type Option func(*options)
+
+// WithToken sends token as "authorization: Bearer <token>" on every call;
+// it overrides WORKSPACED_TOKEN. An empty token sends nothing.
+func WithToken(token string) Option {
+	return func(o *options) { o.token, o.tokenSet = token, true }
+}
+
+// WithTLS uses TLS with the given configuration instead of plaintext.
+func WithTLS(cfg *tls.Config) Option {
+	return func(o *options) { o.tls = cfg.Clone() }
+}
+
+// WithTLSFiles uses TLS with PEM files: rootCA verifies the server (empty:
+// the system roots), certFile/keyFile is the client certificate (empty:
+// none), serverName overrides the name checked in the server's certificate
+// (empty: the host of the address).
+func WithTLSFiles(rootCA, certFile, keyFile, serverName string) Option {
+	return func(o *options) {
+		cfg := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
+		if rootCA != "" {
+			pem, err := ioutil.ReadFile(rootCA)
+			if err != nil {
+				o.tlsErr = err
+				return
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				o.tlsErr = fmt.Errorf("workspaced: no certificate in %s", rootCA)
+				return
+			}
+			cfg.RootCAs = pool
+		}
+		if certFile != "" || keyFile != "" {
+			cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+			if err != nil {
+				o.tlsErr = err
+				return
+			}
+			cfg.Certificates = []tls.Certificate{cert}
+		}
+		o.tls = cfg
+	}
+}
+
+// WithOpenRetry replaces the default retry policy of Open (see
+// DefaultRetryPolicy) for this client; Open's own option wins over it.
+func WithOpenRetry(p RetryPolicy) Option {
+	return func(o *options) { o.openRetry = p }
+}
+
+// WithDialOptions passes extra options to grpc.DialContext.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// Client is a connection to one workspaced server. It is safe for
+// concurrent use; Close it when done.
+type Client struct {
+	conn      *grpc.ClientConn
+	providers pb.ProvidersClient
+	ws        pb.WorkspacesClient
+	fs        pb.FileSystemClient
+	exec      pb.ExecClient
+	health    healthpb.HealthClient
+	openRetry RetryPolicy
+}
+
+// bearer implements credentials.PerRPCCredentials. Plaintext is allowed on
+// purpose: the server listens on loopback or a unix socket, where TLS adds
+// nothing.
+type bearer string
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(b)}, nil
+}
+
+func (bearer) RequireTransportSecurity() bool { return false }
+
+// Connect dials the server at addr ("host:port" or "unix:PATH"; empty:
+// $WORKSPACED_ADDR, else DefaultAddr). The connection is made lazily, as
+// gRPC does: an unreachable server shows up as an UNAVAILABLE error on the
+// first call, which Open retries.
+func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) {
+	o := options{openRetry: DefaultRetryPolicy()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.tlsErr != nil {
+		return nil, o.tlsErr
+	}
+	if addr == "" {
+		addr = os.Getenv(EnvAddr)
+	}
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if !o.tokenSet {
+		o.token = os.Getenv(EnvToken)
+	}
+	dial := []grpc.DialOption{}
+	if o.tls != nil {
+		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
+	} else {
+		dial = append(dial, grpc.WithInsecure())
+	}
+	if o.token != "" {
+		dial = append(dial, grpc.WithPerRPCCredentials(bearer(o.token)))
+	}
+	target := addr
+	if strings.HasPrefix(addr, "unix:") {
+		// Dial the socket ourselves so that every grpc-go version
+		// understands the target.
+		path := strings.TrimPrefix(strings.TrimPrefix(addr, "unix:"), "//")
+		target = "passthrough:///unix"
+		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}))
+	}
+	// The server accepts messages up to 4 MiB; a ListDir answer can come
+	// close to that, and gRPC's receive default is exactly 4 MiB.
+	dial = append(dial, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)))
+	dial = append(dial, o.dialOpts...)
+	conn, err := grpc.DialContext(ctx, target, dial...)
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return &Client{
+		conn:      conn,
+		providers: pb.NewProvidersClient(conn),
+		ws:        pb.NewWorkspacesClient(conn),
+		fs:        pb.NewFileSystemClient(conn),
+		exec:      pb.NewExecClient(conn),
+		health:    healthpb.NewHealthClient(conn),
+		openRetry: o.openRetry,
+	}, nil
+}
+
+// Close closes the connection. Workspaces stay open on the server (use
+// Workspace.Close for that); their refs can be resolved again later.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Conn exposes the underlying connection, for calling the generated stubs
+// directly.
+func (c *Client) Conn() *grpc.ClientConn { return c.conn }
+
+// Healthy reports whether the server answers the standard health check as
+// SERVING.
+func (c *Client) Healthy(ctx context.Context) (bool, error) {
+	r, err := c.health.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return false, wrapErr(err)
+	}
+	return r.GetStatus() == healthpb.HealthCheckResponse_SERVING, nil
+}
+
+// Providers lists the four provider kinds and whether each is usable now.
+func (c *Client) Providers(ctx context.Context) ([]*ProviderInfo, error) {
+	r, err := c.providers.ListProviders(ctx, &pb.ListProvidersRequest{})
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return r.GetProviders(), nil
+}
+
+// List returns the server's workspaces.
+func (c *Client) List(ctx context.Context) ([]*WorkspaceSummary, error) {
+	r, err := c.ws.List(ctx, &pb.ListRequest{})
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return r.GetWorkspaces(), nil
+}
+
+// Provider selects the backend of a new workspace; use Memory, LocalBash,
+// LocalSandbox or Docker.
+type Provider interface {
+	setOn(*pb.OpenRequest)
+}
+
+type providerFunc func(*pb.OpenRequest)
+
+func (f providerFunc) setOn(r *pb.OpenRequest) { f(r) }
+
+// Memory is an in-process file tree (fs only, lost on server restart).
+func Memory() Provider {
+	return providerFunc(func(r *pb.OpenRequest) {
+		r.Provider = &pb.OpenRequest_Memory{Memory: &pb.MemoryConfig{}}
+	})
+}
+
+// LocalBash is a host directory with host subprocesses, guarded at the
+// application layer only.
+func LocalBash() Provider {
+	return providerFunc(func(r *pb.OpenRequest) {
+		r.Provider = &pb.OpenRequest_LocalBash{LocalBash: &pb.LocalBashConfig{}}
+	})
+}
+
+// LocalSandbox runs every command in bubblewrap namespaces plus seccomp.
+// cfg may be nil for the defaults.
+func LocalSandbox(cfg *LocalSandboxConfig) Provider {
+	if cfg == nil {
+		cfg = &pb.LocalSandboxConfig{}
+	}
+	return providerFunc(func(r *pb.OpenRequest) {
+		r.Provider = &pb.OpenRequest_LocalSandbox{LocalSandbox: cfg}
+	})
+}
+
+// Docker is a hardened container over the workspace directory; cfg.Image
+// is required.
+func Docker(cfg *DockerConfig) Provider {
+	return providerFunc(func(r *pb.OpenRequest) {
+		r.Provider = &pb.OpenRequest_Docker{Docker: cfg}
+	})
+}
+
+// OpenOption configures one Open call.
+type OpenOption func(*RetryPolicy)
+
+// OpenRetry sets the retry policy of this Open call; MaxAttempts 1
+// disables retries.
+func OpenRetry(p RetryPolicy) OpenOption {
+	return func(r *RetryPolicy) { *r = p }
+}
+
+// Open creates a workspace. caps nil declares nothing, which gives `fs`
+// with the server's defaults. Transient failures (the backend is down for
+// now, the server is unreachable) are retried per the retry policy;
+// anything else is returned at once, typed (e.g. *CapabilityMissing).
+func (c *Client) Open(ctx context.Context, provider Provider, caps *Capabilities, opts ...OpenOption) (*Workspace, error) {
+	if provider == nil {
+		return nil, errors.New("workspaced: Open needs a provider")
+	}
+	policy := c.openRetry
+	for _, opt := range opts {
+		opt(&policy)
+	}
+	req := &pb.OpenRequest{Capabilities: caps}
+	provider.setOn(req)
+	var w *pb.Workspace
+	err := policy.Do(ctx, func(ctx context.Context) error {
+		r, err := c.ws.Open(ctx, req)
+		if err != nil {
+			return wrapErr(err)
+		}
+		w = r.GetWorkspace()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newWorkspace(c, w), nil
+}
+
+// Resolve turns a ref (from Workspace.Ref, possibly saved by another
+// process) back into a usable Workspace. A closed workspace's ref is
+// *WorkspaceEvicted; a tampered one *BadRef.
+func (c *Client) Resolve(ctx context.Context, ref *WorkspaceRef) (*Workspace, error) {
+	r, err := c.ws.Resolve(ctx, &pb.ResolveRequest{Ref: ref})
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return newWorkspace(c, r.GetWorkspace()), nil
+}
+
+// ResolveToken is Resolve for a ref saved as its raw token bytes.
+func (c *Client) ResolveToken(ctx context.Context, token []byte) (*Workspace, error) {
+	return c.Resolve(ctx, &pb.WorkspaceRef{Token: token})
+}
+
+// Workspace returns a handle for an id known to be open (no call is made).
+func (c *Client) Workspace(id string) *Workspace {
+	return newWorkspace(c, &pb.Workspace{Id: id})
+}

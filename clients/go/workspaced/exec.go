@@ -1,0 +1,379 @@
+package workspaced
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	pb "workspaced/clients/go/gen/workspace/v1"
+)
+
+// Cmd describes a command. Exactly one of Argv (executed directly) and
+// Command (a string the server's shell guard tokenizes; no shell runs it)
+// must be set.
+type Cmd struct {
+	Argv    []string
+	Command string
+	// Cwd is relative to the workspace root; "": the root.
+	Cwd string
+	// Env adds environment variables (names on the server's denylist are
+	// *EnvDenied).
+	Env map[string]string
+	// Timeout bounds the wall-clock time; 0 or above the workspace
+	// maximum: that maximum. On expiry Exited.Cause is TIMEOUT.
+	Timeout time.Duration
+	// Stdin keeps stdin open for Process.WriteStdin (Exec only);
+	// otherwise the command reads /dev/null.
+	Stdin bool
+	// StdinData is fed to stdin, which is then closed (Run only, at most
+	// 1 MiB).
+	StdinData []byte
+	// Pty allocates a terminal of this size; output then arrives as
+	// StreamPty events (Run: in Stdout).
+	Pty *PtySize
+	// Tag names the process for Attach and Kill.
+	Tag string
+	// Background keeps the process running when the Exec stream ends
+	// (its context is cancelled or the client goes away), so that it
+	// can be attached to later.
+	Background bool
+	// MaxOutputBytes: Run: bytes of each stream returned; Exec: bytes of
+	// each stream kept for Attach replay. 0: the server default.
+	MaxOutputBytes uint64
+}
+
+func (c *Cmd) config() *pb.ProcessConfig {
+	return &pb.ProcessConfig{
+		Argv: c.Argv, Command: c.Command, Cwd: c.Cwd, Env: c.Env,
+		TimeoutMs: uint64(c.Timeout / time.Millisecond), Stdin: c.Stdin, Pty: c.Pty,
+		Tag: c.Tag, MaxOutputBytes: c.MaxOutputBytes, Background: c.Background,
+	}
+}
+
+// Stream names an output stream.
+type Stream = pb.OutputStream
+
+// The output streams.
+const (
+	StreamStdout = pb.OutputStream_OUTPUT_STREAM_STDOUT
+	StreamStderr = pb.OutputStream_OUTPUT_STREAM_STDERR
+	StreamPty    = pb.OutputStream_OUTPUT_STREAM_PTY
+)
+
+// ExitCause says why a command ended.
+type ExitCause = pb.ExitCause
+
+// The exit causes.
+const (
+	CauseExited    = pb.ExitCause_EXIT_CAUSE_EXITED
+	CauseSignaled  = pb.ExitCause_EXIT_CAUSE_SIGNALED
+	CauseTimeout   = pb.ExitCause_EXIT_CAUSE_TIMEOUT
+	CauseOOM       = pb.ExitCause_EXIT_CAUSE_OOM
+	CauseCancelled = pb.ExitCause_EXIT_CAUSE_CANCELLED
+	CauseEvicted   = pb.ExitCause_EXIT_CAUSE_EVICTED
+)
+
+// Event is one piece of a process's output, or a gap in it.
+type Event struct {
+	Stream Stream
+	// Data starts at byte Offset of Stream.
+	Data   []byte
+	Offset uint64
+	// Gap: bytes [Offset, Offset+Dropped) of Stream were not delivered
+	// (they had left the server's replay ring). Reported so that a
+	// consumer never mistakes a hole for contiguous output.
+	Gap     bool
+	Dropped uint64
+}
+
+// ErrReadOnly is returned by input methods of an attached process.
+var ErrReadOnly = errors.New("workspaced: an attached process takes no input")
+
+// ErrStreamEnded is returned by input methods once the process's stream
+// has ended (the process exited or the stream was cancelled).
+var ErrStreamEnded = errors.New("workspaced: process stream ended")
+
+// Process is a running (or, for Attach, possibly finished) command.
+//
+// Output arrives on the channel returned by Output, in order, and the
+// channel is closed when the stream ends. Either read Output to its end
+// and then call Wait, or call Wait without reading Output (Wait discards
+// what is left): like os/exec pipes, reading Output concurrently with Wait
+// loses events. Unread output holds back the stream, which holds back the
+// command once the server's read-ahead is full: nothing is dropped.
+type Process struct {
+	// ID is the server's process id; Pid its host (or container) pid.
+	ID  string
+	Pid int64
+	// Tag is the client-chosen name, if any.
+	Tag string
+
+	ws       *Workspace
+	start    pb.Exec_StartClient // nil for Attach
+	cancel   context.CancelFunc
+	sendMu   sync.Mutex
+	events   chan Event
+	done     chan struct{}
+	exited   *Exited
+	err      error
+	mu       sync.Mutex
+	canceled bool
+}
+
+type recvFunc func() (*pb.ProcessEvent, error)
+
+func newProcess(ws *Workspace, cancel context.CancelFunc, recv recvFunc) (*Process, error) {
+	first, err := recv()
+	if err != nil {
+		cancel()
+		if err == io.EOF {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, wrapErr(err)
+	}
+	st := first.GetStarted()
+	if st == nil {
+		cancel()
+		return nil, errors.New("workspaced: process stream did not begin with started")
+	}
+	p := &Process{
+		ID: st.GetId(), Pid: st.GetPid(), Tag: st.GetTag(),
+		ws: ws, cancel: cancel,
+		events: make(chan Event, 64),
+		done:   make(chan struct{}),
+	}
+	go p.recvLoop(recv)
+	return p, nil
+}
+
+func (p *Process) recvLoop(recv recvFunc) {
+	defer close(p.done)
+	defer close(p.events)
+	for {
+		m, err := recv()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			p.err = wrapErr(err)
+			return
+		}
+		switch ev := m.GetEvent().(type) {
+		case *pb.ProcessEvent_Stdout:
+			p.events <- Event{Stream: StreamStdout, Data: ev.Stdout.GetData(), Offset: ev.Stdout.GetOffset()}
+		case *pb.ProcessEvent_Stderr:
+			p.events <- Event{Stream: StreamStderr, Data: ev.Stderr.GetData(), Offset: ev.Stderr.GetOffset()}
+		case *pb.ProcessEvent_Pty:
+			p.events <- Event{Stream: StreamPty, Data: ev.Pty.GetData(), Offset: ev.Pty.GetOffset()}
+		case *pb.ProcessEvent_Gap:
+			p.events <- Event{Stream: ev.Gap.GetStream(), Offset: ev.Gap.GetOffset(), Gap: true, Dropped: ev.Gap.GetBytesDropped()}
+		case *pb.ProcessEvent_Exited:
+			p.exited = ev.Exited
+		}
+	}
+}
+
+// Exec starts cmd and streams its output. Cancelling ctx (or calling
+// Cancel) ends the stream, which kills the process tree unless
+// cmd.Background. Guard refusals (*CommandNotAllowed, *Metachar, ...) are
+// returned here.
+func (ws *Workspace) Exec(ctx context.Context, cmd Cmd) (*Process, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s, err := ws.c.exec.Start(ctx)
+	if err != nil {
+		cancel()
+		return nil, wrapErr(err)
+	}
+	err = s.Send(&pb.StartRequest{Msg: &pb.StartRequest_Start{Start: &pb.StartProcess{
+		WorkspaceId: ws.ID(), Process: cmd.config(),
+	}}})
+	if err != nil && err != io.EOF {
+		// io.EOF means the server already answered; Recv below has
+		// the status.
+		cancel()
+		return nil, wrapErr(err)
+	}
+	p, err := newProcess(ws, cancel, s.Recv)
+	if err != nil {
+		return nil, err
+	}
+	p.start = s
+	return p, nil
+}
+
+// Target names a process by id or by tag.
+type Target struct {
+	ID  string
+	Tag string
+}
+
+// ByID targets the process with this id.
+func ByID(id string) Target { return Target{ID: id} }
+
+// ByTag targets the process with this tag.
+func ByTag(tag string) Target { return Target{Tag: tag} }
+
+// Attach reconnects to a running or recently finished process and replays
+// its output from offset (a Gap event first if that is no longer held).
+// The returned Process is read-only; its Wait returns the exit record once
+// the process ends.
+func (ws *Workspace) Attach(ctx context.Context, t Target, offset uint64) (*Process, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	s, err := ws.c.exec.Attach(ctx, &pb.AttachRequest{
+		WorkspaceId: ws.ID(), Id: t.ID, Tag: t.Tag, Offset: offset,
+	})
+	if err != nil {
+		cancel()
+		return nil, wrapErr(err)
+	}
+	return newProcess(ws, cancel, s.Recv)
+}
+
+// Output is the channel of output and gap events; it is closed when the
+// stream ends.
+func (p *Process) Output() <-chan Event { return p.events }
+
+func (p *Process) send(req *pb.StartRequest) error {
+	if p.start == nil {
+		return ErrReadOnly
+	}
+	p.sendMu.Lock()
+	defer p.sendMu.Unlock()
+	if err := p.start.Send(req); err != nil {
+		if err == io.EOF {
+			return ErrStreamEnded
+		}
+		return wrapErr(err)
+	}
+	return nil
+}
+
+// stdinChunk is the server's per-message stdin limit.
+const stdinChunk = 1 << 20
+
+// WriteStdin sends data to the process's stdin (Cmd.Stdin or Cmd.Pty).
+func (p *Process) WriteStdin(data []byte) error {
+	for len(data) > 0 {
+		n := len(data)
+		if n > stdinChunk {
+			n = stdinChunk
+		}
+		if err := p.send(&pb.StartRequest{Msg: &pb.StartRequest_Stdin{Stdin: data[:n]}}); err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// CloseStdin closes the process's stdin: it reads EOF.
+func (p *Process) CloseStdin() error {
+	return p.send(&pb.StartRequest{Msg: &pb.StartRequest_CloseStdin{CloseStdin: true}})
+}
+
+// Signal sends sig to the whole process tree.
+func (p *Process) Signal(sig syscall.Signal) error {
+	return p.send(&pb.StartRequest{Msg: &pb.StartRequest_Signal{Signal: int32(sig)}})
+}
+
+// Resize changes the terminal size of a Pty process.
+func (p *Process) Resize(rows, cols uint32) error {
+	return p.send(&pb.StartRequest{Msg: &pb.StartRequest_Resize{Resize: &pb.PtySize{Rows: rows, Cols: cols}}})
+}
+
+// Cancel ends the stream: the server kills the process tree (unless it
+// runs in the background) and records the cause CANCELLED, which Wait
+// then returns.
+func (p *Process) Cancel() {
+	p.mu.Lock()
+	p.canceled = true
+	p.mu.Unlock()
+	p.cancel()
+}
+
+// cancelGrace bounds how long Wait looks for the exit record of a
+// cancelled process: the server ends it within its kill grace period.
+const cancelGrace = 15 * time.Second
+
+// Wait waits for the stream to end, discarding unread output, and returns
+// the full exit record. After Cancel the stream carries no exit record, so
+// Wait fetches it from the server's process list.
+func (p *Process) Wait() (*Exited, error) {
+	for range p.events {
+	}
+	<-p.done
+	if p.exited != nil {
+		return p.exited, nil
+	}
+	p.mu.Lock()
+	canceled := p.canceled
+	p.mu.Unlock()
+	if canceled && p.ID != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), cancelGrace)
+		defer cancel()
+		for {
+			infos, err := p.ws.Ps(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, info := range infos {
+				if info.GetId() == p.ID && info.GetExited() != nil {
+					p.exited = info.GetExited()
+					return p.exited, nil
+				}
+			}
+			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+				return nil, p.errOr(err)
+			}
+		}
+	}
+	return nil, p.errOr(io.ErrUnexpectedEOF)
+}
+
+func (p *Process) errOr(def error) error {
+	if p.err != nil {
+		return p.err
+	}
+	return def
+}
+
+// RunResult is the outcome of Run.
+type RunResult struct {
+	// Stdout and Stderr are the head and tail of each stream (see
+	// Exited.Stdout / Stderr for what was cut).
+	Stdout    []byte
+	Stderr    []byte
+	Exited    *Exited
+	ProcessID string
+}
+
+// Run runs cmd to completion and returns its output and exit record.
+func (ws *Workspace) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
+	r, err := ws.c.exec.Run(ctx, &pb.RunRequest{
+		WorkspaceId: ws.ID(), Process: cmd.config(), StdinData: cmd.StdinData,
+	})
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return &RunResult{Stdout: r.GetStdout(), Stderr: r.GetStderr(), Exited: r.GetExited(), ProcessID: r.GetProcessId()}, nil
+}
+
+// Ps lists the workspace's running and recently finished processes.
+func (ws *Workspace) Ps(ctx context.Context) ([]*ProcessInfo, error) {
+	r, err := ws.c.exec.ListProcesses(ctx, &pb.ListProcessesRequest{WorkspaceId: ws.ID()})
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return r.GetProcesses(), nil
+}
+
+// Kill sends sig to the process tree of t (*NoSuchProcess if unknown).
+func (ws *Workspace) Kill(ctx context.Context, t Target, sig syscall.Signal) error {
+	_, err := ws.c.exec.SendSignal(ctx, &pb.SendSignalRequest{
+		WorkspaceId: ws.ID(), Id: t.ID, Tag: t.Tag, Signal: int32(sig),
+	})
+	return wrapErr(err)
+}

@@ -1,0 +1,324 @@
+package workspaced
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Output must reach the client while the command still runs: "a" arrives
+// about a second before "b" and before the exit record.
+func TestExecStreamsBeforeExit(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"sh", "-c", "echo a; sleep 1; echo b; echo err >&2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ID == "" || p.Pid <= 0 {
+		t.Fatalf("started: id %q pid %d", p.ID, p.Pid)
+	}
+	start := time.Now()
+	var stdout, stderr bytes.Buffer
+	var firstAt, bAt time.Duration
+	for ev := range p.Output() {
+		if ev.Gap {
+			t.Fatalf("unexpected gap %+v", ev)
+		}
+		switch ev.Stream {
+		case StreamStdout:
+			if stdout.Len() == 0 {
+				firstAt = time.Since(start)
+			}
+			if bytes.Contains(ev.Data, []byte("b")) {
+				bAt = time.Since(start)
+			}
+			if ev.Offset != uint64(stdout.Len()) {
+				t.Fatalf("stdout offset %d, have %d bytes", ev.Offset, stdout.Len())
+			}
+			stdout.Write(ev.Data)
+		case StreamStderr:
+			stderr.Write(ev.Data)
+		}
+	}
+	ex, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout.String() != "a\nb\n" || stderr.String() != "err\n" {
+		t.Fatalf("stdout %q stderr %q", stdout.String(), stderr.String())
+	}
+	if bAt-firstAt < 700*time.Millisecond {
+		t.Fatalf("\"a\" at %v and \"b\" at %v: output was not streamed", firstAt, bAt)
+	}
+	if ex.GetCause() != CauseExited || ex.GetExitCode() != 0 || ex.GetWallTimeMs() < 900 ||
+		ex.GetStdout().GetBytesTotal() != 4 || ex.GetStderr().GetBytesTotal() != 4 {
+		t.Fatalf("exited %+v", ex)
+	}
+}
+
+func TestStdinRoundTrip(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"cat"}, Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The echo of the first line proves cat is live before stdin ends.
+	if err := p.WriteStdin([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	ev := <-p.Output()
+	if string(ev.Data) != "ping\n" {
+		t.Fatalf("first echo %q", ev.Data)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<17) // 2 MiB: two stdin messages
+	done := make(chan error, 1)
+	go func() {
+		if err := p.WriteStdin(big); err != nil {
+			done <- err
+			return
+		}
+		done <- p.CloseStdin()
+	}()
+	var out bytes.Buffer
+	for ev := range p.Output() {
+		out.Write(ev.Data)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	if err != nil || ex.GetCause() != CauseExited || ex.GetExitCode() != 0 {
+		t.Fatalf("Wait = %+v, %v", ex, err)
+	}
+	if !bytes.Equal(out.Bytes(), big) {
+		t.Fatalf("cat echoed %d bytes, want %d", out.Len(), len(big))
+	}
+}
+
+func TestCancelRecordsCancelled(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	p.Cancel()
+	ex, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.GetCause() != CauseCancelled || time.Since(start) > 10*time.Second {
+		t.Fatalf("after Cancel: %+v after %v", ex, time.Since(start))
+	}
+	if err := p.WriteStdin([]byte("x")); err == nil {
+		t.Fatal("WriteStdin after Cancel succeeded")
+	}
+}
+
+func TestTimeoutAndSignal(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	r, err := ws.Run(ctx, Cmd{Argv: []string{"sleep", "30"}, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Exited.GetCause() != CauseTimeout || r.Exited.GetWallTimeMs() > 10000 {
+		t.Fatalf("timeout: %+v", r.Exited)
+	}
+
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"sleep", "30"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	if err != nil || ex.GetCause() != CauseSignaled || ex.GetSignal() != int32(syscall.SIGKILL) {
+		t.Fatalf("after SIGKILL: %+v, %v", ex, err)
+	}
+}
+
+func TestRun(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	r, err := ws.Run(ctx, Cmd{Argv: []string{"wc", "-c"}, StdinData: []byte("12345")})
+	if err != nil || strings.TrimSpace(string(r.Stdout)) != "5" || r.Exited.GetExitCode() != 0 {
+		t.Fatalf("Run wc = %+v, %v", r, err)
+	}
+	r, err = ws.Run(ctx, Cmd{Command: "false"})
+	if err != nil || r.Exited.GetCause() != CauseExited || r.Exited.GetExitCode() != 1 {
+		t.Fatalf("Run false = %+v, %v", r, err)
+	}
+	r, err = ws.Run(ctx, Cmd{Argv: []string{"sh", "-c", "echo $GREETING; pwd"}, Env: map[string]string{"GREETING": "hi"}, Cwd: "."})
+	if err != nil || !strings.HasPrefix(string(r.Stdout), "hi\n") {
+		t.Fatalf("Run env = %q, %v", r.Stdout, err)
+	}
+}
+
+// A background process outlives its Exec stream; Attach by tag replays its
+// output from the requested offset and ends with the exit record.
+func TestAttachByTagReplays(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	sctx, cancel := context.WithCancel(ctx)
+	p, err := ws.Exec(sctx, Cmd{
+		Argv: []string{"sh", "-c", "echo one; echo two; sleep 1; echo three"},
+		Tag:  "job-1", Background: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tag != "job-1" {
+		t.Fatalf("tag %q", p.Tag)
+	}
+	first := <-p.Output()
+	if !strings.HasPrefix(string(first.Data), "one") {
+		t.Fatalf("first output %q", first.Data)
+	}
+	cancel() // the stream goes; the background process stays
+
+	procs, err := ws.Ps(ctx)
+	if err != nil || len(procs) != 1 || procs[0].GetTag() != "job-1" || !procs[0].GetBackground() {
+		t.Fatalf("Ps = %v, %v", procs, err)
+	}
+
+	a, err := ws.Attach(ctx, ByTag("job-1"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID != p.ID {
+		t.Fatalf("attached to %q, started %q", a.ID, p.ID)
+	}
+	var out bytes.Buffer
+	for ev := range a.Output() {
+		out.Write(ev.Data)
+	}
+	ex, err := a.Wait()
+	if err != nil || ex.GetCause() != CauseExited {
+		t.Fatalf("attach Wait = %+v, %v", ex, err)
+	}
+	if out.String() != "one\ntwo\nthree\n" {
+		t.Fatalf("replay %q", out.String())
+	}
+	if err := a.WriteStdin([]byte("x")); err != ErrReadOnly {
+		t.Fatalf("WriteStdin on attach: %v", err)
+	}
+
+	// From an offset: only the rest.
+	a, err = ws.Attach(ctx, ByID(p.ID), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	for ev := range a.Output() {
+		out.Write(ev.Data)
+	}
+	if out.String() != "two\nthree\n" {
+		t.Fatalf("replay from 4: %q", out.String())
+	}
+}
+
+func TestKillByTag(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"sleep", "30"}, Tag: "sleeper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Kill(ctx, ByTag("sleeper"), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	if err != nil || ex.GetCause() != CauseSignaled || ex.GetSignal() != int32(syscall.SIGTERM) {
+		t.Fatalf("Wait = %+v, %v", ex, err)
+	}
+}
+
+// Output that left the replay ring is reported as a Gap event, never
+// skipped silently: the gap plus the replayed bytes account for all output.
+func TestAttachReportsGap(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	sctx, cancel := context.WithCancel(ctx)
+	p, err := ws.Exec(sctx, Cmd{
+		Argv: []string{"head", "-c", "100000", "/dev/zero"},
+		Tag:  "flood", Background: true, MaxOutputBytes: 4096,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	_, _ = p.Wait()
+
+	var ex *Exited
+	for deadline := time.Now().Add(10 * time.Second); ex == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		procs, err := ws.Ps(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex = procs[0].GetExited()
+	}
+	if ex == nil || ex.GetStdout().GetBytesTotal() != 100000 {
+		t.Fatalf("flood did not finish: %+v", ex)
+	}
+
+	a, err := ws.Attach(ctx, ByTag("flood"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gap *Event
+	var replayed uint64
+	for ev := range a.Output() {
+		ev := ev
+		if ev.Gap {
+			if gap != nil || replayed != 0 {
+				t.Fatalf("gap %+v not first", ev)
+			}
+			gap = &ev
+			continue
+		}
+		replayed += uint64(len(ev.Data))
+	}
+	if gap == nil || gap.Stream != StreamStdout || gap.Offset != 0 || gap.Dropped+replayed != 100000 || replayed == 0 {
+		t.Fatalf("gap %+v, replayed %d", gap, replayed)
+	}
+	if ex, err := a.Wait(); err != nil || ex.GetCause() != CauseExited {
+		t.Fatalf("Wait = %+v, %v", ex, err)
+	}
+}
+
+func TestPty(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"sh", "-c", "read line; echo got $line"}, Pty: &PtySize{Rows: 24, Cols: 80}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Resize(40, 120); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteStdin([]byte("hello\n")); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for ev := range p.Output() {
+		if ev.Stream != StreamPty {
+			t.Fatalf("event on %v with a pty", ev.Stream)
+		}
+		out.Write(ev.Data)
+	}
+	if !strings.Contains(out.String(), "got hello") {
+		t.Fatalf("pty output %q", out.String())
+	}
+	if ex, err := p.Wait(); err != nil || ex.GetExitCode() != 0 {
+		t.Fatalf("Wait = %+v, %v", ex, err)
+	}
+}

@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 bash bazel/setup.sh || exit 1
 bash tests/fixtures/dockerd.sh || exit 1
 bash tests/fixtures/image/build.sh || exit 1
+# The Node client's modules, pinned by its package-lock.json.
+(cd clients/node && npm ci --no-audit --no-fund --loglevel=error) || exit 1
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

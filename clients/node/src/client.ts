@@ -1,0 +1,147 @@
+// Entry point: connect() -> Client -> open()/resolve() -> Workspace.
+import * as grpc from '@grpc/grpc-js';
+
+import { WorkspacedError } from './errors';
+import { resolveProtoDir } from './proto';
+import { DEFAULT_RETRY_POLICY, RetryPolicy, withRetry } from './retry';
+import { TlsOptions, Transport } from './transport';
+import { Workspace } from './workspace';
+import type { Capabilities } from '../gen/workspace/v1/Capabilities';
+import type { DockerConfig } from '../gen/workspace/v1/DockerConfig';
+import type { LocalSandboxConfig } from '../gen/workspace/v1/LocalSandboxConfig';
+import type { OpenRequest } from '../gen/workspace/v1/OpenRequest';
+import type { ProviderInfo__Output } from '../gen/workspace/v1/ProviderInfo';
+import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
+import type { WorkspaceSummary__Output } from '../gen/workspace/v1/WorkspaceSummary';
+
+export type { Capabilities, TlsOptions };
+export type ProviderInfo = ProviderInfo__Output;
+export type WorkspaceSummary = WorkspaceSummary__Output;
+
+/** The server's default listen address. */
+export const DEFAULT_ADDRESS = '127.0.0.1:7878';
+
+export interface ConnectOptions {
+  /** host:port or unix:PATH; default $WORKSPACED_ADDR, else 127.0.0.1:7878. */
+  address?: string;
+  /** Bearer token; default $WORKSPACED_TOKEN. */
+  token?: string;
+  /** true for TLS with the system roots, or roots / client cert / name override. */
+  tls?: TlsOptions | boolean;
+  /** Where workspace/v1/*.proto live; default $WORKSPACED_PROTO_DIR, else the repository's proto/. */
+  protoDir?: string;
+  /** Default retry policy of open() (merged over DEFAULT_RETRY_POLICY). */
+  openRetry?: Partial<RetryPolicy>;
+  channelOptions?: grpc.ChannelOptions;
+}
+
+/**
+ * The provider of a new workspace: a kind name, or the OpenRequest oneof
+ * member with its config ({ docker: { image: 'alpine' } }).
+ */
+export type ProviderConfig =
+  | 'memory'
+  | 'local-bash'
+  | 'local-sandbox'
+  | { memory: Record<string, never> }
+  | { localBash: Record<string, never> }
+  | { localSandbox: LocalSandboxConfig }
+  | { docker: DockerConfig };
+
+export interface OpenOptions {
+  /** Overrides of the client's open retry policy; { maxAttempts: 1 } disables retries. */
+  retry?: Partial<RetryPolicy>;
+}
+
+function providerField(p: ProviderConfig): Pick<OpenRequest, 'memory' | 'localBash' | 'localSandbox' | 'docker'> {
+  switch (p) {
+    case 'memory':
+      return { memory: {} };
+    case 'local-bash':
+      return { localBash: {} };
+    case 'local-sandbox':
+      return { localSandbox: {} };
+  }
+  if (typeof p !== 'object' || p === null || Object.keys(p).length !== 1) {
+    throw new TypeError('provider: a kind name or an object with exactly one of memory, localBash, localSandbox, docker');
+  }
+  return p;
+}
+
+export class Client {
+  /** @internal */
+  readonly transport: Transport;
+  readonly address: string;
+  private readonly openRetry: RetryPolicy;
+
+  constructor(opts: ConnectOptions = {}) {
+    this.address = opts.address ?? process.env.WORKSPACED_ADDR ?? DEFAULT_ADDRESS;
+    const token = opts.token ?? (process.env.WORKSPACED_TOKEN || undefined);
+    this.transport = new Transport({
+      address: this.address,
+      token,
+      tls: opts.tls,
+      protoDir: resolveProtoDir(opts.protoDir),
+      channelOptions: opts.channelOptions,
+    });
+    this.openRetry = { ...DEFAULT_RETRY_POLICY, ...opts.openRetry };
+  }
+
+  /**
+   * Opens a workspace. Transient failures (ErrorInfo transient=true, or
+   * UNAVAILABLE such as a server not up yet) are retried with exponential
+   * backoff and jitter; any other error is thrown at once, typed.
+   */
+  open(provider: ProviderConfig, capabilities?: Capabilities, opts: OpenOptions = {}): Promise<Workspace> {
+    const policy = { ...this.openRetry, ...opts.retry };
+    const req: OpenRequest = { ...providerField(provider), capabilities: capabilities ?? null };
+    const t = this.transport;
+    return withRetry(policy, async () => {
+      const res = await t.unary(t.workspaces.Open.bind(t.workspaces), req);
+      return new Workspace(t, res.workspace!);
+    });
+  }
+
+  /** A workspace from its ref (the object, its token bytes, or Workspace.refString). */
+  async resolve(ref: WorkspaceRef | Buffer | string): Promise<Workspace> {
+    const token = typeof ref === 'string' ? Buffer.from(ref, 'base64url') : Buffer.isBuffer(ref) ? ref : ref.token;
+    const t = this.transport;
+    const res = await t.unary(t.workspaces.Resolve.bind(t.workspaces), { ref: { token } });
+    return new Workspace(t, res.workspace!);
+  }
+
+  /** All four provider kinds, probed live by the server. */
+  async providers(): Promise<ProviderInfo[]> {
+    const t = this.transport;
+    return (await t.unary(t.providers.ListProviders.bind(t.providers), {})).providers;
+  }
+
+  /** Workspaces the server knows. */
+  async list(): Promise<WorkspaceSummary[]> {
+    const t = this.transport;
+    return (await t.unary(t.workspaces.List.bind(t.workspaces), {})).workspaces;
+  }
+
+  /** grpc.health.v1 status of the server ("SERVING"). */
+  async health(service = ''): Promise<string> {
+    const t = this.transport;
+    const res = await t.unary(t.health.Check.bind(t.health), { service });
+    return String(res.status);
+  }
+
+  /** Closes the channel (workspaces stay open on the server). */
+  close(): void {
+    this.transport.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
+
+/** Connects (lazily: the first call dials) to a workspaced server. */
+export function connect(opts: ConnectOptions = {}): Client {
+  return new Client(opts);
+}
+
+export { WorkspacedError };

@@ -1,0 +1,204 @@
+// Typed errors decoded from the google.rpc.Status the server puts in the
+// `grpc-status-details-bin` trailer (one google.rpc.ErrorInfo, domain
+// "workspaced"). Callers switch on the class or on `reason`; nothing here
+// ever looks at the human-readable message.
+import { Metadata, status as GrpcStatus } from '@grpc/grpc-js';
+
+export const ERROR_DOMAIN = 'workspaced';
+
+/** Base of every error the wrapper raises for a failed RPC. */
+export class WorkspacedError extends Error {
+  /** The gRPC status code (e.g. 5 for NOT_FOUND; see grpc.status). */
+  readonly code: number;
+  /** ErrorInfo.reason ("PATH_ESCAPE", ...); "" when the server sent no details. */
+  readonly reason: string;
+  /** ErrorInfo.metadata ("transient", "capability", "token", "rule", ...). */
+  readonly metadata: Readonly<Record<string, string>>;
+  /** ErrorInfo.domain; "workspaced" for errors from the server. */
+  readonly domain: string;
+
+  constructor(
+    code: number,
+    reason: string,
+    message: string,
+    metadata: Record<string, string> = {},
+    options?: { cause?: unknown; domain?: string },
+  ) {
+    super(message, options?.cause !== undefined ? { cause: options.cause } : undefined);
+    this.name = new.target.name;
+    this.code = code;
+    this.reason = reason;
+    this.metadata = Object.freeze({ ...metadata });
+    this.domain = options?.domain ?? (reason ? ERROR_DOMAIN : '');
+  }
+
+  /** The server says a retry may succeed (ErrorInfo metadata transient=true). */
+  get transient(): boolean {
+    return this.metadata.transient === 'true';
+  }
+
+  /** Name of the gRPC code ("NOT_FOUND"). */
+  get codeName(): string {
+    return GrpcStatus[this.code] ?? String(this.code);
+  }
+}
+
+// One class per reason of the server's table (server/rpc/status.c). The
+// contract's required ones first, then the rest so nothing falls back to
+// the base class by omission.
+export class WorkspaceEvicted extends WorkspacedError {}
+/** The provider's backend is not usable; `transient` says whether to retry. */
+export class WorkspaceFailed extends WorkspacedError {}
+export class PathEscape extends WorkspacedError {}
+export class SymlinkLeaf extends WorkspacedError {}
+export class BadPattern extends WorkspacedError {}
+export class CommandNotAllowed extends WorkspacedError {
+  /** The offending token, when the guard named one. */
+  get token(): string | undefined {
+    return this.metadata.token;
+  }
+  /** The guard rule that refused it. */
+  get rule(): string | undefined {
+    return this.metadata.rule;
+  }
+}
+export class Metachar extends WorkspacedError {}
+export class EnvDenied extends WorkspacedError {}
+export class SizeCap extends WorkspacedError {}
+export class Quota extends WorkspacedError {}
+export class Conflict extends WorkspacedError {
+  /** SHA-256 of the current content ("" when the file does not exist). */
+  get actualSha256(): string | undefined {
+    return this.metadata.actual_sha256;
+  }
+}
+export class NoSuchFile extends WorkspacedError {}
+export class NoSuchWorkspace extends WorkspacedError {}
+export class NoSuchProcess extends WorkspacedError {}
+export class CapabilityMissing extends WorkspacedError {
+  get capability(): string | undefined {
+    return this.metadata.capability;
+  }
+}
+export class BadRef extends WorkspacedError {}
+export class Unauthenticated extends WorkspacedError {}
+export class SymlinkLoop extends WorkspacedError {}
+export class BadPath extends WorkspacedError {}
+export class Malformed extends WorkspacedError {}
+export class Limit extends WorkspacedError {}
+export class NoSpace extends WorkspacedError {}
+export class NoMemory extends WorkspacedError {}
+export class NoMatch extends WorkspacedError {}
+export class MultipleMatches extends WorkspacedError {}
+export class SpecialFile extends WorkspacedError {}
+export class Hardlink extends WorkspacedError {}
+export class IsDirectory extends WorkspacedError {}
+export class NotDirectory extends WorkspacedError {}
+export class NotEmpty extends WorkspacedError {}
+export class ReadOnly extends WorkspacedError {}
+export class Busy extends WorkspacedError {}
+/** A concurrent rename got in the way; nothing was done, the call may be retried. */
+export class RetryLater extends WorkspacedError {}
+export class AlreadyExists extends WorkspacedError {}
+export class AccessDenied extends WorkspacedError {}
+export class GlobRejected extends WorkspacedError {}
+export class CwdEscape extends WorkspacedError {}
+export class ArgLimit extends WorkspacedError {}
+export class Cancelled extends WorkspacedError {}
+export class DeadlineExceeded extends WorkspacedError {}
+export class Unimplemented extends WorkspacedError {}
+export class Internal extends WorkspacedError {}
+
+type ErrorClass = new (
+  code: number,
+  reason: string,
+  message: string,
+  metadata?: Record<string, string>,
+  options?: { cause?: unknown; domain?: string },
+) => WorkspacedError;
+
+/** ErrorInfo.reason -> class. Unknown reasons map to WorkspacedError itself. */
+export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze({
+  WORKSPACE_EVICTED: WorkspaceEvicted,
+  WORKSPACE_FAILED: WorkspaceFailed,
+  PATH_ESCAPE: PathEscape,
+  SYMLINK_LEAF: SymlinkLeaf,
+  BAD_PATTERN: BadPattern,
+  COMMAND_NOT_ALLOWED: CommandNotAllowed,
+  METACHAR: Metachar,
+  ENV_DENIED: EnvDenied,
+  SIZE_CAP: SizeCap,
+  QUOTA: Quota,
+  CONFLICT: Conflict,
+  NO_SUCH_FILE: NoSuchFile,
+  NO_SUCH_WORKSPACE: NoSuchWorkspace,
+  NO_SUCH_PROCESS: NoSuchProcess,
+  CAPABILITY_MISSING: CapabilityMissing,
+  BAD_REF: BadRef,
+  UNAUTHENTICATED: Unauthenticated,
+  SYMLINK_LOOP: SymlinkLoop,
+  BAD_PATH: BadPath,
+  MALFORMED: Malformed,
+  LIMIT: Limit,
+  NO_SPACE: NoSpace,
+  NO_MEMORY: NoMemory,
+  NO_MATCH: NoMatch,
+  MULTIPLE_MATCHES: MultipleMatches,
+  SPECIAL_FILE: SpecialFile,
+  HARDLINK: Hardlink,
+  IS_DIRECTORY: IsDirectory,
+  NOT_DIRECTORY: NotDirectory,
+  NOT_EMPTY: NotEmpty,
+  READ_ONLY: ReadOnly,
+  BUSY: Busy,
+  RETRY: RetryLater,
+  EXISTS: AlreadyExists,
+  ACCESS_DENIED: AccessDenied,
+  GLOB: GlobRejected,
+  CWD_ESCAPE: CwdEscape,
+  ARG_LIMIT: ArgLimit,
+  CANCELLED: Cancelled,
+  DEADLINE: DeadlineExceeded,
+  UNIMPLEMENTED: Unimplemented,
+  INTERNAL: Internal,
+});
+
+export const STATUS_DETAILS_KEY = 'grpc-status-details-bin';
+
+/** What errors.ts needs from the proto loader (kept abstract for layering). */
+export type StatusDecoder = (buf: Buffer) => {
+  code: number;
+  message: string;
+  errorInfo?: { reason: string; domain: string; metadata: Record<string, string> };
+};
+
+/**
+ * Turns whatever a grpc-js call failed with into a WorkspacedError subclass.
+ * The reason comes from ErrorInfo in the trailer only; without details the
+ * result is the base class with reason "" and the call's gRPC code.
+ */
+export function toWorkspacedError(err: unknown, decode: StatusDecoder): WorkspacedError {
+  if (err instanceof WorkspacedError) return err;
+  const e = err as { code?: unknown; details?: unknown; metadata?: unknown; message?: unknown };
+  const code = typeof e?.code === 'number' ? e.code : GrpcStatus.UNKNOWN;
+  let message = typeof e?.details === 'string' && e.details ? e.details : String(e?.message ?? err);
+
+  let info: { reason: string; domain: string; metadata: Record<string, string> } | undefined;
+  if (e?.metadata instanceof Metadata) {
+    const raw = e.metadata.get(STATUS_DETAILS_KEY)[0];
+    if (raw instanceof Buffer && raw.length > 0) {
+      try {
+        const st = decode(raw);
+        info = st.errorInfo;
+        if (st.message) message = st.message;
+      } catch {
+        // A trailer we cannot parse is the same as none: base class.
+      }
+    }
+  }
+  if (!info || !info.reason) {
+    return new WorkspacedError(code, '', message, {}, { cause: err });
+  }
+  const Cls = (info.domain === ERROR_DOMAIN && ERROR_CLASSES[info.reason]) || WorkspacedError;
+  return new Cls(code, info.reason, message, info.metadata ?? {}, { cause: err, domain: info.domain });
+}

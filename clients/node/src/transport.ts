@@ -1,0 +1,103 @@
+// The channel, the stubs and the per-call plumbing (auth metadata, error
+// decoding) shared by Client, Workspace and Process.
+import * as grpc from '@grpc/grpc-js';
+
+import { toWorkspacedError, WorkspacedError } from './errors';
+import { load, Services } from './proto';
+import type { ExecClient } from '../gen/workspace/v1/Exec';
+import type { FileSystemClient } from '../gen/workspace/v1/FileSystem';
+import type { HealthClient } from '../gen/grpc/health/v1/Health';
+import type { ProvidersClient } from '../gen/workspace/v1/Providers';
+import type { WorkspacesClient } from '../gen/workspace/v1/Workspaces';
+
+export interface TlsOptions {
+  /** PEM root certificates; default: the system roots. */
+  rootCerts?: Buffer | string;
+  /** PEM client certificate chain and key, for mutual TLS. */
+  certChain?: Buffer | string;
+  privateKey?: Buffer | string;
+  /** Expected server name, when it differs from the address's host. */
+  serverNameOverride?: string;
+}
+
+export interface TransportOptions {
+  address: string;
+  token?: string;
+  tls?: TlsOptions | boolean;
+  protoDir: string;
+  channelOptions?: grpc.ChannelOptions;
+}
+
+const buf = (v: Buffer | string | undefined) => (v === undefined ? null : Buffer.isBuffer(v) ? v : Buffer.from(v));
+
+export class Transport {
+  readonly providers: ProvidersClient;
+  readonly workspaces: WorkspacesClient;
+  readonly fs: FileSystemClient;
+  readonly exec: ExecClient;
+  readonly health: HealthClient;
+  private readonly decode: ReturnType<typeof load>['decodeStatus'];
+
+  constructor(opts: TransportOptions) {
+    const { services, decodeStatus } = load(opts.protoDir);
+    this.decode = decodeStatus;
+
+    let creds: grpc.ChannelCredentials;
+    const channelOptions: grpc.ChannelOptions = {
+      // The server's message limit is 4 MiB; Grep / ListDir responses are
+      // kept under it, so the client must accept that much.
+      'grpc.max_receive_message_length': 8 * 1024 * 1024,
+      ...opts.channelOptions,
+    };
+    if (opts.tls) {
+      const t: TlsOptions = opts.tls === true ? {} : opts.tls;
+      creds = grpc.credentials.createSsl(buf(t.rootCerts), buf(t.privateKey), buf(t.certChain));
+      if (t.serverNameOverride) channelOptions['grpc.ssl_target_name_override'] = t.serverNameOverride;
+    } else {
+      creds = grpc.credentials.createInsecure();
+    }
+
+    // The token rides as call metadata added by an interceptor rather than
+    // as call credentials: grpc-js refuses call credentials on an insecure
+    // channel, and a loopback server is usually plain text.
+    const token = opts.token;
+    const interceptors: grpc.Interceptor[] = token
+      ? [
+          (options, nextCall) =>
+            new grpc.InterceptingCall(nextCall(options), {
+              start(metadata, listener, next) {
+                metadata.set('authorization', `Bearer ${token}`);
+                next(metadata, listener);
+              },
+            }),
+        ]
+      : [];
+
+    const v1 = (services as Services).workspace.v1;
+    // One channel for all stubs: later stubs reuse the first one's.
+    this.providers = new v1.Providers(opts.address, creds, { ...channelOptions, interceptors });
+    const channel = { channelOverride: this.providers.getChannel(), interceptors } as grpc.ClientOptions;
+    this.workspaces = new v1.Workspaces(opts.address, creds, channel);
+    this.fs = new v1.FileSystem(opts.address, creds, channel);
+    this.exec = new v1.Exec(opts.address, creds, channel);
+    this.health = new (services as Services).grpc.health.v1.Health(opts.address, creds, channel);
+  }
+
+  error(err: unknown): WorkspacedError {
+    return toWorkspacedError(err, this.decode);
+  }
+
+  /** Promise form of a unary call with typed errors. */
+  unary<Req, Res>(fn: (req: Req, cb: grpc.requestCallback<Res>) => unknown, req: Req): Promise<Res> {
+    return new Promise<Res>((resolve, reject) => {
+      fn(req, (err, res) => {
+        if (err) reject(this.error(err));
+        else resolve(res as Res);
+      });
+    });
+  }
+
+  close(): void {
+    this.providers.close();
+  }
+}

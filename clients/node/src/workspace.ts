@@ -1,0 +1,419 @@
+// A live workspace: confined file operations and command execution, all
+// scoped to one workspace id. Use `await using ws = await client.open(...)`
+// (or try/finally with ws.close()) so the workspace is always closed.
+import { Readable } from 'node:stream';
+import * as grpc from '@grpc/grpc-js';
+
+import { WorkspacedError } from './errors';
+import { AttachedProcess, Process, SignalLike, signalNumber } from './process';
+import type { Transport } from './transport';
+import type { Capabilities__Output } from '../gen/workspace/v1/Capabilities';
+import type { DescribeResponse__Output } from '../gen/workspace/v1/DescribeResponse';
+import type { EditFileResponse__Output } from '../gen/workspace/v1/EditFileResponse';
+import type { Exited__Output } from '../gen/workspace/v1/Exited';
+import type { FileInfo__Output } from '../gen/workspace/v1/FileInfo';
+import type { GrepMatch__Output } from '../gen/workspace/v1/GrepMatch';
+import type { GrepResponse__Output } from '../gen/workspace/v1/GrepResponse';
+import type { GrepSummary__Output } from '../gen/workspace/v1/GrepSummary';
+import type { ProcessConfig } from '../gen/workspace/v1/ProcessConfig';
+import type { ProcessInfo__Output } from '../gen/workspace/v1/ProcessInfo';
+import type { ReadFileResponse__Output } from '../gen/workspace/v1/ReadFileResponse';
+import type { Workspace__Output } from '../gen/workspace/v1/Workspace';
+import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
+import type { WriteFileRequest } from '../gen/workspace/v1/WriteFileRequest';
+
+export type FileInfo = FileInfo__Output;
+export type GrepMatch = GrepMatch__Output;
+export type GrepSummary = GrepSummary__Output;
+export type ProcessInfo = ProcessInfo__Output;
+export type Description = DescribeResponse__Output;
+
+/** Anything writeFile accepts as content. */
+export type WriteData =
+  | string
+  | Uint8Array
+  | Iterable<Uint8Array | string>
+  | AsyncIterable<Uint8Array | string>;
+
+export interface WriteOptions {
+  /** Permission bits of a new file (masked to 0777); default 0644. */
+  mode?: number;
+  createParents?: boolean;
+  /** SHA-256 (lowercase hex) the current content must have, else Conflict. */
+  ifMatch?: string;
+  /** Refuse to replace an existing file (AlreadyExists). */
+  ifAbsent?: boolean;
+}
+
+export interface WriteResult {
+  info: FileInfo;
+  bytesWritten: number;
+  sha256: string;
+}
+
+export interface ReadOptions {
+  offset?: number;
+  /** Bytes to read; 0 or absent reads to the end. */
+  length?: number;
+}
+
+export interface ExecOptions {
+  cwd?: string;
+  env?: Record<string, string>;
+  /** Wall-clock limit; on expiry the cause is EXIT_CAUSE_TIMEOUT. */
+  timeoutMs?: number;
+  /** Keep stdin open for writeStdin (exec only; otherwise /dev/null). */
+  stdin?: boolean;
+  pty?: { rows: number; cols: number };
+  /** Name for attach / kill. */
+  tag?: string;
+  /** Keep running after the Start stream ends. */
+  background?: boolean;
+  maxOutputBytes?: number;
+}
+
+export interface RunOptions extends Omit<ExecOptions, 'stdin' | 'background'> {
+  /** Bytes fed to stdin, which is then closed (at most 1 MiB). */
+  stdin?: string | Uint8Array;
+}
+
+export interface RunResult {
+  stdout: Buffer;
+  stderr: Buffer;
+  exited: Exited__Output;
+  processId: string;
+}
+
+export interface GrepOptions {
+  path?: string;
+  include?: string;
+  ignoreCase?: boolean;
+  maxMatches?: number;
+  maxDepth?: number;
+}
+
+/** A process named by id or tag; a bare string is an id when it looks like one. */
+export type ProcessTarget = string | { id: string } | { tag: string };
+
+/** Server process ids: "p_" and hex digits. Tags may look alike: pass {tag} then. */
+const PROCESS_ID = /^p_[0-9a-f]{16,}$/;
+
+function target(t: ProcessTarget): { id: string; tag: string } {
+  if (typeof t === 'string') return PROCESS_ID.test(t) ? { id: t, tag: '' } : { id: '', tag: t };
+  return 'id' in t ? { id: t.id, tag: '' } : { id: '', tag: t.tag };
+}
+
+/** Messages stay well under the server's 4 MiB limit. */
+const WRITE_CHUNK = 1024 * 1024;
+
+function toBuffer(c: Uint8Array | string): Buffer {
+  return typeof c === 'string' ? Buffer.from(c) : Buffer.from(c.buffer, c.byteOffset, c.byteLength);
+}
+
+/** Re-chunks any source into Buffers of at most WRITE_CHUNK bytes. */
+async function* chunks(data: WriteData): AsyncGenerator<Buffer> {
+  if (typeof data === 'string' || data instanceof Uint8Array) data = [data];
+  for await (const c of data as AsyncIterable<Uint8Array | string>) {
+    const b = toBuffer(c);
+    for (let off = 0; off < b.length; off += WRITE_CHUNK) yield b.subarray(off, off + WRITE_CHUNK);
+  }
+}
+
+function processConfig(cmd: string | string[], o: ExecOptions): ProcessConfig {
+  return {
+    ...(Array.isArray(cmd) ? { argv: cmd } : { command: cmd }),
+    cwd: o.cwd ?? '',
+    env: o.env ?? {},
+    timeoutMs: o.timeoutMs ?? 0,
+    stdin: o.stdin ?? false,
+    pty: o.pty ?? null,
+    tag: o.tag ?? '',
+    maxOutputBytes: o.maxOutputBytes ?? 0,
+    background: o.background ?? false,
+  };
+}
+
+/** Result of grep(): iterate the matches; `summary` is set once iteration ends. */
+export class GrepResults implements AsyncIterable<GrepMatch> {
+  summary?: GrepSummary;
+  constructor(private readonly call: () => grpc.ClientReadableStream<GrepResponse__Output>, private readonly t: Transport) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<GrepMatch> {
+    const call = this.call();
+    try {
+      for await (const msg of call as AsyncIterable<GrepResponse__Output>) {
+        yield* msg.matches;
+        if (msg.summary) this.summary = msg.summary;
+      }
+    } catch (e) {
+      throw this.t.error(e);
+    } finally {
+      call.cancel(); // no-op when finished; stops the search when the caller broke out
+    }
+  }
+
+  /** All matches as an array. */
+  async toArray(): Promise<GrepMatch[]> {
+    const out: GrepMatch[] = [];
+    for await (const m of this) out.push(m);
+    return out;
+  }
+}
+
+export class Workspace {
+  readonly id: string;
+  /** Signed, portable handle: pass it to client.resolve() later or elsewhere. */
+  readonly ref: WorkspaceRef & { token: Buffer };
+  readonly provider: string;
+  readonly capabilities: Capabilities__Output | null;
+  private closed = false;
+
+  /** @internal */
+  constructor(private readonly t: Transport, w: Workspace__Output) {
+    this.id = w.id;
+    this.ref = { token: w.ref?.token ?? Buffer.alloc(0) };
+    this.provider = w.provider;
+    this.capabilities = w.capabilities;
+  }
+
+  /** The ref as a string (base64url), e.g. to store it; client.resolve() takes it back. */
+  get refString(): string {
+    return this.ref.token.toString('base64url');
+  }
+
+  // ---- lifecycle ----------------------------------------------------------
+
+  /**
+   * Closes the workspace (removing its storage) and returns whether it was
+   * already closed. Idempotent: later calls return true without a round trip.
+   */
+  async close(): Promise<boolean> {
+    if (this.closed) return true;
+    const res = await this.t.unary(this.t.workspaces.Close.bind(this.t.workspaces), { workspaceId: this.id });
+    this.closed = true;
+    return res.alreadyClosed;
+  }
+
+  /** For `await using ws = await client.open(...)`. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  describe(): Promise<Description> {
+    return this.t.unary(this.t.workspaces.Describe.bind(this.t.workspaces), { workspaceId: this.id });
+  }
+
+  // ---- files --------------------------------------------------------------
+
+  /** The whole file (or a range of it) as one Buffer. */
+  async readFile(path: string, opts: ReadOptions = {}): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    for await (const c of this.readChunks(path, opts)) parts.push(c);
+    return Buffer.concat(parts);
+  }
+
+  /** The file as text (UTF-8 unless told otherwise). */
+  async readText(path: string, encoding: BufferEncoding = 'utf8'): Promise<string> {
+    return (await this.readFile(path)).toString(encoding);
+  }
+
+  /** The file's chunks (at most 256 KiB each) as they arrive. */
+  async *readChunks(path: string, opts: ReadOptions = {}): AsyncGenerator<Buffer> {
+    const call = this.t.fs.ReadFile(
+      { workspaceId: this.id, path, offset: opts.offset ?? 0, length: opts.length ?? 0 },
+    );
+    try {
+      for await (const msg of call as AsyncIterable<ReadFileResponse__Output>) {
+        if (msg.data.length) yield msg.data;
+      }
+    } catch (e) {
+      throw this.t.error(e);
+    } finally {
+      call.cancel(); // no-op when finished; frees the call when the caller stopped early
+    }
+  }
+
+  /** The file as a Node Readable (which is also an async iterable of Buffers). */
+  readFileStream(path: string, opts: ReadOptions = {}): Readable {
+    return Readable.from(this.readChunks(path, opts), { objectMode: false });
+  }
+
+  /**
+   * Writes a file from a string, bytes, or any (async) iterable of chunks
+   * such as a Readable. The new content becomes visible atomically when the
+   * last chunk is sent; on any failure the old content stays.
+   */
+  writeFile(path: string, data: WriteData, opts: WriteOptions = {}): Promise<WriteResult> {
+    return new Promise<WriteResult>((resolve, reject) => {
+      let failed: WorkspacedError | undefined;
+      const call = this.t.fs.WriteFile((err, res) => {
+        if (err) {
+          failed = this.t.error(err);
+          reject(failed);
+        } else {
+          resolve({ info: res!.info!, bytesWritten: res!.bytesWritten, sha256: res!.sha256 } as WriteResult);
+        }
+      });
+      const send = (msg: WriteFileRequest) =>
+        new Promise<void>((res) => {
+          // write()'s callback gives backpressure: the next chunk is read from
+          // the source only when this one has gone to the transport.
+          call.write(msg, () => res());
+        });
+
+      (async () => {
+        await send({
+          header: {
+            workspaceId: this.id,
+            path,
+            mode: opts.mode ?? 0,
+            createParents: opts.createParents ?? false,
+            ifMatch: opts.ifMatch ?? '',
+            ifAbsent: opts.ifAbsent ?? false,
+          },
+          // An empty source commits with the header; otherwise the last
+          // data chunk carries finish (one chunk of look-ahead below).
+          finish: false,
+        });
+        let pending: Buffer | undefined;
+        for await (const c of chunks(data)) {
+          if (failed) return; // the server already refused (e.g. SIZE_CAP): stop reading the source
+          if (pending) await send({ data: pending });
+          pending = c;
+        }
+        if (failed) return;
+        // `finish` makes the commit explicit rather than relying on the
+        // half-close, which a cancelled stream can look like.
+        await send(pending ? { data: pending, finish: true } : { finish: true });
+        call.end();
+      })().catch((e) => {
+        // The source itself failed: cancel, so the server commits nothing.
+        call.cancel();
+        reject(e);
+      });
+    });
+  }
+
+  stat(path: string): Promise<FileInfo> {
+    return this.t
+      .unary(this.t.fs.Stat.bind(this.t.fs), { workspaceId: this.id, path })
+      .then((r) => r.info!);
+  }
+
+  /** Entries of a directory (depth > 1 walks down); `truncated` when cut short. */
+  listDir(path = '.', opts: { depth?: number; maxEntries?: number } = {}): Promise<{ entries: FileInfo[]; truncated: boolean }> {
+    return this.t.unary(this.t.fs.ListDir.bind(this.t.fs), {
+      workspaceId: this.id,
+      path,
+      depth: opts.depth ?? 0,
+      maxEntries: opts.maxEntries ?? 0,
+    });
+  }
+
+  makeDir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<FileInfo> {
+    return this.t
+      .unary(this.t.fs.MakeDir.bind(this.t.fs), { workspaceId: this.id, path, parents: opts.parents ?? false, mode: opts.mode ?? 0 })
+      .then((r) => r.info!);
+  }
+
+  /** Removes a file, symlink or (with recursive) a directory tree; returns entries removed. */
+  remove(path: string, opts: { recursive?: boolean } = {}): Promise<number> {
+    return this.t
+      .unary(this.t.fs.Remove.bind(this.t.fs), { workspaceId: this.id, path, recursive: opts.recursive ?? false })
+      .then((r) => r.removed);
+  }
+
+  move(from: string, to: string, opts: { replace?: boolean } = {}): Promise<FileInfo> {
+    return this.t
+      .unary(this.t.fs.Move.bind(this.t.fs), { workspaceId: this.id, fromPath: from, toPath: to, replace: opts.replace ?? false })
+      .then((r) => r.info!);
+  }
+
+  glob(pattern: string, opts: { path?: string; maxResults?: number } = {}): Promise<{ matches: FileInfo[]; truncated: boolean }> {
+    return this.t.unary(this.t.fs.Glob.bind(this.t.fs), {
+      workspaceId: this.id,
+      pattern,
+      path: opts.path ?? '',
+      maxResults: opts.maxResults ?? 0,
+    });
+  }
+
+  /** PCRE2 search; iterate the matches as they stream in. */
+  grep(pattern: string, opts: GrepOptions = {}): GrepResults {
+    return new GrepResults(
+      () =>
+        this.t.fs.Grep(
+          {
+            workspaceId: this.id,
+            pattern,
+            path: opts.path ?? '',
+            include: opts.include ?? '',
+            ignoreCase: opts.ignoreCase ?? false,
+            maxMatches: opts.maxMatches ?? 0,
+            maxDepth: opts.maxDepth ?? 0,
+          },
+        ),
+      this.t,
+    );
+  }
+
+  /** Replaces oldText (exactly once unless replaceAll) atomically. */
+  editFile(
+    path: string,
+    oldText: string,
+    newText: string,
+    opts: { replaceAll?: boolean; ifMatch?: string } = {},
+  ): Promise<EditFileResponse__Output> {
+    return this.t.unary(this.t.fs.EditFile.bind(this.t.fs), {
+      workspaceId: this.id,
+      path,
+      oldText,
+      newText,
+      replaceAll: opts.replaceAll ?? false,
+      ifMatch: opts.ifMatch ?? '',
+    });
+  }
+
+  // ---- exec ---------------------------------------------------------------
+
+  /**
+   * Starts a command (argv array: run directly; string: tokenized by the
+   * server's shell guard, never by a shell) and returns its handle at once;
+   * `await proc.started` for the pid and id, iterate it for output, and
+   * `await proc.wait()` for the exit record.
+   */
+  exec(cmd: string | string[], opts: ExecOptions = {}): Process {
+    return Process.start(this.t, { workspaceId: this.id, process: processConfig(cmd, opts) });
+  }
+
+  /** Runs a command to completion (unary Exec.Run): head/tail of each stream plus the exit record. */
+  async run(cmd: string | string[], opts: RunOptions = {}): Promise<RunResult> {
+    const { stdin, ...rest } = opts;
+    const res = await this.t.unary(this.t.exec.Run.bind(this.t.exec), {
+      workspaceId: this.id,
+      process: processConfig(cmd, rest),
+      stdinData: stdin === undefined ? Buffer.alloc(0) : toBuffer(stdin),
+    });
+    return { stdout: res.stdout, stderr: res.stderr, exited: res.exited!, processId: res.processId };
+  }
+
+  /** Reconnects to a running or recently finished process, replaying from `offset`. */
+  attach(t: ProcessTarget, opts: { offset?: number } = {}): AttachedProcess {
+    return AttachedProcess.open(this.t, this.id, target(t), opts.offset ?? 0);
+  }
+
+  /** The workspace's running and recently finished processes. */
+  async ps(): Promise<ProcessInfo[]> {
+    const res = await this.t.unary(this.t.exec.ListProcesses.bind(this.t.exec), { workspaceId: this.id });
+    return res.processes;
+  }
+
+  /** Signals a process tree by id or tag (default SIGTERM). */
+  async kill(t: ProcessTarget, sig: SignalLike = 'SIGTERM'): Promise<void> {
+    await this.t.unary(this.t.exec.SendSignal.bind(this.t.exec), {
+      workspaceId: this.id,
+      ...target(t),
+      signal: signalNumber(sig),
+    });
+  }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Bazel driver of //clients/python:python_test: runs the unittest suite of
+# the Python client with Debian's interpreter against the server Bazel
+# built, with the generated stubs on PYTHONPATH.
+set -euo pipefail
+
+runfiles="${TEST_SRCDIR:?run under bazel test}/${TEST_WORKSPACE:-workspaced}"
+pkg="$runfiles/clients/python"
+
+export WORKSPACED_BIN="$runfiles/server/workspaced"
+[ -x "$WORKSPACED_BIN" ] || { echo "python_test: no server at $WORKSPACED_BIN" >&2; exit 1; }
+[ -f "$pkg/gen/workspace/v1/exec_pb2_grpc.py" ] || { echo "python_test: generated stubs missing" >&2; exit 1; }
+
+# Debian's python3 has python3-grpcio and python3-protobuf; another python
+# earlier on PATH does not.
+python=/usr/bin/python3
+export PYTHONPATH="$pkg/gen:$pkg"
+export PYTHONDONTWRITEBYTECODE=1
+unset WORKSPACED_ADDR WORKSPACED_TOKEN
+
+cd "$pkg"
+# unittest prints its summary ("OK" or "FAILED (...)") last and exits
+# non-zero on any failure or error; set -e passes that on.
+exec "$python" -m unittest discover -v -s tests -p "test_*.py"

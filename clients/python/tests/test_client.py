@@ -1,0 +1,559 @@
+"""End-to-end tests of the Python client against a real workspaced server.
+
+The server binary comes from $WORKSPACED_BIN (under Bazel: the one built
+from //server:workspaced). Each test class starts its own server on a free
+loopback port with a fresh state directory; nothing is mocked except the
+clock of the retry-schedule test.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+import grpc
+
+import workspaced
+from workspaced import ExitCause, RetryPolicy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "agent_loop.py")
+
+ALLOWED = ["sh", "cat", "echo", "sleep", "wc", "head", "true", "false"]
+CAPS = {"fs": {}, "shell": {"allowed_commands": ALLOWED}}
+
+
+def server_binary():
+    path = os.environ.get("WORKSPACED_BIN")
+    if not path:
+        raise RuntimeError("WORKSPACED_BIN is not set: it must name the workspaced server binary")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("WORKSPACED_BIN=%s is not an executable file" % path)
+    return path
+
+
+class Server:
+    """A workspaced process on 127.0.0.1:<free port>, stopped with SIGTERM."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="wsd-", dir=os.environ.get("TEST_TMPDIR"))
+        self.state = os.path.join(self.tmp, "state")
+        # The server's log (one JSON line per command) goes to a file, shown
+        # only when the server fails to start, so the test output stays the
+        # unittest report.
+        self.log_path = os.path.join(self.tmp, "server.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [server_binary(), "--listen", "127.0.0.1:0", "--state-dir", self.state],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        found = {}
+
+        def read_banner():
+            try:
+                for line in self.proc.stdout:
+                    m = re.match(r"workspaced listening on (\S+)", line)
+                    if m:
+                        found["addr"] = m.group(1)
+                        break
+                # Keep draining so the server never blocks on a full pipe.
+                for _ in self.proc.stdout:
+                    pass
+            except (ValueError, OSError):  # the pipe was closed by stop()
+                pass
+
+        threading.Thread(target=read_banner, daemon=True).start()
+        deadline = time.monotonic() + 20
+        while "addr" not in found:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop(keep_log=True)
+                with open(self.log_path) as f:
+                    raise RuntimeError("workspaced did not start:\n" + f.read())
+            time.sleep(0.02)
+        self.address = found["addr"]
+
+    def stop(self, keep_log=False):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
+        if not keep_log:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class ServerTestCase(unittest.TestCase):
+    """One server and one client per test class; a fresh workspace per test."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.client = workspaced.connect(cls.server.address, token="test-token")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+
+    def setUp(self):
+        self.ws = self.client.open("local-bash", CAPS)
+        self.addCleanup(self.ws.close)
+
+
+class WorkspaceTest(ServerTestCase):
+    def test_providers_and_health(self):
+        kinds = [p.kind for p in self.client.providers()]
+        self.assertEqual(kinds, ["memory", "local-bash", "local-sandbox", "docker"])
+        self.assertEqual(self.client.health(), "SERVING")
+
+    def test_list_and_describe(self):
+        ids = [w.id for w in self.client.list()]
+        self.assertIn(self.ws.id, ids)
+        d = self.ws.describe()
+        self.assertEqual(d.provider, "local-bash")
+        self.assertEqual(list(d.capabilities.shell.allowed_commands), ALLOWED)
+
+    def test_resolve_by_ref(self):
+        self.ws.write_file("marker", b"here")
+        again = self.client.resolve(self.ws.ref)
+        self.assertEqual(again.id, self.ws.id)
+        self.assertEqual(again.read_file("marker"), b"here")
+        # The token bytes alone are as good as the message.
+        self.assertEqual(self.client.resolve(self.ws.ref.token).id, self.ws.id)
+
+    def test_close_is_idempotent(self):
+        ws = self.client.open("memory")
+        self.assertFalse(ws.close())
+        self.assertTrue(ws.close())
+        self.assertTrue(ws.closed)
+
+    def test_context_manager_closes(self):
+        with self.client.open("memory") as ws:
+            ws.write_file("f", b"x")
+            wid = ws.id
+        self.assertNotIn(wid, [w.id for w in self.client.list()])
+        with self.assertRaises(workspaced.NoSuchWorkspace):
+            ws.stat("f")
+        # Resolving the ref of a closed workspace says it is gone.
+        with self.assertRaises(workspaced.WorkspaceEvicted):
+            self.client.resolve(ws.ref)
+        self.assertTrue(ws.closed)
+        self.assertEqual(ws.id, wid)
+
+
+class FileTest(ServerTestCase):
+    def test_write_read_roundtrip(self):
+        resp = self.ws.write_file("dir/sub/hello.txt", "hello\n", create_parents=True)
+        self.assertEqual(resp.bytes_written, 6)
+        self.assertEqual(resp.sha256, hashlib.sha256(b"hello\n").hexdigest())
+        self.assertEqual(self.ws.read_file("dir/sub/hello.txt"), b"hello\n")
+        self.assertEqual(self.ws.read_file("dir/sub/hello.txt", offset=1, length=3), b"ell")
+        info = self.ws.stat("dir/sub/hello.txt")
+        self.assertEqual(info.size, 6)
+        self.assertEqual(info.type, workspaced.pb_common.FILE_TYPE_REGULAR)
+
+    def test_empty_file(self):
+        self.ws.write_file("empty", b"")
+        self.assertEqual(self.ws.read_file("empty"), b"")
+        self.assertEqual(self.ws.stat("empty").size, 0)
+
+    def test_multi_mib_streamed_write_and_read(self):
+        # 9 MiB + 123 bytes of non-repeating data, written from a generator
+        # of odd-sized pieces and read back as a chunk stream.
+        blob = b"".join(hashlib.sha256(str(i).encode()).digest() for i in range((9 << 20) // 32)) + os.urandom(123)
+        pieces = (blob[i : i + 700001] for i in range(0, len(blob), 700001))
+        resp = self.ws.write_file("big.bin", pieces)
+        self.assertEqual(resp.bytes_written, len(blob))
+        self.assertEqual(resp.sha256, hashlib.sha256(blob).hexdigest())
+        chunks = list(self.ws.read_file_stream("big.bin"))
+        self.assertGreater(len(chunks), 1, "a multi-MiB file should arrive in several chunks")
+        self.assertTrue(all(len(c) <= 256 << 10 for c in chunks))
+        self.assertEqual(b"".join(chunks), blob)
+
+    def test_write_from_reader(self):
+        import io
+
+        data = os.urandom(3 << 20)
+        self.ws.write_file("r.bin", io.BytesIO(data), mode=0o600)
+        self.assertEqual(self.ws.read_file("r.bin"), data)
+        self.assertEqual(self.ws.stat("r.bin").mode & 0o777, 0o600)
+
+    def test_dir_ops_glob_grep_edit(self):
+        self.ws.make_dir("src/pkg", parents=True)
+        self.ws.write_file("src/pkg/a.py", "def f():\n    return 1\n")
+        self.ws.write_file("src/b.txt", "nothing\nTODO: later\n")
+        names = [e.path for e in self.ws.list_dir("src", depth=2)]
+        self.assertEqual(names, ["src/b.txt", "src/pkg", "src/pkg/a.py"])
+        self.assertEqual([m.path for m in self.ws.glob("**/*.py")], ["src/pkg/a.py"])
+
+        results = self.ws.grep("todo", ignore_case=True)
+        matches = list(results)
+        self.assertEqual([(m.path, m.line_number, m.line) for m in matches], [("src/b.txt", 2, b"TODO: later")])
+        self.assertEqual(results.summary.matches, 1)
+
+        edit = self.ws.edit_file("src/pkg/a.py", "return 1", "return 2")
+        self.assertEqual(edit.replacements, 1)
+        self.assertEqual(self.ws.read_file("src/pkg/a.py"), b"def f():\n    return 2\n")
+
+        self.ws.move("src/b.txt", "src/c.txt")
+        self.assertFalse(self.ws.exists("src/b.txt"))
+        self.assertTrue(self.ws.exists("src/c.txt"))
+        # src, src/pkg, src/pkg/a.py, src/c.txt
+        self.assertEqual(self.ws.remove("src", recursive=True), 4)
+        self.assertFalse(self.ws.exists("src"))
+
+
+class ExecTest(ServerTestCase):
+    def test_output_streams_before_exit(self):
+        proc = self.ws.exec(["sh", "-c", "echo a; sleep 1; echo b"])
+        self.assertGreater(proc.pid, 0)
+        seen = []
+        for ev in proc:
+            # The end must not be known while the first line arrives.
+            seen.append((ev.data, proc.exited is None, time.monotonic()))
+        self.assertEqual(b"".join(d for d, _, _ in seen), b"a\nb\n")
+        self.assertEqual(seen[0][0], b"a\n")
+        self.assertTrue(seen[0][1], "'a' arrived only after the exit")
+        self.assertGreater(seen[-1][2] - seen[0][2], 0.5, "'a' and 'b' arrived together")
+        result = proc.wait()
+        self.assertEqual(result.cause, ExitCause.EXITED)
+        self.assertEqual(result.exit_code, 0)
+        self.assertEqual(result.stdout.bytes_total, 4)
+        self.assertGreaterEqual(result.wall_time_ms, 900)
+
+    def test_stderr_and_exit_code(self):
+        proc = self.ws.exec("sh -c 'echo oops >&2; exit 3'")
+        out, err, result = proc.communicate()
+        self.assertEqual((out, err), (b"", b"oops\n"))
+        self.assertEqual(result.cause, ExitCause.EXITED)
+        self.assertEqual(result.exit_code, 3)
+        self.assertFalse(result.ok)
+
+    def test_stdin_roundtrip(self):
+        proc = self.ws.exec(["cat"], stdin=True)
+        proc.write_stdin(b"first line\n")
+        first = next(iter(proc))
+        self.assertEqual(first.data, b"first line\n")  # echoed while stdin is still open
+        proc.write_stdin(b"x" * (3 << 20))
+        proc.close_stdin()
+        out, _, result = proc.communicate()
+        self.assertEqual(out, b"x" * (3 << 20))
+        self.assertEqual(result.cause, ExitCause.EXITED)
+        self.assertEqual(result.stdout.bytes_total, len(b"first line\n") + (3 << 20))
+
+    def test_run(self):
+        res = self.ws.run(["wc", "-c"], stdin_data=b"12345")
+        self.assertEqual(res.stdout.strip(), b"5")
+        self.assertTrue(res.ok)
+        self.assertTrue(res.process_id)
+
+    def test_cancel_kills_command(self):
+        proc = self.ws.exec(["sleep", "30"], tag="to-cancel")
+        start = time.monotonic()
+        proc.cancel()
+        result = proc.wait()
+        self.assertEqual(result.cause, ExitCause.CANCELLED)
+        self.assertLess(time.monotonic() - start, 10)
+        info = [p for p in self.ws.ps() if p.tag == "to-cancel"]
+        self.assertEqual(len(info), 1)
+        self.assertFalse(info[0].running)
+        self.assertEqual(info[0].exited.cause, ExitCause.CANCELLED)
+
+    def test_timeout_cause(self):
+        proc = self.ws.exec(["sh", "-c", "echo started; sleep 30"], timeout=0.5)
+        out, _, result = proc.communicate()
+        self.assertEqual(out, b"started\n")
+        self.assertEqual(result.cause, ExitCause.TIMEOUT)
+        self.assertLess(result.wall_time_ms, 10000)
+        self.assertEqual(self.ws.run(["sleep", "30"], timeout=0.3).exited.cause, ExitCause.TIMEOUT)
+
+    def test_signal_and_kill(self):
+        proc = self.ws.exec(["sleep", "30"], stdin=True)
+        proc.signal(signal.SIGTERM)
+        result = proc.wait()
+        self.assertEqual(result.cause, ExitCause.SIGNALED)
+        self.assertEqual(result.signal, signal.SIGTERM)
+
+        bg = self.ws.exec(["sleep", "30"], tag="bg", background=True)
+        self.assertTrue([p for p in self.ws.ps() if p.tag == "bg" and p.running])
+        self.ws.kill("bg")
+        self.assertEqual(bg.wait().signal, signal.SIGKILL)
+
+    def test_attach_by_tag_replays_output(self):
+        proc = self.ws.exec(["sh", "-c", "echo one; echo two; echo three"], tag="replay")
+        first = proc.wait()
+        again = self.ws.attach("replay")
+        self.assertEqual(again.id, proc.id)
+        out = b"".join(ev.data for ev in again if isinstance(ev, workspaced.Output))
+        self.assertEqual(out, b"one\ntwo\nthree\n")
+        self.assertEqual(again.wait().cause, first.cause)
+        # From an offset: only what follows it.
+        tail = self.ws.attach("replay", offset=4)
+        self.assertEqual(tail.communicate()[0], b"two\nthree\n")
+        # By id as well.
+        self.assertEqual(self.ws.attach(id=proc.id).communicate()[0], b"one\ntwo\nthree\n")
+        with self.assertRaises(RuntimeError):
+            tail.write_stdin(b"x")  # read-only handle
+        with self.assertRaises(workspaced.NoSuchProcess):
+            self.ws.attach("no-such-tag")
+
+    def test_attach_to_background_process(self):
+        proc = self.ws.exec(["sh", "-c", "echo early; sleep 1; echo late"], tag="bgr", background=True)
+        proc.cancel()  # the stream ends; a background process keeps running
+        att = self.ws.attach("bgr")
+        out, _, result = att.communicate()
+        self.assertEqual(out, b"early\nlate\n")
+        self.assertEqual(result.cause, ExitCause.EXITED)
+
+
+class ErrorTest(ServerTestCase):
+    def test_path_escape(self):
+        with self.assertRaises(workspaced.PathEscape) as cm:
+            self.ws.read_file("../x")
+        self.assertEqual(cm.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(cm.exception.reason, "PATH_ESCAPE")
+        with self.assertRaises(workspaced.PathEscape):
+            self.ws.write_file("../x", b"no")
+
+    def test_command_not_allowed(self):
+        with self.assertRaises(workspaced.CommandNotAllowed) as cm:
+            self.ws.exec(["ls"])
+        self.assertEqual(cm.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+        self.assertEqual(cm.exception.metadata.get("token"), "ls")
+        with self.assertRaises(workspaced.CommandNotAllowed):
+            self.ws.run(["rm", "-rf", "."])
+
+    def test_no_such_file(self):
+        with self.assertRaises(workspaced.NoSuchFile) as cm:
+            self.ws.read_file("missing.txt")
+        self.assertEqual(cm.exception.code, grpc.StatusCode.NOT_FOUND)
+        with self.assertRaises(workspaced.NoSuchFile):
+            self.ws.stat("missing/deeper")
+
+    def test_no_such_workspace_after_close(self):
+        ws = self.client.open("local-bash", CAPS)
+        ws.close()
+        with self.assertRaises(workspaced.NoSuchWorkspace):
+            ws.write_file("f", b"x")
+        with self.assertRaises(workspaced.NoSuchWorkspace):
+            ws.exec(["true"])
+
+    def test_capability_missing(self):
+        with self.assertRaises(workspaced.CapabilityMissing) as cm:
+            self.client.open("memory", {"fs": {}, "shell": {"allowed_commands": ["true"]}})
+        self.assertEqual(cm.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(cm.exception.metadata.get("capability"), "shell")
+        self.assertFalse(cm.exception.transient)
+
+    def test_bad_ref(self):
+        token = bytearray(self.ws.ref.token)
+        token[len(token) // 2] ^= 0x01
+        with self.assertRaises(workspaced.BadRef):
+            self.client.resolve(bytes(token))
+
+    def test_unknown_reason_is_base_type(self):
+        self.ws.write_file("f", b"x")
+        with self.assertRaises(workspaced.WorkspacedError) as cm:
+            self.ws.write_file("f", b"y", if_absent=True)
+        self.assertIs(type(cm.exception), workspaced.WorkspacedError)
+        self.assertEqual(cm.exception.reason, "EXISTS")
+        self.assertEqual(cm.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+
+    def test_conflict(self):
+        self.ws.write_file("f", b"v1")
+        with self.assertRaises(workspaced.Conflict) as cm:
+            self.ws.write_file("f", b"v2", if_match="0" * 64)
+        self.assertEqual(cm.exception.metadata.get("actual_sha256"), hashlib.sha256(b"v1").hexdigest())
+        self.assertEqual(self.ws.read_file("f"), b"v1")
+
+
+class FakeClock:
+    """Records sleeps instead of sleeping."""
+
+    def __init__(self):
+        self.sleeps = []
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+
+
+def transient_error():
+    return workspaced.WorkspaceFailed(
+        grpc.StatusCode.UNAVAILABLE, "WORKSPACE_FAILED", "backend restarting", {"transient": "true"}
+    )
+
+
+class RetryPolicyTest(unittest.TestCase):
+    """The backoff schedule, deterministically (injected sleep and random)."""
+
+    def test_backoff_schedule_without_jitter_effect(self):
+        clock = FakeClock()
+        # random() == 0.5 puts the jitter factor at exactly 1.
+        policy = RetryPolicy(max_attempts=5, initial_backoff=0.2, max_backoff=1.0, sleep=clock.sleep, random=lambda: 0.5)
+        calls = []
+
+        def flaky():
+            calls.append(1)
+            if len(calls) < 5:
+                raise transient_error()
+            return "opened"
+
+        self.assertEqual(policy.call(flaky), "opened")
+        self.assertEqual(len(calls), 5)
+        self.assertEqual([round(s, 6) for s in clock.sleeps], [0.2, 0.4, 0.8, 1.0])
+
+    def test_jitter_bounds(self):
+        low = RetryPolicy(initial_backoff=1.0, max_backoff=10, jitter=0.25, random=lambda: 0.0)
+        high = RetryPolicy(initial_backoff=1.0, max_backoff=10, jitter=0.25, random=lambda: 0.999999)
+        self.assertAlmostEqual(low.backoff(2), 1.5)
+        self.assertAlmostEqual(high.backoff(2), 2.5, places=4)
+        # Jitter never pushes past the cap.
+        capped = RetryPolicy(initial_backoff=1.0, max_backoff=2.0, jitter=0.5, random=lambda: 0.999999)
+        self.assertLessEqual(capped.backoff(5), 2.0)
+
+    def test_gives_up_after_max_attempts(self):
+        clock = FakeClock()
+        policy = RetryPolicy(max_attempts=3, sleep=clock.sleep, random=lambda: 0.5)
+        calls = []
+
+        def always():
+            calls.append(1)
+            raise transient_error()
+
+        with self.assertRaises(workspaced.WorkspaceFailed):
+            policy.call(always)
+        self.assertEqual(len(calls), 3)
+        self.assertEqual(len(clock.sleeps), 2)
+
+    def test_non_transient_not_retried(self):
+        clock = FakeClock()
+        policy = RetryPolicy(sleep=clock.sleep)
+        calls = []
+
+        def denied():
+            calls.append(1)
+            raise workspaced.CapabilityMissing(grpc.StatusCode.FAILED_PRECONDITION, "CAPABILITY_MISSING", "", {})
+
+        with self.assertRaises(workspaced.CapabilityMissing):
+            policy.call(denied)
+        self.assertEqual((len(calls), clock.sleeps), (1, []))
+
+    def test_max_attempts_one_disables(self):
+        clock = FakeClock()
+        with self.assertRaises(workspaced.WorkspaceFailed):
+            RetryPolicy(max_attempts=1, sleep=clock.sleep).call(lambda: (_ for _ in ()).throw(transient_error()))
+        self.assertEqual(clock.sleeps, [])
+
+
+class RetryAgainstServerTest(ServerTestCase):
+    def test_real_non_transient_error_is_not_retried(self):
+        clock = FakeClock()
+        policy = RetryPolicy(max_attempts=4, sleep=clock.sleep)
+        before = len(self.client.list())
+        with self.assertRaises(workspaced.CapabilityMissing):
+            self.client.open("memory", {"shell": {"allowed_commands": ["true"]}}, retry=policy)
+        self.assertEqual(clock.sleeps, [])
+        self.assertEqual(len(self.client.list()), before)
+
+    def test_unreachable_server_is_retried(self):
+        # UNAVAILABLE from a port nobody listens on is transient: retried,
+        # then raised with no ErrorInfo (reason "").
+        with socket_closed_port() as port:
+            clock = FakeClock()
+            with workspaced.connect("127.0.0.1:%d" % port) as dead:
+                with self.assertRaises(workspaced.WorkspacedError) as cm:
+                    dead.open("memory", retry=RetryPolicy(max_attempts=3, sleep=clock.sleep))
+        self.assertIs(type(cm.exception), workspaced.WorkspacedError)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertEqual(cm.exception.reason, "")
+        self.assertEqual(len(clock.sleeps), 2)
+
+
+class socket_closed_port:
+    """A loopback port that was free a moment ago (bound, then closed)."""
+
+    def __enter__(self):
+        import socket
+
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        return port
+
+    def __exit__(self, *exc):
+        return False
+
+
+class ConnectTest(unittest.TestCase):
+    def test_address_and_token_from_environment(self):
+        server = Server()
+        self.addCleanup(server.stop)
+        env = {"WORKSPACED_ADDR": server.address, "WORKSPACED_TOKEN": "abc"}
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            client = workspaced.connect()
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        with client:
+            self.assertEqual(client.address, server.address)
+            self.assertEqual(client._metadata, (("authorization", "Bearer abc"),))
+            self.assertEqual(client.health(), "SERVING")
+
+    def test_no_address(self):
+        old = os.environ.pop("WORKSPACED_ADDR", None)
+        try:
+            with self.assertRaises(ValueError):
+                workspaced.connect()
+        finally:
+            if old is not None:
+                os.environ["WORKSPACED_ADDR"] = old
+
+
+class ExampleTest(ServerTestCase):
+    def setUp(self):
+        pass  # the example opens its own workspace
+
+    def test_agent_loop_example(self):
+        out = subprocess.run(
+            [sys.executable, EXAMPLE, self.server.address],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ),
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertRegex(lines[0], r"^opened workspace ws_[0-9a-f]{32}$")
+        self.assertIn("[stdout] step 1: counting lines", lines)
+        self.assertIn("[stdout] step 2: done", lines)
+        self.assertIn("exit: cause=EXITED code=0", out.stdout)
+        self.assertIn("count.txt says: 3", lines)
+        self.assertEqual(lines[-1], "workspace closed")
+        # Streamed output comes before the exit record.
+        self.assertLess(lines.index("[stdout] step 2: done"), [i for i, l in enumerate(lines) if l.startswith("exit:")][0])
+        # It closed its workspace.
+        opened = lines[0].split()[-1]
+        self.assertNotIn(opened, [w.id for w in self.client.list()])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,93 @@
+"""Python client of workspaced: confined workspaces (files + streamed
+commands) for AI agents, over gRPC.
+
+    import workspaced
+
+    with workspaced.connect("127.0.0.1:7878") as client:
+        with client.open("local-bash", {"fs": {}, "shell": {"allowed_commands": ["echo"]}}) as ws:
+            ws.write_file("hello.txt", b"hi\\n")
+            print(ws.run(["echo", "done"]).stdout)
+
+See client.py for the Client / Workspace / Process API and errors.py for
+the typed errors.
+"""
+
+from .client import (
+    Client,
+    ExitCause,
+    ExitResult,
+    Gap,
+    GrepResults,
+    Output,
+    Process,
+    RunResult,
+    StreamStats,
+    TLSConfig,
+    Workspace,
+    connect,
+)
+from .errors import (
+    BadPattern,
+    BadRef,
+    CapabilityMissing,
+    CommandNotAllowed,
+    Conflict,
+    EnvDenied,
+    Metachar,
+    NoSuchFile,
+    NoSuchProcess,
+    NoSuchWorkspace,
+    PathEscape,
+    Quota,
+    SizeCap,
+    SymlinkLeaf,
+    Unauthenticated,
+    WorkspacedError,
+    WorkspaceEvicted,
+    WorkspaceFailed,
+    from_rpc_error,
+)
+from .retry import NO_RETRY, RetryPolicy, is_transient
+from ._proto import common_pb2 as pb_common, exec_pb2 as pb_exec, filesystem_pb2 as pb_fs
+from ._proto import workspaces_pb2 as pb_workspaces
+
+__all__ = [
+    "BadPattern",
+    "BadRef",
+    "CapabilityMissing",
+    "Client",
+    "CommandNotAllowed",
+    "Conflict",
+    "EnvDenied",
+    "ExitCause",
+    "ExitResult",
+    "Gap",
+    "GrepResults",
+    "Metachar",
+    "NO_RETRY",
+    "NoSuchFile",
+    "NoSuchProcess",
+    "NoSuchWorkspace",
+    "Output",
+    "PathEscape",
+    "Process",
+    "Quota",
+    "RetryPolicy",
+    "RunResult",
+    "SizeCap",
+    "StreamStats",
+    "SymlinkLeaf",
+    "TLSConfig",
+    "Unauthenticated",
+    "Workspace",
+    "WorkspaceEvicted",
+    "WorkspaceFailed",
+    "WorkspacedError",
+    "connect",
+    "from_rpc_error",
+    "is_transient",
+    "pb_common",
+    "pb_exec",
+    "pb_fs",
+    "pb_workspaces",
+]

@@ -1,0 +1,767 @@
+"""The workspaced client: connection, workspaces, files and processes.
+
+A thin layer over the generated stubs: requests and responses stay the
+proto messages where they are already convenient (FileInfo, ProcessInfo,
+DescribeResponse, ...); what the wrapper adds is what every caller would
+otherwise rewrite: credentials on every call, typed errors, retrying a
+transient Open, chunked file streams, and a handle over the bidirectional
+Exec.Start stream.
+"""
+
+import dataclasses
+import enum
+import os
+import queue
+import signal as _signal
+
+import grpc
+from google.protobuf import json_format
+
+from . import errors
+from ._proto import (
+    common_pb2,
+    exec_pb2,
+    exec_pb2_grpc,
+    filesystem_pb2,
+    filesystem_pb2_grpc,
+    health_pb2,
+    health_pb2_grpc,
+    providers_pb2,
+    providers_pb2_grpc,
+    workspaces_pb2,
+    workspaces_pb2_grpc,
+)
+from .retry import RetryPolicy
+
+# Chunk size of uploads and of stdin messages: well under the server's
+# 4 MiB message limit (and its 1 MiB stdin limit) once framed.
+CHUNK_SIZE = 1 << 20
+
+_PROVIDERS = {
+    "memory": ("memory", common_pb2.MemoryConfig),
+    "local-bash": ("local_bash", common_pb2.LocalBashConfig),
+    "local-sandbox": ("local_sandbox", common_pb2.LocalSandboxConfig),
+    "docker": ("docker", common_pb2.DockerConfig),
+}
+_CONFIG_FIELDS = {cls.DESCRIPTOR.full_name: field for field, cls in _PROVIDERS.values()}
+
+
+def _wrap(fn, *args, **kwargs):
+    """Calls a stub method, turning grpc.RpcError into a typed error."""
+    try:
+        return fn(*args, **kwargs)
+    except grpc.RpcError as e:
+        raise errors.from_rpc_error(e) from None
+
+
+def _wrap_iter(it):
+    """Iterates a server stream, turning grpc.RpcError into a typed error."""
+    try:
+        yield from it
+    except grpc.RpcError as e:
+        raise errors.from_rpc_error(e) from None
+
+
+# ---------------------------------------------------------------- connection
+
+
+@dataclasses.dataclass
+class TLSConfig:
+    """TLS settings of a connection.
+
+    root_certificates: PEM bytes (or a path) of the CA to trust; None uses
+        the system roots.
+    certificate_chain / private_key: PEM bytes or paths of a client
+        certificate, for servers that want mutual TLS.
+    server_name_override: the name to verify the server's certificate
+        against, when it differs from the address's host.
+    """
+
+    root_certificates: object = None
+    certificate_chain: object = None
+    private_key: object = None
+    server_name_override: str = None
+
+    @staticmethod
+    def _pem(value):
+        if value is None or isinstance(value, bytes):
+            return value
+        with open(value, "rb") as f:
+            return f.read()
+
+    def credentials(self):
+        return grpc.ssl_channel_credentials(
+            root_certificates=self._pem(self.root_certificates),
+            private_key=self._pem(self.private_key),
+            certificate_chain=self._pem(self.certificate_chain),
+        )
+
+    def options(self):
+        if self.server_name_override:
+            return [("grpc.ssl_target_name_override", self.server_name_override)]
+        return []
+
+
+def connect(address=None, token=None, tls=None, options=None, open_retry=None):
+    """Connects to a workspaced server and returns a Client.
+
+    address: "host:port" or "unix:PATH"; default: $WORKSPACED_ADDR.
+    token: sent as `authorization: Bearer <token>` on every call; default:
+        $WORKSPACED_TOKEN (none when unset).
+    tls: a TLSConfig (or True for system roots); None: plaintext, which the
+        server only offers on loopback and unix sockets.
+    options: extra grpc channel options.
+    open_retry: the default RetryPolicy of Client.open.
+    """
+    if address is None:
+        address = os.environ.get("WORKSPACED_ADDR")
+    if not address:
+        raise ValueError("no server address: pass one or set WORKSPACED_ADDR")
+    if token is None:
+        token = os.environ.get("WORKSPACED_TOKEN") or None
+    return Client(address, token=token, tls=tls, options=options, open_retry=open_retry)
+
+
+class Client:
+    """A connection to one server. Use connect() to make one.
+
+    Thread-safe: the underlying channel multiplexes calls. Close it (or use
+    it as a context manager) to release the connection.
+    """
+
+    def __init__(self, address, token=None, tls=None, options=None, open_retry=None):
+        self.address = address
+        opts = list(options or [])
+        # Large file chunks and listings: match the server's 4 MiB limit.
+        opts += [("grpc.max_receive_message_length", 4 << 20)]
+        if tls:
+            if tls is True:
+                tls = TLSConfig()
+            self._channel = grpc.secure_channel(address, tls.credentials(), opts + tls.options())
+        else:
+            self._channel = grpc.insecure_channel(address, opts)
+        self._metadata = (("authorization", "Bearer " + token),) if token else ()
+        self.open_retry = open_retry or RetryPolicy()
+        self._providers = providers_pb2_grpc.ProvidersStub(self._channel)
+        self._workspaces = workspaces_pb2_grpc.WorkspacesStub(self._channel)
+        self._fs = filesystem_pb2_grpc.FileSystemStub(self._channel)
+        self._exec = exec_pb2_grpc.ExecStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel) if health_pb2_grpc else None
+
+    # The metadata rides on every call; grpc call credentials would need TLS.
+    def _call(self, method, request, **kwargs):
+        return _wrap(method, request, metadata=self._metadata, **kwargs)
+
+    def _stream(self, method, request, **kwargs):
+        return _wrap_iter(method(request, metadata=self._metadata, **kwargs))
+
+    def close(self):
+        """Closes the connection; workspaces stay open on the server."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def health(self, service=""):
+        """Returns the grpc.health.v1 serving status name ("SERVING", ...)."""
+        if self._health is None:
+            raise RuntimeError("grpc.health.v1 stubs are not available")
+        resp = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service))
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+    def providers(self):
+        """Lists the provider kinds (ProviderInfo messages), probed live."""
+        return list(self._call(self._providers.ListProviders, providers_pb2.ListProvidersRequest()).providers)
+
+    def list(self):
+        """Lists the server's workspaces (WorkspaceSummary messages)."""
+        return list(self._call(self._workspaces.List, workspaces_pb2.ListRequest()).workspaces)
+
+    def open(self, provider, capabilities=None, retry=None, **provider_options):
+        """Opens a new workspace and returns it as a Workspace.
+
+        provider: "memory", "local-bash", "local-sandbox" or "docker" (its
+            config fields then come from provider_options, e.g.
+            image="alpine:3"), or a ready MemoryConfig / LocalBashConfig /
+            LocalSandboxConfig / DockerConfig message.
+        capabilities: a Capabilities message or a dict in its JSON form,
+            e.g. {"fs": {}, "shell": {"allowed_commands": ["sh"]}}; None
+            lets the server grant `fs` with its defaults.
+        retry: a RetryPolicy for transient failures; default: the client's
+            open_retry (4 attempts); RetryPolicy(max_attempts=1) disables it.
+        """
+        request = workspaces_pb2.OpenRequest()
+        if isinstance(provider, str):
+            if provider not in _PROVIDERS:
+                raise ValueError("unknown provider %r (one of %s)" % (provider, ", ".join(_PROVIDERS)))
+            field, cls = _PROVIDERS[provider]
+            config = json_format.ParseDict(provider_options, cls())
+        else:
+            if provider_options:
+                raise TypeError("provider options go into the config message")
+            config = provider
+            field = _CONFIG_FIELDS.get(config.DESCRIPTOR.full_name)
+            if field is None:
+                raise TypeError("not a provider config: %s" % config.DESCRIPTOR.full_name)
+        getattr(request, field).CopyFrom(config)
+        if capabilities is not None:
+            if isinstance(capabilities, dict):
+                capabilities = json_format.ParseDict(capabilities, common_pb2.Capabilities())
+            request.capabilities.CopyFrom(capabilities)
+        policy = retry or self.open_retry
+        resp = policy.call(lambda: self._call(self._workspaces.Open, request))
+        return Workspace(self, resp.workspace)
+
+    def resolve(self, ref):
+        """Returns the Workspace a WorkspaceRef (message or its token bytes) names."""
+        if isinstance(ref, (bytes, bytearray)):
+            ref = common_pb2.WorkspaceRef(token=bytes(ref))
+        resp = self._call(self._workspaces.Resolve, workspaces_pb2.ResolveRequest(ref=ref))
+        return Workspace(self, resp.workspace)
+
+
+# ------------------------------------------------------------------- results
+
+
+class ExitCause(enum.IntEnum):
+    """Why a command ended (workspace.v1.ExitCause)."""
+
+    UNSPECIFIED = 0
+    EXITED = 1
+    SIGNALED = 2
+    TIMEOUT = 3
+    OOM = 4
+    CANCELLED = 5
+    EVICTED = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStats:
+    """Accounting of one output stream (workspace.v1.StreamStats)."""
+
+    bytes_total: int
+    bytes_delivered: int
+    truncated: bool
+    head_bytes: int
+    tail_bytes: int
+
+    @classmethod
+    def from_proto(cls, m):
+        return cls(m.bytes_total, m.bytes_delivered, m.truncated, m.head_bytes, m.tail_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitResult:
+    """The complete record of how a command ended (workspace.v1.Exited)."""
+
+    cause: ExitCause
+    exit_code: int
+    signal: int
+    wall_time_ms: int
+    cpu_user_ms: int
+    cpu_system_ms: int
+    peak_memory_bytes: int
+    stdout: StreamStats
+    stderr: StreamStats
+    pty: StreamStats
+    raw: object = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m):
+        try:
+            cause = ExitCause(m.cause)
+        except ValueError:  # a cause newer than this client
+            cause = ExitCause.UNSPECIFIED
+        return cls(
+            cause=cause,
+            exit_code=m.exit_code,
+            signal=m.signal,
+            wall_time_ms=m.wall_time_ms,
+            cpu_user_ms=m.cpu_user_ms,
+            cpu_system_ms=m.cpu_system_ms,
+            peak_memory_bytes=m.peak_memory_bytes,
+            stdout=StreamStats.from_proto(m.stdout),
+            stderr=StreamStats.from_proto(m.stderr),
+            pty=StreamStats.from_proto(m.pty),
+            raw=m,
+        )
+
+    @property
+    def ok(self):
+        """The command exited by itself with status 0."""
+        return self.cause == ExitCause.EXITED and self.exit_code == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """Result of Workspace.run: head and tail of each stream, and the exit record."""
+
+    stdout: bytes
+    stderr: bytes
+    exited: ExitResult
+    process_id: str
+
+    @property
+    def ok(self):
+        return self.exited.ok
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """A chunk of a process's output. stream: "stdout", "stderr" or "pty"."""
+
+    stream: str
+    data: bytes
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """Output [offset, offset + bytes_dropped) of `stream` was not delivered
+    (it had left the server's replay ring)."""
+
+    stream: str
+    offset: int
+    bytes_dropped: int
+
+
+_STREAM_NAMES = {
+    exec_pb2.OUTPUT_STREAM_STDOUT: "stdout",
+    exec_pb2.OUTPUT_STREAM_STDERR: "stderr",
+    exec_pb2.OUTPUT_STREAM_PTY: "pty",
+}
+
+
+def _process_config(cmd, cwd, env, timeout, stdin, pty, tag, background, max_output_bytes):
+    cfg = exec_pb2.ProcessConfig()
+    if isinstance(cmd, str):
+        cfg.command = cmd
+    else:
+        cfg.argv.extend(cmd)
+    if cwd:
+        cfg.cwd = cwd
+    if env:
+        cfg.env.update(env)
+    if timeout:
+        cfg.timeout_ms = max(1, int(timeout * 1000))
+    cfg.stdin = bool(stdin)
+    if pty:
+        rows, cols = pty
+        cfg.pty.rows, cfg.pty.cols = rows, cols
+    if tag:
+        cfg.tag = tag
+    cfg.background = bool(background)
+    if max_output_bytes:
+        cfg.max_output_bytes = max_output_bytes
+    return cfg
+
+
+# ------------------------------------------------------------------ process
+
+
+_END = object()
+
+
+class Process:
+    """A running (or finished) command: the Exec.Start stream, or an Attach.
+
+    Iterate it for Output and Gap events as they arrive; the iteration ends
+    when the command has ended, and wait() then returns its ExitResult.
+    `started` holds the Started message (pid, id, tag).
+
+    A handle from Workspace.attach is read-only: it can be iterated and
+    waited for, and signalled through the workspace, but has no stdin.
+    """
+
+    def __init__(self, workspace, responses, requests=None):
+        self._ws = workspace
+        self._responses = responses
+        self._requests = requests
+        self._exited = None
+        self._cancelled = False
+        self.gaps = []
+        try:
+            first = next(responses)
+        except StopIteration:
+            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "stream ended before `started`")
+        except grpc.RpcError as e:
+            self._finish_requests()
+            raise errors.from_rpc_error(e) from None
+        if first.WhichOneof("event") != "started":
+            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "first event is not `started`")
+        self.started = first.started
+
+    @property
+    def id(self):
+        return self.started.id
+
+    @property
+    def pid(self):
+        return self.started.pid
+
+    @property
+    def tag(self):
+        return self.started.tag
+
+    @property
+    def exited(self):
+        """The ExitResult once the end was seen, else None."""
+        return self._exited
+
+    def _finish_requests(self):
+        if self._requests is not None:
+            self._requests.put(_END)
+
+    def _send(self, **fields):
+        if self._requests is None:
+            raise RuntimeError("an attached process has no stdin or control stream")
+        if self._exited is not None or self._cancelled:
+            raise RuntimeError("the process stream has ended")
+        self._requests.put(exec_pb2.StartRequest(**fields))
+
+    def write_stdin(self, data):
+        """Sends bytes to the command's stdin (it must have been started with stdin=True)."""
+        data = bytes(data)
+        for i in range(0, len(data), CHUNK_SIZE):
+            self._send(stdin=data[i : i + CHUNK_SIZE])
+
+    def close_stdin(self):
+        """Closes the command's stdin: it reads EOF."""
+        self._send(close_stdin=True)
+
+    def signal(self, sig=_signal.SIGTERM):
+        """Sends a signal number to the command's whole process tree."""
+        self._send(signal=int(sig))
+
+    def resize(self, rows, cols):
+        """Resizes the command's pseudo-terminal."""
+        self._send(resize=exec_pb2.PtySize(rows=rows, cols=cols))
+
+    def cancel(self):
+        """Ends the stream. A non-background command is then killed by the
+        server (its exit cause is CANCELLED); wait() still reports how it
+        ended, by attaching to it again."""
+        self._cancelled = True
+        self._responses.cancel()
+        self._finish_requests()
+
+    def __iter__(self):
+        return self.events()
+
+    def events(self):
+        """Yields Output and Gap events until the process ends."""
+        while self._exited is None:
+            try:
+                ev = next(self._responses)
+            except StopIteration:
+                break
+            except grpc.RpcError as e:
+                self._finish_requests()
+                if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:
+                    return
+                raise errors.from_rpc_error(e) from None
+            kind = ev.WhichOneof("event")
+            if kind in ("stdout", "stderr", "pty"):
+                chunk = getattr(ev, kind)
+                yield Output(kind, chunk.data, chunk.offset)
+            elif kind == "gap":
+                gap = Gap(_STREAM_NAMES.get(ev.gap.stream, "unknown"), ev.gap.offset, ev.gap.bytes_dropped)
+                self.gaps.append(gap)
+                yield gap
+            elif kind == "exited":
+                self._exited = ExitResult.from_proto(ev.exited)
+        self._finish_requests()
+
+    def communicate(self, input=None):
+        """Feeds `input` (bytes) to stdin and closes it, then collects the
+        rest of the output: returns (stdout, stderr, ExitResult), with pty
+        output in stdout."""
+        if input is not None:
+            self.write_stdin(input)
+            self.close_stdin()
+        out, err = bytearray(), bytearray()
+        for ev in self.events():
+            if isinstance(ev, Output):
+                (err if ev.stream == "stderr" else out).extend(ev.data)
+        return bytes(out), bytes(err), self.wait()
+
+    def wait(self):
+        """Waits for the end and returns its ExitResult. Output not yet
+        iterated is discarded (iterate, or use communicate(), to keep it)."""
+        for _ in self.events():
+            pass
+        if self._exited is None and self._cancelled:
+            # The cancelled stream cannot carry the end; the server keeps
+            # recently finished processes, so ask it again.
+            again = self._ws.attach(id=self.id)
+            self._exited = again.wait()
+        if self._exited is None:
+            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "stream ended without `exited`")
+        return self._exited
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self._exited is None and not self._cancelled:
+            self.cancel()
+
+
+# ----------------------------------------------------------------- workspace
+
+
+class GrepResults:
+    """An iterator of GrepMatch messages; `summary` (GrepSummary) is set
+    once the iteration is exhausted."""
+
+    def __init__(self, responses):
+        self._responses = responses
+        self.summary = None
+
+    def __iter__(self):
+        for resp in self._responses:
+            yield from resp.matches
+            if resp.HasField("summary"):
+                self.summary = resp.summary
+
+
+class Workspace:
+    """An open workspace. Close it when done (or use `with`): closing removes
+    its storage and ends its processes.
+
+    `id` is the workspace id, `ref` the signed WorkspaceRef that
+    Client.resolve turns back into a Workspace (serialize it with
+    ref.SerializeToString(), or keep ref.token).
+    """
+
+    def __init__(self, client, proto):
+        self._client = client
+        self.proto = proto
+        self.id = proto.id
+        self.ref = proto.ref
+        self.provider = proto.provider
+        self.capabilities = proto.capabilities
+        self.closed = False
+
+    def __repr__(self):
+        return "Workspace(id=%r, provider=%r)" % (self.id, self.provider)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, request, **kw):
+        return self._client._call(method, request, **kw)
+
+    # -- lifecycle
+
+    def close(self):
+        """Closes the workspace (idempotent). Returns True when it was already closed."""
+        resp = self._call(self._client._workspaces.Close, workspaces_pb2.CloseRequest(workspace_id=self.id))
+        self.closed = True
+        return resp.already_closed
+
+    def describe(self):
+        """Returns the DescribeResponse (state, limits, isolation, ...)."""
+        return self._call(self._client._workspaces.Describe, workspaces_pb2.DescribeRequest(workspace_id=self.id))
+
+    # -- files
+
+    def read_file_stream(self, path, offset=0, length=0):
+        """Yields the file's content in chunks (at most 256 KiB each) as they arrive."""
+        fs = self._client._fs
+        req = filesystem_pb2.ReadFileRequest(workspace_id=self.id, path=path, offset=offset, length=length)
+        for resp in self._client._stream(fs.ReadFile, req):
+            if resp.data:
+                yield resp.data
+
+    def read_file(self, path, offset=0, length=0):
+        """Returns the file's content (or `length` bytes from `offset`; 0: to the end)."""
+        return b"".join(self.read_file_stream(path, offset, length))
+
+    def read_text(self, path, encoding="utf-8"):
+        return self.read_file(path).decode(encoding)
+
+    def write_file(self, path, data, mode=None, create_parents=False, if_match="", if_absent=False):
+        """Writes a whole file atomically and returns the WriteFileResponse
+        (info, bytes_written, sha256).
+
+        data: bytes/str, an iterable of bytes chunks, or a binary reader
+        (anything with .read). Chunks are re-cut to 1 MiB; the last message
+        carries `finish`, so the server commits exactly what was sent.
+        """
+        header = filesystem_pb2.WriteFileHeader(
+            workspace_id=self.id,
+            path=path,
+            mode=mode or 0,
+            create_parents=create_parents,
+            if_match=if_match,
+            if_absent=if_absent,
+        )
+
+        def requests():
+            pending = filesystem_pb2.WriteFileRequest(header=header)
+            for chunk in _chunks(data):
+                yield pending
+                pending = filesystem_pb2.WriteFileRequest(data=chunk)
+            pending.finish = True
+            yield pending
+
+        return self._call(self._client._fs.WriteFile, requests())
+
+    def edit_file(self, path, old_text, new_text, replace_all=False, if_match=""):
+        """Replaces old_text by new_text (exactly once unless replace_all);
+        returns the EditFileResponse (replacements, sha256, info)."""
+        req = filesystem_pb2.EditFileRequest(
+            workspace_id=self.id,
+            path=path,
+            old_text=old_text,
+            new_text=new_text,
+            replace_all=replace_all,
+            if_match=if_match,
+        )
+        return self._call(self._client._fs.EditFile, req)
+
+    def stat(self, path):
+        """Returns the FileInfo of `path` (lstat: a symlink is not followed)."""
+        req = filesystem_pb2.StatRequest(workspace_id=self.id, path=path)
+        return self._call(self._client._fs.Stat, req).info
+
+    def exists(self, path):
+        try:
+            self.stat(path)
+            return True
+        except errors.NoSuchFile:
+            return False
+
+    def list_dir(self, path=".", depth=0, max_entries=0):
+        """Returns the FileInfo entries of a directory (`depth` levels down)."""
+        req = filesystem_pb2.ListDirRequest(workspace_id=self.id, path=path, depth=depth, max_entries=max_entries)
+        return list(self._call(self._client._fs.ListDir, req).entries)
+
+    def make_dir(self, path, parents=False, mode=0):
+        req = filesystem_pb2.MakeDirRequest(workspace_id=self.id, path=path, parents=parents, mode=mode)
+        return self._call(self._client._fs.MakeDir, req).info
+
+    def remove(self, path, recursive=False):
+        """Removes a file, symlink or directory; returns the entries removed."""
+        req = filesystem_pb2.RemoveRequest(workspace_id=self.id, path=path, recursive=recursive)
+        return self._call(self._client._fs.Remove, req).removed
+
+    def move(self, from_path, to_path, replace=False):
+        req = filesystem_pb2.MoveRequest(workspace_id=self.id, from_path=from_path, to_path=to_path, replace=replace)
+        return self._call(self._client._fs.Move, req).info
+
+    def glob(self, pattern, path="", max_results=0):
+        """Returns the FileInfo of every path matching `pattern` (** * ? [...])."""
+        req = filesystem_pb2.GlobRequest(workspace_id=self.id, pattern=pattern, path=path, max_results=max_results)
+        return list(self._call(self._client._fs.Glob, req).matches)
+
+    def grep(self, pattern, path="", include="", ignore_case=False, max_matches=0, max_depth=0):
+        """Searches file contents (PCRE2); returns a GrepResults iterator of GrepMatch."""
+        req = filesystem_pb2.GrepRequest(
+            workspace_id=self.id,
+            pattern=pattern,
+            path=path,
+            include=include,
+            ignore_case=ignore_case,
+            max_matches=max_matches,
+            max_depth=max_depth,
+        )
+        return GrepResults(self._client._stream(self._client._fs.Grep, req))
+
+    # -- processes
+
+    def exec(
+        self,
+        cmd,
+        cwd=None,
+        env=None,
+        timeout=None,
+        stdin=False,
+        pty=None,
+        tag=None,
+        background=False,
+        max_output_bytes=0,
+    ):
+        """Starts a command and returns its Process handle.
+
+        cmd: a list (argv, run directly) or a str (a command line the
+            server's shell guard tokenizes; no shell runs).
+        timeout: seconds; the server kills the tree and reports TIMEOUT.
+        stdin: keep stdin open for write_stdin (else it reads /dev/null).
+        pty: (rows, cols) to run on a pseudo-terminal.
+        tag: a name for attach / kill.
+        background: keep running after this stream ends (attach later).
+        Guard refusals (CommandNotAllowed, ...) are raised here.
+        """
+        cfg = _process_config(cmd, cwd, env, timeout, stdin, pty, tag, background, max_output_bytes)
+        requests = queue.Queue()
+        requests.put(exec_pb2.StartRequest(start=exec_pb2.StartProcess(workspace_id=self.id, process=cfg)))
+
+        def request_iter():
+            # Held open until the process ends: the stream carries stdin
+            # and signals, and ending it early is not needed.
+            while True:
+                item = requests.get()
+                if item is _END:
+                    return
+                yield item
+
+        responses = self._client._exec.Start(request_iter(), metadata=self._client._metadata)
+        return Process(self, responses, requests)
+
+    def run(self, cmd, cwd=None, env=None, timeout=None, stdin_data=b"", pty=None, max_output_bytes=0):
+        """Runs a command to its end (unary Exec.Run) and returns a RunResult."""
+        cfg = _process_config(cmd, cwd, env, timeout, False, pty, None, False, max_output_bytes)
+        req = exec_pb2.RunRequest(workspace_id=self.id, process=cfg, stdin_data=stdin_data)
+        resp = self._call(self._client._exec.Run, req)
+        return RunResult(resp.stdout, resp.stderr, ExitResult.from_proto(resp.exited), resp.process_id)
+
+    def attach(self, tag=None, offset=0, id=None):
+        """Reattaches to a running or recently finished process, by tag (or
+        id=...), replaying its output from `offset`. Returns a read-only Process."""
+        if (tag is None) == (id is None):
+            raise ValueError("give exactly one of tag and id")
+        req = exec_pb2.AttachRequest(workspace_id=self.id, tag=tag or "", id=id or "", offset=offset)
+        responses = self._client._exec.Attach(req, metadata=self._client._metadata)
+        return Process(self, responses)
+
+    def ps(self):
+        """Lists the workspace's running and recently finished processes (ProcessInfo)."""
+        req = exec_pb2.ListProcessesRequest(workspace_id=self.id)
+        return list(self._call(self._client._exec.ListProcesses, req).processes)
+
+    def kill(self, tag=None, sig=_signal.SIGKILL, id=None):
+        """Sends `sig` (default SIGKILL) to a process's tree, by tag (or id=...)."""
+        if (tag is None) == (id is None):
+            raise ValueError("give exactly one of tag and id")
+        req = exec_pb2.SendSignalRequest(workspace_id=self.id, tag=tag or "", id=id or "", signal=int(sig))
+        self._call(self._client._exec.SendSignal, req)
+
+
+def _chunks(data):
+    """Normalizes write_file's data argument into non-empty bytes chunks."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        view = memoryview(data)
+        for i in range(0, len(view), CHUNK_SIZE):
+            yield bytes(view[i : i + CHUNK_SIZE])
+        return
+    if hasattr(data, "read"):
+        while True:
+            chunk = data.read(CHUNK_SIZE)
+            if not chunk:
+                return
+            yield chunk
+        return
+    for piece in data:
+        view = memoryview(piece)
+        for i in range(0, len(view), CHUNK_SIZE):
+            yield bytes(view[i : i + CHUNK_SIZE])

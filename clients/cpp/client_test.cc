@@ -1,0 +1,872 @@
+// The C++ client end to end: every test talks to the real workspaced binary
+// over a loopback socket. The only stand-in is the retry test's injected
+// sleep, which makes backoff delays observable without waiting for them.
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "clients/cpp/workspaced.h"
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+
+extern char **environ;
+
+namespace
+{
+
+using namespace std::chrono_literals;
+namespace pb = workspace::v1;
+
+const std::vector<std::string> kAllowed = {"sh", "cat",  "echo", "sleep",
+                                           "wc", "head", "true", "false"};
+
+std::string TmpDir()
+{
+    const char *t = getenv("TEST_TMPDIR");
+    std::string tmpl = std::string(t ? t : "/tmp") + "/wsdXXXXXX";
+    if (!mkdtemp(&tmpl[0]))
+        abort();
+    return tmpl;
+}
+
+// Reads one line from `fd` within `timeout_ms`.
+bool ReadLine(int fd, std::string *line, int timeout_ms)
+{
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    line->clear();
+    while (std::chrono::steady_clock::now() < deadline) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (poll(&pfd, 1, 100) <= 0)
+            continue;
+        char c;
+        if (read(fd, &c, 1) != 1)
+            return false;
+        if (c == '\n')
+            return true;
+        line->push_back(c);
+    }
+    return false;
+}
+
+// Runs `argv` with stdout and stderr to a pipe; returns the exit status and
+// the output.
+int RunToExit(const std::vector<std::string> &args, std::string *output)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    std::vector<std::string> copy = args;
+    std::vector<char *> argv;
+    for (auto &a : copy)
+        argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, p[1], 2);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(p[1]);
+    if (rc != 0) {
+        close(p[0]);
+        return -1;
+    }
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(p[0], buf, sizeof(buf))) > 0)
+        output->append(buf, static_cast<size_t>(n));
+    close(p[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+// The real server, started once for the suite from the test's runfiles.
+class Server
+{
+  public:
+    Server()
+    {
+        std::string state = TmpDir();
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) != 0)
+            abort();
+        std::vector<std::string> args = {"server/workspaced", "--listen", "127.0.0.1:0",
+                                         "--state-dir", state + "/state"};
+        std::vector<char *> argv;
+        for (auto &a : args)
+            argv.push_back(&a[0]);
+        argv.push_back(nullptr);
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+        int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
+        posix_spawn_file_actions_destroy(&fa);
+        close(p[1]);
+        if (rc != 0) {
+            fprintf(stderr, "spawn workspaced: %s\n", strerror(rc));
+            abort();
+        }
+        std::string line;
+        const std::string prefix = "workspaced listening on ";
+        if (!ReadLine(p[0], &line, 20000) || line.compare(0, prefix.size(), prefix) != 0) {
+            fprintf(stderr, "workspaced did not start: '%s'\n", line.c_str());
+            abort();
+        }
+        close(p[0]);
+        address_ = line.substr(prefix.size());
+    }
+    ~Server()
+    {
+        kill(pid_, SIGTERM);
+        int status;
+        waitpid(pid_, &status, 0);
+    }
+    const std::string &address() const
+    {
+        return address_;
+    }
+
+  private:
+    pid_t pid_ = -1;
+    std::string address_;
+};
+
+Server *server;
+
+class ServerEnv : public ::testing::Environment
+{
+  public:
+    void SetUp() override
+    {
+        server = new Server();
+    }
+    void TearDown() override
+    {
+        delete server;
+        server = nullptr;
+    }
+};
+
+const auto *const env = ::testing::AddGlobalTestEnvironment(new ServerEnv);
+
+workspaced::Client Connect()
+{
+    return workspaced::Client::Connect(server->address());
+}
+
+workspaced::Workspace OpenShell(workspaced::Client &c)
+{
+    return c.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs().WithShell(kAllowed));
+}
+
+std::string RandomBytes(size_t n, unsigned seed)
+{
+    std::mt19937 rng(seed);
+    std::string s(n, '\0');
+    for (auto &ch : s)
+        ch = static_cast<char>(rng());
+    return s;
+}
+
+// Drains a process's pulled output into one string per stream.
+void Drain(workspaced::Process &p, std::string *out, std::string *err = nullptr)
+{
+    while (auto o = p.Next()) {
+        ASSERT_FALSE(o->gap) << "unexpected gap at " << o->offset;
+        if (o->stream == workspaced::Stream::Stderr) {
+            if (err)
+                err->append(o->data);
+        } else {
+            out->append(o->data);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- files
+
+TEST(Files, WriteThenReadBack)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    auto w = ws.WriteFile("a.txt", "hello\n");
+    EXPECT_EQ(w.bytes_written(), 6u);
+    EXPECT_EQ(w.sha256().size(), 64u);
+    EXPECT_EQ(ws.ReadFile("a.txt"), "hello\n");
+    EXPECT_EQ(ws.ReadFile("a.txt", 1, 3), "ell");
+    auto st = ws.Stat("a.txt");
+    EXPECT_EQ(st.size(), 6u);
+    EXPECT_EQ(st.type(), pb::FILE_TYPE_REGULAR);
+    // An empty write commits too (finish on the header alone).
+    ws.WriteFile("empty", "");
+    EXPECT_EQ(ws.Stat("empty").size(), 0u);
+}
+
+TEST(Files, MultiMiBStreamIsByteExact)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    // Not a multiple of any chunk size, so the last partial chunk counts.
+    const std::string data = RandomBytes((5 << 20) + 12345, 7);
+    std::istringstream in(data);
+    workspaced::WriteOptions opts;
+    opts.chunk_size = 300 * 1024;
+    auto w = ws.WriteFile("big.bin", in, opts);
+    EXPECT_EQ(w.bytes_written(), data.size());
+
+    // Streamed read: many chunks, none over the server's 256 KiB, in order.
+    std::string got;
+    int chunks = 0;
+    auto info = ws.ReadFile("big.bin", [&](std::string_view chunk) {
+        EXPECT_LE(chunk.size(), 256u * 1024);
+        got.append(chunk.data(), chunk.size());
+        chunks++;
+    });
+    EXPECT_EQ(info.size(), data.size());
+    EXPECT_GT(chunks, 10);
+    EXPECT_TRUE(got == data) << "streamed read differs";
+
+    std::ostringstream out;
+    ws.ReadFile("big.bin", out);
+    EXPECT_TRUE(out.str() == data) << "ostream read differs";
+}
+
+TEST(Files, FailedStreamingWriteKeepsOldContent)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    ws.WriteFile("keep.txt", "old");
+    int calls = 0;
+    // The source dies after one chunk: the write must be cancelled, not
+    // committed half-done by a half-close.
+    EXPECT_THROW(ws.WriteFile("keep.txt",
+                              [&](std::string *chunk) -> bool {
+                                  if (calls++ == 0) {
+                                      *chunk = std::string(100000, 'x');
+                                      return true;
+                                  }
+                                  throw std::runtime_error("source failed");
+                              }),
+                 std::runtime_error);
+    EXPECT_EQ(ws.ReadFile("keep.txt"), "old");
+}
+
+TEST(Files, Helpers)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    ws.MakeDir("src/lib", true);
+    workspaced::WriteOptions parents;
+    parents.create_parents = true;
+    ws.WriteFile("src/lib/one.c", "int one;\nint two;\n", parents);
+    ws.WriteFile("src/main.c", "int main;\n");
+
+    auto ls = ws.ListDir("src", 2);
+    std::vector<std::string> paths;
+    for (const auto &e : ls.entries())
+        paths.push_back(e.path());
+    EXPECT_EQ(paths, (std::vector<std::string>{"src/lib", "src/lib/one.c", "src/main.c"}));
+
+    auto g = ws.Glob("**/*.c");
+    ASSERT_EQ(g.matches_size(), 2);
+    EXPECT_EQ(g.matches(0).path(), "src/lib/one.c");
+
+    auto matches = ws.Grep("int (one|main)");
+    ASSERT_EQ(matches.size(), 2u);
+    EXPECT_EQ(matches[0].path(), "src/lib/one.c");
+    EXPECT_EQ(matches[0].line_number(), 1u);
+    EXPECT_EQ(matches[0].line(), "int one;");
+
+    auto e = ws.EditFile("src/main.c", "main", "start");
+    EXPECT_EQ(e.replacements(), 1u);
+    EXPECT_EQ(ws.ReadFile("src/main.c"), "int start;\n");
+    EXPECT_THROW(ws.EditFile("src/main.c", "absent", "x"), workspaced::NoMatch);
+    // if_match is checked against the current hash: a stale one conflicts.
+    workspaced::WriteOptions stale;
+    stale.if_match = std::string(64, '0');
+    try {
+        ws.WriteFile("src/main.c", "new", stale);
+        FAIL() << "stale if_match accepted";
+    } catch (const workspaced::Conflict &err) {
+        EXPECT_EQ(err.metadata().at("actual_sha256"), e.sha256());
+    }
+
+    ws.Move("src/main.c", "src/start.c");
+    EXPECT_THROW(ws.Stat("src/main.c"), workspaced::NoSuchFile);
+    EXPECT_THROW(ws.Remove("src"), workspaced::NotEmpty);
+    EXPECT_EQ(ws.Remove("src", true), 4u);
+    EXPECT_THROW(ws.Stat("src"), workspaced::NoSuchFile);
+}
+
+// ---------------------------------------------------------------- exec
+
+TEST(Exec, OutputArrivesBeforeExit)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    auto t0 = std::chrono::steady_clock::now();
+    auto p = ws.Exec({"sh", "-c", "echo a; sleep 1; echo b"});
+    EXPECT_FALSE(p.id().empty());
+    EXPECT_GT(p.pid(), 0);
+    auto first = p.Next();
+    auto first_at = std::chrono::steady_clock::now();
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->data, "a\n");
+    std::string rest;
+    Drain(p, &rest);
+    auto r = p.Wait();
+    auto end_at = std::chrono::steady_clock::now();
+    EXPECT_EQ(rest, "b\n");
+    EXPECT_TRUE(r.success());
+    // "a" was in hand well before the command's one-second sleep ended;
+    // output held back until exit would put both at the same moment.
+    EXPECT_GE(end_at - first_at, 700ms);
+    EXPECT_GE(end_at - t0, 1000ms);
+    EXPECT_GE(r.exited.wall_time_ms(), 1000u);
+    EXPECT_EQ(r.exited.stdout().bytes_total(), 4u);
+}
+
+TEST(Exec, CallbackSeesBothStreams)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    std::mutex mu;
+    std::string out, err;
+    workspaced::ExecOptions opts;
+    opts.on_output = [&](const workspaced::Output &o) {
+        std::lock_guard<std::mutex> lock(mu);
+        (o.stream == workspaced::Stream::Stderr ? err : out) += o.data;
+    };
+    auto p = ws.Exec({"sh", "-c", "echo to-out; echo to-err >&2; exit 3"}, opts);
+    auto r = p.Wait();
+    EXPECT_EQ(r.cause(), pb::EXIT_CAUSE_EXITED);
+    EXPECT_EQ(r.exit_code(), 3);
+    EXPECT_FALSE(r.success());
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(out, "to-out\n");
+    EXPECT_EQ(err, "to-err\n");
+    // The pull API yields nothing when a callback consumes the output.
+    EXPECT_FALSE(p.Next());
+}
+
+TEST(Exec, StdinRoundTrip)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    workspaced::ExecOptions opts;
+    opts.stdin_open = true;
+    auto p = ws.Exec({"cat"}, opts);
+    ASSERT_TRUE(p.WriteStdin("ping\n"));
+    // cat echoes while stdin is still open: a true round trip.
+    auto echoed = p.Next();
+    ASSERT_TRUE(echoed);
+    EXPECT_EQ(echoed->data, "ping\n");
+    ASSERT_TRUE(p.WriteStdin("pong\n"));
+    ASSERT_TRUE(p.CloseStdin());
+    std::string rest;
+    Drain(p, &rest);
+    auto r = p.Wait();
+    EXPECT_EQ(rest, "pong\n");
+    EXPECT_TRUE(r.success());
+    EXPECT_EQ(r.exited.stdout().bytes_total(), 10u);
+}
+
+TEST(Exec, CancelEndsWithCauseCancelled)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    auto p = ws.Exec({"sleep", "30"});
+    auto t0 = std::chrono::steady_clock::now();
+    p.Cancel();
+    auto r = p.Wait();
+    EXPECT_EQ(r.cause(), pb::EXIT_CAUSE_CANCELLED);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s);
+}
+
+TEST(Exec, SignalEndsWithCauseSignaled)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    auto p = ws.Exec({"sleep", "30"});
+    ASSERT_TRUE(p.Signal(SIGTERM));
+    auto r = p.Wait();
+    EXPECT_EQ(r.cause(), pb::EXIT_CAUSE_SIGNALED);
+    EXPECT_EQ(r.signal(), SIGTERM);
+}
+
+TEST(Exec, TimeoutEndsWithCauseTimeout)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    workspaced::ExecOptions opts;
+    opts.timeout = 300ms;
+    auto p = ws.Exec({"sleep", "30"}, opts);
+    auto r = p.Wait();
+    EXPECT_EQ(r.cause(), pb::EXIT_CAUSE_TIMEOUT);
+    EXPECT_LT(r.exited.wall_time_ms(), 10000u);
+
+    auto run = ws.Run({"sleep", "30"}, opts);
+    EXPECT_EQ(run.result.cause(), pb::EXIT_CAUSE_TIMEOUT);
+}
+
+TEST(Exec, RunCollectsOutputAndStdin)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    auto r = ws.Run({"sh", "-c", "echo out; echo err >&2; exit 2"});
+    EXPECT_EQ(r.out, "out\n");
+    EXPECT_EQ(r.err, "err\n");
+    EXPECT_EQ(r.result.exit_code(), 2);
+    EXPECT_FALSE(r.process_id.empty());
+
+    auto cat = ws.Run({"wc", "-c"}, {}, "twelve bytes");
+    EXPECT_EQ(cat.out.substr(0, 2), "12");
+    // A command string is tokenized by the server's guard, not a shell.
+    auto s = ws.Run("echo hello world");
+    EXPECT_EQ(s.out, "hello world\n");
+}
+
+TEST(Exec, AttachByTagReplays)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    workspaced::ExecOptions opts;
+    opts.tag = "replay-me";
+    auto p = ws.Exec({"sh", "-c", "echo one; echo two"}, opts);
+    EXPECT_EQ(p.tag(), "replay-me");
+    std::string id = p.id();
+    ASSERT_TRUE(p.Wait().success());
+
+    auto a = ws.Attach("replay-me");
+    EXPECT_EQ(a.id(), id);
+    std::string all;
+    Drain(a, &all);
+    EXPECT_EQ(all, "one\ntwo\n");
+    EXPECT_TRUE(a.Wait().success());
+    // Read-only: an attached handle has no stdin.
+    EXPECT_FALSE(a.WriteStdin("x"));
+
+    // From an offset, and by id.
+    auto b = ws.Attach(id, 4);
+    std::string tail;
+    Drain(b, &tail);
+    EXPECT_EQ(tail, "two\n");
+
+    bool listed = false;
+    for (const auto &info : ws.Ps())
+        if (info.id() == id) {
+            listed = true;
+            EXPECT_EQ(info.tag(), "replay-me");
+            EXPECT_FALSE(info.running());
+        }
+    EXPECT_TRUE(listed);
+}
+
+TEST(Exec, AttachSurfacesGaps)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    workspaced::ExecOptions opts;
+    opts.tag = "gappy";
+    // A small replay ring and more output than it holds: an Attach from 0
+    // must report the lost head as a gap, not skip it silently.
+    opts.max_output_bytes = 4096;
+    auto p = ws.Exec({"head", "-c", "100000", "/dev/zero"}, opts);
+    ASSERT_TRUE(p.Wait().success());
+    auto a = ws.Attach("gappy");
+    uint64_t dropped = 0, data = 0;
+    bool gap_first = false;
+    int n = 0;
+    while (auto o = a.Next()) {
+        if (n++ == 0)
+            gap_first = o->gap;
+        if (o->gap)
+            dropped += o->bytes_dropped;
+        else
+            data += o->data.size();
+    }
+    EXPECT_TRUE(gap_first);
+    EXPECT_GT(dropped, 0u);
+    EXPECT_EQ(dropped + data, 100000u);
+}
+
+TEST(Exec, KillByTag)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    workspaced::ExecOptions opts;
+    opts.tag = "victim";
+    auto p = ws.Exec({"sleep", "30"}, opts);
+    ws.Kill("victim");
+    auto r = p.Wait();
+    EXPECT_EQ(r.cause(), pb::EXIT_CAUSE_SIGNALED);
+    EXPECT_EQ(r.signal(), SIGKILL);
+    EXPECT_THROW(ws.Kill("nobody"), workspaced::NoSuchProcess);
+}
+
+// ---------------------------------------------------------------- errors
+
+TEST(Errors, TypedFromTheServer)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+
+    EXPECT_THROW(ws.ReadFile("../x"), workspaced::PathEscape);
+    EXPECT_THROW(ws.ReadFile("missing"), workspaced::NoSuchFile);
+    EXPECT_THROW(ws.Exec({"ls"}), workspaced::CommandNotAllowed);
+    try {
+        ws.Run({"ls", "-l"});
+        FAIL() << "ls allowed";
+    } catch (const workspaced::CommandNotAllowed &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::PERMISSION_DENIED);
+        EXPECT_EQ(e.reason(), "COMMAND_NOT_ALLOWED");
+        EXPECT_EQ(e.metadata().at("token"), "ls");
+        EXPECT_FALSE(e.transient());
+    }
+    // Every typed error is also catchable as the base type.
+    try {
+        ws.Stat("/etc/passwd");
+        FAIL() << "absolute path accepted";
+    } catch (const workspaced::Error &e) {
+        EXPECT_EQ(e.reason(), "PATH_ESCAPE");
+        EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+    }
+}
+
+TEST(Errors, WriteRefusals)
+{
+    auto c = Connect();
+    auto ws = c.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs(10));
+    EXPECT_THROW(ws.WriteFile("../x", "data"), workspaced::PathEscape);
+    ws.WriteFile("capped", "0123456789");
+    try {
+        ws.WriteFile("capped", std::string(11, 'x'));
+        FAIL() << "write over the size cap accepted";
+    } catch (const workspaced::SizeCap &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    }
+    // Refused writes leave the old content.
+    EXPECT_EQ(ws.ReadFile("capped"), "0123456789");
+    workspaced::WriteOptions absent;
+    absent.if_absent = true;
+    EXPECT_THROW(ws.WriteFile("capped", "y", absent), workspaced::Exists);
+}
+
+TEST(Errors, CapabilityMissing)
+{
+    auto c = Connect();
+    try {
+        c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs().WithShell({"sh"}));
+        FAIL() << "memory workspace with shell opened";
+    } catch (const workspaced::CapabilityMissing &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION);
+        EXPECT_EQ(e.metadata().at("capability"), "shell");
+    }
+    // Using an undeclared capability fails the same way.
+    auto ws = c.Open(workspaced::Memory());
+    EXPECT_THROW(ws.Run({"true"}), workspaced::CapabilityMissing);
+}
+
+TEST(Errors, BadRefAndEvicted)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    pb::WorkspaceRef ref = ws.ref();
+    EXPECT_EQ(c.Resolve(ref).Release().token(), ref.token());
+
+    pb::WorkspaceRef tampered = ref;
+    std::string &tok = *tampered.mutable_token();
+    tok[tok.size() / 2] ^= 1;
+    EXPECT_THROW(c.Resolve(tampered), workspaced::BadRef);
+
+    ws.Close();
+    EXPECT_THROW(c.Resolve(ref), workspaced::WorkspaceEvicted);
+    EXPECT_THROW(ws.ReadFile("a"), workspaced::NoSuchWorkspace);
+    // The streaming calls decode their trailers the same way.
+    EXPECT_THROW(ws.WriteFile("a", "x"), workspaced::NoSuchWorkspace);
+    EXPECT_THROW(ws.Exec({"true"}), workspaced::NoSuchWorkspace);
+}
+
+// Decoding is exercised on statuses built the way the server builds them,
+// for the cases a live server cannot be made to produce on demand.
+grpc::Status MakeStatus(grpc::StatusCode code, const std::string &domain, const std::string &reason,
+                        std::map<std::string, std::string> md = {})
+{
+    google::rpc::ErrorInfo info;
+    info.set_domain(domain);
+    info.set_reason(reason);
+    for (const auto &kv : md)
+        (*info.mutable_metadata())[kv.first] = kv.second;
+    google::rpc::Status st;
+    st.set_code(code);
+    st.set_message("msg");
+    st.add_details()->PackFrom(info);
+    return grpc::Status(code, "msg", st.SerializeAsString());
+}
+
+TEST(Errors, Decoding)
+{
+    try {
+        workspaced::ThrowStatus(MakeStatus(grpc::StatusCode::UNAVAILABLE, "workspaced",
+                                           "WORKSPACE_FAILED", {{"transient", "true"}}));
+    } catch (const workspaced::WorkspaceFailed &e) {
+        EXPECT_TRUE(e.transient());
+        EXPECT_EQ(e.message(), "msg");
+    }
+    try {
+        workspaced::ThrowStatus(MakeStatus(grpc::StatusCode::FAILED_PRECONDITION, "workspaced",
+                                           "WORKSPACE_FAILED", {{"transient", "false"}}));
+    } catch (const workspaced::WorkspaceFailed &e) {
+        EXPECT_FALSE(e.transient());
+    }
+    // An unknown reason: the base type, reason kept.
+    try {
+        workspaced::ThrowStatus(
+            MakeStatus(grpc::StatusCode::INTERNAL, "workspaced", "SOMETHING_NEW"));
+    } catch (const workspaced::Error &e) {
+        EXPECT_EQ(typeid(e), typeid(workspaced::Error));
+        EXPECT_EQ(e.reason(), "SOMETHING_NEW");
+    }
+    // A reason from a foreign domain is not trusted.
+    try {
+        workspaced::ThrowStatus(
+            MakeStatus(grpc::StatusCode::INVALID_ARGUMENT, "elsewhere", "PATH_ESCAPE"));
+    } catch (const workspaced::Error &e) {
+        EXPECT_EQ(typeid(e), typeid(workspaced::Error));
+        EXPECT_EQ(e.reason(), "");
+    }
+    // No details: the base type with the gRPC code; UNAVAILABLE is transient.
+    try {
+        workspaced::ThrowStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"));
+    } catch (const workspaced::Error &e) {
+        EXPECT_EQ(typeid(e), typeid(workspaced::Error));
+        EXPECT_EQ(e.code(), grpc::StatusCode::UNAVAILABLE);
+        EXPECT_TRUE(e.transient());
+    }
+    EXPECT_THROW(workspaced::ThrowStatus(MakeStatus(grpc::StatusCode::UNAUTHENTICATED, "workspaced",
+                                                    "UNAUTHENTICATED")),
+                 workspaced::Unauthenticated);
+    EXPECT_NO_THROW(workspaced::ThrowIfError(grpc::Status::OK));
+}
+
+// ---------------------------------------------------------------- retry
+
+workspaced::RetryPolicy Recording(std::vector<int64_t> *sleeps)
+{
+    workspaced::RetryPolicy p;
+    p.sleep = [sleeps](std::chrono::milliseconds d) { sleeps->push_back(d.count()); };
+    p.random = [] { return 0.5; };
+    return p;
+}
+
+TEST(Retry, BackoffGrowsWithJitterAndCap)
+{
+    std::vector<int64_t> sleeps;
+    auto p = Recording(&sleeps);
+    p.max_attempts = 6;
+    p.max_backoff = 1000ms;
+    int calls = 0;
+    auto transient = MakeStatus(grpc::StatusCode::UNAVAILABLE, "workspaced", "WORKSPACE_FAILED",
+                                {{"transient", "true"}});
+    int v = p.Do([&] {
+        if (++calls < 5)
+            workspaced::ThrowStatus(transient);
+        return 42;
+    });
+    EXPECT_EQ(v, 42);
+    EXPECT_EQ(calls, 5);
+    // 200, 400, 800, then capped at 1000; each less 10 % (jitter 0.2 * 0.5).
+    EXPECT_EQ(sleeps, (std::vector<int64_t>{180, 360, 720, 900}));
+
+    // Attempts run out: the last error comes back after max_attempts - 1
+    // sleeps.
+    sleeps.clear();
+    calls = 0;
+    p.max_attempts = 3;
+    EXPECT_THROW(p.Do([&]() -> int {
+        calls++;
+        workspaced::ThrowStatus(transient);
+    }),
+                 workspaced::WorkspaceFailed);
+    EXPECT_EQ(calls, 3);
+    EXPECT_EQ(sleeps.size(), 2u);
+}
+
+TEST(Retry, NonTransientIsNotRetried)
+{
+    std::vector<int64_t> sleeps;
+    auto p = Recording(&sleeps);
+    int calls = 0;
+    EXPECT_THROW(p.Do([&]() -> int {
+        calls++;
+        workspaced::ThrowStatus(MakeStatus(grpc::StatusCode::FAILED_PRECONDITION, "workspaced",
+                                           "WORKSPACE_FAILED", {{"transient", "false"}}));
+    }),
+                 workspaced::WorkspaceFailed);
+    EXPECT_EQ(calls, 1);
+    EXPECT_TRUE(sleeps.empty());
+
+    // max_attempts = 1 disables retries even for transient errors.
+    auto none = workspaced::RetryPolicy::None();
+    calls = 0;
+    EXPECT_THROW(none.Do([&]() -> int {
+        calls++;
+        workspaced::ThrowStatus(grpc::Status(grpc::StatusCode::UNAVAILABLE, "down"));
+    }),
+                 workspaced::Error);
+    EXPECT_EQ(calls, 1);
+}
+
+TEST(Retry, OpenRetriesAnUnreachableServer)
+{
+    // A port nobody listens on: every attempt fails UNAVAILABLE.
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    ASSERT_EQ(bind(fd, reinterpret_cast<struct sockaddr *>(&sa), sizeof(sa)), 0);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<struct sockaddr *>(&sa), &len), 0);
+    close(fd);
+    auto c = workspaced::Client::Connect("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)));
+
+    std::vector<int64_t> sleeps;
+    auto p = Recording(&sleeps);
+    try {
+        c.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs(), p);
+        FAIL() << "opened on a dead port";
+    } catch (const workspaced::Error &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::UNAVAILABLE);
+    }
+    EXPECT_EQ(sleeps, (std::vector<int64_t>{180, 360, 720}));
+
+    // The real server on the same code path opens at the first attempt.
+    sleeps.clear();
+    auto live = Connect();
+    auto ws = live.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs(), p);
+    EXPECT_TRUE(sleeps.empty());
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+bool Listed(workspaced::Client &c, const std::string &id, pb::WorkspaceState *state)
+{
+    for (const auto &s : c.List())
+        if (s.id() == id) {
+            *state = s.state();
+            return true;
+        }
+    return false;
+}
+
+TEST(Lifecycle, CloseIsIdempotent)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    EXPECT_EQ(ws.Describe().state(), pb::STATE_OPEN);
+    EXPECT_FALSE(ws.Close());
+    EXPECT_TRUE(ws.Close());
+    EXPECT_THROW(ws.Describe(), workspaced::NoSuchWorkspace);
+}
+
+TEST(Lifecycle, DestructorCloses)
+{
+    auto c = Connect();
+    pb::WorkspaceRef ref;
+    std::string id;
+    {
+        auto ws = OpenShell(c);
+        ref = ws.ref();
+        id = ws.id();
+        pb::WorkspaceState state;
+        ASSERT_TRUE(Listed(c, id, &state));
+        EXPECT_EQ(state, pb::STATE_OPEN);
+    }
+    pb::WorkspaceState state = pb::STATE_UNSPECIFIED;
+    EXPECT_TRUE(!Listed(c, id, &state) || state == pb::STATE_CLOSED) << state;
+    EXPECT_THROW(c.Resolve(ref), workspaced::WorkspaceEvicted);
+}
+
+TEST(Lifecycle, MoveTransfersOwnershipAndReleaseKeepsOpen)
+{
+    auto c = Connect();
+    std::vector<workspaced::Workspace> kept;
+    std::string id;
+    {
+        auto ws = OpenShell(c);
+        id = ws.id();
+        kept.push_back(std::move(ws));
+        // The moved-from handle's destructor must not close it.
+    }
+    EXPECT_EQ(kept[0].Describe().state(), pb::STATE_OPEN);
+
+    pb::WorkspaceRef ref = kept[0].Release();
+    kept.clear();
+    // Released: still open, and Resolve hands back an owning handle.
+    auto again = c.Resolve(ref);
+    EXPECT_EQ(again.id(), id);
+    EXPECT_EQ(again.Describe().state(), pb::STATE_OPEN);
+}
+
+TEST(Client, ProvidersAndList)
+{
+    auto c = Connect();
+    auto providers = c.Providers();
+    ASSERT_EQ(providers.size(), 4u);
+    EXPECT_EQ(providers[0].kind(), "memory");
+    EXPECT_EQ(providers[1].kind(), "local-bash");
+    EXPECT_TRUE(providers[1].available());
+    auto ws = c.Open(workspaced::Memory());
+    EXPECT_EQ(ws.provider(), "memory");
+    pb::WorkspaceState state;
+    EXPECT_TRUE(Listed(c, ws.id(), &state));
+}
+
+TEST(Client, AddressFromEnvironment)
+{
+    setenv("WORKSPACED_ADDR", server->address().c_str(), 1);
+    auto c = workspaced::Client::Connect();
+    unsetenv("WORKSPACED_ADDR");
+    EXPECT_EQ(c.address(), server->address());
+    EXPECT_EQ(c.Providers().size(), 4u);
+}
+
+// ---------------------------------------------------------------- example
+
+TEST(Example, AgentLoopRuns)
+{
+    std::string out;
+    int status = RunToExit({"clients/cpp/agent_loop", server->address()}, &out);
+    ASSERT_TRUE(WIFEXITED(status)) << out;
+    EXPECT_EQ(WEXITSTATUS(status), 0) << out;
+    EXPECT_NE(out.find("opened ws_"), std::string::npos) << out;
+    // The command's output, streamed, then the file it wrote, then close.
+    size_t streamed = out.find("write tests\nship it\n");
+    size_t exit_line = out.find("exit 0 after ");
+    size_t lines = out.find("lines: 2\n");
+    size_t closed = out.find("closed\n");
+    ASSERT_NE(streamed, std::string::npos) << out;
+    ASSERT_NE(exit_line, std::string::npos) << out;
+    ASSERT_NE(lines, std::string::npos) << out;
+    ASSERT_NE(closed, std::string::npos) << out;
+    EXPECT_LT(streamed, exit_line);
+    EXPECT_LT(exit_line, lines);
+    EXPECT_LT(lines, closed);
+}
+
+} // namespace

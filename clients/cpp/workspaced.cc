@@ -1,0 +1,1006 @@
+#include "clients/cpp/workspaced.h"
+
+#include <cstdlib>
+#include <exception>
+#include <istream>
+#include <ostream>
+#include <random>
+
+#include "google/rpc/error_details.pb.h"
+#include "google/rpc/status.pb.h"
+
+namespace workspaced
+{
+
+// ---------------------------------------------------------------- errors
+
+Error::Error(grpc::StatusCode code, std::string reason, std::string message,
+             std::map<std::string, std::string> metadata)
+    : std::runtime_error("workspaced: " + std::to_string(static_cast<int>(code)) +
+                         (reason.empty() ? "" : " " + reason) +
+                         (message.empty() ? "" : ": " + message)),
+      code_(code), reason_(std::move(reason)), message_(std::move(message)),
+      metadata_(std::move(metadata))
+{
+}
+
+bool Error::transient() const
+{
+    auto it = metadata_.find("transient");
+    if (it != metadata_.end())
+        return it->second == "true";
+    return code_ == grpc::StatusCode::UNAVAILABLE;
+}
+
+namespace
+{
+
+template <typename T>
+[[noreturn]] void Throw(grpc::StatusCode code, std::string reason, std::string message,
+                        std::map<std::string, std::string> metadata)
+{
+    throw T(code, std::move(reason), std::move(message), std::move(metadata));
+}
+
+using Thrower = void (*)(grpc::StatusCode, std::string, std::string,
+                         std::map<std::string, std::string>);
+
+const std::map<std::string, Thrower> &Throwers()
+{
+    static const std::map<std::string, Thrower> m = {
+        {"WORKSPACE_EVICTED", Throw<WorkspaceEvicted>},
+        {"WORKSPACE_FAILED", Throw<WorkspaceFailed>},
+        {"PATH_ESCAPE", Throw<PathEscape>},
+        {"SYMLINK_LEAF", Throw<SymlinkLeaf>},
+        {"SYMLINK_LOOP", Throw<SymlinkLoop>},
+        {"BAD_PATTERN", Throw<BadPattern>},
+        {"BAD_PATH", Throw<BadPath>},
+        {"MALFORMED", Throw<Malformed>},
+        {"LIMIT", Throw<Limit>},
+        {"BAD_REF", Throw<BadRef>},
+        {"SIZE_CAP", Throw<SizeCap>},
+        {"QUOTA", Throw<Quota>},
+        {"NO_SPACE", Throw<NoSpace>},
+        {"NO_MEMORY", Throw<NoMemory>},
+        {"NO_SUCH_FILE", Throw<NoSuchFile>},
+        {"NO_SUCH_WORKSPACE", Throw<NoSuchWorkspace>},
+        {"NO_SUCH_PROCESS", Throw<NoSuchProcess>},
+        {"CAPABILITY_MISSING", Throw<CapabilityMissing>},
+        {"CONFLICT", Throw<Conflict>},
+        {"NO_MATCH", Throw<NoMatch>},
+        {"MULTIPLE_MATCHES", Throw<MultipleMatches>},
+        {"SPECIAL_FILE", Throw<SpecialFile>},
+        {"HARDLINK", Throw<Hardlink>},
+        {"IS_DIRECTORY", Throw<IsDirectory>},
+        {"NOT_DIRECTORY", Throw<NotDirectory>},
+        {"NOT_EMPTY", Throw<NotEmpty>},
+        {"READ_ONLY", Throw<ReadOnly>},
+        {"BUSY", Throw<Busy>},
+        {"RETRY", Throw<Retry>},
+        {"EXISTS", Throw<Exists>},
+        {"ACCESS_DENIED", Throw<AccessDenied>},
+        {"COMMAND_NOT_ALLOWED", Throw<CommandNotAllowed>},
+        {"METACHAR", Throw<Metachar>},
+        {"GLOB", Throw<GlobRejected>},
+        {"ENV_DENIED", Throw<EnvDenied>},
+        {"CWD_ESCAPE", Throw<CwdEscape>},
+        {"ARG_LIMIT", Throw<ArgLimit>},
+        {"CANCELLED", Throw<Cancelled>},
+        {"DEADLINE", Throw<Deadline>},
+        {"UNIMPLEMENTED", Throw<Unimplemented>},
+        {"INTERNAL", Throw<Internal>},
+        {"UNAUTHENTICATED", Throw<Unauthenticated>},
+    };
+    return m;
+}
+
+} // namespace
+
+void ThrowStatus(const grpc::Status &status)
+{
+    std::string reason;
+    std::map<std::string, std::string> metadata;
+    google::rpc::Status st;
+    // The details are a serialized google.rpc.Status whose Any entries hold
+    // the ErrorInfo; a reason from another domain is not ours to interpret.
+    if (!status.error_details().empty() && st.ParseFromString(status.error_details())) {
+        for (const auto &any : st.details()) {
+            google::rpc::ErrorInfo info;
+            if (!any.Is<google::rpc::ErrorInfo>() || !any.UnpackTo(&info) ||
+                info.domain() != kErrorDomain)
+                continue;
+            reason = info.reason();
+            for (const auto &kv : info.metadata())
+                metadata[kv.first] = kv.second;
+            break;
+        }
+    }
+    auto it = Throwers().find(reason);
+    if (it != Throwers().end())
+        it->second(status.error_code(), reason, status.error_message(), std::move(metadata));
+    throw Error(status.error_code(), reason, status.error_message(), std::move(metadata));
+}
+
+void ThrowIfError(const grpc::Status &status)
+{
+    if (!status.ok())
+        ThrowStatus(status);
+}
+
+// ---------------------------------------------------------------- retry
+
+std::chrono::milliseconds RetryPolicy::Backoff(int attempt) const
+{
+    double mult = multiplier < 1 ? 1 : multiplier;
+    double d = static_cast<double>(initial_backoff.count());
+    for (int i = 1; i < attempt && (max_backoff.count() <= 0 || d < max_backoff.count()); i++)
+        d *= mult;
+    if (max_backoff.count() > 0 && d > max_backoff.count())
+        d = static_cast<double>(max_backoff.count());
+    if (jitter > 0) {
+        double r;
+        if (random) {
+            r = random();
+        } else {
+            static std::mutex mu;
+            static std::mt19937_64 rng{std::random_device{}()};
+            std::lock_guard<std::mutex> lock(mu);
+            r = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+        }
+        d -= d * jitter * r;
+    }
+    return std::chrono::milliseconds(static_cast<int64_t>(d));
+}
+
+void RetryPolicy::Wait(std::chrono::milliseconds d) const
+{
+    if (sleep)
+        sleep(d);
+    else
+        std::this_thread::sleep_for(d);
+}
+
+// ---------------------------------------------------------------- config
+
+Capabilities &Capabilities::WithFs(uint64_t max_file_size_bytes)
+{
+    caps_.mutable_fs()->set_max_file_size_bytes(max_file_size_bytes);
+    return *this;
+}
+
+Capabilities &Capabilities::WithShell(std::vector<std::string> allowed_commands,
+                                      std::vector<std::string> pass_env,
+                                      std::chrono::milliseconds max_duration)
+{
+    auto *shell = caps_.mutable_shell();
+    shell->clear_allowed_commands();
+    for (auto &c : allowed_commands)
+        shell->add_allowed_commands(std::move(c));
+    shell->clear_pass_env();
+    for (auto &e : pass_env)
+        shell->add_pass_env(std::move(e));
+    shell->set_max_duration_ms(static_cast<uint64_t>(max_duration.count()));
+    return *this;
+}
+
+// ---------------------------------------------------------------- core
+
+// What a Client and all its Workspaces share: the channel, the stubs and
+// how to decorate each call.
+struct Core {
+    std::string address;
+    std::string token;
+    std::chrono::milliseconds call_timeout{0};
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<pb::Workspaces::Stub> workspaces;
+    std::unique_ptr<pb::FileSystem::Stub> fs;
+    std::unique_ptr<pb::Exec::Stub> exec;
+    std::unique_ptr<pb::Providers::Stub> providers;
+
+    // A context with the bearer token; unary calls also get the deadline.
+    std::unique_ptr<grpc::ClientContext> Context(bool unary = true) const
+    {
+        auto ctx = std::make_unique<grpc::ClientContext>();
+        if (!token.empty())
+            ctx->AddMetadata("authorization", "Bearer " + token);
+        if (unary && call_timeout.count() > 0)
+            ctx->set_deadline(std::chrono::system_clock::now() + call_timeout);
+        return ctx;
+    }
+};
+
+namespace
+{
+
+std::string Env(const char *name)
+{
+    const char *v = getenv(name);
+    return v ? v : "";
+}
+
+// Unary call: one place that adds the metadata and throws on failure.
+template <typename Stub, typename Req, typename Resp>
+Resp Call(const Core &core, Stub *stub,
+          grpc::Status (Stub::*method)(grpc::ClientContext *, const Req &, Resp *), const Req &req)
+{
+    auto ctx = core.Context();
+    Resp resp;
+    ThrowIfError((stub->*method)(ctx.get(), req, &resp));
+    return resp;
+}
+
+// The server's process ids are "p_" and 16 lowercase hex digits.
+bool LooksLikeProcessId(const std::string &s)
+{
+    if (s.size() != 18 || s.compare(0, 2, "p_") != 0)
+        return false;
+    for (size_t i = 2; i < s.size(); i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+pb::ProcessConfig ToConfig(const Command &cmd, const ExecOptions &opts)
+{
+    pb::ProcessConfig p;
+    for (const auto &a : cmd.argv())
+        p.add_argv(a);
+    p.set_command(cmd.command());
+    p.set_cwd(opts.cwd);
+    for (const auto &kv : opts.env)
+        (*p.mutable_env())[kv.first] = kv.second;
+    p.set_timeout_ms(static_cast<uint64_t>(opts.timeout.count()));
+    p.set_stdin(opts.stdin_open);
+    if (opts.pty) {
+        p.mutable_pty()->set_rows(opts.pty->first);
+        p.mutable_pty()->set_cols(opts.pty->second);
+    }
+    p.set_tag(opts.tag);
+    p.set_max_output_bytes(opts.max_output_bytes);
+    p.set_background(opts.background);
+    return p;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- process
+
+// The stream and everything the reader thread hands to the caller.
+struct Process::State {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    // Exactly one of these: Exec.Start (read-write) or Exec.Attach (read).
+    std::unique_ptr<grpc::ClientReaderWriter<pb::StartRequest, pb::ProcessEvent>> rw;
+    std::unique_ptr<grpc::ClientReader<pb::ProcessEvent>> r;
+    OutputCallback on_output;
+
+    // Serializes writes and keeps Finish from racing one.
+    std::mutex write_mu;
+    bool writes_closed = false;
+
+    std::mutex mu;
+    std::condition_variable cv;
+    bool have_started = false;
+    pb::Started started;
+    std::deque<Output> queue;
+    bool done = false; // the stream ended and Finish returned
+    bool have_exited = false;
+    pb::Exited exited;
+    grpc::Status status;
+    std::exception_ptr callback_error;
+    // Set by Cancel(): the stream then ends without `exited`, so Wait()
+    // asks the server for the record instead.
+    bool cancelled = false;
+    std::shared_ptr<Core> core;
+    std::string workspace_id;
+
+    std::thread reader;
+
+    bool Read(pb::ProcessEvent *ev)
+    {
+        return rw ? rw->Read(ev) : r->Read(ev);
+    }
+
+    void Deliver(Output out)
+    {
+        if (on_output) {
+            if (callback_error)
+                return;
+            try {
+                on_output(out);
+            } catch (...) {
+                // The reader thread cannot throw: end the stream and let
+                // Wait() rethrow.
+                callback_error = std::current_exception();
+                ctx->TryCancel();
+            }
+            return;
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        queue.push_back(std::move(out));
+        cv.notify_all();
+    }
+
+    void Loop()
+    {
+        pb::ProcessEvent ev;
+        while (Read(&ev)) {
+            switch (ev.event_case()) {
+            case pb::ProcessEvent::kStarted: {
+                std::lock_guard<std::mutex> lock(mu);
+                started = ev.started();
+                have_started = true;
+                cv.notify_all();
+                break;
+            }
+            case pb::ProcessEvent::kStdout:
+                Deliver({Stream::Stdout, ev.stdout().data(), ev.stdout().offset(), false, 0});
+                break;
+            case pb::ProcessEvent::kStderr:
+                Deliver({Stream::Stderr, ev.stderr().data(), ev.stderr().offset(), false, 0});
+                break;
+            case pb::ProcessEvent::kPty:
+                Deliver({Stream::Pty, ev.pty().data(), ev.pty().offset(), false, 0});
+                break;
+            case pb::ProcessEvent::kGap: {
+                Stream s = ev.gap().stream() == pb::OUTPUT_STREAM_STDERR ? Stream::Stderr
+                           : ev.gap().stream() == pb::OUTPUT_STREAM_PTY  ? Stream::Pty
+                                                                         : Stream::Stdout;
+                Deliver({s, "", ev.gap().offset(), true, ev.gap().bytes_dropped()});
+                break;
+            }
+            case pb::ProcessEvent::kExited: {
+                std::lock_guard<std::mutex> lock(mu);
+                exited = ev.exited();
+                have_exited = true;
+                break;
+            }
+            default:
+                break;
+            }
+        }
+        grpc::Status st;
+        {
+            // No write may be in flight or start once Finish runs.
+            std::lock_guard<std::mutex> lock(write_mu);
+            writes_closed = true;
+            st = rw ? rw->Finish() : r->Finish();
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        status = st;
+        done = true;
+        cv.notify_all();
+    }
+
+    bool Write(const pb::StartRequest &req)
+    {
+        std::lock_guard<std::mutex> lock(write_mu);
+        if (!rw || writes_closed)
+            return false;
+        return rw->Write(req);
+    }
+
+    // Waits for `started` (true) or the end of the stream (false).
+    bool WaitStarted()
+    {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [this] { return have_started || done; });
+        return have_started;
+    }
+
+    void Stop()
+    {
+        if (reader.joinable()) {
+            ctx->TryCancel();
+            reader.join();
+        }
+    }
+};
+
+Process::Process(std::unique_ptr<State> st) : st_(std::move(st))
+{
+}
+Process::Process(Process &&) noexcept = default;
+Process &Process::operator=(Process &&o) noexcept
+{
+    if (this != &o) {
+        if (st_)
+            st_->Stop();
+        st_ = std::move(o.st_);
+    }
+    return *this;
+}
+
+Process::~Process()
+{
+    if (st_)
+        st_->Stop();
+}
+
+const pb::Started &Process::started() const
+{
+    return st_->started;
+}
+
+std::optional<Output> Process::Next()
+{
+    std::unique_lock<std::mutex> lock(st_->mu);
+    st_->cv.wait(lock, [this] { return !st_->queue.empty() || st_->done; });
+    if (st_->queue.empty())
+        return std::nullopt;
+    Output out = std::move(st_->queue.front());
+    st_->queue.pop_front();
+    return out;
+}
+
+bool Process::WriteStdin(std::string_view data)
+{
+    // The server takes at most 1 MiB per message.
+    const size_t max = 1 << 20;
+    do {
+        size_t n = std::min(max, data.size());
+        pb::StartRequest req;
+        req.set_stdin(data.data(), n);
+        if (!st_->Write(req))
+            return false;
+        data.remove_prefix(n);
+    } while (!data.empty());
+    return true;
+}
+
+bool Process::CloseStdin()
+{
+    pb::StartRequest req;
+    req.set_close_stdin(true);
+    return st_->Write(req);
+}
+
+bool Process::Signal(int sig)
+{
+    pb::StartRequest req;
+    req.set_signal(sig);
+    return st_->Write(req);
+}
+
+bool Process::Resize(uint32_t rows, uint32_t cols)
+{
+    pb::StartRequest req;
+    req.mutable_resize()->set_rows(rows);
+    req.mutable_resize()->set_cols(cols);
+    return st_->Write(req);
+}
+
+void Process::Cancel()
+{
+    {
+        std::lock_guard<std::mutex> lock(st_->mu);
+        st_->cancelled = true;
+    }
+    st_->ctx->TryCancel();
+}
+
+ExitResult Process::Wait()
+{
+    std::unique_lock<std::mutex> lock(st_->mu);
+    st_->cv.wait(lock, [this] { return st_->done; });
+    if (st_->callback_error)
+        std::rethrow_exception(st_->callback_error);
+    if (st_->have_exited)
+        return ExitResult{st_->exited};
+    if (st_->cancelled && st_->have_started) {
+        lock.unlock();
+        // The server ends the tree (SIGTERM, grace, SIGKILL) and keeps the
+        // record of a recently finished process: poll ListProcesses for it.
+        auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        pb::ListProcessesRequest req;
+        req.set_workspace_id(st_->workspace_id);
+        while (std::chrono::steady_clock::now() < deadline) {
+            auto resp =
+                Call(*st_->core, st_->core->exec.get(), &pb::Exec::Stub::ListProcesses, req);
+            for (const auto &p : resp.processes())
+                if (p.id() == st_->started.id() && p.has_exited())
+                    return ExitResult{p.exited()};
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        lock.lock();
+    }
+    if (!st_->status.ok())
+        ThrowStatus(st_->status);
+    throw Error(grpc::StatusCode::UNKNOWN, "", "stream ended without an exited event");
+}
+
+// ---------------------------------------------------------------- workspace
+
+Workspace::Workspace(std::shared_ptr<Core> core, pb::Workspace info)
+    : core_(std::move(core)), info_(std::move(info))
+{
+}
+
+Workspace::Workspace(Workspace &&o) noexcept
+    : core_(std::move(o.core_)), info_(std::move(o.info_)), closed_(o.closed_)
+{
+    o.core_.reset();
+}
+
+Workspace &Workspace::operator=(Workspace &&o) noexcept
+{
+    if (this != &o) {
+        CloseQuietly();
+        core_ = std::move(o.core_);
+        info_ = std::move(o.info_);
+        closed_ = o.closed_;
+        o.core_.reset();
+    }
+    return *this;
+}
+
+Workspace::~Workspace()
+{
+    CloseQuietly();
+}
+
+void Workspace::CloseQuietly() noexcept
+{
+    if (!core_ || closed_)
+        return;
+    try {
+        Close();
+    } catch (const std::exception &) {
+        // A destructor cannot report; a workspace left open stays listed
+        // (Client::List) until closed by its ref.
+    }
+}
+
+bool Workspace::Close()
+{
+    pb::CloseRequest req;
+    req.set_workspace_id(id());
+    auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Close, req);
+    closed_ = true;
+    return resp.already_closed();
+}
+
+pb::WorkspaceRef Workspace::Release()
+{
+    closed_ = true;
+    return ref();
+}
+
+pb::DescribeResponse Workspace::Describe()
+{
+    pb::DescribeRequest req;
+    req.set_workspace_id(id());
+    return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Describe, req);
+}
+
+pb::FileInfo Workspace::ReadFile(const std::string &path,
+                                 const std::function<void(std::string_view)> &on_chunk,
+                                 uint64_t offset, uint64_t length)
+{
+    pb::ReadFileRequest req;
+    req.set_workspace_id(id());
+    req.set_path(path);
+    req.set_offset(offset);
+    req.set_length(length);
+    auto ctx = core_->Context(false);
+    auto reader = core_->fs->ReadFile(ctx.get(), req);
+    pb::ReadFileResponse m;
+    pb::FileInfo info;
+    bool first = true;
+    try {
+        while (reader->Read(&m)) {
+            if (first && m.has_info())
+                info = m.info();
+            first = false;
+            if (!m.data().empty())
+                on_chunk(m.data());
+        }
+    } catch (...) {
+        // The callback gave up: end the call before unwinding.
+        ctx->TryCancel();
+        while (reader->Read(&m)) {
+        }
+        reader->Finish();
+        throw;
+    }
+    ThrowIfError(reader->Finish());
+    return info;
+}
+
+std::string Workspace::ReadFile(const std::string &path, uint64_t offset, uint64_t length)
+{
+    std::string out;
+    ReadFile(
+        path, [&out](std::string_view chunk) { out.append(chunk.data(), chunk.size()); }, offset,
+        length);
+    return out;
+}
+
+pb::FileInfo Workspace::ReadFile(const std::string &path, std::ostream &out)
+{
+    return ReadFile(path, [&out](std::string_view chunk) {
+        out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+        if (!out)
+            throw std::runtime_error("workspaced: writing the output stream failed");
+    });
+}
+
+pb::WriteFileResponse Workspace::WriteFile(const std::string &path,
+                                           const std::function<bool(std::string *)> &next,
+                                           const WriteOptions &opts)
+{
+    auto ctx = core_->Context(false);
+    pb::WriteFileResponse resp;
+    auto w = core_->fs->WriteFile(ctx.get(), &resp);
+    pb::WriteFileRequest h;
+    auto *hdr = h.mutable_header();
+    hdr->set_workspace_id(id());
+    hdr->set_path(path);
+    hdr->set_mode(opts.mode);
+    hdr->set_create_parents(opts.create_parents);
+    hdr->set_if_match(opts.if_match);
+    hdr->set_if_absent(opts.if_absent);
+
+    // One chunk of lookahead, so the last data message carries finish =
+    // true: the commit is explicit, never inferred from a half-close.
+    std::string cur, ahead;
+    bool have_cur;
+    try {
+        have_cur = next(&cur);
+        if (!have_cur) {
+            h.set_finish(true);
+            w->Write(h);
+        } else if (w->Write(h)) {
+            while (have_cur) {
+                ahead.clear();
+                bool have_ahead = next(&ahead);
+                pb::WriteFileRequest d;
+                d.set_data(std::move(cur));
+                d.set_finish(!have_ahead);
+                if (!w->Write(d))
+                    break; // the server ended the call; Finish says why
+                cur = std::move(ahead);
+                have_cur = have_ahead;
+            }
+        }
+    } catch (...) {
+        // Cancel rather than half-close: a cancelled write commits nothing.
+        ctx->TryCancel();
+        w->Finish();
+        throw;
+    }
+    w->WritesDone();
+    ThrowIfError(w->Finish());
+    return resp;
+}
+
+pb::WriteFileResponse Workspace::WriteFile(const std::string &path, std::string_view data,
+                                           const WriteOptions &opts)
+{
+    size_t chunk = opts.chunk_size ? opts.chunk_size : (1 << 20);
+    size_t off = 0;
+    return WriteFile(
+        path,
+        [&](std::string *out) {
+            if (off >= data.size())
+                return false;
+            size_t n = std::min(chunk, data.size() - off);
+            out->assign(data.data() + off, n);
+            off += n;
+            return true;
+        },
+        opts);
+}
+
+pb::WriteFileResponse Workspace::WriteFile(const std::string &path, std::istream &in,
+                                           const WriteOptions &opts)
+{
+    size_t chunk = opts.chunk_size ? opts.chunk_size : (1 << 20);
+    return WriteFile(
+        path,
+        [&](std::string *out) {
+            out->resize(chunk);
+            in.read(&(*out)[0], static_cast<std::streamsize>(chunk));
+            out->resize(static_cast<size_t>(in.gcount()));
+            if (in.bad())
+                throw std::runtime_error("workspaced: reading the input stream failed");
+            return !out->empty();
+        },
+        opts);
+}
+
+pb::FileInfo Workspace::Stat(const std::string &path)
+{
+    pb::StatRequest req;
+    req.set_workspace_id(id());
+    req.set_path(path);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Stat, req).info();
+}
+
+pb::ListDirResponse Workspace::ListDir(const std::string &path, uint32_t depth,
+                                       uint32_t max_entries)
+{
+    pb::ListDirRequest req;
+    req.set_workspace_id(id());
+    req.set_path(path);
+    req.set_depth(depth);
+    req.set_max_entries(max_entries);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::ListDir, req);
+}
+
+pb::FileInfo Workspace::MakeDir(const std::string &path, bool parents, uint32_t mode)
+{
+    pb::MakeDirRequest req;
+    req.set_workspace_id(id());
+    req.set_path(path);
+    req.set_parents(parents);
+    req.set_mode(mode);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::MakeDir, req).info();
+}
+
+uint64_t Workspace::Remove(const std::string &path, bool recursive)
+{
+    pb::RemoveRequest req;
+    req.set_workspace_id(id());
+    req.set_path(path);
+    req.set_recursive(recursive);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Remove, req).removed();
+}
+
+pb::FileInfo Workspace::Move(const std::string &from, const std::string &to, bool replace)
+{
+    pb::MoveRequest req;
+    req.set_workspace_id(id());
+    req.set_from_path(from);
+    req.set_to_path(to);
+    req.set_replace(replace);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Move, req).info();
+}
+
+pb::GlobResponse Workspace::Glob(const std::string &pattern, const std::string &path,
+                                 uint32_t max_results)
+{
+    pb::GlobRequest req;
+    req.set_workspace_id(id());
+    req.set_pattern(pattern);
+    req.set_path(path);
+    req.set_max_results(max_results);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Glob, req);
+}
+
+pb::GrepSummary Workspace::Grep(const std::string &pattern,
+                                const std::function<void(const pb::GrepMatch &)> &on_match,
+                                const GrepOptions &opts)
+{
+    pb::GrepRequest req;
+    req.set_workspace_id(id());
+    req.set_pattern(pattern);
+    req.set_path(opts.path);
+    req.set_include(opts.include);
+    req.set_ignore_case(opts.ignore_case);
+    req.set_max_matches(opts.max_matches);
+    req.set_max_depth(opts.max_depth);
+    auto ctx = core_->Context(false);
+    auto reader = core_->fs->Grep(ctx.get(), req);
+    pb::GrepResponse m;
+    pb::GrepSummary summary;
+    try {
+        while (reader->Read(&m)) {
+            for (const auto &match : m.matches())
+                on_match(match);
+            if (m.has_summary())
+                summary = m.summary();
+        }
+    } catch (...) {
+        ctx->TryCancel();
+        while (reader->Read(&m)) {
+        }
+        reader->Finish();
+        throw;
+    }
+    ThrowIfError(reader->Finish());
+    return summary;
+}
+
+std::vector<pb::GrepMatch> Workspace::Grep(const std::string &pattern, const GrepOptions &opts)
+{
+    std::vector<pb::GrepMatch> out;
+    Grep(
+        pattern, [&out](const pb::GrepMatch &m) { out.push_back(m); }, opts);
+    return out;
+}
+
+pb::EditFileResponse Workspace::EditFile(const std::string &path, const std::string &old_text,
+                                         const std::string &new_text, bool replace_all,
+                                         const std::string &if_match)
+{
+    pb::EditFileRequest req;
+    req.set_workspace_id(id());
+    req.set_path(path);
+    req.set_old_text(old_text);
+    req.set_new_text(new_text);
+    req.set_replace_all(replace_all);
+    req.set_if_match(if_match);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::EditFile, req);
+}
+
+Process Workspace::Exec(const Command &cmd, ExecOptions opts)
+{
+    auto st = std::make_unique<Process::State>();
+    st->ctx = core_->Context(false);
+    st->core = core_;
+    st->workspace_id = id();
+    st->on_output = std::move(opts.on_output);
+    st->rw = core_->exec->Start(st->ctx.get());
+    pb::StartRequest first;
+    first.mutable_start()->set_workspace_id(id());
+    *first.mutable_start()->mutable_process() = ToConfig(cmd, opts);
+    // A failed write means the call already ended; the reader's Finish
+    // says why.
+    st->Write(first);
+    Process::State *raw = st.get();
+    st->reader = std::thread([raw] { raw->Loop(); });
+    if (!st->WaitStarted()) {
+        // Refused (guard, capability, ...): the stream's status is the error.
+        st->reader.join();
+        if (!st->status.ok())
+            ThrowStatus(st->status);
+        throw Error(grpc::StatusCode::UNKNOWN, "", "Exec stream ended before the process started");
+    }
+    return Process(std::move(st));
+}
+
+Process Workspace::Attach(const std::string &tag_or_id, uint64_t offset, OutputCallback on_output)
+{
+    pb::AttachRequest req;
+    req.set_workspace_id(id());
+    if (LooksLikeProcessId(tag_or_id))
+        req.set_id(tag_or_id);
+    else
+        req.set_tag(tag_or_id);
+    req.set_offset(offset);
+    auto st = std::make_unique<Process::State>();
+    st->ctx = core_->Context(false);
+    st->core = core_;
+    st->workspace_id = id();
+    st->on_output = std::move(on_output);
+    st->r = core_->exec->Attach(st->ctx.get(), req);
+    Process::State *raw = st.get();
+    st->reader = std::thread([raw] { raw->Loop(); });
+    if (!st->WaitStarted()) {
+        st->reader.join();
+        if (!st->status.ok())
+            ThrowStatus(st->status);
+        throw Error(grpc::StatusCode::UNKNOWN, "", "Attach stream ended before `started`");
+    }
+    return Process(std::move(st));
+}
+
+RunResult Workspace::Run(const Command &cmd, const ExecOptions &opts, const std::string &stdin_data)
+{
+    pb::RunRequest req;
+    req.set_workspace_id(id());
+    *req.mutable_process() = ToConfig(cmd, opts);
+    req.set_stdin_data(stdin_data);
+    // A command runs as long as it runs: no client deadline here (the
+    // workspace's max duration bounds it).
+    auto ctx = core_->Context(false);
+    pb::RunResponse resp;
+    ThrowIfError(core_->exec->Run(ctx.get(), req, &resp));
+    RunResult r;
+    r.out = std::move(*resp.mutable_stdout());
+    r.err = std::move(*resp.mutable_stderr());
+    r.result.exited = resp.exited();
+    r.process_id = resp.process_id();
+    return r;
+}
+
+std::vector<pb::ProcessInfo> Workspace::Ps()
+{
+    pb::ListProcessesRequest req;
+    req.set_workspace_id(id());
+    auto resp = Call(*core_, core_->exec.get(), &pb::Exec::Stub::ListProcesses, req);
+    return {resp.processes().begin(), resp.processes().end()};
+}
+
+void Workspace::Kill(const std::string &tag_or_id, int sig)
+{
+    pb::SendSignalRequest req;
+    req.set_workspace_id(id());
+    if (LooksLikeProcessId(tag_or_id))
+        req.set_id(tag_or_id);
+    else
+        req.set_tag(tag_or_id);
+    req.set_signal(sig);
+    Call(*core_, core_->exec.get(), &pb::Exec::Stub::SendSignal, req);
+}
+
+// ---------------------------------------------------------------- client
+
+Client::Client(std::shared_ptr<Core> core) : core_(std::move(core))
+{
+}
+
+Client Client::Connect(const std::string &address, ConnectOptions opts)
+{
+    auto core = std::make_shared<Core>();
+    core->address = !address.empty() ? address : Env("WORKSPACED_ADDR");
+    if (core->address.empty())
+        core->address = "127.0.0.1:7878";
+    core->token = opts.token ? *opts.token : Env("WORKSPACED_TOKEN");
+    core->call_timeout = opts.call_timeout;
+
+    grpc::ChannelArguments args;
+    // The server sends chunks of at most 256 KiB, but a ListDir or Glob
+    // answer may approach its 4 MiB message limit.
+    args.SetMaxReceiveMessageSize(8 << 20);
+    std::shared_ptr<grpc::ChannelCredentials> creds;
+    if (opts.tls) {
+        grpc::SslCredentialsOptions ssl;
+        ssl.pem_root_certs = opts.tls->root_certs;
+        ssl.pem_cert_chain = opts.tls->cert_chain;
+        ssl.pem_private_key = opts.tls->private_key;
+        creds = grpc::SslCredentials(ssl);
+        if (!opts.tls->server_name_override.empty())
+            args.SetSslTargetNameOverride(opts.tls->server_name_override);
+    } else {
+        creds = grpc::InsecureChannelCredentials();
+    }
+    core->channel = grpc::CreateCustomChannel(core->address, creds, args);
+    core->workspaces = pb::Workspaces::NewStub(core->channel);
+    core->fs = pb::FileSystem::NewStub(core->channel);
+    core->exec = pb::Exec::NewStub(core->channel);
+    core->providers = pb::Providers::NewStub(core->channel);
+    return Client(std::move(core));
+}
+
+const std::string &Client::address() const
+{
+    return core_->address;
+}
+
+Workspace Client::Open(const ProviderConfig &provider, const Capabilities &caps,
+                       const RetryPolicy &retry)
+{
+    pb::OpenRequest req;
+    std::visit(
+        [&req](const auto &cfg) {
+            using T = std::decay_t<decltype(cfg)>;
+            if constexpr (std::is_same_v<T, pb::MemoryConfig>)
+                *req.mutable_memory() = cfg;
+            else if constexpr (std::is_same_v<T, pb::LocalBashConfig>)
+                *req.mutable_local_bash() = cfg;
+            else if constexpr (std::is_same_v<T, pb::LocalSandboxConfig>)
+                *req.mutable_local_sandbox() = cfg;
+            else
+                *req.mutable_docker() = cfg;
+        },
+        provider);
+    *req.mutable_capabilities() = caps.proto();
+    auto resp = retry.Do(
+        [&] { return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Open, req); });
+    return Workspace(core_, resp.workspace());
+}
+
+Workspace Client::Resolve(const pb::WorkspaceRef &ref)
+{
+    pb::ResolveRequest req;
+    *req.mutable_ref() = ref;
+    auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Resolve, req);
+    return Workspace(core_, resp.workspace());
+}
+
+std::vector<pb::ProviderInfo> Client::Providers()
+{
+    auto resp = Call(*core_, core_->providers.get(), &pb::Providers::Stub::ListProviders,
+                     pb::ListProvidersRequest());
+    return {resp.providers().begin(), resp.providers().end()};
+}
+
+std::vector<pb::WorkspaceSummary> Client::List()
+{
+    auto resp =
+        Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::List, pb::ListRequest());
+    return {resp.workspaces().begin(), resp.workspaces().end()};
+}
+
+} // namespace workspaced

@@ -1,0 +1,567 @@
+// C++ client of workspaced: a thin RAII layer over the generated gRPC stubs
+// of proto/workspace/v1. The .proto comments are the specification of every
+// field and error; this header only says what the wrapper adds.
+//
+//   auto client = workspaced::Client::Connect("127.0.0.1:7878");
+//   workspaced::Workspace ws = client.Open(workspaced::LocalBash(),
+//       workspaced::Capabilities().WithFs().WithShell({"sh", "cat"}));
+//   ws.WriteFile("hello.txt", "hi\n");
+//   workspaced::Process p = ws.Exec({"cat", "hello.txt"});
+//   while (auto out = p.Next()) std::cout << out->data;
+//   workspaced::ExitResult r = p.Wait();
+//   // ~Workspace closes the workspace.
+//
+// Every failed call throws a subclass of workspaced::Error chosen from the
+// google.rpc.ErrorInfo reason the server attaches (never from the message).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "workspace/v1/exec.grpc.pb.h"
+#include "workspace/v1/filesystem.grpc.pb.h"
+#include "workspace/v1/providers.grpc.pb.h"
+#include "workspace/v1/workspaces.grpc.pb.h"
+
+namespace workspaced
+{
+
+namespace pb = ::workspace::v1;
+
+// The ErrorInfo domain of every error the server reports; details from any
+// other domain are not trusted as a reason.
+inline constexpr const char *kErrorDomain = "workspaced";
+
+// ---------------------------------------------------------------- errors
+
+// Every failure of a call. reason() is the ErrorInfo reason
+// (UPPER_SNAKE_CASE) or "" when the status carried no details (a transport
+// failure, a client-side deadline).
+class Error : public std::runtime_error
+{
+  public:
+    Error(grpc::StatusCode code, std::string reason, std::string message,
+          std::map<std::string, std::string> metadata = {});
+
+    grpc::StatusCode code() const
+    {
+        return code_;
+    }
+    const std::string &reason() const
+    {
+        return reason_;
+    }
+    const std::string &message() const
+    {
+        return message_;
+    }
+    const std::map<std::string, std::string> &metadata() const
+    {
+        return metadata_;
+    }
+    // Whether retrying later may succeed: metadata transient="true", or
+    // UNAVAILABLE without an explicit transient="false".
+    bool transient() const;
+
+  private:
+    grpc::StatusCode code_;
+    std::string reason_;
+    std::string message_;
+    std::map<std::string, std::string> metadata_;
+};
+
+#define WORKSPACED_ERROR_TYPE(Name)                                                                \
+    class Name : public Error                                                                      \
+    {                                                                                              \
+      public:                                                                                      \
+        using Error::Error;                                                                        \
+    };
+
+// One type per reason of the server's table (server/rpc/status.c).
+WORKSPACED_ERROR_TYPE(WorkspaceEvicted)  // WORKSPACE_EVICTED
+WORKSPACED_ERROR_TYPE(WorkspaceFailed)   // WORKSPACE_FAILED; see transient()
+WORKSPACED_ERROR_TYPE(PathEscape)        // PATH_ESCAPE
+WORKSPACED_ERROR_TYPE(SymlinkLeaf)       // SYMLINK_LEAF
+WORKSPACED_ERROR_TYPE(SymlinkLoop)       // SYMLINK_LOOP
+WORKSPACED_ERROR_TYPE(BadPattern)        // BAD_PATTERN
+WORKSPACED_ERROR_TYPE(BadPath)           // BAD_PATH
+WORKSPACED_ERROR_TYPE(Malformed)         // MALFORMED
+WORKSPACED_ERROR_TYPE(Limit)             // LIMIT
+WORKSPACED_ERROR_TYPE(BadRef)            // BAD_REF
+WORKSPACED_ERROR_TYPE(SizeCap)           // SIZE_CAP
+WORKSPACED_ERROR_TYPE(Quota)             // QUOTA
+WORKSPACED_ERROR_TYPE(NoSpace)           // NO_SPACE
+WORKSPACED_ERROR_TYPE(NoMemory)          // NO_MEMORY
+WORKSPACED_ERROR_TYPE(NoSuchFile)        // NO_SUCH_FILE
+WORKSPACED_ERROR_TYPE(NoSuchWorkspace)   // NO_SUCH_WORKSPACE
+WORKSPACED_ERROR_TYPE(NoSuchProcess)     // NO_SUCH_PROCESS
+WORKSPACED_ERROR_TYPE(CapabilityMissing) // CAPABILITY_MISSING
+WORKSPACED_ERROR_TYPE(Conflict)          // CONFLICT
+WORKSPACED_ERROR_TYPE(NoMatch)           // NO_MATCH
+WORKSPACED_ERROR_TYPE(MultipleMatches)   // MULTIPLE_MATCHES
+WORKSPACED_ERROR_TYPE(SpecialFile)       // SPECIAL_FILE
+WORKSPACED_ERROR_TYPE(Hardlink)          // HARDLINK
+WORKSPACED_ERROR_TYPE(IsDirectory)       // IS_DIRECTORY
+WORKSPACED_ERROR_TYPE(NotDirectory)      // NOT_DIRECTORY
+WORKSPACED_ERROR_TYPE(NotEmpty)          // NOT_EMPTY
+WORKSPACED_ERROR_TYPE(ReadOnly)          // READ_ONLY
+WORKSPACED_ERROR_TYPE(Busy)              // BUSY
+WORKSPACED_ERROR_TYPE(Retry)             // RETRY
+WORKSPACED_ERROR_TYPE(Exists)            // EXISTS
+WORKSPACED_ERROR_TYPE(AccessDenied)      // ACCESS_DENIED
+WORKSPACED_ERROR_TYPE(CommandNotAllowed) // COMMAND_NOT_ALLOWED
+WORKSPACED_ERROR_TYPE(Metachar)          // METACHAR
+WORKSPACED_ERROR_TYPE(GlobRejected)      // GLOB
+WORKSPACED_ERROR_TYPE(EnvDenied)         // ENV_DENIED
+WORKSPACED_ERROR_TYPE(CwdEscape)         // CWD_ESCAPE
+WORKSPACED_ERROR_TYPE(ArgLimit)          // ARG_LIMIT
+WORKSPACED_ERROR_TYPE(Cancelled)         // CANCELLED
+WORKSPACED_ERROR_TYPE(Deadline)          // DEADLINE
+WORKSPACED_ERROR_TYPE(Unimplemented)     // UNIMPLEMENTED
+WORKSPACED_ERROR_TYPE(Internal)          // INTERNAL
+WORKSPACED_ERROR_TYPE(Unauthenticated)   // UNAUTHENTICATED
+
+#undef WORKSPACED_ERROR_TYPE
+
+// Throws the typed error a failed status decodes to; returns on OK.
+void ThrowIfError(const grpc::Status &status);
+// Throws the typed error for `status` (which must not be OK).
+[[noreturn]] void ThrowStatus(const grpc::Status &status);
+
+// ---------------------------------------------------------------- retry
+
+// Retries an operation that failed transiently (Error::transient()), with an
+// exponentially growing, jittered delay. Errors that are not transient are
+// rethrown at once: repeating a refusal only repeats it.
+struct RetryPolicy {
+    // Counts the first try; 1 (or less) disables retries.
+    int max_attempts = 4;
+    std::chrono::milliseconds initial_backoff{200};
+    std::chrono::milliseconds max_backoff{5000};
+    double multiplier = 2.0;
+    // Each delay is spread uniformly over [d * (1 - jitter), d], so that many
+    // clients failing together do not retry in lockstep. 0: none.
+    double jitter = 0.2;
+    // Waits between attempts; empty: std::this_thread::sleep_for. Tests
+    // inject their own.
+    std::function<void(std::chrono::milliseconds)> sleep;
+    // A number in [0, 1) for the jitter; empty: a seeded PRNG.
+    std::function<double()> random;
+
+    static RetryPolicy None()
+    {
+        RetryPolicy p;
+        p.max_attempts = 1;
+        return p;
+    }
+
+    // The delay after failed attempt `attempt` (1-based), jitter applied.
+    std::chrono::milliseconds Backoff(int attempt) const;
+
+    // Calls `op` until it returns, throws a non-transient error, or the
+    // attempts run out (then the last error is rethrown).
+    template <typename F> auto Do(F &&op) const -> decltype(op())
+    {
+        for (int attempt = 1;; attempt++) {
+            try {
+                return op();
+            } catch (const Error &e) {
+                if (attempt >= max_attempts || !e.transient())
+                    throw;
+                Wait(Backoff(attempt));
+            }
+        }
+    }
+
+  private:
+    void Wait(std::chrono::milliseconds d) const;
+};
+
+// ---------------------------------------------------------------- config
+
+// Provider configs: exactly one, as the OpenRequest oneof.
+using ProviderConfig =
+    std::variant<pb::MemoryConfig, pb::LocalBashConfig, pb::LocalSandboxConfig, pb::DockerConfig>;
+
+inline pb::MemoryConfig Memory()
+{
+    return {};
+}
+inline pb::LocalBashConfig LocalBash()
+{
+    return {};
+}
+inline pb::LocalSandboxConfig LocalSandbox()
+{
+    return {};
+}
+inline pb::DockerConfig Docker(const std::string &image)
+{
+    pb::DockerConfig c;
+    c.set_image(image);
+    return c;
+}
+
+// Declared capabilities (common.proto Capabilities), built fluently.
+class Capabilities
+{
+  public:
+    // fs with a file size cap (0: the server default).
+    Capabilities &WithFs(uint64_t max_file_size_bytes = 0);
+    // shell with an allowlist; pass_env names host variables passed through;
+    // max_duration 0: the server default.
+    Capabilities &WithShell(std::vector<std::string> allowed_commands,
+                            std::vector<std::string> pass_env = {},
+                            std::chrono::milliseconds max_duration = std::chrono::milliseconds(0));
+    const pb::Capabilities &proto() const
+    {
+        return caps_;
+    }
+
+  private:
+    pb::Capabilities caps_;
+};
+
+struct TlsOptions {
+    // PEM; empty root_certs: the system roots.
+    std::string root_certs;
+    std::string cert_chain;
+    std::string private_key;
+    // Checked against the server certificate instead of the address's host.
+    std::string server_name_override;
+};
+
+struct ConnectOptions {
+    // Sent as "authorization: Bearer <token>" on every call. nullopt: from
+    // WORKSPACED_TOKEN when set; "": none.
+    std::optional<std::string> token;
+    // nullopt: plaintext (the server listens on loopback or a unix socket).
+    std::optional<TlsOptions> tls;
+    // Deadline of every unary call; 0: none.
+    std::chrono::milliseconds call_timeout{0};
+};
+
+// ---------------------------------------------------------------- exec
+
+// A command: an argv executed directly, or a command string the server's
+// shell guard tokenizes (no shell runs it).
+class Command
+{
+  public:
+    Command(const char *command) : command_(command)
+    {
+    }
+    Command(std::string command) : command_(std::move(command))
+    {
+    }
+    Command(std::initializer_list<std::string> argv) : argv_(argv)
+    {
+    }
+    Command(std::vector<std::string> argv) : argv_(std::move(argv))
+    {
+    }
+    static Command Argv(std::vector<std::string> argv)
+    {
+        return Command(std::move(argv));
+    }
+    static Command String(std::string command)
+    {
+        return Command(std::move(command));
+    }
+    const std::vector<std::string> &argv() const
+    {
+        return argv_;
+    }
+    const std::string &command() const
+    {
+        return command_;
+    }
+
+  private:
+    std::vector<std::string> argv_;
+    std::string command_;
+};
+
+enum class Stream { Stdout, Stderr, Pty };
+
+// One piece of a process's output, or a gap: bytes [offset, offset +
+// bytes_dropped) of `stream` that were not delivered (no longer in the
+// server's replay ring). Gaps are surfaced, never dropped silently.
+struct Output {
+    Stream stream = Stream::Stdout;
+    std::string data;
+    uint64_t offset = 0;
+    bool gap = false;
+    uint64_t bytes_dropped = 0;
+};
+
+using OutputCallback = std::function<void(const Output &)>;
+
+struct ExecOptions {
+    // Relative to the workspace root; "": the root.
+    std::string cwd;
+    std::map<std::string, std::string> env;
+    // 0 or above the workspace maximum: that maximum; expiry is TIMEOUT.
+    std::chrono::milliseconds timeout{0};
+    // Keep stdin open for Process::WriteStdin (Exec only).
+    bool stdin_open = false;
+    // Allocate a terminal of rows x cols; output then arrives as Stream::Pty.
+    std::optional<std::pair<uint32_t, uint32_t>> pty;
+    std::string tag;
+    // Keep running after the Process handle goes away (Attach later).
+    bool background = false;
+    uint64_t max_output_bytes = 0;
+    // Receives every output chunk and gap on the handle's reader thread, in
+    // order, as it arrives. Empty: they queue for Process::Next(). The
+    // callback must not call Wait() on its own process.
+    OutputCallback on_output;
+};
+
+// How a command ended: the full `exited` record.
+struct ExitResult {
+    pb::Exited exited;
+
+    pb::ExitCause cause() const
+    {
+        return exited.cause();
+    }
+    int exit_code() const
+    {
+        return exited.exit_code();
+    }
+    int signal() const
+    {
+        return exited.signal();
+    }
+    // Exited by itself with status 0.
+    bool success() const
+    {
+        return exited.cause() == pb::EXIT_CAUSE_EXITED && exited.exit_code() == 0;
+    }
+};
+
+struct RunResult {
+    // Head and tail of each stream (see Exited.stdout / stderr).
+    std::string out;
+    std::string err;
+    ExitResult result;
+    std::string process_id;
+};
+
+struct Core;
+
+// A running (or attached) command: the Exec.Start or Exec.Attach stream,
+// read by a thread the handle owns. Movable, not copyable. Destroying it
+// ends the stream, which kills a non-background process.
+class Process
+{
+  public:
+    Process(Process &&) noexcept;
+    Process &operator=(Process &&) noexcept;
+    Process(const Process &) = delete;
+    Process &operator=(const Process &) = delete;
+    ~Process();
+
+    const pb::Started &started() const;
+    const std::string &id() const
+    {
+        return started().id();
+    }
+    int64_t pid() const
+    {
+        return started().pid();
+    }
+    const std::string &tag() const
+    {
+        return started().tag();
+    }
+
+    // The next output chunk or gap, blocking until one arrives; nullopt once
+    // the stream has ended (then Wait() returns at once). Never yields
+    // anything when an on_output callback was given.
+    std::optional<Output> Next();
+
+    // Exec only (an attached process is read-only): feed stdin, close it,
+    // send a signal to the whole process tree, resize the terminal. Each
+    // returns false when the stream has already ended.
+    bool WriteStdin(std::string_view data);
+    bool CloseStdin();
+    bool Signal(int sig);
+    bool Resize(uint32_t rows, uint32_t cols);
+
+    // Cancels the stream: a non-background process is killed, its exited
+    // cause CANCELLED.
+    void Cancel();
+
+    // Blocks until the process ended; the exited record. After Cancel() the
+    // stream carries no record, so it is read from ListProcesses. Throws the
+    // call's error when the stream ended without one, or what an on_output
+    // callback threw.
+    ExitResult Wait();
+
+    struct State;
+
+  private:
+    friend class Workspace;
+    explicit Process(std::unique_ptr<State> st);
+    std::unique_ptr<State> st_;
+};
+
+// ---------------------------------------------------------------- files
+
+struct WriteOptions {
+    // 0: 0644 for a new file; an existing file keeps its mode.
+    uint32_t mode = 0;
+    bool create_parents = false;
+    // Lowercase hex SHA-256 the current content must have (CONFLICT).
+    std::string if_match;
+    // Refuse to replace an existing file (EXISTS).
+    bool if_absent = false;
+    // Bytes per data message (at most 4 MiB).
+    size_t chunk_size = 1 << 20;
+};
+
+struct GrepOptions {
+    std::string path;
+    std::string include;
+    bool ignore_case = false;
+    uint32_t max_matches = 0;
+    uint32_t max_depth = 0;
+};
+
+// ---------------------------------------------------------------- workspace
+
+// An open workspace. Its destructor closes it (and so removes its storage)
+// unless Release() was called. Movable, not copyable.
+class Workspace
+{
+  public:
+    Workspace(Workspace &&) noexcept;
+    Workspace &operator=(Workspace &&) noexcept;
+    Workspace(const Workspace &) = delete;
+    Workspace &operator=(const Workspace &) = delete;
+    ~Workspace();
+
+    const std::string &id() const
+    {
+        return info_.id();
+    }
+    // The signed, serializable handle (Client::Resolve takes it back).
+    const pb::WorkspaceRef &ref() const
+    {
+        return info_.ref();
+    }
+    const std::string &provider() const
+    {
+        return info_.provider();
+    }
+    const pb::Workspace &info() const
+    {
+        return info_;
+    }
+
+    // Closes the workspace; returns the server's already_closed. Idempotent:
+    // a second call asks again and the server answers already_closed = true.
+    bool Close();
+    // Keeps the workspace open past this handle; returns its ref.
+    pb::WorkspaceRef Release();
+    pb::DescribeResponse Describe();
+
+    // Files (filesystem.proto).
+    std::string ReadFile(const std::string &path, uint64_t offset = 0, uint64_t length = 0);
+    // Streams the content chunk by chunk (at most 256 KiB each) as it
+    // arrives; returns the file's info.
+    pb::FileInfo ReadFile(const std::string &path,
+                          const std::function<void(std::string_view)> &on_chunk,
+                          uint64_t offset = 0, uint64_t length = 0);
+    pb::FileInfo ReadFile(const std::string &path, std::ostream &out);
+    pb::WriteFileResponse WriteFile(const std::string &path, std::string_view data,
+                                    const WriteOptions &opts = {});
+    // Streams from `next`, which fills its argument with the next chunk and
+    // returns false at the end. Commits atomically after the last chunk; an
+    // exception from `next` cancels the write, leaving the old content.
+    pb::WriteFileResponse WriteFile(const std::string &path,
+                                    const std::function<bool(std::string *)> &next,
+                                    const WriteOptions &opts = {});
+    pb::WriteFileResponse WriteFile(const std::string &path, std::istream &in,
+                                    const WriteOptions &opts = {});
+    pb::FileInfo Stat(const std::string &path);
+    pb::ListDirResponse ListDir(const std::string &path = ".", uint32_t depth = 0,
+                                uint32_t max_entries = 0);
+    pb::FileInfo MakeDir(const std::string &path, bool parents = false, uint32_t mode = 0);
+    uint64_t Remove(const std::string &path, bool recursive = false);
+    pb::FileInfo Move(const std::string &from, const std::string &to, bool replace = false);
+    pb::GlobResponse Glob(const std::string &pattern, const std::string &path = "",
+                          uint32_t max_results = 0);
+    // Calls on_match for each match as batches arrive; returns the summary.
+    pb::GrepSummary Grep(const std::string &pattern,
+                         const std::function<void(const pb::GrepMatch &)> &on_match,
+                         const GrepOptions &opts = {});
+    std::vector<pb::GrepMatch> Grep(const std::string &pattern, const GrepOptions &opts = {});
+    pb::EditFileResponse EditFile(const std::string &path, const std::string &old_text,
+                                  const std::string &new_text, bool replace_all = false,
+                                  const std::string &if_match = "");
+
+    // Exec (exec.proto). Exec returns once the process started; a refused
+    // command throws (CommandNotAllowed, Metachar, ...).
+    Process Exec(const Command &cmd, ExecOptions opts = {});
+    RunResult Run(const Command &cmd, const ExecOptions &opts = {},
+                  const std::string &stdin_data = "");
+    // Replays a process's output from `offset`. `tag_or_id` is taken as an
+    // id when it has the server's id form ("p_" + 16 hex), else as a tag.
+    Process Attach(const std::string &tag_or_id, uint64_t offset = 0,
+                   OutputCallback on_output = nullptr);
+    std::vector<pb::ProcessInfo> Ps();
+    // SendSignal to the whole tree of a process, by tag or id as Attach.
+    void Kill(const std::string &tag_or_id, int sig = 9);
+
+  private:
+    friend class Client;
+    Workspace(std::shared_ptr<Core> core, pb::Workspace info);
+    void CloseQuietly() noexcept;
+    std::shared_ptr<Core> core_;
+    pb::Workspace info_;
+    bool closed_ = false;
+};
+
+// ---------------------------------------------------------------- client
+
+// A connection to one server. Cheap to move; Workspaces it returns share
+// the channel and stay usable after the Client is gone.
+class Client
+{
+  public:
+    // `address` "" means WORKSPACED_ADDR, else the server's default
+    // 127.0.0.1:7878. Connecting is lazy: errors surface on the first call.
+    static Client Connect(const std::string &address = "", ConnectOptions opts = {});
+
+    Workspace Open(const ProviderConfig &provider, const Capabilities &caps = Capabilities(),
+                   const RetryPolicy &retry = RetryPolicy());
+    Workspace Resolve(const pb::WorkspaceRef &ref);
+    std::vector<pb::ProviderInfo> Providers();
+    std::vector<pb::WorkspaceSummary> List();
+
+    const std::string &address() const;
+
+  private:
+    explicit Client(std::shared_ptr<Core> core);
+    std::shared_ptr<Core> core_;
+};
+
+} // namespace workspaced

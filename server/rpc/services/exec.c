@@ -469,6 +469,10 @@ struct stream {
      * on by itself: two threads never run the loop at once. */
     bool looping;
     bool sent_early;
+    /* A cancel came while stream_pump was looping: the loop is using the
+     * subscriber, so closing it (which may free it) waits for the loop to
+     * end, and the loop closes it then. */
+    bool close_pending;
 };
 
 static void stream_pump(struct stream *st);
@@ -494,6 +498,20 @@ static Workspace__V1__OutputStream stream_pb(enum ws_stream s)
     default:
         return WORKSPACE__V1__OUTPUT_STREAM__OUTPUT_STREAM_PTY;
     }
+}
+
+/* At the end of a loop, with st->lock held: the subscriber a cancel left
+ * for the loop to close, or NULL. */
+static struct ws_sub *take_pending_close(struct stream *st)
+{
+    struct ws_sub *sub = NULL;
+
+    if (st->close_pending) {
+        st->close_pending = false;
+        sub = st->sub;
+        st->sub = NULL;
+    }
+    return sub;
 }
 
 /* Sends the next event if none is in flight. */
@@ -522,7 +540,9 @@ static void stream_pump(struct stream *st)
             }
             st->sending = false;
             st->looping = false;
+            struct ws_sub *closing = take_pending_close(st);
             pthread_mutex_unlock(&st->lock);
+            ws_sub_close(closing);
             return;
         }
 
@@ -605,7 +625,9 @@ static void stream_pump(struct stream *st)
             st->sending = false;
         st->sent_early = false;
         st->looping = false;
+        struct ws_sub *closing = take_pending_close(st);
         pthread_mutex_unlock(&st->lock);
+        ws_sub_close(closing);
         /* Otherwise on_sent continues. */
         return;
     }
@@ -638,8 +660,14 @@ static void stream_cancel(struct ws_call *call)
         return;
     pthread_mutex_lock(&st->lock);
     st->finished = true;
-    struct ws_sub *sub = st->sub;
-    st->sub = NULL;
+    struct ws_sub *sub = NULL;
+    if (st->looping) {
+        /* stream_pump is using it: it closes it when its loop ends. */
+        st->close_pending = true;
+    } else {
+        sub = st->sub;
+        st->sub = NULL;
+    }
     pthread_mutex_unlock(&st->lock);
     if (st->owner && !ws_proc_background(st->p))
         ws_proc_kill(st->p, WS_CAUSE_CANCELLED, true);

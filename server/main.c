@@ -48,6 +48,8 @@ struct options {
     const char *tls_key;
     const char *tls_client_ca;
     bool allow_plaintext;
+    unsigned long tenant_max_workspaces;
+    unsigned long tenant_opens_per_minute;
 };
 
 static void usage(FILE *f)
@@ -63,6 +65,8 @@ static void usage(FILE *f)
         "  --tls-client-ca FILE   require client certificates signed by this CA (mTLS);\n"
         "                         the certificate's CN is the tenant when no token is sent\n"
         "  --allow-plaintext      allow a non-loopback address without TLS\n"
+        "  --tenant-max-workspaces N   open workspaces per tenant, 0: no quota [0]\n"
+        "  --tenant-opens-per-minute N Opens per tenant and minute, 0: no quota [0]\n"
         "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
         "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
         "  --max-workspaces N     cap on open workspaces [%d]\n"
@@ -157,6 +161,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         TLSKEY,
         TLSCA,
         PLAINTEXT,
+        TENANTWS,
+        TENANTOPENS,
         HELP
     };
     static const struct option longopts[] = {
@@ -177,6 +183,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"tls-key", required_argument, NULL, TLSKEY},
         {"tls-client-ca", required_argument, NULL, TLSCA},
         {"allow-plaintext", no_argument, NULL, PLAINTEXT},
+        {"tenant-max-workspaces", required_argument, NULL, TENANTWS},
+        {"tenant-opens-per-minute", required_argument, NULL, TENANTOPENS},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
@@ -259,6 +267,16 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case PLAINTEXT:
             o->allow_plaintext = true;
+            break;
+        case TENANTWS:
+            if (!parse_ull(optarg, 1000000, &v))
+                goto bad;
+            o->tenant_max_workspaces = (unsigned long)v;
+            break;
+        case TENANTOPENS:
+            if (!parse_ull(optarg, 1000000, &v))
+                goto bad;
+            o->tenant_opens_per_minute = (unsigned long)v;
             break;
         case HELP:
             usage(stdout);
@@ -497,6 +515,8 @@ int main(int argc, char **argv)
         .max_workspaces = (unsigned)o.max_workspaces,
         .max_file_size = o.max_file_size,
         .memory_max_bytes = o.memory_max_bytes,
+        .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
+        .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
     };
     err = ws_registry_new(&rc_cfg, &reg);
     if (err < 0) {

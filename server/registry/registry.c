@@ -51,8 +51,22 @@ struct ws_workspace {
     char last_error[WS_DIAG_MESSAGE_MAX + 64];
 };
 
+/* What one tenant holds, for its quotas; registry lock. One per tenant
+ * that ever opened a workspace: tenants are made by the operator (tokens
+ * file, client CA), not by clients. */
+struct tenant_use {
+    char name[WS_TENANT_MAX + 1];
+    unsigned live;
+    double opens;        /* Opens left in the bucket */
+    int64_t refilled_ms; /* when `opens` was last topped up */
+    struct tenant_use *next;
+};
+
 struct ws_registry {
     pthread_mutex_t lock;
+    unsigned tenant_max_workspaces;
+    unsigned tenant_opens_per_minute;
+    struct tenant_use *tenants;
     struct ws_ref_key key;
     int state_fd;
     int records_fd;
@@ -189,12 +203,88 @@ static void closed_undo(struct ws_registry *r, const char *id)
     }
 }
 
+/* The Open bucket runs on a clock that never steps back. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The tenant's use record, made on first need; NULL only when that
+ * allocation fails. Registry lock held. */
+static struct tenant_use *tenant_use(struct ws_registry *r, const char *tenant)
+{
+    struct tenant_use *t;
+
+    for (t = r->tenants; t; t = t->next)
+        if (strcmp(t->name, tenant) == 0)
+            return t;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    snprintf(t->name, sizeof(t->name), "%s", tenant);
+    t->opens = r->tenant_opens_per_minute;
+    t->refilled_ms = mono_ms();
+    t->next = r->tenants;
+    r->tenants = t;
+    return t;
+}
+
+/* Counts one more (delta 1) or one less (-1) open workspace of `tenant`.
+ * Registry lock held. */
+static void tenant_count(struct ws_registry *r, const char *tenant, int delta)
+{
+    struct tenant_use *t = tenant_use(r, tenant);
+
+    if (t && (delta > 0 || t->live > 0))
+        t->live += (unsigned)delta;
+}
+
 static void uncount(struct ws_registry *r, struct ws_workspace *ws)
 {
     if (ws->counted) {
         ws->counted = false;
         r->live--;
+        tenant_count(r, ws_workspace_tenant(ws), -1);
     }
+}
+
+/* Checks the tenant's quotas for one more Open and takes its share.
+ * Registry lock held. */
+static int tenant_admit(struct ws_registry *r, const char *tenant, struct ws_diag *d)
+{
+    struct tenant_use *t = tenant_use(r, tenant);
+    int64_t now = mono_ms();
+
+    if (!t)
+        return -ENOMEM;
+    if (r->tenant_max_workspaces && t->live >= r->tenant_max_workspaces) {
+        ws_diag_set(d, "too many open workspaces for this tenant (limit %u)",
+                    r->tenant_max_workspaces);
+        ws_diag_meta(d, "quota", "tenant_open_workspaces");
+        ws_diag_meta(d, "limit", "%u", r->tenant_max_workspaces);
+        return -WS_EQUOTA;
+    }
+    if (r->tenant_opens_per_minute) {
+        double cap = r->tenant_opens_per_minute;
+
+        t->opens += (double)(now - t->refilled_ms) * cap / 60000.0;
+        if (t->opens > cap)
+            t->opens = cap;
+        t->refilled_ms = now;
+        if (t->opens < 1.0) {
+            ws_diag_set(d, "too many Opens for this tenant (limit %u a minute)",
+                        r->tenant_opens_per_minute);
+            ws_diag_meta(d, "quota", "tenant_opens_per_minute");
+            ws_diag_meta(d, "limit", "%u", r->tenant_opens_per_minute);
+            return -WS_EQUOTA;
+        }
+        t->opens -= 1.0;
+    }
+    t->live++;
+    return 0;
 }
 
 /* ---- workspace objects ---- */
@@ -601,6 +691,11 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
         ws_diag_meta(d, "limit", "%u", r->max_workspaces);
         return -WS_EQUOTA;
     }
+    err = tenant_admit(r, tenant_or_default(tenant), d);
+    if (err < 0) {
+        pthread_mutex_unlock(&r->lock);
+        return err;
+    }
     r->live++;
     reserved = true;
     pthread_mutex_unlock(&r->lock);
@@ -681,6 +776,7 @@ out:
     if (reserved) {
         pthread_mutex_lock(&r->lock);
         r->live--;
+        tenant_count(r, tenant_or_default(tenant), -1);
         pthread_mutex_unlock(&r->lock);
     }
     return err;
@@ -864,6 +960,7 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
             if (!ws->counted) {
                 ws->counted = true;
                 r->live++;
+                tenant_count(r, ws_workspace_tenant(ws), 1);
             }
             pthread_mutex_unlock(&r->lock);
             return err;
@@ -977,6 +1074,7 @@ static int load_records(struct ws_registry *r)
         }
         ws->counted = true;
         r->live++;
+        tenant_count(r, ws_workspace_tenant(ws), 1);
         table_insert(r, ws);
     }
     closedir(dir);
@@ -1030,6 +1128,8 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r->state_fd = r->records_fd = r->root_fd = -1;
     pthread_mutex_init(&r->lock, NULL);
     r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
+    r->tenant_max_workspaces = cfg->tenant_max_workspaces;
+    r->tenant_opens_per_minute = cfg->tenant_opens_per_minute;
     r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
     r->limits.memory_max_bytes =
         cfg->memory_max_bytes ? cfg->memory_max_bytes : WS_DEFAULT_MEMORY_MAX_BYTES;
@@ -1088,6 +1188,11 @@ void ws_registry_free(struct ws_registry *r)
     if (r->root_fd >= 0)
         close(r->root_fd);
     free(r->closed);
+    while (r->tenants) {
+        struct tenant_use *t = r->tenants;
+        r->tenants = t->next;
+        free(t);
+    }
     free(r->state_path);
     free(r->root_path);
     pthread_mutex_destroy(&r->lock);

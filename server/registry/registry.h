@@ -57,6 +57,13 @@ struct ws_registry_config {
     uint64_t max_file_size;
     /* Bytes one memory workspace may hold; 0: 256 MiB. */
     uint64_t memory_max_bytes;
+    /* Per-tenant quotas, 0: none. Open workspaces of one tenant, and
+     * Opens it may make per minute (a bucket that refills evenly, so a
+     * burst of the whole minute's worth is allowed). Exceeding either is
+     * -WS_EQUOTA with metadata quota=tenant_open_workspaces or
+     * quota=tenant_opens_per_minute. */
+    unsigned tenant_max_workspaces;
+    unsigned tenant_opens_per_minute;
 };
 
 enum ws_state {

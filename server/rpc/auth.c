@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <grpc/grpc_security.h>
 #include <openssl/crypto.h>

@@ -653,3 +653,81 @@ TEST(Tls, BadFlagsAndFilesFailTheStart)
 }
 
 } // namespace
+
+namespace
+{
+
+grpc::Status OpenOn(const std::shared_ptr<grpc::Channel> &ch, std::string *id = nullptr)
+{
+    grpc::ClientContext c;
+    OpenRequest r;
+    r.mutable_memory();
+    OpenResponse o;
+    grpc::Status st = Workspaces::NewStub(ch)->Open(&c, r, &o);
+    if (id)
+        *id = o.workspace().id();
+    return st;
+}
+
+::testing::AssertionResult IsQuota(const grpc::Status &st, const std::string &quota)
+{
+    wstest::Error e = wstest::Decode(st);
+    if (e.code == StatusCode::RESOURCE_EXHAUSTED && e.reason == "QUOTA" &&
+        e.metadata["quota"] == quota)
+        return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "code " << e.code << " reason " << e.reason
+                                         << " quota '" << e.metadata["quota"] << "'";
+}
+
+TEST(Quota, OpenWorkspacesPerTenant)
+{
+    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                        "--tenant-max-workspaces", "2"});
+    auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
+    std::string first;
+    ASSERT_TRUE(OpenOn(alice, &first).ok());
+    ASSERT_TRUE(OpenOn(alice).ok());
+    EXPECT_TRUE(IsQuota(OpenOn(alice), "tenant_open_workspaces"));
+    // Another tenant has its own count.
+    EXPECT_TRUE(OpenOn(bob).ok());
+    // Closing one frees its place.
+    grpc::ClientContext c;
+    CloseRequest r;
+    r.set_workspace_id(first);
+    CloseResponse o;
+    ASSERT_TRUE(Workspaces::NewStub(alice)->Close(&c, r, &o).ok());
+    EXPECT_TRUE(OpenOn(alice).ok());
+    EXPECT_TRUE(IsQuota(OpenOn(alice), "tenant_open_workspaces"));
+}
+
+TEST(Quota, OpensPerMinutePerTenant)
+{
+    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                        "--tenant-opens-per-minute", "3"});
+    auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
+    for (int i = 0; i < 3; i++) {
+        std::string id;
+        ASSERT_TRUE(OpenOn(alice, &id).ok()) << i;
+        grpc::ClientContext c;
+        CloseRequest r;
+        r.set_workspace_id(id);
+        CloseResponse o;
+        ASSERT_TRUE(Workspaces::NewStub(alice)->Close(&c, r, &o).ok());
+    }
+    // Closing gives no Open back: the quota counts Opens, not workspaces.
+    EXPECT_TRUE(IsQuota(OpenOn(alice), "tenant_opens_per_minute"));
+    EXPECT_TRUE(OpenOn(bob).ok());
+}
+
+TEST(Quota, BadValuesAreRefused)
+{
+    std::string dir = wstest::MakeTempDir("quotaflags");
+    for (const char *flag : {"--tenant-max-workspaces", "--tenant-opens-per-minute"}) {
+        std::string err;
+        int st = wstest::RunServerToExit({"--state-dir", dir + "/s", flag, "-1"}, &err);
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << flag;
+        EXPECT_NE(err.find("invalid value"), std::string::npos) << err;
+    }
+}
+
+} // namespace

@@ -43,6 +43,13 @@ struct options {
     long keepalive_ms;
     const char *exec_path;
     bool force_subreaper;
+    const char *tokens_file;
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_client_ca;
+    bool allow_plaintext;
+    unsigned long tenant_max_workspaces;
+    unsigned long tenant_opens_per_minute;
 };
 
 static void usage(FILE *f)
@@ -50,7 +57,16 @@ static void usage(FILE *f)
     fprintf(
         f,
         "usage: workspaced [options]\n"
-        "  --listen ADDR          host:port (loopback only) or unix:PATH [" DEFAULT_LISTEN "]\n"
+        "  --listen ADDR          host:port or unix:PATH [" DEFAULT_LISTEN "]; a\n"
+        "                         non-loopback address needs --tokens-file or\n"
+        "                         --tls-client-ca, and TLS or --allow-plaintext\n"
+        "  --tokens-file PATH     bearer tokens, 'TENANT SHA256HEX' lines; re-read on SIGHUP\n"
+        "  --tls-cert FILE --tls-key FILE  serve TLS (PEM)\n"
+        "  --tls-client-ca FILE   require client certificates signed by this CA (mTLS);\n"
+        "                         the certificate's CN is the tenant when no token is sent\n"
+        "  --allow-plaintext      allow a non-loopback address without TLS\n"
+        "  --tenant-max-workspaces N   open workspaces per tenant, 0: no quota [0]\n"
+        "  --tenant-opens-per-minute N Opens per tenant and minute, 0: no quota [0]\n"
         "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
         "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
         "  --max-workspaces N     cap on open workspaces [%d]\n"
@@ -140,6 +156,13 @@ static int parse_args(int argc, char **argv, struct options *o)
         KEEPALIVE,
         EXECPATH,
         CONTAIN,
+        TOKENS,
+        TLSCERT,
+        TLSKEY,
+        TLSCA,
+        PLAINTEXT,
+        TENANTWS,
+        TENANTOPENS,
         HELP
     };
     static const struct option longopts[] = {
@@ -155,6 +178,13 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"keepalive-ms", required_argument, NULL, KEEPALIVE},
         {"exec-path", required_argument, NULL, EXECPATH},
         {"process-containment", required_argument, NULL, CONTAIN},
+        {"tokens-file", required_argument, NULL, TOKENS},
+        {"tls-cert", required_argument, NULL, TLSCERT},
+        {"tls-key", required_argument, NULL, TLSKEY},
+        {"tls-client-ca", required_argument, NULL, TLSCA},
+        {"allow-plaintext", no_argument, NULL, PLAINTEXT},
+        {"tenant-max-workspaces", required_argument, NULL, TENANTWS},
+        {"tenant-opens-per-minute", required_argument, NULL, TENANTOPENS},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
@@ -223,6 +253,31 @@ static int parse_args(int argc, char **argv, struct options *o)
             else
                 goto bad;
             break;
+        case TOKENS:
+            o->tokens_file = optarg;
+            break;
+        case TLSCERT:
+            o->tls_cert = optarg;
+            break;
+        case TLSKEY:
+            o->tls_key = optarg;
+            break;
+        case TLSCA:
+            o->tls_client_ca = optarg;
+            break;
+        case PLAINTEXT:
+            o->allow_plaintext = true;
+            break;
+        case TENANTWS:
+            if (!parse_ull(optarg, 1000000, &v))
+                goto bad;
+            o->tenant_max_workspaces = (unsigned long)v;
+            break;
+        case TENANTOPENS:
+            if (!parse_ull(optarg, 1000000, &v))
+                goto bad;
+            o->tenant_opens_per_minute = (unsigned long)v;
+            break;
         case HELP:
             usage(stdout);
             return 1;
@@ -239,12 +294,39 @@ static int parse_args(int argc, char **argv, struct options *o)
         fprintf(stderr, "workspaced: --state-dir is required\n");
         return -1;
     }
-    if (!listen_is_local(o->listen)) {
-        fprintf(stderr,
-                "workspaced: refusing to listen on '%s': without authentication only loopback "
-                "addresses (127.0.0.1, [::1], localhost) and unix: sockets are allowed\n",
-                o->listen);
+    if (!o->tls_cert != !o->tls_key) {
+        fprintf(stderr, "workspaced: --tls-cert and --tls-key go together\n");
         return -1;
+    }
+    if (o->tls_client_ca && !o->tls_cert) {
+        fprintf(stderr, "workspaced: --tls-client-ca needs --tls-cert and --tls-key\n");
+        return -1;
+    }
+    /* A workspace server reachable from other hosts without authentication
+     * would hand a shell to anyone; one without TLS would hand the tokens
+     * to anyone on the path, unless the operator says the network is
+     * trusted. Loopback and unix sockets stay as they always were. */
+    if (!listen_is_local(o->listen)) {
+        if (!o->tokens_file && !o->tls_client_ca) {
+            fprintf(stderr,
+                    "workspaced: refusing to listen on '%s' without authentication: give "
+                    "--tokens-file or --tls-client-ca (loopback addresses and unix: sockets "
+                    "need none)\n",
+                    o->listen);
+            return -1;
+        }
+        if (!o->tls_cert && !o->allow_plaintext) {
+            fprintf(stderr,
+                    "workspaced: refusing to listen on '%s' in plaintext: give --tls-cert and "
+                    "--tls-key, or --allow-plaintext\n",
+                    o->listen);
+            return -1;
+        }
+        if (!o->tls_cert)
+            fprintf(stderr,
+                    "workspaced: warning: serving '%s' in plaintext (--allow-plaintext): "
+                    "tokens cross the network in the clear\n",
+                    o->listen);
     }
     return 0;
 bad:
@@ -433,6 +515,8 @@ int main(int argc, char **argv)
         .max_workspaces = (unsigned)o.max_workspaces,
         .max_file_size = o.max_file_size,
         .memory_max_bytes = o.memory_max_bytes,
+        .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
+        .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
     };
     err = ws_registry_new(&rc_cfg, &reg);
     if (err < 0) {
@@ -480,9 +564,23 @@ int main(int argc, char **argv)
                 rd.message);
     size_t n_methods;
     const struct ws_rpc_method *methods = ws_services_methods(svc, &n_methods);
+    char why[512] = "";
     struct ws_rpc_config cfg = {
-        .listen = o.listen, .threads = (int)o.threads, .keepalive_ms = (int)o.keepalive_ms};
+        .listen = o.listen,
+        .threads = (int)o.threads,
+        .keepalive_ms = (int)o.keepalive_ms,
+        .tokens_file = o.tokens_file,
+        .tls_cert = o.tls_cert,
+        .tls_key = o.tls_key,
+        .tls_client_ca = o.tls_client_ca,
+        .why = why,
+        .why_len = sizeof(why),
+    };
     err = ws_rpc_server_new(&cfg, methods, n_methods, &server, &port);
+    if (err < 0 && why[0]) {
+        fprintf(stderr, "workspaced: %s\n", why);
+        goto out;
+    }
     if (err < 0) {
         fprintf(stderr, "workspaced: cannot listen on '%s': %s\n", o.listen,
                 strerror(-err < 4096 ? -err : EINVAL));
@@ -504,8 +602,11 @@ int main(int argc, char **argv)
     for (;;) {
         if (sigwait(&sigs, &sig) != 0)
             continue;
-        if (sig == SIGHUP)
-            continue; /* reload hook for later configuration */
+        if (sig == SIGHUP) {
+            /* A bad file keeps the old table; the RPC layer logs either way. */
+            ws_rpc_server_reload_tokens(server, why, sizeof(why));
+            continue;
+        }
         break;
     }
     fprintf(stderr, "workspaced: %s received, draining\n", strsignal(sig));

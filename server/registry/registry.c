@@ -51,8 +51,22 @@ struct ws_workspace {
     char last_error[WS_DIAG_MESSAGE_MAX + 64];
 };
 
+/* What one tenant holds, for its quotas; registry lock. One per tenant
+ * that ever opened a workspace: tenants are made by the operator (tokens
+ * file, client CA), not by clients. */
+struct tenant_use {
+    char name[WS_TENANT_MAX + 1];
+    unsigned live;
+    double opens;        /* Opens left in the bucket */
+    int64_t refilled_ms; /* when `opens` was last topped up */
+    struct tenant_use *next;
+};
+
 struct ws_registry {
     pthread_mutex_t lock;
+    unsigned tenant_max_workspaces;
+    unsigned tenant_opens_per_minute;
+    struct tenant_use *tenants;
     struct ws_ref_key key;
     int state_fd;
     int records_fd;
@@ -66,7 +80,12 @@ struct ws_registry {
     char *root_path;
     unsigned live;
     struct ws_workspace *buckets[BUCKETS];
-    char (*closed)[WS_ID_LEN + 1];
+    /* Closed ids with their tenant: a second Close by the owner succeeds,
+     * anyone else's is an unknown id. */
+    struct closed_id {
+        char id[WS_ID_LEN + 1];
+        char tenant[WS_TENANT_MAX + 1];
+    } * closed;
     size_t closed_next;
     ws_registry_close_hook close_hook;
     void *close_hook_ud;
@@ -146,17 +165,30 @@ static void table_remove(struct ws_registry *r, struct ws_workspace *ws)
         }
 }
 
-static bool closed_contains(struct ws_registry *r, const char *id)
+static const char *tenant_or_default(const char *tenant)
+{
+    return tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT;
+}
+
+static bool owned_by(const struct ws_workspace *ws, const char *tenant)
+{
+    return strcmp(ws_workspace_tenant(ws), tenant_or_default(tenant)) == 0;
+}
+
+static bool closed_contains(struct ws_registry *r, const char *tenant, const char *id)
 {
     for (size_t i = 0; i < WS_CLOSED_IDS_KEPT; i++)
-        if (strcmp(r->closed[i], id) == 0)
-            return true;
+        if (strcmp(r->closed[i].id, id) == 0)
+            return strcmp(r->closed[i].tenant, tenant_or_default(tenant)) == 0;
     return false;
 }
 
-static void closed_add(struct ws_registry *r, const char *id)
+static void closed_add(struct ws_registry *r, const struct ws_workspace *ws)
 {
-    memcpy(r->closed[r->closed_next], id, WS_ID_LEN + 1);
+    struct closed_id *c = &r->closed[r->closed_next];
+
+    memcpy(c->id, ws->id, WS_ID_LEN + 1);
+    snprintf(c->tenant, sizeof(c->tenant), "%s", ws_workspace_tenant(ws));
     r->closed_next = (r->closed_next + 1) % WS_CLOSED_IDS_KEPT;
 }
 
@@ -165,10 +197,49 @@ static void closed_undo(struct ws_registry *r, const char *id)
 {
     size_t last = (r->closed_next + WS_CLOSED_IDS_KEPT - 1) % WS_CLOSED_IDS_KEPT;
 
-    if (strcmp(r->closed[last], id) == 0) {
-        r->closed[last][0] = '\0';
+    if (strcmp(r->closed[last].id, id) == 0) {
+        r->closed[last].id[0] = '\0';
         r->closed_next = last;
     }
+}
+
+/* The Open bucket runs on a clock that never steps back. */
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The tenant's use record, made on first need; NULL only when that
+ * allocation fails. Registry lock held. */
+static struct tenant_use *tenant_use(struct ws_registry *r, const char *tenant)
+{
+    struct tenant_use *t;
+
+    for (t = r->tenants; t; t = t->next)
+        if (strcmp(t->name, tenant) == 0)
+            return t;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    snprintf(t->name, sizeof(t->name), "%s", tenant);
+    t->opens = r->tenant_opens_per_minute;
+    t->refilled_ms = mono_ms();
+    t->next = r->tenants;
+    r->tenants = t;
+    return t;
+}
+
+/* Counts one more (delta 1) or one less (-1) open workspace of `tenant`.
+ * Registry lock held. */
+static void tenant_count(struct ws_registry *r, const char *tenant, int delta)
+{
+    struct tenant_use *t = tenant_use(r, tenant);
+
+    if (t && (delta > 0 || t->live > 0))
+        t->live += (unsigned)delta;
 }
 
 static void uncount(struct ws_registry *r, struct ws_workspace *ws)
@@ -176,7 +247,44 @@ static void uncount(struct ws_registry *r, struct ws_workspace *ws)
     if (ws->counted) {
         ws->counted = false;
         r->live--;
+        tenant_count(r, ws_workspace_tenant(ws), -1);
     }
+}
+
+/* Checks the tenant's quotas for one more Open and takes its share.
+ * Registry lock held. */
+static int tenant_admit(struct ws_registry *r, const char *tenant, struct ws_diag *d)
+{
+    struct tenant_use *t = tenant_use(r, tenant);
+    int64_t now = mono_ms();
+
+    if (!t)
+        return -ENOMEM;
+    if (r->tenant_max_workspaces && t->live >= r->tenant_max_workspaces) {
+        ws_diag_set(d, "too many open workspaces for this tenant (limit %u)",
+                    r->tenant_max_workspaces);
+        ws_diag_meta(d, "quota", "tenant_open_workspaces");
+        ws_diag_meta(d, "limit", "%u", r->tenant_max_workspaces);
+        return -WS_EQUOTA;
+    }
+    if (r->tenant_opens_per_minute) {
+        double cap = r->tenant_opens_per_minute;
+
+        t->opens += (double)(now - t->refilled_ms) * cap / 60000.0;
+        if (t->opens > cap)
+            t->opens = cap;
+        t->refilled_ms = now;
+        if (t->opens < 1.0) {
+            ws_diag_set(d, "too many Opens for this tenant (limit %u a minute)",
+                        r->tenant_opens_per_minute);
+            ws_diag_meta(d, "quota", "tenant_opens_per_minute");
+            ws_diag_meta(d, "limit", "%u", r->tenant_opens_per_minute);
+            return -WS_EQUOTA;
+        }
+        t->opens -= 1.0;
+    }
+    t->live++;
+    return 0;
 }
 
 /* ---- workspace objects ---- */
@@ -244,6 +352,11 @@ fail:
 const char *ws_workspace_id(const struct ws_workspace *ws)
 {
     return ws->id;
+}
+
+const char *ws_workspace_tenant(const struct ws_workspace *ws)
+{
+    return tenant_or_default(ws->rec->tenant);
 }
 
 const struct ws_provider *ws_workspace_provider(const struct ws_workspace *ws)
@@ -522,8 +635,9 @@ static int ensure_open(struct ws_registry *r, struct ws_workspace *ws, bool repr
 
 /* ---- open ---- */
 
-int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *req,
-                     struct ws_diag *d, struct ws_workspace **ret)
+int ws_registry_open(struct ws_registry *r, const char *tenant,
+                     const Workspace__V1__OpenRequest *req, struct ws_diag *d,
+                     struct ws_workspace **ret)
 {
     const struct ws_provider *p = NULL;
     const Workspace__V1__Capabilities *want = req->capabilities;
@@ -577,6 +691,11 @@ int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *re
         ws_diag_meta(d, "limit", "%u", r->max_workspaces);
         return -WS_EQUOTA;
     }
+    err = tenant_admit(r, tenant_or_default(tenant), d);
+    if (err < 0) {
+        pthread_mutex_unlock(&r->lock);
+        return err;
+    }
     r->live++;
     reserved = true;
     pthread_mutex_unlock(&r->lock);
@@ -597,6 +716,7 @@ int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *re
     rec.provider = (char *)p->name;
     rec.capabilities = &caps;
     rec.created_unix_ms = now_ms();
+    rec.tenant = (char *)tenant_or_default(tenant);
     switch (p->kind) {
     case WS_PROVIDER_MEMORY:
         rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_MEMORY;
@@ -656,6 +776,7 @@ out:
     if (reserved) {
         pthread_mutex_lock(&r->lock);
         r->live--;
+        tenant_count(r, tenant_or_default(tenant), -1);
         pthread_mutex_unlock(&r->lock);
     }
     return err;
@@ -663,21 +784,25 @@ out:
 
 /* ---- resolve / get ---- */
 
-static struct ws_workspace *find_ref(struct ws_registry *r, const char *id, bool *ret_closed)
+static struct ws_workspace *find_ref(struct ws_registry *r, const char *tenant, const char *id,
+                                     bool *ret_closed)
 {
     struct ws_workspace *ws;
 
     pthread_mutex_lock(&r->lock);
     ws = table_find(r, id);
+    /* Another tenant's workspace is not there at all. */
+    if (ws && !owned_by(ws, tenant))
+        ws = NULL;
     if (ws)
         ws_workspace_ref(ws);
-    *ret_closed = !ws && closed_contains(r, id);
+    *ret_closed = !ws && closed_contains(r, tenant, id);
     pthread_mutex_unlock(&r->lock);
     return ws;
 }
 
-int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len, struct ws_diag *d,
-                        struct ws_workspace **ret)
+int ws_registry_resolve(struct ws_registry *r, const char *tenant, const uint8_t *token, size_t len,
+                        struct ws_diag *d, struct ws_workspace **ret)
 {
     Record *rec = NULL;
     struct ws_workspace *ws;
@@ -694,7 +819,14 @@ int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len,
         ws_diag_set(d, "the ref does not verify");
         return -WS_EBADREF;
     }
-    ws = find_ref(r, rec->id, &closed);
+    /* A genuine ref held by another tenant: answered like an unknown id,
+     * before anything (closed, evicted) is told about the workspace. */
+    if (strcmp(tenant_or_default(rec->tenant), tenant_or_default(tenant)) != 0) {
+        ws_ref_record_free(rec);
+        ws_diag_set(d, "no such workspace");
+        return -WS_ENOWORKSPACE;
+    }
+    ws = find_ref(r, tenant, rec->id, &closed);
     ws_ref_record_free(rec);
     if (!ws) {
         /* Closed, lost with the process (memory), or its storage and record
@@ -714,8 +846,8 @@ int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len,
     return 0;
 }
 
-int ws_registry_get(struct ws_registry *r, const char *id, unsigned need_caps, struct ws_diag *d,
-                    struct ws_workspace **ret)
+int ws_registry_get(struct ws_registry *r, const char *tenant, const char *id, unsigned need_caps,
+                    struct ws_diag *d, struct ws_workspace **ret)
 {
     struct ws_workspace *ws;
     bool closed;
@@ -725,7 +857,7 @@ int ws_registry_get(struct ws_registry *r, const char *id, unsigned need_caps, s
         ws_diag_set(d, "no such workspace");
         return -WS_ENOWORKSPACE;
     }
-    ws = find_ref(r, id, &closed);
+    ws = find_ref(r, tenant, id, &closed);
     if (!ws) {
         ws_diag_set(d, "no such workspace");
         return -WS_ENOWORKSPACE;
@@ -751,14 +883,15 @@ int ws_registry_get(struct ws_registry *r, const char *id, unsigned need_caps, s
     return 0;
 }
 
-int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace **ret)
+int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
+                     struct ws_workspace **ret)
 {
     struct ws_workspace *ws;
     bool closed;
 
     if (!id_valid(id))
         return -WS_ENOWORKSPACE;
-    ws = find_ref(r, id, &closed);
+    ws = find_ref(r, tenant, id, &closed);
     if (!ws)
         return -WS_ENOWORKSPACE;
     /* Notice a vanished directory so Describe tells the truth. */
@@ -773,13 +906,14 @@ int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace 
 
 /* ---- close ---- */
 
-int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_closed)
+int ws_registry_close(struct ws_registry *r, const char *tenant, const char *id,
+                      bool *ret_already_closed)
 {
-    return ws_registry_close_diag(r, id, NULL, ret_already_closed);
+    return ws_registry_close_diag(r, tenant, id, NULL, ret_already_closed);
 }
 
-int ws_registry_close_diag(struct ws_registry *r, const char *id, struct ws_diag *d,
-                           bool *ret_already_closed)
+int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char *id,
+                           struct ws_diag *d, bool *ret_already_closed)
 {
     struct ws_workspace *ws;
     enum ws_state before;
@@ -788,8 +922,10 @@ int ws_registry_close_diag(struct ws_registry *r, const char *id, struct ws_diag
         return -WS_ENOWORKSPACE;
     pthread_mutex_lock(&r->lock);
     ws = table_find(r, id);
+    if (ws && !owned_by(ws, tenant))
+        ws = NULL;
     if (!ws) {
-        bool closed = closed_contains(r, id);
+        bool closed = closed_contains(r, tenant, id);
 
         pthread_mutex_unlock(&r->lock);
         if (!closed)
@@ -799,7 +935,7 @@ int ws_registry_close_diag(struct ws_registry *r, const char *id, struct ws_diag
     }
     table_remove(r, ws);
     uncount(r, ws);
-    closed_add(r, id);
+    closed_add(r, ws);
     pthread_mutex_unlock(&r->lock);
 
     pthread_mutex_lock(&ws->lock);
@@ -824,6 +960,7 @@ int ws_registry_close_diag(struct ws_registry *r, const char *id, struct ws_diag
             if (!ws->counted) {
                 ws->counted = true;
                 r->live++;
+                tenant_count(r, ws_workspace_tenant(ws), 1);
             }
             pthread_mutex_unlock(&r->lock);
             return err;
@@ -866,7 +1003,8 @@ int ws_registry_workspace_path(struct ws_registry *r, const struct ws_workspace 
     return 0;
 }
 
-void ws_registry_list(struct ws_registry *r, ws_registry_list_cb cb, void *userdata)
+void ws_registry_list(struct ws_registry *r, const char *tenant, ws_registry_list_cb cb,
+                      void *userdata)
 {
     struct ws_workspace **all = NULL;
     size_t n = 0, cap = 0;
@@ -874,6 +1012,8 @@ void ws_registry_list(struct ws_registry *r, ws_registry_list_cb cb, void *userd
     pthread_mutex_lock(&r->lock);
     for (size_t b = 0; b < BUCKETS; b++)
         for (struct ws_workspace *w = r->buckets[b]; w; w = w->next) {
+            if (!owned_by(w, tenant))
+                continue;
             if (n == cap) {
                 size_t ncap = cap ? cap * 2 : 64;
                 struct ws_workspace **tmp = realloc(all, ncap * sizeof(*all));
@@ -934,6 +1074,7 @@ static int load_records(struct ws_registry *r)
         }
         ws->counted = true;
         r->live++;
+        tenant_count(r, ws_workspace_tenant(ws), 1);
         table_insert(r, ws);
     }
     closedir(dir);
@@ -987,6 +1128,8 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r->state_fd = r->records_fd = r->root_fd = -1;
     pthread_mutex_init(&r->lock, NULL);
     r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
+    r->tenant_max_workspaces = cfg->tenant_max_workspaces;
+    r->tenant_opens_per_minute = cfg->tenant_opens_per_minute;
     r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
     r->limits.memory_max_bytes =
         cfg->memory_max_bytes ? cfg->memory_max_bytes : WS_DEFAULT_MEMORY_MAX_BYTES;
@@ -1045,6 +1188,11 @@ void ws_registry_free(struct ws_registry *r)
     if (r->root_fd >= 0)
         close(r->root_fd);
     free(r->closed);
+    while (r->tenants) {
+        struct tenant_use *t = r->tenants;
+        r->tenants = t->next;
+        free(t);
+    }
     free(r->state_path);
     free(r->root_path);
     pthread_mutex_destroy(&r->lock);

@@ -14,6 +14,11 @@
  * call on it (or Resolve of its ref) re-attaches it, probing the provider's
  * backend live. Memory workspaces die with the process.
  *
+ * Tenants: every workspace belongs to the tenant that opened it. Every call
+ * below that names a workspace (by id or ref) takes the caller's tenant
+ * (NULL: WS_TENANT_DEFAULT) and treats another tenant's workspace exactly
+ * like one that does not exist, before looking at anything else about it.
+ *
  * Thread safety: every function may be called from any thread.
  * Workspaces are reference counted: every ws_registry_* call that returns
  * one returns a new reference, released with ws_workspace_unref.
@@ -37,6 +42,10 @@
 #define WS_DEFAULT_MEMORY_MAX_BYTES (256ull << 20)
 /* Closed ids remembered so a second Close succeeds (oldest forgotten). */
 #define WS_CLOSED_IDS_KEPT 4096
+/* Longest tenant name, and the tenant of every caller when the server runs
+ * without authentication (also the owner of records made before tenants). */
+#define WS_TENANT_MAX     64
+#define WS_TENANT_DEFAULT "default"
 
 struct ws_registry_config {
     const char *state_dir;
@@ -48,6 +57,13 @@ struct ws_registry_config {
     uint64_t max_file_size;
     /* Bytes one memory workspace may hold; 0: 256 MiB. */
     uint64_t memory_max_bytes;
+    /* Per-tenant quotas, 0: none. Open workspaces of one tenant, and
+     * Opens it may make per minute (a bucket that refills evenly, so a
+     * burst of the whole minute's worth is allowed). Exceeding either is
+     * -WS_EQUOTA with metadata quota=tenant_open_workspaces or
+     * quota=tenant_opens_per_minute. */
+    unsigned tenant_max_workspaces;
+    unsigned tenant_opens_per_minute;
 };
 
 enum ws_state {
@@ -73,32 +89,36 @@ void ws_registry_free(struct ws_registry *r);
 /* Errors: -WS_EMALFORMED (no provider config, invalid config),
  * -WS_ECAPABILITY (metadata "capability"), -WS_ELIMIT, -WS_EFAILED (backend
  * missing; diag->transient), -WS_EQUOTA (metadata "quota"). */
-int ws_registry_open(struct ws_registry *r, const Workspace__V1__OpenRequest *req,
-                     struct ws_diag *d, struct ws_workspace **ret);
+int ws_registry_open(struct ws_registry *r, const char *tenant,
+                     const Workspace__V1__OpenRequest *req, struct ws_diag *d,
+                     struct ws_workspace **ret);
 
-/* Errors: -WS_EBADREF, -WS_EEVICTED, -WS_EFAILED. */
-int ws_registry_resolve(struct ws_registry *r, const uint8_t *token, size_t len, struct ws_diag *d,
-                        struct ws_workspace **ret);
+/* Errors: -WS_EBADREF, -WS_ENOWORKSPACE (a ref of another tenant),
+ * -WS_EEVICTED, -WS_EFAILED. */
+int ws_registry_resolve(struct ws_registry *r, const char *tenant, const uint8_t *token, size_t len,
+                        struct ws_diag *d, struct ws_workspace **ret);
 
 /* The workspace for an id-scoped call, re-attaching it if needed and
  * checking that its storage still exists. `need_caps` (WS_CAP_*) must all
  * be declared, else -WS_ECAPABILITY. Errors: -WS_ENOWORKSPACE (unknown,
  * malformed or closed id), -WS_EEVICTED, -WS_EFAILED. */
-int ws_registry_get(struct ws_registry *r, const char *id, unsigned need_caps, struct ws_diag *d,
-                    struct ws_workspace **ret);
+int ws_registry_get(struct ws_registry *r, const char *tenant, const char *id, unsigned need_caps,
+                    struct ws_diag *d, struct ws_workspace **ret);
 
 /* Like ws_registry_get but also returns evicted workspaces and never
  * re-attaches (for Describe). */
-int ws_registry_peek(struct ws_registry *r, const char *id, struct ws_workspace **ret);
+int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
+                     struct ws_workspace **ret);
 
 /* Closes: terminal, idempotent (*ret_already_closed = true the second
  * time). Removes the workspace's record and storage. Unknown id:
  * -WS_ENOWORKSPACE. */
-int ws_registry_close(struct ws_registry *r, const char *id, bool *ret_already_closed);
+int ws_registry_close(struct ws_registry *r, const char *tenant, const char *id,
+                      bool *ret_already_closed);
 /* Like ws_registry_close; a runtime's detach failure is returned (its
  * diag in d) and the workspace stays open. */
-int ws_registry_close_diag(struct ws_registry *r, const char *id, struct ws_diag *d,
-                           bool *ret_already_closed);
+int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char *id,
+                           struct ws_diag *d, bool *ret_already_closed);
 
 /* Called by ws_registry_close for a workspace that is being closed, after
  * it stopped accepting calls (state CLOSING) and before its storage is
@@ -134,10 +154,11 @@ const Workspace__V1__DockerConfig *ws_workspace_docker_config(const struct ws_wo
 int ws_registry_workspace_path(struct ws_registry *r, const struct ws_workspace *ws, char *buf,
                                size_t len);
 
-/* Calls cb for every known workspace (not closed), with a reference held
- * for the duration of the call only. */
+/* Calls cb for every known workspace (not closed) of `tenant`, with a
+ * reference held for the duration of the call only. */
 typedef void (*ws_registry_list_cb)(void *userdata, struct ws_workspace *ws);
-void ws_registry_list(struct ws_registry *r, ws_registry_list_cb cb, void *userdata);
+void ws_registry_list(struct ws_registry *r, const char *tenant, ws_registry_list_cb cb,
+                      void *userdata);
 
 void ws_workspace_ref(struct ws_workspace *ws);
 /* Accepts NULL. */
@@ -152,6 +173,8 @@ struct ws_workspace_info {
 };
 
 const char *ws_workspace_id(const struct ws_workspace *ws);
+/* The owning tenant (never empty). */
+const char *ws_workspace_tenant(const struct ws_workspace *ws);
 const struct ws_provider *ws_workspace_provider(const struct ws_workspace *ws);
 /* The signed ref token; valid while the reference is held. */
 void ws_workspace_token(const struct ws_workspace *ws, const uint8_t **ret_data, size_t *ret_len);

@@ -16,6 +16,7 @@
 #include "server/rpc/internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,6 +153,11 @@ void *ws_call_data(struct ws_call *call)
 void *ws_call_method_data(struct ws_call *call)
 {
     return call->method ? call->method->method_data : NULL;
+}
+
+const char *ws_call_tenant(struct ws_call *call)
+{
+    return call->tenant;
 }
 
 bool ws_call_cancelled(struct ws_call *call)
@@ -377,6 +383,15 @@ void ws_rpc_call_accepted(struct ws_call *c)
         goto out;
     }
 
+    /* The processor already let the call in; this second look names the
+     * tenant (see auth.c for why it is not carried from there). */
+    if (c->server->auth &&
+        !ws_rpc_auth_tenant(c->server->auth, c->call, &c->request_md, c->tenant)) {
+        fail_core_locked(c, GRPC_STATUS_UNAUTHENTICATED, NULL, WS_RPC_UNAUTHENTICATED, NULL);
+        goto out;
+    }
+    if (!c->server->auth)
+        snprintf(c->tenant, sizeof(c->tenant), "%s", WS_RPC_TENANT_DEFAULT);
     if (!c->method) {
         fail_core_locked(c, GRPC_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED", "unknown method", NULL);
         goto out;

@@ -125,8 +125,15 @@ int ws_call_fail(struct ws_call *call, int err, const struct ws_diag *d);
 int ws_call_fail_status(struct ws_call *call, grpc_status_code code, const char *reason,
                         const char *message);
 
+/* The tenant the call was authenticated as (WS_RPC_TENANT_DEFAULT when the
+ * server runs without authentication). Valid for the call's lifetime. */
+const char *ws_call_tenant(struct ws_call *call);
+
 /* True once on_cancel has been (or is being) delivered. */
 bool ws_call_cancelled(struct ws_call *call);
+
+/* Whether s is a valid tenant name. */
+bool ws_rpc_tenant_valid(const char *s, size_t len);
 
 /* Milliseconds until the client's deadline, or INT64_MAX when none. */
 int64_t ws_call_deadline_remaining_ms(struct ws_call *call);
@@ -148,7 +155,27 @@ struct ws_rpc_config {
      * its backup poller runs, every 5 s: a timeout below that drops live
      * clients. */
     int keepalive_ms;
+    /* Bearer tokens: "TENANT SHA256HEX" lines (NULL: none). With it or
+     * with tls_client_ca every call must authenticate, else the call is
+     * UNAUTHENTICATED before any handler runs; without both every caller
+     * is WS_RPC_TENANT_DEFAULT. */
+    const char *tokens_file;
+    /* PEM files. cert and key: serve TLS; client_ca: also require and
+     * verify client certificates (mTLS), whose subject CN names the tenant
+     * of a call that sends no token. */
+    const char *tls_cert;
+    const char *tls_key;
+    const char *tls_client_ca;
+    /* Filled by ws_rpc_server_new on a configuration error: one line. */
+    char *why;
+    size_t why_len;
 };
+
+/* Tenant names: [A-Za-z0-9._-]{1,64}. */
+#define WS_RPC_TENANT_MAX     64
+#define WS_RPC_TENANT_DEFAULT "default"
+/* The one message of every refused call, whatever was wrong. */
+#define WS_RPC_UNAUTHENTICATED "unauthenticated"
 
 #define WS_RPC_KEEPALIVE_MS_DEFAULT 10000
 #define WS_RPC_KEEPALIVE_MS_MIN     100
@@ -166,6 +193,10 @@ struct ws_rpc_server;
  * adds failed calls and the drain, WS_RPC_LOG=debug every call event. */
 int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_method *methods,
                       size_t n_methods, struct ws_rpc_server **ret_server, int *ret_port);
+/* Re-reads the tokens file. On failure the old table stays and `why` says
+ * which line was wrong. Returns the number of tokens, 0 without a tokens
+ * file, or -errno. */
+int ws_rpc_server_reload_tokens(struct ws_rpc_server *s, char *why, size_t why_len);
 /* Starts the threads. */
 int ws_rpc_server_start(struct ws_rpc_server *s);
 /* Graceful drain: stops accepting calls, lets in-flight calls finish for up

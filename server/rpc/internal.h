@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <protobuf-c/protobuf-c.h>
 
@@ -83,6 +84,7 @@ struct ws_call {
     size_t n_trailer;
 
     int64_t accepted_ms;
+    char tenant[WS_RPC_TENANT_MAX + 1];
 };
 
 struct ws_rpc_server {
@@ -93,6 +95,8 @@ struct ws_rpc_server {
     void **registered;
     int max_message_bytes;
     bool is_unix;
+    /* NULL when the server runs without authentication. */
+    struct ws_rpc_auth *auth;
 
     int n_threads;
     int threads_running;
@@ -122,6 +126,25 @@ int64_t ws_rpc_now_ms(void);
 
 /* Called by call.c when a call object is freed. */
 void ws_rpc_server_call_gone(struct ws_rpc_server *s, bool accepted);
+
+/* ---- auth.c ---- */
+
+struct ws_rpc_auth;
+/* Loads the tokens file (NULL: none); client_certs: a verified client
+ * certificate's CN names the tenant of a call without a token. On failure
+ * `why` names the file and line. */
+int ws_rpc_auth_new(const char *tokens_path, bool client_certs, struct ws_rpc_auth **ret, char *why,
+                    size_t why_len);
+void ws_rpc_auth_free(struct ws_rpc_auth *a);
+/* Swaps in a re-read table; on failure the old one stays. Returns the
+ * number of tokens or -errno. */
+int ws_rpc_auth_reload(struct ws_rpc_auth *a, char *why, size_t why_len);
+/* Makes creds check every call's metadata before it is matched. */
+void ws_rpc_auth_install(struct ws_rpc_auth *a, grpc_server_credentials *creds);
+/* The tenant of an accepted call from its metadata and connection; false
+ * when it does not authenticate (any more). */
+bool ws_rpc_auth_tenant(struct ws_rpc_auth *a, grpc_call *call, const grpc_metadata_array *md,
+                        char ret[WS_RPC_TENANT_MAX + 1]);
 
 /* ---- call.c ---- */
 

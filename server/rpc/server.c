@@ -18,6 +18,7 @@
 
 #include <grpc/grpc_security.h>
 #include <grpc/support/time.h>
+#include <openssl/crypto.h>
 
 /* Most CQ threads started, whatever the configuration asks. */
 #define THREADS_MAX 64
@@ -240,6 +241,7 @@ static void teardown_inline(struct ws_rpc_server *s)
 
 static void server_release(struct ws_rpc_server *s)
 {
+    ws_rpc_auth_free(s->auth);
     free(s->registered);
     free(s->threads);
     pthread_cond_destroy(&s->cond);
@@ -248,13 +250,112 @@ static void server_release(struct ws_rpc_server *s)
     grpc_shutdown();
 }
 
+/* Longest PEM file read (a certificate chain, a CA bundle). */
+#define PEM_MAX (1024 * 1024)
+
+/* Reads a whole PEM file into a malloc'ed string. */
+static int read_pem(const char *path, char **ret, char *why, size_t why_len)
+{
+    FILE *f = fopen(path, "re");
+    char *buf;
+    size_t n;
+
+    if (!f) {
+        int e = errno;
+        snprintf(why, why_len, "%s: %s", path, strerror(e));
+        return -e;
+    }
+    buf = malloc(PEM_MAX + 1);
+    if (!buf) {
+        fclose(f);
+        return -ENOMEM;
+    }
+    n = fread(buf, 1, PEM_MAX + 1, f);
+    fclose(f);
+    if (n == 0 || n > PEM_MAX) {
+        snprintf(why, why_len, "%s: empty or larger than %d bytes", path, PEM_MAX);
+        free(buf);
+        return -EINVAL;
+    }
+    buf[n] = '\0';
+    *ret = buf;
+    return 0;
+}
+
+/* The server credentials: TLS (with required, verified client certificates
+ * when a client CA is given) or insecure, with the auth processor when the
+ * server authenticates. */
+static int make_creds(struct ws_rpc_server *s, const struct ws_rpc_config *cfg,
+                      grpc_server_credentials **ret, char *why, size_t why_len)
+{
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    grpc_server_credentials *creds = NULL;
+    int r = 0;
+
+    if (cfg->tokens_file || cfg->tls_client_ca) {
+        r = ws_rpc_auth_new(cfg->tokens_file, cfg->tls_client_ca != NULL, &s->auth, why, why_len);
+        if (r < 0)
+            return r;
+    }
+    if (cfg->tls_cert) {
+        grpc_ssl_pem_key_cert_pair pair;
+        grpc_ssl_server_certificate_config *sc;
+        grpc_ssl_server_credentials_options *opts;
+
+        if ((r = read_pem(cfg->tls_cert, &cert, why, why_len)) < 0 ||
+            (r = read_pem(cfg->tls_key, &key, why, why_len)) < 0 ||
+            (cfg->tls_client_ca && (r = read_pem(cfg->tls_client_ca, &ca, why, why_len)) < 0))
+            goto out;
+        pair.private_key = key;
+        pair.cert_chain = cert;
+        sc = grpc_ssl_server_certificate_config_create(ca, &pair, 1);
+        opts = grpc_ssl_server_credentials_create_options_using_config(
+            ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            sc);
+        creds = grpc_ssl_server_credentials_create_with_options(opts);
+    } else {
+        creds = grpc_insecure_server_credentials_create();
+    }
+    if (!creds) {
+        snprintf(why, why_len, "the TLS certificate or key was not accepted");
+        r = -EINVAL;
+        goto out;
+    }
+    if (s->auth)
+        ws_rpc_auth_install(s->auth, creds);
+    *ret = creds;
+out:
+    if (key)
+        OPENSSL_cleanse(key, strlen(key));
+    free(cert);
+    free(key);
+    free(ca);
+    return r;
+}
+
+int ws_rpc_server_reload_tokens(struct ws_rpc_server *s, char *why, size_t why_len)
+{
+    int n;
+
+    if (!s || !s->auth)
+        return 0;
+    n = ws_rpc_auth_reload(s->auth, why, why_len);
+    if (n < 0)
+        ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.tokens_reload_failed", "\"why\":\"%s\"", why);
+    else
+        ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.tokens_reloaded", "\"tokens\":%d", n);
+    return n;
+}
+
 static int check_config(const struct ws_rpc_config *cfg, const struct ws_rpc_method *methods,
                         size_t n_methods)
 {
     size_t i;
 
     if (!cfg || !cfg->listen || !cfg->listen[0] || cfg->threads < 0 || cfg->max_message_bytes < 0 ||
-        (n_methods && !methods))
+        (n_methods && !methods) || !cfg->tls_cert != !cfg->tls_key ||
+        (cfg->tls_client_ca && !cfg->tls_cert))
         return -EINVAL;
     for (i = 0; i < n_methods; i++) {
         const struct ws_rpc_method *m = &methods[i];
@@ -365,7 +466,13 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
         }
     }
 
-    creds = grpc_insecure_server_credentials_create();
+    char why_local[256];
+    char *why = cfg->why ? cfg->why : why_local;
+    size_t why_len = cfg->why ? cfg->why_len : sizeof(why_local);
+    why[0] = '\0';
+    r = make_creds(s, cfg, &creds, why, why_len);
+    if (r < 0)
+        goto fail;
     port = grpc_server_add_http2_port(s->server, cfg->listen, creds);
     grpc_server_credentials_release(creds);
     if (port <= 0) {

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include <grpcpp/support/client_interceptor.h>
 #include <openssl/evp.h>
 
 #include "google/rpc/error_details.pb.h"
@@ -213,6 +214,9 @@ Server::Server(std::vector<std::string> args, std::string state_dir, std::vector
         throw std::runtime_error("workspaced did not start: " + ReadHostFile(stderr_path_));
     }
     address_ = line.substr(prefix.size());
+    // A wildcard bind is reached on loopback.
+    if (address_.compare(0, 8, "0.0.0.0:") == 0)
+        address_ = "127.0.0.1:" + address_.substr(8);
 }
 
 Server::~Server()
@@ -270,6 +274,57 @@ std::shared_ptr<grpc::Channel> Server::channel()
         channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
     }
     return channel_;
+}
+
+namespace
+{
+class BearerInterceptor : public grpc::experimental::Interceptor
+{
+  public:
+    BearerInterceptor(std::string value) : value_(std::move(value))
+    {
+    }
+    void Intercept(grpc::experimental::InterceptorBatchMethods *methods) override
+    {
+        if (methods->QueryInterceptionHookPoint(
+                grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA))
+            methods->GetSendInitialMetadata()->insert({"authorization", value_});
+        methods->Proceed();
+    }
+
+  private:
+    std::string value_;
+};
+
+class BearerFactory : public grpc::experimental::ClientInterceptorFactoryInterface
+{
+  public:
+    BearerFactory(std::string token) : value_("Bearer " + std::move(token))
+    {
+    }
+    grpc::experimental::Interceptor *
+    CreateClientInterceptor(grpc::experimental::ClientRpcInfo *) override
+    {
+        return new BearerInterceptor(value_);
+    }
+
+  private:
+    std::string value_;
+};
+} // namespace
+
+std::shared_ptr<grpc::Channel> Server::Channel(const std::string &token,
+                                               std::shared_ptr<grpc::ChannelCredentials> creds)
+{
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(8 << 20);
+    args.SetMaxSendMessageSize(8 << 20);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> f;
+    if (!token.empty())
+        f.push_back(std::make_unique<BearerFactory>(token));
+    return grpc::experimental::CreateCustomChannelWithInterceptors(
+        address_, creds ? creds : grpc::InsecureChannelCredentials(), args, std::move(f));
 }
 
 std::unique_ptr<workspace::v1::Workspaces::Stub> Server::workspaces()

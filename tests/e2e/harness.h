@@ -83,6 +83,12 @@ class Server
     std::unique_ptr<workspace::v1::Exec::Stub> exec();
     std::unique_ptr<grpc::health::v1::Health::Stub> health();
 
+    // A new channel of its own that sends `token` as "authorization: Bearer
+    // TOKEN" on every call ("" sends none), over `creds` (insecure when
+    // null).
+    std::shared_ptr<grpc::Channel>
+    Channel(const std::string &token, std::shared_ptr<grpc::ChannelCredentials> creds = nullptr);
+
   private:
     pid_t pid_ = -1;
     std::string address_;

@@ -215,7 +215,7 @@ int ws_services_workspace(struct ws_call *call, const char *id, unsigned need_ca
 {
     struct ws_services *s = ws_call_method_data(call);
     struct ws_diag d = {0};
-    int err = ws_registry_get(s->reg, id, need_caps, &d, ret);
+    int err = ws_registry_get(s->reg, ws_call_tenant(call), id, need_caps, &d, ret);
 
     if (err < 0)
         ws_call_fail(call, err, &d);

@@ -53,7 +53,7 @@ static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
     struct ws_diag d = {0};
     int err;
 
-    err = ws_registry_open(s->reg, req, &d, &ws);
+    err = ws_registry_open(s->reg, ws_call_tenant(call), req, &d, &ws);
     if (err < 0) {
         ws_call_fail(call, err, &d);
         return;
@@ -80,7 +80,8 @@ static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
         ws_call_fail(call, -WS_EMALFORMED, &d);
         return;
     }
-    err = ws_registry_resolve(s->reg, req->ref->token.data, req->ref->token.len, &d, &ws);
+    err = ws_registry_resolve(s->reg, ws_call_tenant(call), req->ref->token.data,
+                              req->ref->token.len, &d, &ws);
     if (err < 0) {
         ws_call_fail(call, err, &d);
         return;
@@ -99,7 +100,7 @@ static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
     bool already = false;
     int err;
 
-    err = ws_registry_close_diag(s->reg, req->workspace_id, &d, &already);
+    err = ws_registry_close_diag(s->reg, ws_call_tenant(call), req->workspace_id, &d, &already);
     if (err < 0) {
         if (!d.message[0])
             ws_diag_set(&d, "no such workspace");
@@ -133,7 +134,7 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     size_t n_ops = 0;
     int err;
 
-    err = ws_registry_peek(s->reg, req->workspace_id, &ws);
+    err = ws_registry_peek(s->reg, ws_call_tenant(call), req->workspace_id, &ws);
     if (err < 0) {
         ws_diag_set(&d, "no such workspace");
         ws_call_fail(call, err, &d);
@@ -319,7 +320,7 @@ static void list_ws(struct ws_call *call, const ProtobufCMessage *msg)
     struct list_acc acc = {0};
 
     (void)msg;
-    ws_registry_list(s->reg, list_one, &acc);
+    ws_registry_list(s->reg, ws_call_tenant(call), list_one, &acc);
     if (acc.oom) {
         ws_call_fail(call, -ENOMEM, NULL);
         goto out;

@@ -103,9 +103,9 @@ TEST(Registry, OpenCloseQuotaAndPersistence)
     auto req = LocalBashRequest(&lb);
     struct ws_diag d = {};
     struct ws_workspace *a = nullptr, *b = nullptr, *c = nullptr;
-    ASSERT_EQ(ws_registry_open(reg, &req, &d, &a), 0);
-    ASSERT_EQ(ws_registry_open(reg, &req, &d, &b), 0);
-    EXPECT_EQ(ws_registry_open(reg, &req, &d, &c), -WS_EQUOTA);
+    ASSERT_EQ(ws_registry_open(reg, nullptr, &req, &d, &a), 0);
+    ASSERT_EQ(ws_registry_open(reg, nullptr, &req, &d, &b), 0);
+    EXPECT_EQ(ws_registry_open(reg, nullptr, &req, &d, &c), -WS_EQUOTA);
     std::string id_a = ws_workspace_id(a), id_b = ws_workspace_id(b);
     const uint8_t *tok;
     size_t tok_len;
@@ -116,29 +116,29 @@ TEST(Registry, OpenCloseQuotaAndPersistence)
     EXPECT_EQ(ws_workspace_max_file_size(a), WS_DEFAULT_MAX_FILE_SIZE);
 
     bool already = true;
-    ASSERT_EQ(ws_registry_close(reg, id_a.c_str(), &already), 0);
+    ASSERT_EQ(ws_registry_close(reg, nullptr, id_a.c_str(), &already), 0);
     EXPECT_FALSE(already);
-    ASSERT_EQ(ws_registry_close(reg, id_a.c_str(), &already), 0);
+    ASSERT_EQ(ws_registry_close(reg, nullptr, id_a.c_str(), &already), 0);
     EXPECT_TRUE(already);
     struct ws_workspace *g = nullptr;
-    EXPECT_EQ(ws_registry_get(reg, id_a.c_str(), WS_CAP_FS, &d, &g), -WS_ENOWORKSPACE);
-    EXPECT_EQ(ws_registry_get(reg, "../etc", WS_CAP_FS, &d, &g), -WS_ENOWORKSPACE);
-    EXPECT_EQ(ws_registry_get(reg, id_b.c_str(), WS_CAP_SHELL, &d, &g), -WS_ECAPABILITY);
+    EXPECT_EQ(ws_registry_get(reg, nullptr, id_a.c_str(), WS_CAP_FS, &d, &g), -WS_ENOWORKSPACE);
+    EXPECT_EQ(ws_registry_get(reg, nullptr, "../etc", WS_CAP_FS, &d, &g), -WS_ENOWORKSPACE);
+    EXPECT_EQ(ws_registry_get(reg, nullptr, id_b.c_str(), WS_CAP_SHELL, &d, &g), -WS_ECAPABILITY);
     ws_workspace_unref(a);
     ws_workspace_unref(b);
     ws_registry_free(reg);
 
     // A new registry on the same state directory knows b, not a.
     ASSERT_EQ(ws_registry_new(&cfg, &reg), 0);
-    ASSERT_EQ(ws_registry_get(reg, id_b.c_str(), WS_CAP_FS, &d, &g), 0);
+    ASSERT_EQ(ws_registry_get(reg, nullptr, id_b.c_str(), WS_CAP_FS, &d, &g), 0);
     struct ws_workspace_info info;
     ws_workspace_describe(g, &info);
     EXPECT_EQ(info.state, WS_STATE_OPEN);
     ws_workspace_unref(g);
-    ASSERT_EQ(ws_registry_resolve(reg, token_b.data(), token_b.size(), &d, &g), 0);
+    ASSERT_EQ(ws_registry_resolve(reg, nullptr, token_b.data(), token_b.size(), &d, &g), 0);
     EXPECT_EQ(std::string(ws_workspace_id(g)), id_b);
     ws_workspace_unref(g);
-    EXPECT_EQ(ws_registry_get(reg, id_a.c_str(), WS_CAP_FS, &d, &g), -WS_ENOWORKSPACE);
+    EXPECT_EQ(ws_registry_get(reg, nullptr, id_a.c_str(), WS_CAP_FS, &d, &g), -WS_ENOWORKSPACE);
     ws_registry_free(reg);
 }
 

@@ -5,6 +5,7 @@
 // another.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -258,6 +259,34 @@ TEST(ObservabilityTest, MetricsCountAKnownSequenceExactly)
     std::string body;
     EXPECT_EQ(HttpGet(port, "/", &body), 404);
     EXPECT_EQ(HttpGet(port, "/metrics/../secret", &body), 404);
+}
+
+// A workspace whose directory vanished is counted once as an eviction,
+// and the calls that find it so as WORKSPACE_EVICTED rejections.
+TEST(ObservabilityTest, EvictionIsCountedByProvider)
+{
+    wstest::Server srv({"--metrics-listen", "127.0.0.1:0"});
+    int port = MetricsPort(srv);
+    ASSERT_GT(port, 0) << wstest::ReadHostFile(srv.stderr_path());
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    wstest::Ws w = wstest::Open(ws.get(), "local-bash");
+    wstest::Ws keep = wstest::Open(ws.get(), "local-bash");
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "f", "x").ok());
+    EXPECT_EQ(ScrapeOk(port).get("workspaced_active_workspaces{tenant=\"default\"}"), 2);
+    std::string dir = srv.workspace_dir(w.id);
+    ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+    std::string out;
+    EXPECT_WS_ERROR(wstest::Read(fs.get(), w.id, "f", &out), StatusCode::NOT_FOUND,
+                    "WORKSPACE_EVICTED");
+    EXPECT_WS_ERROR(wstest::Read(fs.get(), w.id, "f", &out), StatusCode::NOT_FOUND,
+                    "WORKSPACE_EVICTED");
+    Scrape s = ScrapeOk(port);
+    EXPECT_EQ(s.get("workspaced_workspace_evictions_total{provider=\"local-bash\"}"), 1);
+    EXPECT_EQ(s.sum("workspaced_workspace_evictions_total"), 1);
+    EXPECT_EQ(s.get("workspaced_rejections_total{reason=\"WORKSPACE_EVICTED\"}"), 2);
+    EXPECT_EQ(s.sum("workspaced_rejections_total"), 2);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"default\"}"), 1);
 }
 
 TEST(ObservabilityTest, MetricsListenerIsLoopbackOnlyUnlessAsked)

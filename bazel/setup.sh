@@ -12,6 +12,7 @@ packages=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # server libraries
   libssl-dev libcurl4-openssl-dev libseccomp-dev libjansson-dev libpcre2-dev
+  libmicrohttpd-dev
   # tests
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
   # isolation backends probed by the server

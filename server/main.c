@@ -23,12 +23,18 @@
 #include <grpc/grpc.h>
 
 #include "server/exec/exec.h"
+#include "server/metrics/http.h"
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
+#include "server/rpc/log.h"
 #include "server/rpc/services/services.h"
 
 #define DEFAULT_LISTEN   "127.0.0.1:7878"
 #define DEFAULT_GRACE_MS 10000
+/* gRPC message ceiling: a 4 MiB chunk plus its envelope. */
+#define MAX_MESSAGE_DEFAULT (4 * 1024 * 1024 + 64 * 1024)
+#define MAX_MESSAGE_MIN     (64 * 1024)
+#define MAX_MESSAGE_MAX     (64 * 1024 * 1024)
 
 struct options {
     const char *listen;
@@ -50,6 +56,12 @@ struct options {
     bool allow_plaintext;
     unsigned long tenant_max_workspaces;
     unsigned long tenant_opens_per_minute;
+    /* Observability and transport limits. */
+    const char *metrics_listen;
+    bool metrics_allow_remote;
+    long max_message_bytes;
+    long max_streams;
+    long long memory_quota_bytes;
 };
 
 static void usage(FILE *f)
@@ -83,12 +95,19 @@ static void usage(FILE *f)
         "  --process-containment auto|subreaper\n"
         "                         how a command's whole tree is ended: a cgroup per\n"
         "                         command where possible (auto), or the subreaper sweep [auto]\n"
+        "  --metrics-listen ADDR  serve GET /metrics (Prometheus text) on host:port,\n"
+        "                         loopback only unless --metrics-allow-remote [off]\n"
+        "  --metrics-allow-remote let --metrics-listen bind a non-loopback address\n"
+        "  --max-message-bytes N  largest gRPC message either way [%d]\n"
+        "  --max-streams-per-connection N  concurrent calls one connection may hold [%d]\n"
+        "  --memory-quota-bytes N memory gRPC's transport may use in all [%lld]\n"
         "environment:\n"
         "  WORKSPACED_BWRAP       the bubblewrap binary for local-sandbox (no search when set)\n"
         "  DOCKER_HOST            the Docker daemon (unix://PATH or tcp://HOST:PORT)\n",
         WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
         (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS, WS_EXEC_GRACE_MS_DEFAULT,
-        WS_RPC_KEEPALIVE_MS_DEFAULT);
+        WS_RPC_KEEPALIVE_MS_DEFAULT, MAX_MESSAGE_DEFAULT, WS_RPC_MAX_STREAMS_DEFAULT,
+        WS_RPC_MEMORY_QUOTA_DEFAULT);
 }
 
 static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)
@@ -163,6 +182,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         PLAINTEXT,
         TENANTWS,
         TENANTOPENS,
+        METRICS,
+        METRICS_REMOTE,
+        MAXMSG,
+        MAXSTREAMS,
+        MEMQUOTA,
         HELP
     };
     static const struct option longopts[] = {
@@ -185,6 +209,11 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"allow-plaintext", no_argument, NULL, PLAINTEXT},
         {"tenant-max-workspaces", required_argument, NULL, TENANTWS},
         {"tenant-opens-per-minute", required_argument, NULL, TENANTOPENS},
+        {"metrics-listen", required_argument, NULL, METRICS},
+        {"metrics-allow-remote", no_argument, NULL, METRICS_REMOTE},
+        {"max-message-bytes", required_argument, NULL, MAXMSG},
+        {"max-streams-per-connection", required_argument, NULL, MAXSTREAMS},
+        {"memory-quota-bytes", required_argument, NULL, MEMQUOTA},
         {"help", no_argument, NULL, HELP},
         {NULL, 0, NULL, 0},
     };
@@ -278,6 +307,27 @@ static int parse_args(int argc, char **argv, struct options *o)
                 goto bad;
             o->tenant_opens_per_minute = (unsigned long)v;
             break;
+        case METRICS:
+            o->metrics_listen = optarg;
+            break;
+        case METRICS_REMOTE:
+            o->metrics_allow_remote = true;
+            break;
+        case MAXMSG:
+            if (!parse_ull(optarg, MAX_MESSAGE_MAX, &v) || v < MAX_MESSAGE_MIN)
+                goto bad;
+            o->max_message_bytes = (long)v;
+            break;
+        case MAXSTREAMS:
+            if (!parse_ull(optarg, WS_RPC_MAX_STREAMS_MAX, &v) || v == 0)
+                goto bad;
+            o->max_streams = (long)v;
+            break;
+        case MEMQUOTA:
+            if (!parse_ull(optarg, 1ull << 40, &v) || v < WS_RPC_MEMORY_QUOTA_MIN)
+                goto bad;
+            o->memory_quota_bytes = (long long)v;
+            break;
         case HELP:
             usage(stdout);
             return 1;
@@ -327,6 +377,16 @@ static int parse_args(int argc, char **argv, struct options *o)
                     "workspaced: warning: serving '%s' in plaintext (--allow-plaintext): "
                     "tokens cross the network in the clear\n",
                     o->listen);
+    }
+    /* /metrics says how many workspaces and commands there are: no secret,
+     * but not for the network unless asked for. */
+    if (o->metrics_listen && !o->metrics_allow_remote &&
+        !ws_metrics_http_addr_is_loopback(o->metrics_listen)) {
+        fprintf(stderr,
+                "workspaced: refusing to serve metrics on '%s': only loopback addresses "
+                "(127.0.0.1, [::1], localhost) unless --metrics-allow-remote is given\n",
+                o->metrics_listen);
+        return -1;
     }
     return 0;
 bad:
@@ -486,6 +546,7 @@ int main(int argc, char **argv)
     struct ws_registry *reg = NULL;
     struct ws_services *svc = NULL;
     struct ws_rpc_server *server = NULL;
+    struct ws_metrics_http *metrics = NULL;
     sigset_t sigs;
     int port = 0, sig = 0, rc = 1, err;
 
@@ -506,7 +567,8 @@ int main(int argc, char **argv)
 
     err = make_state_dir(o.state_dir);
     if (err < 0) {
-        fprintf(stderr, "workspaced: cannot create the state directory: %s\n", strerror(-err));
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot create the state directory: %s",
+                   strerror(-err));
         goto out;
     }
     struct ws_registry_config rc_cfg = {
@@ -520,26 +582,27 @@ int main(int argc, char **argv)
     };
     err = ws_registry_new(&rc_cfg, &reg);
     if (err < 0) {
-        fprintf(stderr, "workspaced: cannot open the state directory: %s\n",
-                strerror(-err < 4096 ? -err : EINVAL));
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot open the state directory: %s",
+                   strerror(-err < 4096 ? -err : EINVAL));
         goto out;
     }
     err = claim_unix_socket(o.listen);
     if (err < 0) {
-        fprintf(stderr, "workspaced: cannot listen on '%s': %s\n", o.listen,
-                err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot listen on '%s': %s", o.listen,
+                   err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
         goto out;
     }
     char sandbox_dir[PATH_MAX];
     if (snprintf(sandbox_dir, sizeof(sandbox_dir), "%s/sandbox", o.state_dir) >=
         (int)sizeof(sandbox_dir)) {
-        fprintf(stderr, "workspaced: --state-dir is too long\n");
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "--state-dir is too long");
         goto out;
     }
     char server_id[17];
     err = load_server_id(o.state_dir, server_id);
     if (err < 0) {
-        fprintf(stderr, "workspaced: cannot read or make <state>/server-id: %s\n", strerror(-err));
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
+                   "cannot read or make <state>/server-id: %s", strerror(-err));
         goto out;
     }
     struct ws_services_config sc = {
@@ -551,17 +614,18 @@ int main(int argc, char **argv)
     };
     err = ws_services_new(reg, &sc, &svc);
     if (err < 0)
-        fprintf(stderr, "workspaced: cannot start the exec layer: %s\n",
-                strerror(-err < 4096 ? -err : EINVAL));
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start the exec layer: %s",
+                   strerror(-err < 4096 ? -err : EINVAL));
     if (err < 0)
         goto out;
     struct ws_diag rd = {0};
     int removed = ws_services_reconcile(svc, &rd);
     if (removed > 0)
-        fprintf(stderr, "workspaced: removed %d container(s) left by an earlier run\n", removed);
+        ws_log_msg(WS_RPC_LOG_INFO, "server.reconciled",
+                   "removed %d container(s) left by an earlier run", removed);
     else if (removed < 0)
-        fprintf(stderr, "workspaced: containers left by an earlier run not checked: %s\n",
-                rd.message);
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.reconcile_failed",
+                   "containers left by an earlier run not checked: %s", rd.message);
     size_t n_methods;
     const struct ws_rpc_method *methods = ws_services_methods(svc, &n_methods);
     char why[512] = "";
@@ -575,6 +639,9 @@ int main(int argc, char **argv)
         .tls_client_ca = o.tls_client_ca,
         .why = why,
         .why_len = sizeof(why),
+        .max_message_bytes = (int)o.max_message_bytes,
+        .max_streams_per_connection = (int)o.max_streams,
+        .memory_quota_bytes = o.memory_quota_bytes,
     };
     err = ws_rpc_server_new(&cfg, methods, n_methods, &server, &port);
     if (err < 0 && why[0]) {
@@ -582,14 +649,29 @@ int main(int argc, char **argv)
         goto out;
     }
     if (err < 0) {
-        fprintf(stderr, "workspaced: cannot listen on '%s': %s\n", o.listen,
-                strerror(-err < 4096 ? -err : EINVAL));
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot listen on '%s': %s", o.listen,
+                   strerror(-err < 4096 ? -err : EINVAL));
         goto out;
     }
     err = ws_rpc_server_start(server);
     if (err < 0) {
-        fprintf(stderr, "workspaced: cannot start: %s\n", strerror(-err < 4096 ? -err : EINVAL));
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start: %s",
+                   strerror(-err < 4096 ? -err : EINVAL));
         goto out;
+    }
+    /* metrics: its own listener, started before the "listening" line so
+     * whoever waits for that line finds the metrics address logged. */
+    if (o.metrics_listen) {
+        int mport = 0;
+        err = ws_metrics_http_start(o.metrics_listen, &metrics, &mport);
+        if (err < 0) {
+            ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot serve metrics on '%s': %s",
+                       o.metrics_listen, strerror(-err));
+            goto out;
+        }
+        char fields[32];
+        snprintf(fields, sizeof(fields), "{\"port\":%d}", mport);
+        ws_log_json(WS_RPC_LOG_INFO, "metrics.listen", fields);
     }
     if (strncmp(o.listen, "unix:", 5) == 0) {
         printf("workspaced listening on %s\n", o.listen);
@@ -609,7 +691,9 @@ int main(int argc, char **argv)
         }
         break;
     }
-    fprintf(stderr, "workspaced: %s received, draining\n", strsignal(sig));
+    ws_log_msg(WS_RPC_LOG_INFO, "server.drain", "%s received, draining", strsignal(sig));
+    ws_metrics_http_stop(metrics);
+    metrics = NULL;
     ws_services_drain(svc);
     ws_rpc_server_shutdown(server, (int)o.grace_ms);
     /* No call is left: end every command and workspace now, then gRPC's
@@ -619,14 +703,15 @@ int main(int argc, char **argv)
     ws_registry_free(reg);
     reg = NULL;
     if (!free_server_bounded(server, GRPC_TEARDOWN_WAIT_MS)) {
-        fprintf(stderr, "workspaced: gRPC teardown still busy after %d ms; exiting\n",
-                GRPC_TEARDOWN_WAIT_MS);
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.teardown_slow",
+                   "gRPC teardown still busy after %d ms; exiting", GRPC_TEARDOWN_WAIT_MS);
         fflush(NULL);
         _exit(0);
     }
     server = NULL;
     rc = 0;
 out:
+    ws_metrics_http_stop(metrics);
     ws_rpc_server_free(server);
     ws_services_free(svc);
     ws_registry_free(reg);

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/metrics/metrics.h"
 #include "server/providers/probe.h"
 #include "server/registry/config.h"
 #include "server/registry/ref.h"
@@ -559,11 +560,22 @@ static int probe_backend(const struct ws_provider *p, struct ws_diag *d)
     return -WS_EFAILED;
 }
 
+long ws_registry_live(struct ws_registry *r)
+{
+    long n;
+
+    pthread_mutex_lock(&r->lock);
+    n = (long)r->live;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
 static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
 {
     pthread_mutex_lock(&r->lock);
     uncount(r, ws);
     pthread_mutex_unlock(&r->lock);
+    ws_metrics_evicted(ws->provider->name); /* metrics hook */
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_STATE_EVICTED;
     note_locked(ws, -WS_EEVICTED, NULL);

@@ -105,6 +105,9 @@ int ws_registry_resolve(struct ws_registry *r, const char *tenant, const uint8_t
 int ws_registry_get(struct ws_registry *r, const char *tenant, const char *id, unsigned need_caps,
                     struct ws_diag *d, struct ws_workspace **ret);
 
+/* Workspaces counted against max_workspaces now (open, not evicted). */
+long ws_registry_live(struct ws_registry *r);
+
 /* Like ws_registry_get but also returns evicted workspaces and never
  * re-attaches (for Describe). */
 int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,

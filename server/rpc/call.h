@@ -169,6 +169,16 @@ struct ws_rpc_config {
     /* Filled by ws_rpc_server_new on a configuration error: one line. */
     char *why;
     size_t why_len;
+    /* Streams (calls) one connection may have open at once: the HTTP/2
+     * SETTINGS_MAX_CONCURRENT_STREAMS the server announces, so one client
+     * holding many streams it never reads cannot take every handler.
+     * 0 = WS_RPC_MAX_STREAMS_DEFAULT. */
+    int max_streams_per_connection;
+    /* Memory gRPC's transport may use for all connections together (a
+     * resource quota): past it the core refuses new work and drops idle
+     * connections rather than let the process grow. 0 =
+     * WS_RPC_MEMORY_QUOTA_DEFAULT. */
+    long long memory_quota_bytes;
 };
 
 /* Tenant names: [A-Za-z0-9._-]{1,64}. */
@@ -176,6 +186,11 @@ struct ws_rpc_config {
 #define WS_RPC_TENANT_DEFAULT "default"
 /* The one message of every refused call, whatever was wrong. */
 #define WS_RPC_UNAUTHENTICATED "unauthenticated"
+
+#define WS_RPC_MAX_STREAMS_DEFAULT  100
+#define WS_RPC_MAX_STREAMS_MAX      100000
+#define WS_RPC_MEMORY_QUOTA_DEFAULT (1024LL * 1024 * 1024)
+#define WS_RPC_MEMORY_QUOTA_MIN     (16LL * 1024 * 1024)
 
 #define WS_RPC_KEEPALIVE_MS_DEFAULT 10000
 #define WS_RPC_KEEPALIVE_MS_MIN     100

@@ -17,6 +17,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "server/rpc/call.h"
+#include "server/rpc/log.h"
 
 #define ws_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
@@ -115,10 +116,8 @@ struct ws_rpc_server {
 
 /* ---- server.c ---- */
 
-enum { WS_RPC_LOG_ERROR = 0, WS_RPC_LOG_INFO = 1, WS_RPC_LOG_DEBUG = 2 };
-
-/* One line on stderr when `level` is enabled (WS_RPC_LOG=info|debug; errors
- * always). */
+/* One line on stderr (log.h) when `level` is enabled (WS_RPC_LOG=info|debug;
+ * errors always); fmt formats the members of "fields", without braces. */
 void ws_rpc_log(int level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 bool ws_rpc_log_enabled(int level);

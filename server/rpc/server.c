@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 #include <openssl/crypto.h>
 
@@ -60,27 +61,39 @@ int64_t ws_rpc_now_ms(void)
 
 void ws_rpc_log(int level, const char *event, const char *fmt, ...)
 {
-    static const char *const names[] = {"error", "info", "debug"};
-    char line[1024], stamp[32];
-    struct timespec ts;
-    struct tm tm;
+    char fields[1024];
     va_list ap;
     int n;
 
     if (!ws_rpc_log_enabled(level))
         return;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
-    strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
-    n = snprintf(line, sizeof(line), "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"event\":\"%s\"%s",
-                 stamp, ts.tv_nsec / 1000000, names[level], event, fmt && fmt[0] ? "," : "");
-    if (n < 0 || (size_t)n >= sizeof(line))
-        return;
+    fields[0] = '{';
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    n = vsnprintf(fields + 1, sizeof(fields) - 2, fmt ? fmt : "", ap);
     va_end(ap);
-    /* One write per line so lines from several threads do not interleave. */
-    fprintf(stderr, "%s}\n", line);
+    /* A cut line would not parse: drop the fields rather than send half. */
+    if (n < 0 || (size_t)n >= sizeof(fields) - 2)
+        n = 0;
+    fields[1 + n] = '}';
+    fields[2 + n] = '\0';
+    ws_log_json(level, event, fields);
+}
+
+/* gRPC's own messages (gpr_log) go into the JSON log too, as event
+ * "grpc.log", so every line on stderr parses. Its debug chatter is left
+ * to GRPC_VERBOSITY as usual. */
+static void gpr_log_to_json(gpr_log_func_args *a)
+{
+    char msg[WS_LOG_LINE_MAX / 2], file[256], fields[WS_LOG_LINE_MAX];
+    int level = a->severity == GPR_LOG_SEVERITY_ERROR  ? WS_RPC_LOG_ERROR
+                : a->severity == GPR_LOG_SEVERITY_INFO ? WS_RPC_LOG_INFO
+                                                       : WS_RPC_LOG_DEBUG;
+
+    ws_log_escape(msg, sizeof(msg), a->message);
+    ws_log_escape(file, sizeof(file), a->file);
+    snprintf(fields, sizeof(fields), "{\"file\":\"%s\",\"line\":%d,\"message\":\"%s\"}", file,
+             a->line, msg);
+    ws_log_json(level, "grpc.log", fields);
 }
 
 static void *cq_thread(void *arg)
@@ -354,6 +367,7 @@ static int check_config(const struct ws_rpc_config *cfg, const struct ws_rpc_met
     size_t i;
 
     if (!cfg || !cfg->listen || !cfg->listen[0] || cfg->threads < 0 || cfg->max_message_bytes < 0 ||
+        cfg->max_streams_per_connection < 0 || cfg->memory_quota_bytes < 0 ||
         (n_methods && !methods) || !cfg->tls_cert != !cfg->tls_key ||
         (cfg->tls_client_ca && !cfg->tls_cert))
         return -EINVAL;
@@ -375,7 +389,8 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     grpc_server_credentials *creds;
     pthread_condattr_t cattr;
     grpc_channel_args args;
-    grpc_arg arg[9];
+    grpc_arg arg[12];
+    grpc_resource_quota *quota;
     size_t i;
     long ncpu;
     int r, port, keepalive;
@@ -408,6 +423,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
         s->n_threads = THREADS_MAX;
     s->is_unix = strncmp(cfg->listen, "unix", 4) == 0;
 
+    gpr_set_log_function(gpr_log_to_json);
     grpc_init();
 
     memset(arg, 0, sizeof(arg));
@@ -451,8 +467,26 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
         arg[8].value.integer = 0;
         args.num_args = 9;
     }
+    /* Transport limits (see struct ws_rpc_config). */
+    arg[args.num_args].type = GRPC_ARG_INTEGER;
+    arg[args.num_args].key = (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS;
+    arg[args.num_args].value.integer = cfg->max_streams_per_connection > 0
+                                           ? cfg->max_streams_per_connection
+                                           : WS_RPC_MAX_STREAMS_DEFAULT;
+    args.num_args++;
+    quota = grpc_resource_quota_create("workspaced");
+    grpc_resource_quota_resize(quota,
+                               (size_t)(cfg->memory_quota_bytes > 0 ? cfg->memory_quota_bytes
+                                                                    : WS_RPC_MEMORY_QUOTA_DEFAULT));
+    arg[args.num_args].type = GRPC_ARG_POINTER;
+    arg[args.num_args].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+    arg[args.num_args].value.pointer.p = quota;
+    arg[args.num_args].value.pointer.vtable = grpc_resource_quota_arg_vtable();
+    args.num_args++;
     args.args = arg;
     s->server = grpc_server_create(&args, NULL);
+    /* The server holds its own reference now. */
+    grpc_resource_quota_unref(quota);
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
 

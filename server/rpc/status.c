@@ -13,6 +13,7 @@
 #include "google/rpc/error_details.pb-c.h"
 #include "google/rpc/status.pb-c.h"
 #include "server/base/errors.h"
+#include "server/metrics/metrics.h"
 
 #define DOMAIN   "workspaced"
 #define TYPE_URL "type.googleapis.com/google.rpc.ErrorInfo"
@@ -208,6 +209,9 @@ void ws_rpc_status_build(grpc_status_code code, const char *reason, const char *
         n++;
     }
 
+    /* metrics: every error status the server sends passes here, once. */
+    if (code != GRPC_STATUS_OK && reason)
+        ws_metrics_rejected(why);
     info = pack_error_info(why, k, v, n);
     any.type_url = (char *)TYPE_URL;
     any.value.len = GRPC_SLICE_LENGTH(info);

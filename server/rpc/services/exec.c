@@ -25,11 +25,13 @@
 #include <jansson.h>
 
 #include "server/exec/exec.h"
+#include "server/metrics/metrics.h"
 #include "server/posix/fs.h"
 #include "server/posix/guard.h"
 #include "server/posix/spawn.h"
 #include "server/providers/docker.h"
 #include "server/providers/sandbox.h"
+#include "server/rpc/log.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/exec.pb-c.h"
 
@@ -241,6 +243,8 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     /* The exec layer owns the wrapper now, whatever happened (and may
      * already have freed it: a quick command is done by now). */
     wrap.arg = NULL;
+    if (err >= 0)
+        ws_metrics_command_started(); /* metrics: ended in the audit below */
     if (err < 0) {
         if (err != -EEXIST && err != -WS_EQUOTA && err != -WS_ENOWORKSPACE) {
             /* The guard resolved the command, so this is the host's
@@ -1056,24 +1060,26 @@ void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *
                             const struct ws_proc_result *r)
 {
     (void)ud;
+    ws_metrics_command_ended(ws_cause_name(r->cause), r->wall_ms, /* metrics */
+                             r->streams[WS_STREAM_STDOUT].total, r->streams[WS_STREAM_STDERR].total,
+                             r->streams[WS_STREAM_PTY].total);
     json_t *argv = json_array();
     for (const char *const *a = ws_proc_argv(p); argv && *a; a++)
         json_array_append_new(argv, json_string(*a));
-    json_t *o =
-        json_pack("{s:s, s:s, s:s, s:s, s:o, s:s, s:s, s:b, s:i, s:i, s:I, s:I, s:I, s:I}", "event",
-                  "command", "workspace", workspace_id, "id", ws_proc_id(p), "tag", ws_proc_tag(p),
-                  "argv", argv ? argv : json_null(), "cwd", ws_proc_cwd(p), "cause",
-                  ws_cause_name(r->cause), "background", ws_proc_background(p), "exit_code",
-                  r->exit_code, "signal", r->signal, "duration_ms", (json_int_t)r->wall_ms,
-                  "stdout_bytes", (json_int_t)r->streams[WS_STREAM_STDOUT].total, "stderr_bytes",
-                  (json_int_t)r->streams[WS_STREAM_STDERR].total, "pty_bytes",
-                  (json_int_t)r->streams[WS_STREAM_PTY].total);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:s, s:s, s:b, s:i, s:i, s:I, s:I, s:I, s:I}",
+                          "workspace", workspace_id, "id", ws_proc_id(p), "tag", ws_proc_tag(p),
+                          "argv", argv ? argv : json_null(), "cwd", ws_proc_cwd(p), "cause",
+                          ws_cause_name(r->cause), "background", ws_proc_background(p), "exit_code",
+                          r->exit_code, "signal", r->signal, "duration_ms", (json_int_t)r->wall_ms,
+                          "stdout_bytes", (json_int_t)r->streams[WS_STREAM_STDOUT].total,
+                          "stderr_bytes", (json_int_t)r->streams[WS_STREAM_STDERR].total,
+                          "pty_bytes", (json_int_t)r->streams[WS_STREAM_PTY].total);
     if (!o)
         return;
-    char *line = json_dumps(o, JSON_COMPACT);
-    if (line) {
-        fprintf(stderr, "%s\n", line);
-        free(line);
+    char *fields = json_dumps(o, JSON_COMPACT);
+    if (fields) {
+        ws_log_json(WS_RPC_LOG_INFO, "command", fields);
+        free(fields);
     }
     json_decref(o);
 }

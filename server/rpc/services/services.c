@@ -6,9 +6,16 @@
 
 #include "server/base/utf8.h"
 #include "server/exec/exec.h"
+#include "server/metrics/metrics.h"
 #include "server/providers/docker.h"
 #include "server/providers/sandbox.h"
 #include "server/rpc/services/internal.h"
+
+/* metrics: the active-workspaces gauge reads the registry's count. */
+static long live_workspaces(void *ud)
+{
+    return ws_registry_live(ud);
+}
 
 static void close_hook(void *ud, const char *id)
 {
@@ -133,6 +140,7 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
         return err;
     }
     ws_registry_set_close_hook(reg, close_hook, s);
+    ws_metrics_set_workspaces_source(live_workspaces, reg); /* metrics */
     struct ws_registry_runtime rt = {.attach = rt_attach, .detach = rt_detach, .ud = s};
     ws_registry_set_runtime(reg, &rt);
     atomic_init(&s->draining, false);

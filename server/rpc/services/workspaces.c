@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "server/exec/exec.h"
+#include "server/metrics/metrics.h"
 #include "server/providers/probe.h"
 #include "server/providers/docker.h"
 #include "server/providers/sandbox.h"
@@ -42,6 +44,40 @@ static void finish_with(struct ws_call *call, struct ws_workspace *ws, const Pro
     ws_workspace_unref(ws);
 }
 
+/* metrics: the provider an OpenRequest names, from the oneof (never the
+ * client's text), and the outcome label of an error. */
+static const char *open_provider(const Workspace__V1__OpenRequest *req)
+{
+    switch (req->provider_case) {
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_MEMORY:
+        return "memory";
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_BASH:
+        return "local-bash";
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX:
+        return "local-sandbox";
+    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER:
+        return "docker";
+    default:
+        return "unknown";
+    }
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *error_reason(int err)
+{
+    const char *reason;
+
+    ws_rpc_error_status(err, NULL, &reason);
+    return reason;
+}
+
 static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__OpenRequest *req = (const void *)msg;
@@ -51,9 +87,12 @@ static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
     Workspace__V1__WorkspaceRef ref;
     struct ws_workspace *ws = NULL;
     struct ws_diag d = {0};
+    int64_t t0 = mono_ms(); /* metrics */
     int err;
 
     err = ws_registry_open(s->reg, ws_call_tenant(call), req, &d, &ws);
+    ws_metrics_open(open_provider(req), err < 0 ? error_reason(err) : "ok",
+                    mono_ms() - t0); /* metrics */
     if (err < 0) {
         ws_call_fail(call, err, &d);
         return;
@@ -98,9 +137,18 @@ static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
     Workspace__V1__CloseResponse resp = WORKSPACE__V1__CLOSE_RESPONSE__INIT;
     struct ws_diag d = {0};
     bool already = false;
+    const char *provider = "unknown"; /* metrics */
+    struct ws_workspace *peeked;
     int err;
 
+    /* metrics: the provider is a table name; an unknown id (or another
+     * tenant's) stays "unknown". */
+    if (ws_registry_peek(s->reg, ws_call_tenant(call), req->workspace_id, &peeked) == 0) {
+        provider = ws_workspace_provider(peeked)->name;
+        ws_workspace_unref(peeked);
+    }
     err = ws_registry_close_diag(s->reg, ws_call_tenant(call), req->workspace_id, &d, &already);
+    ws_metrics_close(provider, err < 0 ? error_reason(err) : already ? "already_closed" : "ok");
     if (err < 0) {
         if (!d.message[0])
             ws_diag_set(&d, "no such workspace");

@@ -1,0 +1,63 @@
+/* The server's metrics: counters, gauges and histograms kept in this
+ * process and rendered in the Prometheus text format (version 0.0.4).
+ *
+ * Ownership: the metrics are one process-wide set owned by this module
+ * (static storage; nothing to create or free). Recording functions copy
+ * what they are given; the caller keeps its strings.
+ *
+ * Thread safety: every function may be called from any thread at any
+ * time, including concurrently with ws_metrics_render; one mutex guards
+ * the whole set (recording is a few compares and adds under it).
+ *
+ * Cardinality: label values are bounded here whatever the caller passes.
+ * Each labelled family holds at most WS_METRICS_SERIES_MAX series; a value
+ * is cut to WS_METRICS_LABEL_MAX bytes and characters outside
+ * [A-Za-z0-9_.-] become '_'; once a family is full, further label values
+ * are counted under "overflow". Callers still pass only server-side names
+ * (provider table names, ErrorInfo reasons, exit causes), never raw
+ * client input.
+ */
+#ifndef WS_METRICS_H
+#define WS_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Series kept per labelled family. */
+#define WS_METRICS_SERIES_MAX 64
+/* Longest label value kept, bytes. */
+#define WS_METRICS_LABEL_MAX 48
+
+/* The tenant label of the per-tenant gauges. One function so the tenant
+ * concept can replace it without touching the call sites. */
+const char *ws_metrics_tenant(void);
+
+/* Workspaces.Open finished: provider name ("memory", ...; "unknown" when
+ * the request named none), "ok" or the ErrorInfo reason, and how long the
+ * call took. */
+void ws_metrics_open(const char *provider, const char *status, int64_t ms);
+/* Workspaces.Close finished ("ok", "already_closed" or the reason). */
+void ws_metrics_close(const char *provider, const char *status);
+/* A workspace was found evicted (its storage gone behind the server). */
+void ws_metrics_evicted(const char *provider);
+
+/* A command started; ws_metrics_command_ended follows exactly once. */
+void ws_metrics_command_started(void);
+/* A command ended with `cause` ("EXITED", "TIMEOUT", ...) after wall_ms,
+ * having produced these byte counts per stream. */
+void ws_metrics_command_ended(const char *cause, uint64_t wall_ms, uint64_t stdout_bytes,
+                              uint64_t stderr_bytes, uint64_t pty_bytes);
+
+/* A call ended with an error status carrying this ErrorInfo reason. */
+void ws_metrics_rejected(const char *reason);
+
+/* Where the active-workspaces gauge comes from: called at render time
+ * (with no lock of this module held). Set once, before serving; NULL
+ * reports 0. */
+void ws_metrics_set_workspaces_source(long (*fn)(void *ud), void *ud);
+
+/* The whole set in the Prometheus text format: a malloc'd, NUL-terminated
+ * string in *ret_text (the caller frees it) and its length. 0 or -ENOMEM. */
+int ws_metrics_render(char **ret_text, size_t *ret_len);
+
+#endif

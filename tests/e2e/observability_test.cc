@@ -1,0 +1,473 @@
+// Observability end to end: /metrics scraped over HTTP after a known
+// sequence of calls and compared exactly, the metrics listener's loopback
+// rule, every stderr line a JSON object with the fixed keys, and the
+// transport limits keeping one client's idle streams from starving
+// another.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <jansson.h>
+
+#include "harness.h"
+
+using grpc::ClientContext;
+using grpc::StatusCode;
+using namespace workspace::v1;
+using Clock = std::chrono::steady_clock;
+
+namespace
+{
+
+// The metrics port the server logged (event "metrics.listen").
+int MetricsPort(const wstest::Server &srv)
+{
+    std::istringstream err(wstest::ReadHostFile(srv.stderr_path()));
+    std::string line;
+    while (std::getline(err, line)) {
+        if (line.find("\"event\":\"metrics.listen\"") == std::string::npos)
+            continue;
+        size_t at = line.find("\"port\":");
+        if (at != std::string::npos)
+            return std::stoi(line.substr(at + 7));
+    }
+    return -1;
+}
+
+// GET `path` from 127.0.0.1:port over HTTP/1.0; status code and body.
+int HttpGet(int port, const std::string &path, std::string *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct timeval tv = {10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (sockaddr *)&sa, sizeof(sa)) < 0) {
+        close(fd);
+        return -1;
+    }
+    std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) != (ssize_t)req.size()) {
+        close(fd);
+        return -1;
+    }
+    std::string resp;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        resp.append(buf, n);
+    close(fd);
+    size_t sp = resp.find(' ');
+    size_t hdr_end = resp.find("\r\n\r\n");
+    if (sp == std::string::npos || hdr_end == std::string::npos)
+        return -1;
+    *body = resp.substr(hdr_end + 4);
+    return std::stoi(resp.substr(sp + 1, 3));
+}
+
+// The Prometheus text format, parsed: series text ("name{l=\"v\"}" exactly
+// as written) to value. Comment lines are checked for shape; a sample line
+// must be "series value".
+struct Scrape {
+    std::map<std::string, double> v;
+    std::vector<std::string> problems;
+
+    double get(const std::string &series) const
+    {
+        auto it = v.find(series);
+        return it == v.end() ? -1 : it->second;
+    }
+    // Sum of every series of family `name` whose labels contain `part`.
+    double sum(const std::string &name, const std::string &part = "") const
+    {
+        double s = 0;
+        for (const auto &[k, val] : v)
+            if (k.compare(0, name.size() + 1, name + "{") == 0 && k.find(part) != std::string::npos)
+                s += val;
+        return s;
+    }
+};
+
+Scrape Parse(const std::string &text)
+{
+    Scrape s;
+    std::istringstream in(text);
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.empty())
+            continue;
+        if (line[0] == '#') {
+            if (line.rfind("# HELP workspaced_", 0) != 0 &&
+                line.rfind("# TYPE workspaced_", 0) != 0)
+                s.problems.push_back("bad comment: " + line);
+            continue;
+        }
+        size_t sp = line.rfind(' ');
+        if (sp == std::string::npos || line.rfind("workspaced_", 0) != 0) {
+            s.problems.push_back("bad sample: " + line);
+            continue;
+        }
+        std::string key = line.substr(0, sp);
+        char *end = nullptr;
+        std::string num = line.substr(sp + 1);
+        double val = strtod(num.c_str(), &end);
+        if (!end || *end || num.empty())
+            s.problems.push_back("bad value: " + line);
+        if (s.v.count(key))
+            s.problems.push_back("duplicate series: " + key);
+        s.v[key] = val;
+    }
+    return s;
+}
+
+// Histogram `name`: buckets never decrease, +Inf equals _count; returns
+// _count (or -1 and a failure).
+double CheckHistogram(const Scrape &s, const std::string &name)
+{
+    static const char *const les[] = {"0.001", "0.005", "0.01", "0.025", "0.05",
+                                      "0.1",   "0.25",  "0.5",  "1",     "2.5",
+                                      "5",     "10",    "30",   "60",    "+Inf"};
+    double prev = 0;
+    for (const char *le : les) {
+        double b = s.get(name + "_bucket{le=\"" + le + "\"}");
+        EXPECT_GE(b, prev) << name << " le=" << le;
+        prev = b;
+    }
+    double count = s.get(name + "_count");
+    EXPECT_EQ(prev, count) << name << ": +Inf bucket differs from _count";
+    EXPECT_GE(s.get(name + "_sum"), 0) << name;
+    return count;
+}
+
+Scrape ScrapeOk(int port)
+{
+    std::string body;
+    int code = HttpGet(port, "/metrics", &body);
+    EXPECT_EQ(code, 200) << body;
+    Scrape s = Parse(body);
+    EXPECT_TRUE(s.problems.empty()) << s.problems.front();
+    return s;
+}
+
+grpc::Status Close(Workspaces::Stub *stub, const std::string &id)
+{
+    ClientContext ctx;
+    CloseRequest req;
+    CloseResponse resp;
+    req.set_workspace_id(id);
+    return stub->Close(&ctx, req, &resp);
+}
+
+} // namespace
+
+TEST(ObservabilityTest, MetricsCountAKnownSequenceExactly)
+{
+    wstest::Server srv({"--metrics-listen", "127.0.0.1:0"});
+    int port = MetricsPort(srv);
+    ASSERT_GT(port, 0) << wstest::ReadHostFile(srv.stderr_path());
+
+    // Before anything: every counter at zero, both gauges at zero.
+    Scrape s0 = ScrapeOk(port);
+    EXPECT_EQ(s0.get("workspaced_commands_started_total"), 0);
+    EXPECT_EQ(s0.get("workspaced_active_workspaces{tenant=\"default\"}"), 0);
+    EXPECT_EQ(s0.get("workspaced_active_commands{tenant=\"default\"}"), 0);
+    EXPECT_EQ(s0.sum("workspaced_rejections_total"), 0);
+
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    auto exec = srv.exec();
+
+    // N = 4 opens: three memory, one local-bash. M = 2 closes.
+    std::vector<wstest::Ws> mem;
+    for (int i = 0; i < 3; i++)
+        mem.push_back(wstest::Open(ws.get(), "memory"));
+    wstest::Ws sh = wstest::OpenShell(ws.get(), {"echo", "sh", "sleep"});
+    ASSERT_TRUE(Close(ws.get(), mem[0].id).ok());
+    ASSERT_TRUE(Close(ws.get(), mem[1].id).ok());
+
+    // One path escape, one guard rejection.
+    std::string out;
+    EXPECT_WS_ERROR(wstest::Read(fs.get(), mem[2].id, "../outside", &out),
+                    StatusCode::INVALID_ARGUMENT, "PATH_ESCAPE");
+    RunResponse r;
+    EXPECT_WS_ERROR(wstest::RunProcess(exec.get(), sh.id, wstest::ArgvProcess({"cat", "x"}), &r),
+                    StatusCode::PERMISSION_DENIED, "COMMAND_NOT_ALLOWED");
+
+    // K = 3 commands: two exit, one times out.
+    ASSERT_TRUE(
+        wstest::RunProcess(exec.get(), sh.id, wstest::ArgvProcess({"echo", "hi"}), &r).ok());
+    ASSERT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+    ASSERT_TRUE(wstest::RunProcess(exec.get(), sh.id,
+                                   wstest::ArgvProcess({"sh", "-c", "echo oops >&2; exit 3"}), &r)
+                    .ok());
+    ASSERT_EQ(r.exited().exit_code(), 3);
+    ProcessConfig slow = wstest::ArgvProcess({"sleep", "30"});
+    slow.set_timeout_ms(300);
+    ASSERT_TRUE(wstest::RunProcess(exec.get(), sh.id, slow, &r).ok());
+    ASSERT_EQ(r.exited().cause(), EXIT_CAUSE_TIMEOUT);
+
+    // A command's end is recorded on the exec layer's thread, which may
+    // trail the Run reply: wait (bounded) for the third.
+    Scrape s;
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    do {
+        s = ScrapeOk(port);
+        if (s.sum("workspaced_commands_ended_total") >= 3)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (Clock::now() < deadline);
+
+    EXPECT_EQ(s.get("workspaced_workspace_opens_total{provider=\"memory\",status=\"ok\"}"), 3);
+    EXPECT_EQ(s.get("workspaced_workspace_opens_total{provider=\"local-bash\",status=\"ok\"}"), 1);
+    EXPECT_EQ(s.sum("workspaced_workspace_opens_total"), 4);
+    EXPECT_EQ(s.get("workspaced_workspace_closes_total{provider=\"memory\",status=\"ok\"}"), 2);
+    EXPECT_EQ(s.sum("workspaced_workspace_closes_total"), 2);
+    EXPECT_EQ(s.sum("workspaced_workspace_evictions_total"), 0);
+    EXPECT_EQ(CheckHistogram(s, "workspaced_workspace_open_seconds"), 4);
+
+    EXPECT_EQ(s.get("workspaced_rejections_total{reason=\"PATH_ESCAPE\"}"), 1);
+    EXPECT_EQ(s.get("workspaced_rejections_total{reason=\"COMMAND_NOT_ALLOWED\"}"), 1);
+    EXPECT_EQ(s.sum("workspaced_rejections_total"), 2);
+
+    EXPECT_EQ(s.get("workspaced_commands_started_total"), 3);
+    EXPECT_EQ(s.get("workspaced_commands_ended_total{cause=\"EXITED\"}"), 2);
+    EXPECT_EQ(s.get("workspaced_commands_ended_total{cause=\"TIMEOUT\"}"), 1);
+    EXPECT_EQ(s.sum("workspaced_commands_ended_total"), 3);
+    EXPECT_EQ(CheckHistogram(s, "workspaced_command_seconds"), 3);
+    EXPECT_EQ(s.get("workspaced_stream_bytes_total{stream=\"stdout\"}"), 3); // "hi\n"
+    EXPECT_EQ(s.get("workspaced_stream_bytes_total{stream=\"stderr\"}"), 5); // "oops\n"
+    EXPECT_EQ(s.get("workspaced_stream_bytes_total{stream=\"pty\"}"), 0);
+
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"default\"}"), 2);
+    EXPECT_EQ(s.get("workspaced_active_commands{tenant=\"default\"}"), 0);
+
+    // Anything but GET /metrics is refused.
+    std::string body;
+    EXPECT_EQ(HttpGet(port, "/", &body), 404);
+    EXPECT_EQ(HttpGet(port, "/metrics/../secret", &body), 404);
+}
+
+// A workspace whose directory vanished is counted once as an eviction,
+// and the calls that find it so as WORKSPACE_EVICTED rejections.
+TEST(ObservabilityTest, EvictionIsCountedByProvider)
+{
+    wstest::Server srv({"--metrics-listen", "127.0.0.1:0"});
+    int port = MetricsPort(srv);
+    ASSERT_GT(port, 0) << wstest::ReadHostFile(srv.stderr_path());
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    wstest::Ws w = wstest::Open(ws.get(), "local-bash");
+    wstest::Ws keep = wstest::Open(ws.get(), "local-bash");
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "f", "x").ok());
+    EXPECT_EQ(ScrapeOk(port).get("workspaced_active_workspaces{tenant=\"default\"}"), 2);
+    std::string dir = srv.workspace_dir(w.id);
+    ASSERT_EQ(system(("rm -rf '" + dir + "'").c_str()), 0);
+    std::string out;
+    EXPECT_WS_ERROR(wstest::Read(fs.get(), w.id, "f", &out), StatusCode::NOT_FOUND,
+                    "WORKSPACE_EVICTED");
+    EXPECT_WS_ERROR(wstest::Read(fs.get(), w.id, "f", &out), StatusCode::NOT_FOUND,
+                    "WORKSPACE_EVICTED");
+    Scrape s = ScrapeOk(port);
+    EXPECT_EQ(s.get("workspaced_workspace_evictions_total{provider=\"local-bash\"}"), 1);
+    EXPECT_EQ(s.sum("workspaced_workspace_evictions_total"), 1);
+    EXPECT_EQ(s.get("workspaced_rejections_total{reason=\"WORKSPACE_EVICTED\"}"), 2);
+    EXPECT_EQ(s.sum("workspaced_rejections_total"), 2);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"default\"}"), 1);
+}
+
+TEST(ObservabilityTest, MetricsListenerIsLoopbackOnlyUnlessAsked)
+{
+    for (const char *addr : {"0.0.0.0:0", "10.1.2.3:9100", "[::]:0", "example.com:9100"}) {
+        std::string err;
+        std::string state = wstest::MakeTempDir("state");
+        int st = wstest::RunServerToExit(
+            {"--state-dir", state, "--listen", "127.0.0.1:0", "--metrics-listen", addr}, &err);
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << addr << ": " << st;
+        EXPECT_NE(err.find("refusing to serve metrics"), std::string::npos) << addr << ": " << err;
+    }
+    // Limits out of range are refused before anything starts.
+    for (std::vector<std::string> bad : std::vector<std::vector<std::string>>{
+             {"--max-streams-per-connection", "0"},
+             {"--max-message-bytes", "100"},
+             {"--memory-quota-bytes", "1024"},
+         }) {
+        std::string err;
+        std::vector<std::string> args = {"--state-dir", wstest::MakeTempDir("state")};
+        args.insert(args.end(), bad.begin(), bad.end());
+        int st = wstest::RunServerToExit(args, &err);
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << bad[0] << ": " << st;
+        EXPECT_NE(err.find("invalid value"), std::string::npos) << err;
+    }
+    // [::1] is loopback: it starts.
+    wstest::Server srv({"--metrics-listen", "[::1]:0"});
+    EXPECT_GT(MetricsPort(srv), 0) << wstest::ReadHostFile(srv.stderr_path());
+}
+
+TEST(ObservabilityTest, EveryLogLineIsAJsonObjectWithTheFixedKeys)
+{
+    // debug: every call event is logged, so most code paths write lines.
+    auto srv = std::make_unique<wstest::Server>(
+        std::vector<std::string>{"--metrics-listen", "127.0.0.1:0"}, "",
+        std::vector<std::string>{"WS_RPC_LOG=debug"});
+    auto ws = srv->workspaces();
+    auto fs = srv->fs();
+    auto exec = srv->exec();
+    wstest::Ws sh = wstest::OpenShell(ws.get(), {"echo", "sh"}, {"SECRET_TOKEN"});
+    ASSERT_TRUE(wstest::Write(fs.get(), sh.id, "f.txt", "file-contents-marker").ok());
+    std::string out;
+    ASSERT_TRUE(wstest::Read(fs.get(), sh.id, "f.txt", &out).ok());
+    EXPECT_WS_ERROR(wstest::Read(fs.get(), sh.id, "../x\"quote", &out),
+                    StatusCode::INVALID_ARGUMENT, "PATH_ESCAPE");
+    ProcessConfig p = wstest::ArgvProcess({"sh", "-c", "echo \"$SECRET_TOKEN\"; exit 4"});
+    (*p.mutable_env())["SECRET_TOKEN"] = "hunter2-marker";
+    RunResponse r;
+    ASSERT_TRUE(wstest::RunProcess(exec.get(), sh.id, p, &r).ok());
+    ASSERT_EQ(r.exited().exit_code(), 4);
+    // The audit line is written on the exec layer's thread: wait for it.
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (wstest::ReadHostFile(srv->stderr_path()).find("\"event\":\"command\"") ==
+               std::string::npos &&
+           Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::string path = srv->stderr_path();
+    EXPECT_EQ(srv->Stop(), 0);
+    srv.reset();
+
+    std::string text = wstest::ReadHostFile(path);
+    std::istringstream in(text);
+    std::string line;
+    int lines = 0;
+    std::map<std::string, int> events;
+    while (std::getline(in, line)) {
+        lines++;
+        json_error_t e;
+        json_t *o = json_loads(line.c_str(), 0, &e);
+        ASSERT_TRUE(o && json_is_object(o)) << "line " << lines << " is not JSON: " << line;
+        EXPECT_EQ(json_object_size(o), 4u) << line;
+        json_t *ts = json_object_get(o, "ts"), *level = json_object_get(o, "level"),
+               *event = json_object_get(o, "event"), *fields = json_object_get(o, "fields");
+        ASSERT_TRUE(json_is_string(ts) && json_is_string(level) && json_is_string(event) &&
+                    json_is_object(fields))
+            << line;
+        std::string lv = json_string_value(level);
+        EXPECT_TRUE(lv == "error" || lv == "info" || lv == "debug") << line;
+        std::string t = json_string_value(ts);
+        EXPECT_EQ(t.size(), 24u) << line; // 2026-01-02T03:04:05.678Z
+        EXPECT_EQ(t.back(), 'Z') << line;
+        events[json_string_value(event)]++;
+        json_decref(o);
+    }
+    EXPECT_GT(lines, 10) << text;
+    EXPECT_EQ(events["metrics.listen"], 1) << text;
+    EXPECT_EQ(events["command"], 1) << text;
+    EXPECT_EQ(events["server.drain"], 1) << text;
+    EXPECT_GT(events["rpc.accept"], 3) << text;
+    EXPECT_EQ(text.find("hunter2-marker"), std::string::npos) << "an environment value was logged";
+    EXPECT_EQ(text.find("file-contents-marker"), std::string::npos) << "file contents were logged";
+}
+
+// One client opens many ReadFile streams on few connections and never
+// reads them; another client's Health.Check and ReadFile are still served.
+TEST(ObservabilityTest, IdleStreamsOfOneClientDoNotStarveAnother)
+{
+    wstest::Server srv({"--max-streams-per-connection", "8"});
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    wstest::Ws w = wstest::Open(ws.get(), "memory");
+    std::string big(2 * 1024 * 1024, 'x');
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "big", big).ok());
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "small", "small file").ok());
+
+    constexpr int kChannels = 4, kStreamsPer = 32;
+    struct Stuck {
+        std::unique_ptr<ClientContext> ctx;
+        std::unique_ptr<grpc::ClientAsyncReader<ReadFileResponse>> reader;
+        grpc::Status status;
+    };
+    grpc::CompletionQueue cq;
+    std::vector<std::unique_ptr<FileSystem::Stub>> stubs;
+    std::vector<Stuck> stuck(kChannels * kStreamsPer);
+    for (int c = 0; c < kChannels; c++) {
+        // A channel (and so a connection) of its own for each.
+        grpc::ChannelArguments args;
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        args.SetString("workspaced.test.channel", std::to_string(c));
+        stubs.push_back(FileSystem::NewStub(
+            grpc::CreateCustomChannel(srv.address(), grpc::InsecureChannelCredentials(), args)));
+    }
+    ReadFileRequest req;
+    req.set_workspace_id(w.id);
+    req.set_path("big");
+    for (size_t i = 0; i < stuck.size(); i++) {
+        stuck[i].ctx = std::make_unique<ClientContext>();
+        stuck[i].reader = stubs[i % kChannels]->PrepareAsyncReadFile(stuck[i].ctx.get(), req, &cq);
+        stuck[i].reader->StartCall((void *)(uintptr_t)(2 * i));
+    }
+    // Give the stuck streams time to fill their windows.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+    // Another client, its own connection: served within a generous bound.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto other = grpc::CreateCustomChannel(srv.address(), grpc::InsecureChannelCredentials(), args);
+    {
+        auto health = grpc::health::v1::Health::NewStub(other);
+        ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+        grpc::health::v1::HealthCheckRequest hreq;
+        grpc::health::v1::HealthCheckResponse hresp;
+        grpc::Status s = health->Check(&ctx, hreq, &hresp);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+    }
+    {
+        auto ofs = FileSystem::NewStub(other);
+        std::string out;
+        for (int i = 0; i < 5; i++) {
+            grpc::ClientContext ctx;
+            ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+            ReadFileRequest r;
+            r.set_workspace_id(w.id);
+            r.set_path(i == 4 ? "big" : "small");
+            auto rd = ofs->ReadFile(&ctx, r);
+            ReadFileResponse m;
+            out.clear();
+            while (rd->Read(&m))
+                out.append(m.data());
+            grpc::Status s = rd->Finish();
+            ASSERT_TRUE(s.ok()) << i << ": " << s.error_message();
+            EXPECT_EQ(out.size(), i == 4 ? big.size() : 10u);
+        }
+    }
+
+    // Tear the stuck streams down: cancel, collect every status.
+    for (auto &st : stuck)
+        st.ctx->TryCancel();
+    for (size_t i = 0; i < stuck.size(); i++)
+        stuck[i].reader->Finish(&stuck[i].status, (void *)(uintptr_t)(2 * i + 1));
+    size_t finished = 0;
+    void *tag;
+    bool ok;
+    auto end = std::chrono::system_clock::now() + std::chrono::seconds(30);
+    while (finished < stuck.size() &&
+           cq.AsyncNext(&tag, &ok, end) == grpc::CompletionQueue::GOT_EVENT)
+        if ((uintptr_t)tag % 2 == 1)
+            finished++;
+    EXPECT_EQ(finished, stuck.size());
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok))
+        ;
+}

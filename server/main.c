@@ -605,12 +605,18 @@ int main(int argc, char **argv)
                    "cannot read or make <state>/server-id: %s", strerror(-err));
         goto out;
     }
+    char audit_dir[PATH_MAX];
+    if (snprintf(audit_dir, sizeof(audit_dir), "%s/audit", o.state_dir) >= (int)sizeof(audit_dir)) {
+        fprintf(stderr, "workspaced: --state-dir is too long\n");
+        goto out;
+    }
     struct ws_services_config sc = {
         .kill_grace_ms = (int)o.kill_grace_ms,
         .force_subreaper = o.force_subreaper,
         .exec_path = o.exec_path,
         .sandbox_dir = sandbox_dir,
         .server_id = server_id,
+        .audit_dir = audit_dir,
     };
     err = ws_services_new(reg, &sc, &svc);
     if (err < 0)

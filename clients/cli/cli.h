@@ -33,6 +33,8 @@ int wsc_cmd_mkdir(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_mv(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_glob(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_grep(struct wsc_ctx *ctx, int argc, char **argv);
+/* Prints a workspace's audit log; WSC_EXIT_AUDIT when it does not verify. */
+int wsc_cmd_audit(struct wsc_ctx *ctx, int argc, char **argv);
 
 /* exec.c: processes. */
 int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv);

@@ -845,3 +845,76 @@ int wsc_cmd_grep(struct wsc_ctx *ctx, int argc, char **argv)
         ret = WSC_EXIT_FAIL;
     return ret;
 }
+
+/* Pages through the whole log (next_seq); the verdict is the last page's,
+ * which read the whole file again. Records are printed as the server
+ * stored them, one JSON line each; the verdict goes to stderr. */
+int wsc_cmd_audit(struct wsc_ctx *ctx, int argc, char **argv)
+{
+    static const struct option longopts[] = {{"json", no_argument, NULL, 'j'}, {NULL, 0, NULL, 0}};
+    Workspace__V1__ReadAuditRequest req = WORKSPACE__V1__READ_AUDIT_REQUEST__INIT;
+    Workspace__V1__ReadAuditResponse *resp = NULL;
+    json_t *records = NULL;
+    bool ok = false;
+    int c, r;
+
+    opts_reset();
+    while ((c = next_opt(argc, argv, "", longopts)) != -1) {
+        if (c != 'j')
+            return bad_option(argv);
+        ctx->json = true;
+    }
+    r = need_args(argc, argv, 1, 1, "WS [--json]");
+    if (r)
+        return r;
+    req.workspace_id = argv[optind];
+    req.from_seq = 1;
+    if (ctx->json && !(records = json_array()))
+        return wsc_report_errno("audit", -ENOMEM);
+    for (;;) {
+        if (resp)
+            workspace__v1__read_audit_response__free_unpacked(resp, NULL);
+        resp = NULL;
+        r = unary(ctx, "/workspace.v1.Workspaces/ReadAudit", &req,
+                  &workspace__v1__read_audit_response__descriptor, &resp);
+        if (r) {
+            json_decref(records);
+            return r;
+        }
+        for (size_t i = 0; i < resp->n_records; i++) {
+            if (!ctx->json) {
+                printf("%s\n", resp->records[i]->json);
+                continue;
+            }
+            json_t *rec = json_loads(resp->records[i]->json, 0, NULL);
+            json_array_append_new(records, rec ? rec : json_string(resp->records[i]->json));
+        }
+        if (!resp->next_seq)
+            break;
+        req.from_seq = resp->next_seq;
+    }
+    const Workspace__V1__AuditVerification *v = resp->verification;
+    const ProtobufCEnumValue *pv =
+        v ? protobuf_c_enum_descriptor_get_value(&workspace__v1__audit_problem__descriptor,
+                                                 (int)v->problem)
+          : NULL;
+    const char *problem = pv ? pv->name + strlen("AUDIT_PROBLEM_") : "UNKNOWN";
+    ok = v && v->ok;
+    if (ctx->json) {
+        json_t *j =
+            json_pack("{s:s, s:o, s:{s:b, s:s, s:I, s:s, s:I}}", "id", req.workspace_id, "records",
+                      records, "verification", "ok", ok, "problem", problem, "bad_seq",
+                      (json_int_t)(v ? v->bad_seq : 0), "detail", v ? v->detail : "",
+                      "verified_records", (json_int_t)(v ? v->verified_records : 0));
+        if (wsc_json_emit(j) < 0)
+            ok = false;
+    } else if (ok) {
+        fprintf(stderr, "audit: ok, %" PRIu64 " records verified\n", v->verified_records);
+    } else {
+        fprintf(stderr, "audit: %s at seq %" PRIu64 ": %s\n", problem, v ? v->bad_seq : 0,
+                v ? v->detail : "no verification in the answer");
+    }
+    fflush(stdout);
+    workspace__v1__read_audit_response__free_unpacked(resp, NULL);
+    return ok ? 0 : WSC_EXIT_AUDIT;
+}

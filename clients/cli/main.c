@@ -38,6 +38,7 @@ static const struct command {
     {"attach", wsc_cmd_attach, "WS TAG|ID [--offset N]"},
     {"ps", wsc_cmd_ps, "WS"},
     {"kill", wsc_cmd_kill, "WS TAG|ID [-s SIG]"},
+    {"audit", wsc_cmd_audit, "WS [--json]   (exit 3: the log does not verify)"},
 };
 
 #define N_COMMANDS (sizeof(commands) / sizeof(commands[0]))

@@ -21,9 +21,11 @@
 
 /* Exit statuses of wsctl itself (a remote command's own status is passed
  * through by exec). */
-#define WSC_EXIT_OK      0
-#define WSC_EXIT_FAIL    1
-#define WSC_EXIT_USAGE   2
+#define WSC_EXIT_OK    0
+#define WSC_EXIT_FAIL  1
+#define WSC_EXIT_USAGE 2
+/* audit: the log was read but its chain does not verify. */
+#define WSC_EXIT_AUDIT   3
 #define WSC_EXIT_TIMEOUT 124
 #define WSC_EXIT_SIGINT  130
 

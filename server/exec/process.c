@@ -387,13 +387,16 @@ static void run_done(struct ws_proc *p)
     pthread_mutex_unlock(&p->lock);
     if (in_cb)
         in_cb(in_arg, -EPIPE);
-    run_notify(p, &nl);
+    /* The done callbacks before the subscribers are told: a client that
+     * saw the command end finds it recorded (audit) and out of the
+     * running count. */
     while (list) {
         struct done_cb *next = list->next;
         list->fn(list->arg, p);
         free(list);
         list = next;
     }
+    run_notify(p, &nl);
     /* After the callbacks, off the reply's path. p is still valid: its
      * last reference is dropped through the pump, after this batch. */
     ws_child_free(child);
@@ -956,8 +959,14 @@ int ws_proc_on_done(struct ws_proc *p, ws_proc_done_fn fn, void *arg)
     d->arg = arg;
     pthread_mutex_lock(&p->lock);
     if (p->phase != PHASE_DONE) {
-        d->next = p->done_cbs;
-        p->done_cbs = d;
+        /* In the order registered: the exec layer's own callback (table
+         * bookkeeping, the audit record) is registered at the spawn, so
+         * it runs before a Run call's reply goes out. */
+        struct done_cb **tail = &p->done_cbs;
+        while (*tail)
+            tail = &(*tail)->next;
+        d->next = NULL;
+        *tail = d;
         pthread_mutex_unlock(&p->lock);
         return 0;
     }

@@ -916,6 +916,19 @@ int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
     return 0;
 }
 
+bool ws_registry_owns(struct ws_registry *r, const char *tenant, const char *id)
+{
+    struct ws_workspace *ws;
+    bool closed;
+
+    if (!id_valid(id))
+        return false;
+    ws = find_ref(r, tenant, id, &closed);
+    bool live = ws != NULL;
+    ws_workspace_unref(ws);
+    return live || closed;
+}
+
 /* ---- close ---- */
 
 int ws_registry_close(struct ws_registry *r, const char *tenant, const char *id,

@@ -112,6 +112,11 @@ long ws_registry_live(struct ws_registry *r);
  * re-attaches (for Describe). */
 int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
                      struct ws_workspace **ret);
+/* Whether id is a workspace of `tenant`: a known one, or one this run saw
+ * closed (the closed ids kept in memory; after a restart a closed id is
+ * nobody's). For what outlives a workspace, like its audit log, so another
+ * tenant never learns anything about it. */
+bool ws_registry_owns(struct ws_registry *r, const char *tenant, const char *id);
 
 /* Closes: terminal, idempotent (*ret_already_closed = true the second
  * time). Removes the workspace's record and storage. Unknown id:

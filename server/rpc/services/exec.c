@@ -24,6 +24,7 @@
 
 #include <jansson.h>
 
+#include "server/audit/audit.h"
 #include "server/exec/exec.h"
 #include "server/metrics/metrics.h"
 #include "server/posix/fs.h"
@@ -1059,7 +1060,29 @@ static void signal_start(struct ws_call *call, const ProtobufCMessage *msg)
 void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *p,
                             const struct ws_proc_result *r)
 {
-    (void)ud;
+    struct ws_services *s = ud;
+
+    /* Audit hook: the workspace's tamper-evident log (server/audit). */
+    if (s->audit) {
+        struct ws_audit_command ac = {
+            .process_id = ws_proc_id(p),
+            .tag = ws_proc_tag(p),
+            .argv = ws_proc_argv(p),
+            .cwd = ws_proc_cwd(p),
+            .cause = ws_cause_name(r->cause),
+            .background = ws_proc_background(p),
+            .exit_code = r->exit_code,
+            .signal = r->signal,
+            .duration_ms = (uint64_t)r->wall_ms,
+            .stdout_bytes = r->streams[WS_STREAM_STDOUT].total,
+            .stderr_bytes = r->streams[WS_STREAM_STDERR].total,
+            .pty_bytes = r->streams[WS_STREAM_PTY].total,
+        };
+        int err = ws_audit_command(s->audit, workspace_id, &ac);
+        if (err < 0)
+            ws_log_msg(WS_RPC_LOG_ERROR, "audit.failed", "cannot record a command in %s: %s",
+                       workspace_id, strerror(-err));
+    }
     ws_metrics_command_ended(ws_cause_name(r->cause), r->wall_ms, /* metrics */
                              r->streams[WS_STREAM_STDOUT].total, r->streams[WS_STREAM_STDERR].total,
                              r->streams[WS_STREAM_PTY].total);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/audit/audit.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/filesystem.pb-c.h"
 
@@ -237,6 +238,13 @@ static void write_commit(struct ws_call *call, struct write_state *st)
     resp.info = &info;
     resp.bytes_written = res.bytes_written;
     resp.sha256 = res.sha256;
+    /* Audit hook. */
+    ws_services_audit_file(ws_call_method_data(call), st->ws,
+                           &(struct ws_audit_file){.event = "write",
+                                                   .path = st->path,
+                                                   .has_content = true,
+                                                   .size = res.st.size,
+                                                   .sha256 = res.sha256});
     ws_workspace_note(st->ws, 0, NULL);
     ws_call_finish(call, &resp.base);
 }
@@ -333,6 +341,14 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
     resp.replacements = res.replacements;
     resp.sha256 = res.sha256;
     resp.info = &info;
+    /* Audit hook. */
+    ws_services_audit_file(ws_call_method_data(call), ws,
+                           &(struct ws_audit_file){.event = "edit",
+                                                   .path = req->path,
+                                                   .has_content = true,
+                                                   .size = res.st.size,
+                                                   .sha256 = res.sha256,
+                                                   .count = res.replacements});
     ws_workspace_note(ws, 0, NULL);
     ws_call_finish(call, &resp.base);
 out:
@@ -731,6 +747,10 @@ static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
         goto out;
     }
     resp.removed = removed;
+    /* Audit hook. */
+    ws_services_audit_file(
+        ws_call_method_data(call), ws,
+        &(struct ws_audit_file){.event = "remove", .path = req->path, .count = removed});
     ws_workspace_note(ws, 0, NULL);
     ws_call_finish(call, &resp.base);
 out:
@@ -761,6 +781,10 @@ static void move(struct ws_call *call, const ProtobufCMessage *msg)
     }
     ws_fileinfo_fill(&info, req->to_path, strlen(req->to_path), &st);
     resp.info = &info;
+    /* Audit hook. */
+    ws_services_audit_file(
+        ws_call_method_data(call), ws,
+        &(struct ws_audit_file){.event = "move", .path = req->from_path, .to_path = req->to_path});
     ws_workspace_note(ws, 0, NULL);
     ws_call_finish(call, &resp.base);
 out:

@@ -14,6 +14,7 @@ struct ws_sandbox;
 struct ws_docker_rt;
 struct ws_proc;
 struct ws_proc_result;
+struct ws_audit;
 
 struct ws_services {
     struct ws_registry *reg;
@@ -21,6 +22,8 @@ struct ws_services {
     struct ws_sandbox *sandbox;
     /* NULL when the server was started without a server id. */
     struct ws_docker_rt *docker;
+    /* NULL when the server keeps no audit log. */
+    struct ws_audit *audit;
     char *exec_path;
     atomic_bool draining;
     pthread_mutex_t watch_lock;
@@ -54,6 +57,13 @@ uint64_t ws_services_max_duration_ms(const Workspace__V1__Capabilities *caps);
 /* The exec layer's audit callback (struct ws_exec_config.on_finished). */
 void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *p,
                             const struct ws_proc_result *r);
+
+/* Audit hook for the FileSystem service: records a file event that
+ * succeeded (failures to record are reported on stderr, never to the
+ * client whose call did succeed). */
+struct ws_audit_file;
+void ws_services_audit_file(struct ws_services *s, struct ws_workspace *ws,
+                            const struct ws_audit_file *f);
 
 /* A FileInfo whose strings live in `storage` (path, path_bytes point into
  * the entry given). */

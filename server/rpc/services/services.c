@@ -1,13 +1,16 @@
 #include "server/rpc/services/services.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/audit/audit.h"
 #include "server/base/utf8.h"
 #include "server/exec/exec.h"
 #include "server/metrics/metrics.h"
 #include "server/providers/docker.h"
+#include "server/rpc/log.h"
 #include "server/providers/sandbox.h"
 #include "server/rpc/services/internal.h"
 
@@ -130,8 +133,20 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
             return err;
         }
     }
+    if (cfg && cfg->audit_dir) {
+        err = ws_audit_new(cfg->audit_dir, &s->audit);
+        if (err < 0) {
+            ws_docker_rt_free(s->docker);
+            ws_sandbox_free(s->sandbox);
+            free(s->exec_path);
+            free(s->methods);
+            free(s);
+            return err;
+        }
+    }
     err = ws_exec_new(&ec, &s->exec);
     if (err < 0) {
+        ws_audit_free(s->audit);
         ws_docker_rt_free(s->docker);
         ws_sandbox_free(s->sandbox);
         free(s->exec_path);
@@ -160,6 +175,8 @@ void ws_services_free(struct ws_services *s)
     if (!s)
         return;
     ws_exec_free(s->exec);
+    /* After the exec layer: its last commands' records go in first. */
+    ws_audit_free(s->audit);
     ws_docker_rt_free(s->docker);
     ws_sandbox_free(s->sandbox);
     free(s->exec_path);
@@ -236,6 +253,19 @@ void ws_services_fail(struct ws_call *call, struct ws_workspace *ws, int err,
     if (ws)
         ws_workspace_note(ws, err, d);
     ws_call_fail(call, err, d);
+}
+
+void ws_services_audit_file(struct ws_services *s, struct ws_workspace *ws,
+                            const struct ws_audit_file *f)
+{
+    int err;
+
+    if (!s->audit)
+        return;
+    err = ws_audit_file(s->audit, ws_workspace_id(ws), f);
+    if (err < 0)
+        ws_log_msg(WS_RPC_LOG_ERROR, "audit.failed", "cannot record %s of a file in %s: %s",
+                   f->event, ws_workspace_id(ws), strerror(-err));
 }
 
 int ws_services_check_path(struct ws_call *call, struct ws_workspace *ws, const char *path)

@@ -31,6 +31,9 @@ struct ws_services_config {
      * restarts of the same state directory. NULL: the Docker provider's
      * runtime is not started (its workspaces fail to open). */
     const char *server_id;
+    /* Where the per-workspace audit logs are kept (created 0700; outside
+     * every workspace); NULL: no audit log. */
+    const char *audit_dir;
 };
 
 #define WS_SERVICES_EXEC_PATH_DEFAULT "/usr/local/bin:/usr/bin:/bin"

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/audit/audit.h"
 #include "server/exec/exec.h"
 #include "server/metrics/metrics.h"
 #include "server/providers/probe.h"
@@ -391,6 +392,107 @@ out:
     free(acc.ids);
 }
 
+/* ---- ReadAudit ---- */
+
+/* Records one response carries at most, and bytes of record text. */
+#define AUDIT_READ_RECORDS_MAX 1000
+#define AUDIT_READ_BYTES_MAX   (2u * 1024 * 1024)
+
+struct audit_acc {
+    uint64_t from_seq;
+    size_t max;
+    size_t bytes;
+    Workspace__V1__AuditRecord *items;
+    Workspace__V1__AuditRecord **ptrs;
+    size_t n;
+    uint64_t next_seq;
+    bool oom;
+};
+
+static int audit_one(void *ud, uint64_t seq, int64_t ts_ms, const char *event, const char *line,
+                     size_t len)
+{
+    struct audit_acc *acc = ud;
+
+    if (seq < acc->from_seq)
+        return 0;
+    if (acc->n == acc->max || acc->bytes + len > AUDIT_READ_BYTES_MAX) {
+        acc->next_seq = seq;
+        return -1;
+    }
+    Workspace__V1__AuditRecord *r = &acc->items[acc->n];
+    workspace__v1__audit_record__init(r);
+    r->json = strndup(line, len);
+    r->event = strdup(event);
+    if (!r->json || !r->event) {
+        free(r->json);
+        free(r->event);
+        acc->oom = true;
+        return -1;
+    }
+    r->seq = seq;
+    r->ts_unix_ms = ts_ms;
+    acc->ptrs[acc->n++] = r;
+    acc->bytes += len;
+    return 0;
+}
+
+static void read_audit(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ReadAuditRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__ReadAuditResponse resp = WORKSPACE__V1__READ_AUDIT_RESPONSE__INIT;
+    Workspace__V1__AuditVerification ver = WORKSPACE__V1__AUDIT_VERIFICATION__INIT;
+    struct ws_audit_verdict v = {0};
+    struct audit_acc acc = {0};
+    struct ws_diag d = {0};
+    int err = -ENOENT;
+
+    acc.from_seq = req->from_seq ? req->from_seq : 1;
+    acc.max = req->max_records && req->max_records < AUDIT_READ_RECORDS_MAX
+                  ? req->max_records
+                  : AUDIT_READ_RECORDS_MAX;
+    acc.items = calloc(acc.max, sizeof(*acc.items));
+    acc.ptrs = calloc(acc.max, sizeof(*acc.ptrs));
+    if (!acc.items || !acc.ptrs) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        goto out;
+    }
+    /* Only the owner reads a log, and only while the server knows the
+     * workspace is theirs: another tenant's id (or one nobody owns any
+     * more) is an unknown workspace, whatever lies on disk. */
+    if (!ws_registry_owns(s->reg, ws_call_tenant(call), req->workspace_id)) {
+        ws_diag_set(&d, "no such workspace");
+        ws_call_fail(call, -WS_ENOWORKSPACE, &d);
+        goto out;
+    }
+    if (s->audit)
+        err = ws_audit_read(s->audit, req->workspace_id, audit_one, &acc, &v);
+    if (err == -ENOENT)
+        err = 0; /* no log yet: no records */
+    if (err < 0 || acc.oom) {
+        ws_call_fail(call, acc.oom ? -ENOMEM : err, NULL);
+        goto out;
+    }
+    ver.ok = v.problem == WS_AUDIT_OK;
+    ver.problem = (Workspace__V1__AuditProblem)v.problem; /* same numbering by design */
+    ver.bad_seq = v.bad_seq;
+    ver.detail = v.detail;
+    ver.verified_records = v.verified;
+    resp.records = acc.ptrs;
+    resp.n_records = acc.n;
+    resp.verification = &ver;
+    resp.next_seq = acc.next_seq;
+    ws_call_finish(call, &resp.base);
+out:
+    for (size_t i = 0; i < acc.n; i++) {
+        free(acc.items[i].json);
+        free(acc.items[i].event);
+    }
+    free(acc.items);
+    free(acc.ptrs);
+}
+
 size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
 {
     static const struct {
@@ -405,6 +507,8 @@ size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
         {"/workspace.v1.Workspaces/Describe", &workspace__v1__describe_request__descriptor,
          describe_ws},
         {"/workspace.v1.Workspaces/List", &workspace__v1__list_request__descriptor, list_ws},
+        {"/workspace.v1.Workspaces/ReadAudit", &workspace__v1__read_audit_request__descriptor,
+         read_audit},
     };
     size_t n = sizeof(m) / sizeof(m[0]);
 

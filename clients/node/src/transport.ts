@@ -35,11 +35,18 @@ export interface TlsFiles {
 
 /**
  * TlsOptions from file paths, read now: a missing or unreadable file throws
- * here (ENOENT, EACCES, ...) rather than as a failed handshake later.
+ * here (ENOENT, EACCES, ...), a file without PEM a TypeError, rather than a
+ * failed handshake later.
  */
 export function tlsFiles(files: TlsFiles): TlsOptions {
   if (!files.cert !== !files.key) throw new TypeError('tlsFiles: cert and key go together');
-  const read = (p: string | undefined) => (p === undefined ? undefined : fs.readFileSync(p));
+  const read = (p: string | undefined) => {
+    if (p === undefined) return undefined;
+    const pem = fs.readFileSync(p);
+    // An empty CA would quietly mean the system roots.
+    if (!pem.includes('-----BEGIN ')) throw new TypeError(`${p}: not a PEM file`);
+    return pem;
+  };
   return {
     rootCerts: read(files.ca),
     certChain: read(files.cert),

@@ -102,6 +102,7 @@ describe('TLS with bearer tokens', () => {
 
   test('tlsFiles reads the files at once', () => {
     assert.throws(() => tlsFiles({ ca: p('missing.pem') }), /ENOENT/);
+    assert.throws(() => tlsFiles({ ca: p('tokens') }), /not a PEM file/);
     assert.throws(() => tlsFiles({ cert: p('alice.pem') }), TypeError);
   });
 });

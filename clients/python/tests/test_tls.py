@@ -112,6 +112,9 @@ class TokenOverTLSTest(TLSTestCase):
         with self.assertRaises(FileNotFoundError):
             workspaced.connect(self.server.address, token=ALICE,
                                tls=workspaced.TLSConfig(root_certificates=self.path("missing.pem")))
+        with self.assertRaises(ValueError):
+            workspaced.connect(self.server.address, token=ALICE,
+                               tls=workspaced.TLSConfig(root_certificates=self.path("tokens")))
 
 
 class MutualTLSTest(TLSTestCase):

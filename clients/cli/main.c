@@ -1,7 +1,9 @@
 /* wsctl: the command-line console of workspaced. Parses the global
- * options (--addr, --token, --json, or WORKSPACED_ADDR / WORKSPACED_TOKEN),
- * connects, and hands the rest of the command line to one command.
+ * options (--addr, --token, the --tls* family, --json, or their
+ * WORKSPACED_* environment variables), connects, and hands the rest of the
+ * command line to one command.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +14,8 @@
 #include "clients/cli/output.h"
 
 #define ADDR_DEFAULT "127.0.0.1:7878"
+/* Largest PEM file wsctl reads: a long chain is a few tens of KiB. */
+#define PEM_MAX (1024 * 1024)
 
 static const struct command {
     const char *name;
@@ -45,11 +49,101 @@ static const struct command {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: wsctl [--addr HOST:PORT] [--token T] [--json] COMMAND ...\n"
+    fprintf(f, "usage: wsctl [--addr HOST:PORT] [--token T] [TLS options] [--json] COMMAND ...\n"
                "  address and token default to $WORKSPACED_ADDR (else " ADDR_DEFAULT
-               ") and $WORKSPACED_TOKEN\n\ncommands:\n");
+               ") and $WORKSPACED_TOKEN\n"
+               "\nTLS options (any of them, or of their variables, turns TLS on):\n"
+               "  --tls                   TLS, verifying the server with the system roots\n"
+               "  --tls-ca FILE           verify the server with these CAs (PEM)\n"
+               "                          ($WORKSPACED_TLS_CA)\n"
+               "  --tls-cert FILE         client certificate (PEM) for mutual TLS, with\n"
+               "  --tls-key FILE          its key ($WORKSPACED_TLS_CERT, $WORKSPACED_TLS_KEY)\n"
+               "  --tls-server-name NAME  the name the server's certificate must carry,\n"
+               "                          when it is not the address's host\n"
+               "  A token sent in plaintext to an address other than loopback or a unix\n"
+               "  socket draws a warning on stderr: it crosses the network in the clear.\n"
+               "\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].usage);
+}
+
+/* Reads a PEM file named by `what` (the option or variable it came from)
+ * into a NUL-terminated string. WSC_EXIT_OK with *ret_text, else prints
+ * one line and returns WSC_EXIT_FAIL. */
+static int read_pem(const char *what, const char *path, char **ret_text)
+{
+    FILE *f = fopen(path, "re");
+    char *text = NULL;
+    size_t n;
+    int r = WSC_EXIT_FAIL;
+
+    if (!f) {
+        fprintf(stderr, "wsctl: %s %s: %s\n", what, path, strerror(errno));
+        return WSC_EXIT_FAIL;
+    }
+    text = malloc(PEM_MAX + 1);
+    if (!text) {
+        fprintf(stderr, "wsctl: %s %s: %s\n", what, path, strerror(ENOMEM));
+        goto out;
+    }
+    n = fread(text, 1, PEM_MAX + 1, f);
+    if (ferror(f)) {
+        fprintf(stderr, "wsctl: %s %s: %s\n", what, path, strerror(errno ? errno : EIO));
+        goto out;
+    }
+    if (n > PEM_MAX) {
+        fprintf(stderr, "wsctl: %s %s: larger than %d bytes\n", what, path, PEM_MAX);
+        goto out;
+    }
+    text[n] = '\0';
+    /* gRPC would only say "handshake failed" later: catch the wrong file
+     * here, with its name. */
+    if (strlen(text) != n || !strstr(text, "-----BEGIN ")) {
+        fprintf(stderr, "wsctl: %s %s: not a PEM file\n", what, path);
+        goto out;
+    }
+    *ret_text = text;
+    text = NULL;
+    r = WSC_EXIT_OK;
+out:
+    free(text);
+    fclose(f);
+    return r;
+}
+
+/* Whether `addr` stays on this machine: a unix socket or a loopback host
+ * (127.0.0.0/8, ::1, localhost), with or without a dns:/ipv4:/ipv6:
+ * scheme. */
+static bool is_local_address(const char *addr)
+{
+    static const char *const schemes[] = {"dns:///", "dns:", "ipv4:", "ipv6:"};
+    char host[256];
+    const char *end;
+    size_t len;
+
+    if (strncmp(addr, "unix:", 5) == 0 || strncmp(addr, "unix-abstract:", 14) == 0)
+        return true;
+    for (size_t i = 0; i < sizeof(schemes) / sizeof(schemes[0]); i++)
+        if (strncmp(addr, schemes[i], strlen(schemes[i])) == 0) {
+            addr += strlen(schemes[i]);
+            break;
+        }
+    if (addr[0] == '[') {
+        addr++;
+        end = strchr(addr, ']');
+    } else {
+        end = strrchr(addr, ':');
+        /* A bare IPv6 address has more than one colon and no port. */
+        if (end && strchr(addr, ':') != end)
+            end = NULL;
+    }
+    len = end ? (size_t)(end - addr) : strlen(addr);
+    if (len >= sizeof(host))
+        return false;
+    memcpy(host, addr, len);
+    host[len] = '\0';
+    return strcmp(host, "localhost") == 0 || strncmp(host, "127.", 4) == 0 ||
+           strcmp(host, "::1") == 0;
 }
 
 int main(int argc, char **argv)
@@ -59,10 +153,23 @@ int main(int argc, char **argv)
         {"token", required_argument, NULL, 'k'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
+        {"tls", no_argument, NULL, 'T'},
+        {"tls-ca", required_argument, NULL, 'C'},
+        {"tls-cert", required_argument, NULL, 'c'},
+        {"tls-key", required_argument, NULL, 'K'},
+        {"tls-server-name", required_argument, NULL, 'N'},
         {NULL, 0, NULL, 0},
     };
     const char *addr = getenv("WORKSPACED_ADDR");
     const char *token = getenv("WORKSPACED_TOKEN");
+    /* Each TLS file with the name of where it came from, for errors. */
+    const char *ca = getenv("WORKSPACED_TLS_CA"), *ca_from = "WORKSPACED_TLS_CA";
+    const char *cert = getenv("WORKSPACED_TLS_CERT"), *cert_from = "WORKSPACED_TLS_CERT";
+    const char *key = getenv("WORKSPACED_TLS_KEY"), *key_from = "WORKSPACED_TLS_KEY";
+    const char *server_name = NULL;
+    bool use_tls = false;
+    char *ca_pem = NULL, *cert_pem = NULL, *key_pem = NULL;
+    struct wsc_tls tls = {0};
     const struct command *cmd = NULL;
     struct wsc_ctx ctx = {0};
     int opt, r;
@@ -79,6 +186,24 @@ int main(int argc, char **argv)
             break;
         case 'j':
             ctx.json = true;
+            break;
+        case 'T':
+            use_tls = true;
+            break;
+        case 'C':
+            ca = optarg;
+            ca_from = "--tls-ca";
+            break;
+        case 'c':
+            cert = optarg;
+            cert_from = "--tls-cert";
+            break;
+        case 'K':
+            key = optarg;
+            key_from = "--tls-key";
+            break;
+        case 'N':
+            server_name = optarg;
             break;
         case 'h':
             usage(stdout);
@@ -98,6 +223,36 @@ int main(int argc, char **argv)
         return wsc_usage_error("unknown command '%s'", argv[optind]);
     if (!addr || !addr[0])
         addr = ADDR_DEFAULT;
+    /* An empty variable is an unset one. */
+    if (ca && !ca[0])
+        ca = NULL;
+    if (cert && !cert[0])
+        cert = NULL;
+    if (key && !key[0])
+        key = NULL;
+    if (!cert != !key)
+        return wsc_usage_error("%s without %s: a client certificate and its key go together",
+                               cert ? cert_from : key_from, cert ? "--tls-key" : "--tls-cert");
+    use_tls = use_tls || ca || cert || server_name;
+
+    if (use_tls) {
+        r = WSC_EXIT_FAIL;
+        if ((ca && read_pem(ca_from, ca, &ca_pem) != WSC_EXIT_OK) ||
+            (cert && read_pem(cert_from, cert, &cert_pem) != WSC_EXIT_OK) ||
+            (key && read_pem(key_from, key, &key_pem) != WSC_EXIT_OK))
+            goto out;
+        tls = (struct wsc_tls){
+            .root_certs = ca_pem,
+            .cert_chain = cert_pem,
+            .private_key = key_pem,
+            .server_name = server_name,
+        };
+    } else if (token && token[0] && !is_local_address(addr)) {
+        fprintf(stderr,
+                "wsctl: warning: the token goes to %s in plaintext (use --tls or "
+                "--tls-ca)\n",
+                addr);
+    }
 
     if (cmd->run == wsc_cmd_exec) {
         /* gRPC starts threads in wsc_client_new: block first, so these
@@ -106,11 +261,21 @@ int main(int argc, char **argv)
         wsc_exec_signals(&set);
         pthread_sigmask(SIG_BLOCK, &set, NULL);
     }
-    r = wsc_client_new(addr, token, &ctx.cl);
-    if (r < 0)
-        return wsc_report_errno("connect", r);
+    r = wsc_client_new(addr, token, use_tls ? &tls : NULL, &ctx.cl);
+    if (r < 0) {
+        r = wsc_report_errno("connect", r);
+        goto out;
+    }
     r = cmd->run(&ctx, argc - optind, argv + optind);
     fflush(stdout);
     wsc_client_free(ctx.cl);
+out:
+    free(ca_pem);
+    free(cert_pem);
+    if (key_pem) {
+        /* The private key does not outlive its use. */
+        explicit_bzero(key_pem, strlen(key_pem));
+        free(key_pem);
+    }
     return r;
 }

@@ -15,6 +15,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include "google/protobuf/any.pb-c.h"
@@ -48,13 +49,24 @@ struct wsc_call {
     struct wsc_error error;
 };
 
-int wsc_client_new(const char *addr, const char *token, struct wsc_client **ret_client)
+/* gRPC's own log lines ("E1124 ... Handshake failed ...") would come
+ * before wsctl's one-line error and say the same: the failed call's status
+ * carries the cause. */
+static void log_nothing(gpr_log_func_args *args)
+{
+    (void)args;
+}
+
+int wsc_client_new(const char *addr, const char *token, const struct wsc_tls *tls,
+                   struct wsc_client **ret_client)
 {
     struct wsc_client *cl;
     grpc_channel_credentials *creds;
-    grpc_arg args[2];
+    grpc_arg args[3];
     grpc_channel_args chargs = {.num_args = 2, .args = args};
 
+    if (tls && !tls->cert_chain != !tls->private_key)
+        return -EINVAL;
     cl = calloc(1, sizeof(*cl));
     if (!cl)
         return -ENOMEM;
@@ -65,6 +77,10 @@ int wsc_client_new(const char *addr, const char *token, struct wsc_client **ret_
             return -E2BIG;
         }
     }
+    /* GRPC_VERBOSITY or GRPC_TRACE set: someone is debugging, let it
+     * speak. */
+    if (!getenv("GRPC_VERBOSITY") && !getenv("GRPC_TRACE"))
+        gpr_set_log_function(log_nothing);
     grpc_init();
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -73,7 +89,28 @@ int wsc_client_new(const char *addr, const char *token, struct wsc_client **ret_
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = (char *)GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
     args[1].value.integer = WSC_MAX_RECV_BYTES;
-    creds = grpc_insecure_credentials_create();
+    if (tls) {
+        grpc_ssl_pem_key_cert_pair pair = {
+            .private_key = tls->private_key,
+            .cert_chain = tls->cert_chain,
+        };
+        /* NULL roots: gRPC's default, the system's CA bundle. */
+        creds = grpc_ssl_credentials_create(tls->root_certs, tls->cert_chain ? &pair : NULL, NULL,
+                                            NULL);
+        if (tls->server_name) {
+            args[2].type = GRPC_ARG_STRING;
+            args[2].key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+            args[2].value.string = (char *)tls->server_name;
+            chargs.num_args = 3;
+        }
+    } else {
+        creds = grpc_insecure_credentials_create();
+    }
+    if (!creds) {
+        free(cl);
+        grpc_shutdown();
+        return -ENOMEM;
+    }
     cl->channel = grpc_channel_create(addr, creds, &chargs);
     grpc_channel_credentials_release(creds);
     cl->cq = grpc_completion_queue_create_for_next(NULL);

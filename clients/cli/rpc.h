@@ -54,9 +54,26 @@ enum wsc_event {
     WSC_EV_STATUS,
 };
 
+/* TLS settings of a client: PEM text (not paths), borrowed for the
+ * duration of wsc_client_new only. */
+struct wsc_tls {
+    /* The CAs that verify the server; NULL: the system roots. */
+    const char *root_certs;
+    /* A client certificate chain and its key for mutual TLS: both or
+     * neither. */
+    const char *cert_chain;
+    const char *private_key;
+    /* The name the server's certificate must carry, when it is not the
+     * address's host; NULL: the host. */
+    const char *server_name;
+};
+
 /* Calls grpc_init and connects lazily to `addr` ("host:port" or
- * "unix:PATH"). `token` may be NULL. Returns 0 or -ENOMEM. */
-int wsc_client_new(const char *addr, const char *token, struct wsc_client **ret_client);
+ * "unix:PATH"). `token` may be NULL; `tls` NULL is plaintext. Returns 0,
+ * -E2BIG for an oversized token, -EINVAL for half a key pair, or
+ * -ENOMEM. */
+int wsc_client_new(const char *addr, const char *token, const struct wsc_tls *tls,
+                   struct wsc_client **ret_client);
 /* Accepts NULL. Every call must have been freed. */
 void wsc_client_free(struct wsc_client *cl);
 

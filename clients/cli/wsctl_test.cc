@@ -75,7 +75,8 @@ struct RunOpts {
 class Server
 {
   public:
-    Server()
+    // Listens on 127.0.0.1:0; `extra` adds flags (TLS, tokens).
+    explicit Server(const std::vector<std::string> &extra = {})
     {
         state_ = TempDir();
         int out[2];
@@ -84,6 +85,7 @@ class Server
         std::string bin = Runfile("server/workspaced");
         std::string errpath = state_ + ".stderr";
         std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--state-dir", state_};
+        args.insert(args.end(), extra.begin(), extra.end());
         std::vector<char *> argv;
         for (auto &a : args)
             argv.push_back(&a[0]);
@@ -688,6 +690,230 @@ TEST_F(WsctlTest, PutShowsProgressOnTerminal)
     Result quiet = Wsctl({"put", ws_, "mid2.bin", src});
     EXPECT_EQ(quiet.code, 0);
     EXPECT_EQ(quiet.err, "");
+}
+
+// ---------------------------------------------------------------- TLS
+
+// The shared fixture (clients/testdata/pki.sh) makes the CA, the server's
+// and the clients' certificates and the tokens file; its tokens are fixed.
+const char *const kAliceToken = "tok-alice-0123456789";
+const char *const kBobToken = "tok-bob-9876543210";
+
+std::string MakePki()
+{
+    std::string dir = TempDir();
+    std::string cmd = Runfile("clients/testdata/pki.sh") + " " + dir;
+    if (system(cmd.c_str()) != 0)
+        abort();
+    return dir;
+}
+
+// wsctl against `srv` with `args` after --addr; `env` as in RunOpts.
+Result WsctlAt(const Server &srv, std::vector<std::string> args, std::vector<std::string> env = {},
+               const std::string &stdin_data = "")
+{
+    RunOpts o;
+    o.use_addr_flag = false;
+    o.env = std::move(env);
+    o.stdin_data = stdin_data;
+    args.insert(args.begin(), {"--addr", srv.addr()});
+    return Wsctl(args, o);
+}
+
+// The one-line error of a failed connection: exit 1, "wsctl: UNAVAILABLE:
+// ..." and nothing else.
+::testing::AssertionResult Unavailable(const Result &r)
+{
+    if (r.code == 1 && r.err.compare(0, 20, "wsctl: UNAVAILABLE: ") == 0 &&
+        std::count(r.err.begin(), r.err.end(), '\n') == 1 && r.err.back() == '\n' && r.out.empty())
+        return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "exit " << r.code << ", stderr: " << r.err;
+}
+
+const char *const kUnauthenticated = "wsctl: UNAUTHENTICATED: unauthenticated\n";
+
+TEST(WsctlTls, TokenOverTlsRunsTheWholeCycle)
+{
+    std::string pki = MakePki();
+    Server srv({"--tokens-file", pki + "/tokens", "--tls-cert", pki + "/server.pem", "--tls-key",
+                pki + "/server.key"});
+    const std::vector<std::string> tls = {"--tls-ca", pki + "/ca.pem"};
+    auto with = [&](std::vector<std::string> pre, std::vector<std::string> cmd) {
+        pre.insert(pre.end(), cmd.begin(), cmd.end());
+        return pre;
+    };
+    std::vector<std::string> alice = with(tls, {"--token", kAliceToken});
+
+    Result open =
+        WsctlAt(srv, with(alice, {"open", "--provider", "local-bash", "--allow", kAllow}));
+    ASSERT_EQ(open.code, 0) << open.err;
+    // Loopback over TLS: no warning about the token.
+    EXPECT_EQ(open.err, "");
+    std::string id = Trim(open.out);
+    Result put = WsctlAt(srv, with(alice, {"put", id, "notes.txt"}), {}, "over tls\n");
+    ASSERT_EQ(put.code, 0) << put.err;
+    Result ex = WsctlAt(srv, with(alice, {"exec", id, "--", "sh", "-c", "cat notes.txt; exit 4"}));
+    EXPECT_EQ(ex.code, 4) << ex.err;
+    EXPECT_EQ(ex.out, "over tls\n");
+    Result cat = WsctlAt(srv, with(alice, {"cat", id, "notes.txt"}));
+    EXPECT_EQ(cat.code, 0) << cat.err;
+    EXPECT_EQ(cat.out, "over tls\n");
+
+    // The same through the environment only.
+    Result env = WsctlAt(
+        srv, {"describe", id},
+        {"WORKSPACED_TLS_CA=" + pki + "/ca.pem", std::string("WORKSPACED_TOKEN=") + kAliceToken});
+    EXPECT_EQ(env.code, 0) << env.err;
+    EXPECT_NE(env.out.find(id), std::string::npos) << env.out;
+
+    // A wrong token and no token: the server's refusal, one line, exit 1.
+    Result wrong = WsctlAt(srv, with(tls, {"--token", "tok-mallory", "describe", id}));
+    EXPECT_EQ(wrong.code, 1);
+    EXPECT_EQ(wrong.err, kUnauthenticated);
+    Result none = WsctlAt(srv, with(tls, {"describe", id}));
+    EXPECT_EQ(none.code, 1);
+    EXPECT_EQ(none.err, kUnauthenticated);
+
+    // A CA that did not sign the server's certificate, plaintext against a
+    // TLS port, and a server name the certificate does not carry: the
+    // connection fails.
+    EXPECT_TRUE(Unavailable(
+        WsctlAt(srv, {"--tls-ca", pki + "/otherca.pem", "--token", kAliceToken, "describe", id})));
+    EXPECT_TRUE(Unavailable(WsctlAt(srv, {"--token", kAliceToken, "describe", id})));
+    EXPECT_TRUE(Unavailable(
+        WsctlAt(srv, with(alice, {"--tls-server-name", "wrong.test", "describe", id}))));
+    // The name the certificate does carry, instead of the address's host.
+    Result named =
+        WsctlAt(srv, with(alice, {"--tls-server-name", "workspaced.test", "describe", id}));
+    EXPECT_EQ(named.code, 0) << named.err;
+
+    EXPECT_EQ(WsctlAt(srv, with(alice, {"close", id})).code, 0);
+}
+
+TEST(WsctlTls, UnreadableOrWrongFilesAreOneLineErrors)
+{
+    std::string pki = MakePki();
+    std::string missing = pki + "/missing.pem";
+    // Nothing listens: the files are read before any connection.
+    RunOpts o;
+    o.use_addr_flag = false;
+    auto run = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), {"--addr", "127.0.0.1:1"});
+        return Wsctl(args, o);
+    };
+    Result r = run({"--tls-ca", missing, "providers"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.err, "wsctl: --tls-ca " + missing + ": No such file or directory\n");
+    o.env = {"WORKSPACED_TLS_CA=" + missing};
+    r = run({"providers"});
+    o.env.clear();
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.err, "wsctl: WORKSPACED_TLS_CA " + missing + ": No such file or directory\n");
+    r = run({"--tls-ca", pki + "/ca.pem", "--tls-cert", pki + "/alice.pem", "--tls-key", missing,
+             "providers"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.err, "wsctl: --tls-key " + missing + ": No such file or directory\n");
+    // A file that is not PEM at all.
+    r = run({"--tls-ca", pki + "/tokens", "providers"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.err, "wsctl: --tls-ca " + pki + "/tokens: not a PEM file\n");
+    // A directory.
+    r = run({"--tls-ca", pki, "providers"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.compare(0, 16 + pki.size(), "wsctl: --tls-ca " + pki), 0) << r.err;
+    // Over the size limit (1 MiB), however PEM it starts.
+    std::string big = pki + "/big.pem";
+    std::ofstream(big) << "-----BEGIN CERTIFICATE-----\n" << std::string(1u << 20, 'A');
+    r = run({"--tls-ca", big, "providers"});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_EQ(r.err, "wsctl: --tls-ca " + big + ": larger than 1048576 bytes\n");
+    // Half a key pair is a usage error.
+    r = run({"--tls-cert", pki + "/alice.pem", "providers"});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("--tls-cert without --tls-key"), std::string::npos) << r.err;
+}
+
+TEST(WsctlTls, PlaintextTokenToARemoteAddressWarns)
+{
+    // 0.0.0.0 is no loopback name, and nothing listens on port 1 of it:
+    // the warning comes before the connection fails.
+    RunOpts o;
+    o.use_addr_flag = false;
+    Result r = Wsctl({"--addr", "0.0.0.0:1", "--token", kAliceToken, "providers"}, o);
+    EXPECT_EQ(r.code, 1);
+    const std::string warning =
+        "wsctl: warning: the token goes to 0.0.0.0:1 in plaintext (use --tls or --tls-ca)\n";
+    EXPECT_EQ(r.err.compare(0, warning.size(), warning), 0) << r.err;
+    // No token, or TLS: no warning.
+    r = Wsctl({"--addr", "0.0.0.0:1", "providers"}, o);
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+    r = Wsctl({"--addr", "0.0.0.0:1", "--tls", "--token", kAliceToken, "providers"}, o);
+    EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+    // Loopback names and unix sockets do not leave the machine.
+    for (const char *a : {"127.0.0.1:1", "localhost:1", "[::1]:1", "unix:/nonexistent"}) {
+        r = Wsctl({"--addr", a, "--token", kAliceToken, "providers"}, o);
+        EXPECT_EQ(r.code, 1) << a;
+        EXPECT_EQ(r.err.find("warning"), std::string::npos) << a << ": " << r.err;
+    }
+    // And --help says so.
+    Result help = Wsctl({"--help"}, o);
+    EXPECT_EQ(help.code, 0);
+    for (const char *opt : {"--tls-ca FILE", "--tls-cert FILE", "--tls-key FILE",
+                            "--tls-server-name NAME", "WORKSPACED_TLS_CA", "plaintext"})
+        EXPECT_NE(help.out.find(opt), std::string::npos) << opt;
+}
+
+TEST(WsctlTls, MutualTlsNamesTheTenantByCertificate)
+{
+    std::string pki = MakePki();
+    Server srv({"--tokens-file", pki + "/tokens", "--tls-cert", pki + "/server.pem", "--tls-key",
+                pki + "/server.key", "--tls-client-ca", pki + "/ca.pem"});
+    const std::vector<std::string> alice = {"--tls-ca",   pki + "/ca.pem",
+                                            "--tls-cert", pki + "/alice.pem",
+                                            "--tls-key",  pki + "/alice.key"};
+    auto with = [&](std::vector<std::string> cmd) {
+        std::vector<std::string> v = alice;
+        v.insert(v.end(), cmd.begin(), cmd.end());
+        return v;
+    };
+    // Alice's certificate alone, no token.
+    Result open = WsctlAt(srv, with({"open", "--provider", "local-bash", "--allow", kAllow}));
+    ASSERT_EQ(open.code, 0) << open.err;
+    std::string id = Trim(open.out);
+    Result put = WsctlAt(srv, with({"put", id, "mine.txt"}), {}, "alice's\n");
+    EXPECT_EQ(put.code, 0) << put.err;
+    Result ex = WsctlAt(srv, with({"exec", id, "--", "cat", "mine.txt"}));
+    EXPECT_EQ(ex.code, 0) << ex.err;
+    EXPECT_EQ(ex.out, "alice's\n");
+
+    // The certificate through the environment.
+    Result env = WsctlAt(srv, {"cat", id, "mine.txt"},
+                         {"WORKSPACED_TLS_CA=" + pki + "/ca.pem",
+                          "WORKSPACED_TLS_CERT=" + pki + "/alice.pem",
+                          "WORKSPACED_TLS_KEY=" + pki + "/alice.key"});
+    EXPECT_EQ(env.code, 0) << env.err;
+    EXPECT_EQ(env.out, "alice's\n");
+
+    // Bob's token decides over alice's certificate: the workspace is
+    // nobody bob knows.
+    Result bob = WsctlAt(srv, with({"--token", kBobToken, "cat", id, "mine.txt"}));
+    EXPECT_EQ(bob.code, 1);
+    EXPECT_EQ(bob.err.compare(0, 26, "wsctl: NO_SUCH_WORKSPACE: "), 0) << bob.err;
+    Result bob_describe = WsctlAt(srv, with({"--token", kBobToken, "--json", "describe", id}));
+    EXPECT_EQ(bob_describe.code, 1);
+    EXPECT_EQ(bob_describe.out, "");
+
+    // No client certificate, or one from a CA the server does not trust:
+    // the handshake fails, token or not.
+    EXPECT_TRUE(Unavailable(WsctlAt(srv, {"--tls-ca", pki + "/ca.pem", "describe", id})));
+    EXPECT_TRUE(Unavailable(
+        WsctlAt(srv, {"--tls-ca", pki + "/ca.pem", "--token", kAliceToken, "describe", id})));
+    EXPECT_TRUE(
+        Unavailable(WsctlAt(srv, {"--tls-ca", pki + "/ca.pem", "--tls-cert", pki + "/stranger.pem",
+                                  "--tls-key", pki + "/stranger.key", "describe", id})));
+
+    EXPECT_EQ(WsctlAt(srv, with({"close", id})).code, 0);
 }
 
 } // namespace

@@ -14,8 +14,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <sstream>
+#include <system_error>
 
 #include <gtest/gtest.h>
 
@@ -96,11 +98,12 @@ int RunToExit(const std::vector<std::string> &args, std::string *output)
     return status;
 }
 
-// The real server, started once for the suite from the test's runfiles.
+// The real server, started once for the suite from the test's runfiles
+// (the TLS tests start their own, with `extra` flags).
 class Server
 {
   public:
-    Server()
+    explicit Server(const std::vector<std::string> &extra = {})
     {
         std::string state = TmpDir();
         int p[2];
@@ -108,6 +111,7 @@ class Server
             abort();
         std::vector<std::string> args = {"server/workspaced", "--listen", "127.0.0.1:0",
                                          "--state-dir", state + "/state"};
+        args.insert(args.end(), extra.begin(), extra.end());
         std::vector<char *> argv;
         for (auto &a : args)
             argv.push_back(&a[0]);
@@ -867,6 +871,173 @@ TEST(Example, AgentLoopRuns)
     EXPECT_LT(streamed, exit_line);
     EXPECT_LT(exit_line, lines);
     EXPECT_LT(lines, closed);
+}
+
+// ---------------------------------------------------------------- TLS
+
+// The fixture shared by the clients' suites makes the certificates and the
+// tokens file; its tokens are fixed.
+const char *const kAliceToken = "tok-alice-0123456789";
+const char *const kBobToken = "tok-bob-9876543210";
+
+std::string MakePki()
+{
+    std::string dir = TmpDir();
+    std::string out;
+    int status = RunToExit({"clients/testdata/pki.sh", dir}, &out);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "pki.sh: %s\n", out.c_str());
+        abort();
+    }
+    return dir;
+}
+
+std::vector<std::string> TlsServerFlags(const std::string &pki, bool mutual)
+{
+    std::vector<std::string> f = {"--tokens-file",     pki + "/tokens", "--tls-cert",
+                                  pki + "/server.pem", "--tls-key",     pki + "/server.key"};
+    if (mutual) {
+        f.push_back("--tls-client-ca");
+        f.push_back(pki + "/ca.pem");
+    }
+    return f;
+}
+
+// A client with the CA file `ca`, client certificate `client` ("": none),
+// `token` ("": none) and server name ("": the host).
+workspaced::Client DialTls(const Server &srv, const std::string &pki, const std::string &ca,
+                           const std::string &client, const std::string &token,
+                           const std::string &server_name = "")
+{
+    workspaced::ConnectOptions o;
+    o.token = token;
+    o.tls = workspaced::TlsOptions::FromFiles(
+        pki + "/" + ca, client.empty() ? "" : pki + "/" + client + ".pem",
+        client.empty() ? "" : pki + "/" + client + ".key", server_name);
+    return workspaced::Client::Connect(srv.address(), o);
+}
+
+// The connection never came up: UNAVAILABLE, no reason, transient.
+template <typename F>::testing::AssertionResult Unavailable(F &&call)
+{
+    try {
+        call();
+    } catch (const workspaced::Error &e) {
+        if (typeid(e) == typeid(workspaced::Error) && e.code() == grpc::StatusCode::UNAVAILABLE &&
+            e.reason().empty() && e.transient())
+            return ::testing::AssertionSuccess();
+        return ::testing::AssertionFailure()
+               << "code " << e.code() << " reason '" << e.reason() << "': " << e.what();
+    }
+    return ::testing::AssertionFailure() << "no error";
+}
+
+template <typename F>::testing::AssertionResult Unauthenticated(F &&call)
+{
+    try {
+        call();
+    } catch (const workspaced::Unauthenticated &e) {
+        if (e.code() == grpc::StatusCode::UNAUTHENTICATED && e.message() == "unauthenticated" &&
+            !e.transient())
+            return ::testing::AssertionSuccess();
+        return ::testing::AssertionFailure() << "code " << e.code() << ": " << e.what();
+    } catch (const workspaced::Error &e) {
+        return ::testing::AssertionFailure()
+               << "not Unauthenticated: code " << e.code() << ": " << e.what();
+    }
+    return ::testing::AssertionFailure() << "no error";
+}
+
+TEST(Tls, TokenOverTlsRunsTheWholeCycle)
+{
+    std::string pki = MakePki();
+    Server srv(TlsServerFlags(pki, false));
+    auto alice = DialTls(srv, pki, "ca.pem", "", kAliceToken);
+    std::string id;
+    {
+        auto ws = OpenShell(alice);
+        id = ws.id();
+        ws.WriteFile("notes.txt", "over tls\n");
+        auto r = ws.Run({"sh", "-c", "cat notes.txt; echo done"});
+        EXPECT_EQ(r.out, "over tls\ndone\n");
+        EXPECT_TRUE(r.result.success());
+        EXPECT_EQ(ws.ReadFile("notes.txt"), "over tls\n");
+        EXPECT_FALSE(ws.Close());
+    }
+    for (const auto &w : alice.List())
+        EXPECT_NE(w.id(), id);
+
+    // A wrong token and none: Unauthenticated, and Open does not retry it.
+    for (const std::string tok : {"tok-mallory", "tok-alice-0123456789x", ""}) {
+        SCOPED_TRACE(tok);
+        auto c = DialTls(srv, pki, "ca.pem", "", tok);
+        EXPECT_TRUE(Unauthenticated([&] { c.List(); }));
+        std::vector<int64_t> sleeps;
+        EXPECT_TRUE(Unauthenticated([&] { c.Open(workspaced::Memory(), {}, Recording(&sleeps)); }));
+        EXPECT_TRUE(sleeps.empty());
+    }
+
+    // The wrong CA, a name the certificate does not carry, plaintext.
+    auto wrong_ca = DialTls(srv, pki, "otherca.pem", "", kAliceToken);
+    EXPECT_TRUE(Unavailable([&] { wrong_ca.List(); }));
+    EXPECT_TRUE(Unavailable(
+        [&] { wrong_ca.Open(workspaced::Memory(), {}, workspaced::RetryPolicy::None()); }));
+    auto wrong_name = DialTls(srv, pki, "ca.pem", "", kAliceToken, "wrong.test");
+    EXPECT_TRUE(Unavailable([&] { wrong_name.List(); }));
+    workspaced::ConnectOptions plain;
+    plain.token = kAliceToken;
+    auto plaintext = workspaced::Client::Connect(srv.address(), plain);
+    EXPECT_TRUE(Unavailable([&] { plaintext.List(); }));
+    // The name the certificate does carry, instead of the address's host.
+    EXPECT_EQ(DialTls(srv, pki, "ca.pem", "", kAliceToken, "workspaced.test").Providers().size(),
+              4u);
+}
+
+TEST(Tls, FromFilesRefusesWhatItCannotRead)
+{
+    std::string pki = MakePki();
+    try {
+        workspaced::TlsOptions::FromFiles(pki + "/missing.pem");
+        ADD_FAILURE() << "no error";
+    } catch (const std::system_error &e) {
+        EXPECT_EQ(e.code().value(), ENOENT);
+        EXPECT_NE(std::string(e.what()).find(pki + "/missing.pem"), std::string::npos) << e.what();
+    }
+    // Not PEM, or a directory: never silently "no CA" (the system roots).
+    EXPECT_THROW(workspaced::TlsOptions::FromFiles(pki + "/tokens"), std::invalid_argument);
+    EXPECT_THROW(workspaced::TlsOptions::FromFiles(pki), std::exception);
+    // Half a key pair.
+    EXPECT_THROW(workspaced::TlsOptions::FromFiles(pki + "/ca.pem", pki + "/alice.pem"),
+                 std::invalid_argument);
+    auto o = workspaced::TlsOptions::FromFiles(pki + "/ca.pem", pki + "/alice.pem",
+                                               pki + "/alice.key", "workspaced.test");
+    EXPECT_NE(o.root_certs.find("-----BEGIN CERTIFICATE-----"), std::string::npos);
+    EXPECT_NE(o.private_key.find("PRIVATE KEY-----"), std::string::npos);
+    EXPECT_EQ(o.server_name_override, "workspaced.test");
+}
+
+TEST(Tls, MutualTlsNamesTheTenantByCertificate)
+{
+    std::string pki = MakePki();
+    Server srv(TlsServerFlags(pki, true));
+    auto alice = DialTls(srv, pki, "ca.pem", "alice", "");
+    auto ws = OpenShell(alice);
+    ws.WriteFile("mine.txt", "alice's\n");
+    EXPECT_EQ(ws.Run({"cat", "mine.txt"}).out, "alice's\n");
+
+    // Bob's token decides over alice's certificate: nothing of alice's.
+    auto bob = DialTls(srv, pki, "ca.pem", "alice", kBobToken);
+    EXPECT_TRUE(bob.List().empty());
+    EXPECT_THROW(bob.Resolve(ws.ref()), workspaced::NoSuchWorkspace);
+    EXPECT_EQ(alice.Resolve(ws.ref()).ReadFile("mine.txt"), "alice's\n");
+
+    // No client certificate, or one from a CA the server does not trust.
+    auto none = DialTls(srv, pki, "ca.pem", "", "");
+    EXPECT_TRUE(Unavailable([&] { none.List(); }));
+    auto token_only = DialTls(srv, pki, "ca.pem", "", kAliceToken);
+    EXPECT_TRUE(Unavailable([&] { token_only.List(); }));
+    auto stranger = DialTls(srv, pki, "ca.pem", "stranger", "");
+    EXPECT_TRUE(Unavailable([&] { stranger.List(); }));
 }
 
 } // namespace

@@ -1,8 +1,12 @@
 #include "clients/cpp/workspaced.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <istream>
+#include <iterator>
+#include <system_error>
 #include <ostream>
 #include <random>
 
@@ -115,6 +119,9 @@ void ThrowStatus(const grpc::Status &status)
             break;
         }
     }
+    // The server's refusal of credentials comes with the bare code.
+    if (reason.empty() && status.error_code() == grpc::StatusCode::UNAUTHENTICATED)
+        throw Unauthenticated(status.error_code(), reason, status.error_message());
     auto it = Throwers().find(reason);
     if (it != Throwers().end())
         it->second(status.error_code(), reason, status.error_message(), std::move(metadata));
@@ -918,6 +925,44 @@ void Workspace::Kill(const std::string &tag_or_id, int sig)
 
 Client::Client(std::shared_ptr<Core> core) : core_(std::move(core))
 {
+}
+
+namespace
+{
+
+// A PEM file's text. An empty or non-PEM file throws too: an empty CA
+// would otherwise mean the system roots.
+std::string ReadPemFile(const std::string &path)
+{
+    std::ifstream f(path, std::ios::binary);
+    if (!f)
+        throw std::system_error(errno ? errno : EIO, std::generic_category(),
+                                "workspaced: " + path);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    if (f.bad())
+        throw std::system_error(EIO, std::generic_category(), "workspaced: " + path);
+    if (text.find("-----BEGIN ") == std::string::npos)
+        throw std::invalid_argument("workspaced: " + path + ": not a PEM file");
+    return text;
+}
+
+} // namespace
+
+TlsOptions TlsOptions::FromFiles(const std::string &ca_file, const std::string &cert_file,
+                                 const std::string &key_file,
+                                 const std::string &server_name_override)
+{
+    if (cert_file.empty() != key_file.empty())
+        throw std::invalid_argument("workspaced: a client certificate and its key go together");
+    TlsOptions o;
+    if (!ca_file.empty())
+        o.root_certs = ReadPemFile(ca_file);
+    if (!cert_file.empty()) {
+        o.cert_chain = ReadPemFile(cert_file);
+        o.private_key = ReadPemFile(key_file);
+    }
+    o.server_name_override = server_name_override;
+    return o;
 }
 
 Client Client::Connect(const std::string &address, ConnectOptions opts)

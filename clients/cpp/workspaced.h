@@ -135,7 +135,10 @@ WORKSPACED_ERROR_TYPE(Cancelled)         // CANCELLED
 WORKSPACED_ERROR_TYPE(Deadline)          // DEADLINE
 WORKSPACED_ERROR_TYPE(Unimplemented)     // UNIMPLEMENTED
 WORKSPACED_ERROR_TYPE(Internal)          // INTERNAL
-WORKSPACED_ERROR_TYPE(Unauthenticated)   // UNAUTHENTICATED
+// UNAUTHENTICATED with or without ErrorInfo: the server refuses credentials
+// with the bare code (a missing or unknown token, a client certificate
+// that names no tenant).
+WORKSPACED_ERROR_TYPE(Unauthenticated)
 
 #undef WORKSPACED_ERROR_TYPE
 
@@ -241,10 +244,19 @@ class Capabilities
 struct TlsOptions {
     // PEM; empty root_certs: the system roots.
     std::string root_certs;
+    // A client certificate chain and its key for mutual TLS: both or
+    // neither.
     std::string cert_chain;
     std::string private_key;
     // Checked against the server certificate instead of the address's host.
     std::string server_name_override;
+
+    // Reads the PEM files now (an empty path: that part left empty). A file
+    // that cannot be read throws std::system_error naming it, instead of a
+    // failed handshake on the first call.
+    static TlsOptions FromFiles(const std::string &ca_file, const std::string &cert_file = "",
+                                const std::string &key_file = "",
+                                const std::string &server_name_override = "");
 };
 
 struct ConnectOptions {

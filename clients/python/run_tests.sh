@@ -8,6 +8,7 @@ runfiles="${TEST_SRCDIR:?run under bazel test}/${TEST_WORKSPACE:-workspaced}"
 pkg="$runfiles/clients/python"
 
 export WORKSPACED_BIN="$runfiles/server/workspaced"
+export WORKSPACED_TEST_PKI="$runfiles/clients/testdata/pki.sh"
 [ -x "$WORKSPACED_BIN" ] || { echo "python_test: no server at $WORKSPACED_BIN" >&2; exit 1; }
 [ -f "$pkg/gen/workspace/v1/exec_pb2_grpc.py" ] || { echo "python_test: generated stubs missing" >&2; exit 1; }
 

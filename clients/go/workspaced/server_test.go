@@ -26,6 +26,12 @@ type server struct {
 // binary is required: a client test that silently skips proves nothing.
 func startServer(t *testing.T, env ...string) *server {
 	t.Helper()
+	return startServerArgs(t, nil, env...)
+}
+
+// startServerArgs is startServer with more flags (TLS, tokens).
+func startServerArgs(t *testing.T, args []string, env ...string) *server {
+	t.Helper()
 	bin := os.Getenv("WORKSPACED_BIN")
 	if bin == "" {
 		t.Fatal("WORKSPACED_BIN is not set: it must name the workspaced server binary")
@@ -37,7 +43,8 @@ func startServer(t *testing.T, env ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--state-dir", state, "--kill-grace-ms", "200")
+	argv := append([]string{"--listen", "127.0.0.1:0", "--state-dir", state, "--kill-grace-ms", "200"}, args...)
+	cmd := exec.Command(bin, argv...)
 	cmd.Env = append(os.Environ(), env...)
 	// The server logs every command to stderr: keep it out of the test
 	// output unless the test fails.

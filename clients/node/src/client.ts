@@ -4,7 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import { WorkspacedError } from './errors';
 import { resolveProtoDir } from './proto';
 import { DEFAULT_RETRY_POLICY, RetryPolicy, withRetry } from './retry';
-import { TlsOptions, Transport } from './transport';
+import { TlsFiles, tlsFiles, TlsOptions, Transport } from './transport';
 import { Workspace } from './workspace';
 import type { Capabilities } from '../gen/workspace/v1/Capabilities';
 import type { DockerConfig } from '../gen/workspace/v1/DockerConfig';
@@ -14,7 +14,8 @@ import type { ProviderInfo__Output } from '../gen/workspace/v1/ProviderInfo';
 import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
 import type { WorkspaceSummary__Output } from '../gen/workspace/v1/WorkspaceSummary';
 
-export type { Capabilities, TlsOptions };
+export type { Capabilities, TlsFiles, TlsOptions };
+export { tlsFiles };
 export type ProviderInfo = ProviderInfo__Output;
 export type WorkspaceSummary = WorkspaceSummary__Output;
 
@@ -26,7 +27,10 @@ export interface ConnectOptions {
   address?: string;
   /** Bearer token; default $WORKSPACED_TOKEN. */
   token?: string;
-  /** true for TLS with the system roots, or roots / client cert / name override. */
+  /**
+   * true for TLS with the system roots, or roots / client cert / name
+   * override as PEM (tlsFiles() reads them from paths).
+   */
   tls?: TlsOptions | boolean;
   /** Where workspace/v1/*.proto live; default $WORKSPACED_PROTO_DIR, else the repository's proto/. */
   protoDir?: string;

@@ -81,6 +81,11 @@ export class CapabilityMissing extends WorkspacedError {
   }
 }
 export class BadRef extends WorkspacedError {}
+/**
+ * The server refused the credentials: a missing or unknown token, or a
+ * client certificate that names no tenant. It says nothing more, so
+ * `reason` may be "".
+ */
 export class Unauthenticated extends WorkspacedError {}
 export class SymlinkLoop extends WorkspacedError {}
 export class BadPath extends WorkspacedError {}
@@ -175,7 +180,8 @@ export type StatusDecoder = (buf: Buffer) => {
 /**
  * Turns whatever a grpc-js call failed with into a WorkspacedError subclass.
  * The reason comes from ErrorInfo in the trailer only; without details the
- * result is the base class with reason "" and the call's gRPC code.
+ * result is the base class with reason "" and the call's gRPC code, except
+ * UNAUTHENTICATED, which is always Unauthenticated.
  */
 export function toWorkspacedError(err: unknown, decode: StatusDecoder): WorkspacedError {
   if (err instanceof WorkspacedError) return err;
@@ -197,7 +203,10 @@ export function toWorkspacedError(err: unknown, decode: StatusDecoder): Workspac
     }
   }
   if (!info || !info.reason) {
-    return new WorkspacedError(code, '', message, {}, { cause: err });
+    // The server refuses credentials before any handler runs, with the bare
+    // code and no details (as a proxy in front of it would).
+    const Base = code === GrpcStatus.UNAUTHENTICATED ? Unauthenticated : WorkspacedError;
+    return new Base(code, '', message, {}, { cause: err });
   }
   const Cls = (info.domain === ERROR_DOMAIN && ERROR_CLASSES[info.reason]) || WorkspacedError;
   return new Cls(code, info.reason, message, info.metadata ?? {}, { cause: err, domain: info.domain });

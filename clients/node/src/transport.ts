@@ -1,5 +1,7 @@
 // The channel, the stubs and the per-call plumbing (auth metadata, error
 // decoding) shared by Client, Workspace and Process.
+import * as fs from 'node:fs';
+
 import * as grpc from '@grpc/grpc-js';
 
 import { toWorkspacedError, WorkspacedError } from './errors';
@@ -18,6 +20,39 @@ export interface TlsOptions {
   privateKey?: Buffer | string;
   /** Expected server name, when it differs from the address's host. */
   serverNameOverride?: string;
+}
+
+/** Where tlsFiles() reads the PEM files of a TLS or mutual TLS connection. */
+export interface TlsFiles {
+  /** CA bundle that verifies the server; omitted: the system roots. */
+  ca?: string;
+  /** Client certificate (chain) and its key, for mutual TLS: both or neither. */
+  cert?: string;
+  key?: string;
+  /** The name the server's certificate must carry, when it is not the address's host. */
+  serverName?: string;
+}
+
+/**
+ * TlsOptions from file paths, read now: a missing or unreadable file throws
+ * here (ENOENT, EACCES, ...), a file without PEM a TypeError, rather than a
+ * failed handshake later.
+ */
+export function tlsFiles(files: TlsFiles): TlsOptions {
+  if (!files.cert !== !files.key) throw new TypeError('tlsFiles: cert and key go together');
+  const read = (p: string | undefined) => {
+    if (p === undefined) return undefined;
+    const pem = fs.readFileSync(p);
+    // An empty CA would quietly mean the system roots.
+    if (!pem.includes('-----BEGIN ')) throw new TypeError(`${p}: not a PEM file`);
+    return pem;
+  };
+  return {
+    rootCerts: read(files.ca),
+    certChain: read(files.cert),
+    privateKey: read(files.key),
+    serverNameOverride: files.serverName,
+  };
 }
 
 export interface TransportOptions {

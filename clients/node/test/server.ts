@@ -27,11 +27,12 @@ export interface Server {
 }
 
 /** Starts the server; `port` 0 lets it pick one (read back from its banner). */
-export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv } = {}): Promise<Server> {
+export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv; args?: string[] } = {}): Promise<Server> {
   const bin = serverBin();
   const base = process.env.TEST_TMPDIR ?? os.tmpdir();
   const stateDir = fs.mkdtempSync(path.join(base, 'wsd-state-'));
-  const proc = spawn(bin, ['--listen', `127.0.0.1:${opts.port ?? 0}`, '--state-dir', stateDir], {
+  const args = ['--listen', `127.0.0.1:${opts.port ?? 0}`, '--state-dir', stateDir, ...(opts.args ?? [])];
+  const proc = spawn(bin, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...opts.env },
   });

@@ -40,9 +40,11 @@ def server_binary():
 
 
 class Server:
-    """A workspaced process on 127.0.0.1:<free port>, stopped with SIGTERM."""
+    """A workspaced process on 127.0.0.1:<free port>, stopped with SIGTERM.
 
-    def __init__(self):
+    extra_args: more flags (TLS, tokens)."""
+
+    def __init__(self, extra_args=()):
         self.tmp = tempfile.mkdtemp(prefix="wsd-", dir=os.environ.get("TEST_TMPDIR"))
         self.state = os.path.join(self.tmp, "state")
         # The server's log (one JSON line per command) goes to a file, shown
@@ -51,7 +53,7 @@ class Server:
         self.log_path = os.path.join(self.tmp, "server.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [server_binary(), "--listen", "127.0.0.1:0", "--state-dir", self.state],
+            [server_binary(), "--listen", "127.0.0.1:0", "--state-dir", self.state, *extra_args],
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,

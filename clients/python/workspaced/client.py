@@ -70,7 +70,8 @@ class TLSConfig:
     """TLS settings of a connection.
 
     root_certificates: PEM bytes (or a path) of the CA to trust; None uses
-        the system roots.
+        the system roots. Paths are read by connect(): a missing file raises
+        OSError there, a file without PEM ValueError.
     certificate_chain / private_key: PEM bytes or paths of a client
         certificate, for servers that want mutual TLS.
     server_name_override: the name to verify the server's certificate
@@ -87,7 +88,11 @@ class TLSConfig:
         if value is None or isinstance(value, bytes):
             return value
         with open(value, "rb") as f:
-            return f.read()
+            data = f.read()
+        # An empty CA would quietly mean the system roots.
+        if b"-----BEGIN " not in data:
+            raise ValueError("%s: not a PEM file" % value)
+        return data
 
     def credentials(self):
         return grpc.ssl_channel_credentials(

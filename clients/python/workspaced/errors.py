@@ -106,7 +106,9 @@ class BadRef(WorkspacedError):
 
 
 class Unauthenticated(WorkspacedError):
-    """The server refused the credentials."""
+    """The server refused the credentials: a missing or unknown token, or a
+    client certificate that names no tenant. The server says nothing more
+    (no ErrorInfo), so `.reason` may be ""."""
 
 
 _BY_REASON = {
@@ -156,6 +158,9 @@ def from_rpc_error(err):
     trailers = err.trailing_metadata() if hasattr(err, "trailing_metadata") else None
     message, info = _error_info(trailers)
     if info is None:
-        return WorkspacedError(code, "", details or message or "", {})
+        # The server refuses credentials before any handler runs, with the
+        # bare code and no details (a proxy in front would do the same).
+        cls = Unauthenticated if code == grpc.StatusCode.UNAUTHENTICATED else WorkspacedError
+        return cls(code, "", details or message or "", {})
     cls = _BY_REASON.get(info.reason, WorkspacedError)
     return cls(code, info.reason, message or details or "", dict(info.metadata))

@@ -67,8 +67,9 @@ const char *ws_exec_containment(const struct ws_exec *e);
  * -EEXIST (tag in use, diag metadata "tag"), -WS_EQUOTA (metadata "quota"
  * = "processes", "tenant_running_commands" or "processes_total", and
  * "limit"), -WS_ENOWORKSPACE (the workspace is closing), or the spawn's
- * error. Nothing is spawned on any of these. Takes cfg->wrapper->arg in
- * every case (freed through its free hook on failure). */
+ * error. Tag and quota refusals come before anything is spawned. Takes
+ * cfg->wrapper->arg in every case (freed through its free hook on
+ * failure). */
 int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
                       const struct ws_proc_config *cfg, struct ws_diag *d, struct ws_proc **ret);
 /* ws_exec_start_for with no tenant. */

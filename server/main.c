@@ -56,6 +56,8 @@ struct options {
     bool allow_plaintext;
     unsigned long tenant_max_workspaces;
     unsigned long tenant_opens_per_minute;
+    unsigned long tenant_max_commands;
+    unsigned long long tenant_max_bytes;
     /* Observability and transport limits. */
     const char *metrics_listen;
     bool metrics_allow_remote;
@@ -79,6 +81,8 @@ static void usage(FILE *f)
         "  --allow-plaintext      allow a non-loopback address without TLS\n"
         "  --tenant-max-workspaces N   open workspaces per tenant, 0: no quota [0]\n"
         "  --tenant-opens-per-minute N Opens per tenant and minute, 0: no quota [0]\n"
+        "  --tenant-max-commands N     running commands per tenant, 0: no quota [0]\n"
+        "  --tenant-max-bytes BYTES    bytes of files in a tenant's workspaces, 0: no quota [0]\n"
         "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
         "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
         "  --max-workspaces N     cap on open workspaces [%d]\n"
@@ -182,6 +186,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         PLAINTEXT,
         TENANTWS,
         TENANTOPENS,
+        TENANTCMDS,
+        TENANTBYTES,
         METRICS,
         METRICS_REMOTE,
         MAXMSG,
@@ -209,6 +215,8 @@ static int parse_args(int argc, char **argv, struct options *o)
         {"allow-plaintext", no_argument, NULL, PLAINTEXT},
         {"tenant-max-workspaces", required_argument, NULL, TENANTWS},
         {"tenant-opens-per-minute", required_argument, NULL, TENANTOPENS},
+        {"tenant-max-commands", required_argument, NULL, TENANTCMDS},
+        {"tenant-max-bytes", required_argument, NULL, TENANTBYTES},
         {"metrics-listen", required_argument, NULL, METRICS},
         {"metrics-allow-remote", no_argument, NULL, METRICS_REMOTE},
         {"max-message-bytes", required_argument, NULL, MAXMSG},
@@ -306,6 +314,16 @@ static int parse_args(int argc, char **argv, struct options *o)
             if (!parse_ull(optarg, 1000000, &v))
                 goto bad;
             o->tenant_opens_per_minute = (unsigned long)v;
+            break;
+        case TENANTCMDS:
+            if (!parse_ull(optarg, 1000000, &v))
+                goto bad;
+            o->tenant_max_commands = (unsigned long)v;
+            break;
+        case TENANTBYTES:
+            if (!parse_ull(optarg, 1ull << 50, &v))
+                goto bad;
+            o->tenant_max_bytes = v;
             break;
         case METRICS:
             o->metrics_listen = optarg;
@@ -579,6 +597,7 @@ int main(int argc, char **argv)
         .memory_max_bytes = o.memory_max_bytes,
         .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
         .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
+        .tenant_max_bytes = o.tenant_max_bytes,
     };
     err = ws_registry_new(&rc_cfg, &reg);
     if (err < 0) {
@@ -617,6 +636,7 @@ int main(int argc, char **argv)
         .sandbox_dir = sandbox_dir,
         .server_id = server_id,
         .audit_dir = audit_dir,
+        .tenant_max_commands = (unsigned)o.tenant_max_commands,
     };
     err = ws_services_new(reg, &sc, &svc);
     if (err < 0)

@@ -9,10 +9,20 @@
 
 #define BUCKETS 256
 
+/* One tenant's running commands; exists while it has any. */
+struct tenant_run {
+    char name[WS_EXEC_TENANT_MAX + 1];
+    unsigned running;
+    struct tenant_run *next;
+};
+
 struct entry {
     struct ws_proc *p; /* NULL while its spawn is in progress */
     char tag[WS_PROC_TAG_MAX + 1];
     bool running;
+    /* The tenant count this command holds a place in while running; NULL:
+     * none. */
+    struct tenant_run *tenant;
     struct entry *next;
 };
 
@@ -34,6 +44,7 @@ struct ws_exec {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* signalled whenever a command ends */
     unsigned running;
+    struct tenant_run *tenants;
     struct table *buckets[BUCKETS];
     /* Tables of closed workspaces, kept so a command racing its
      * workspace's Close is refused; the oldest are dropped past
@@ -67,6 +78,49 @@ static struct table *table_get(struct ws_exec *e, const char *ws_id, bool create
     t->next = e->buckets[b];
     e->buckets[b] = t;
     return t;
+}
+
+/* The tenant's count, made when missing; NULL when that allocation
+ * fails. Lock held. */
+static struct tenant_run *tenant_get(struct ws_exec *e, const char *name)
+{
+    struct tenant_run *t;
+
+    for (t = e->tenants; t; t = t->next)
+        if (strcmp(t->name, name) == 0)
+            return t;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return NULL;
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    t->next = e->tenants;
+    e->tenants = t;
+    return t;
+}
+
+/* Frees the tenant's count once nothing runs for it; lock held. */
+static void tenant_put(struct ws_exec *e, struct tenant_run *t)
+{
+    if (!t || t->running)
+        return;
+    for (struct tenant_run **pp = &e->tenants; *pp; pp = &(*pp)->next)
+        if (*pp == t) {
+            *pp = t->next;
+            free(t);
+            return;
+        }
+}
+
+/* A running entry stops counting (ended, or never started); lock held. */
+static void entry_stopped(struct ws_exec *e, struct table *t, struct entry *en)
+{
+    t->running--;
+    e->running--;
+    if (en->tenant) {
+        en->tenant->running--;
+        tenant_put(e, en->tenant);
+        en->tenant = NULL;
+    }
 }
 
 int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
@@ -166,9 +220,8 @@ static void on_proc_done(void *arg, struct ws_proc *p)
         for (struct entry *en = t->entries; en; en = en->next)
             if (en->p == p && en->running) {
                 en->running = false;
-                t->running--;
                 t->finished++;
-                e->running--;
+                entry_stopped(e, t, en);
                 break;
             }
         trim_finished(t, drop, &n_drop, sizeof(drop) / sizeof(drop[0]));
@@ -194,11 +247,24 @@ static void release_wrapper(const struct ws_proc_config *cfg)
 int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
                   struct ws_diag *d, struct ws_proc **ret)
 {
+    return ws_exec_start_for(e, NULL, ws_id, cfg, d, ret);
+}
+
+int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
+                      const struct ws_proc_config *cfg, struct ws_diag *d, struct ws_proc **ret)
+{
     struct entry *en = calloc(1, sizeof(*en));
     struct done_ctx *dc = calloc(1, sizeof(*dc));
+    struct tenant_run *tr = NULL;
     struct ws_proc *p = NULL;
     int err;
 
+    if (tenant && strlen(tenant) > WS_EXEC_TENANT_MAX) {
+        free(en);
+        free(dc);
+        release_wrapper(cfg);
+        return -EINVAL;
+    }
     if (!en || !dc) {
         free(en);
         free(dc);
@@ -235,6 +301,20 @@ int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_con
         ws_diag_meta(d, "quota", "%s", "processes");
         goto unlock_fail;
     }
+    if (tenant && tenant[0]) {
+        tr = tenant_get(e, tenant);
+        err = -ENOMEM;
+        if (!tr)
+            goto unlock_fail;
+        if (e->cfg.running_per_tenant && tr->running >= e->cfg.running_per_tenant) {
+            err = -WS_EQUOTA;
+            ws_diag_set(d, "too many running commands for this tenant (limit %u)",
+                        e->cfg.running_per_tenant);
+            ws_diag_meta(d, "quota", "%s", "tenant_running_commands");
+            ws_diag_meta(d, "limit", "%u", e->cfg.running_per_tenant);
+            goto unlock_fail;
+        }
+    }
     if (e->running >= e->cfg.running_total) {
         err = -WS_EQUOTA;
         ws_diag_set(d, "the server already runs %u commands", e->running);
@@ -243,6 +323,11 @@ int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_con
     }
     t->running++;
     e->running++;
+    if (tr) {
+        tr->running++;
+        en->tenant = tr;
+        tr = NULL;
+    }
     en->next = t->entries;
     t->entries = en;
     pthread_mutex_unlock(&e->lock);
@@ -256,8 +341,7 @@ int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_con
                 *pp = en->next;
                 break;
             }
-        t->running--;
-        e->running--;
+        entry_stopped(e, t, en);
         pthread_cond_broadcast(&e->cond);
         pthread_mutex_unlock(&e->lock);
         free(en);
@@ -281,15 +365,16 @@ int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_con
         free(dc);
         pthread_mutex_lock(&e->lock);
         en->running = false;
-        t->running--;
         t->finished++;
-        e->running--;
+        entry_stopped(e, t, en);
         pthread_mutex_unlock(&e->lock);
     }
     *ret = p;
     return 0;
 
 unlock_fail:
+    /* A count made for this start alone goes again. */
+    tenant_put(e, tr);
     pthread_mutex_unlock(&e->lock);
     free(en);
     free(dc);
@@ -464,6 +549,11 @@ void ws_exec_free(struct ws_exec *e)
             }
             free(t);
         }
+    while (e->tenants) {
+        struct tenant_run *t = e->tenants;
+        e->tenants = t->next;
+        free(t);
+    }
     /* The pump runs the posted frees before it stops. */
     ws_pump_free(e->pump);
     ws_tree_host_free(e->trees);

@@ -2,6 +2,11 @@
  * each workspace's table of running and recently finished commands (ids,
  * tags, quotas, the audit record of every finished command).
  *
+ * Running commands are counted per workspace, per tenant (the tenant a
+ * workspace's commands were started for) and for the server; a command
+ * holds its place from ws_exec_start until its done callback, background
+ * ones included.
+ *
  * Thread safety: every function may be called from any thread except
  * ws_exec_free (not from the pump thread). Returned processes carry a
  * reference (ws_proc_unref).
@@ -34,6 +39,7 @@ struct ws_exec_config {
     const char *cgroup_root;        /* NULL: the host's freezer hierarchy */
     unsigned running_per_workspace; /* 0: default */
     unsigned running_total;         /* 0: default */
+    unsigned running_per_tenant;    /* 0: no per-tenant quota */
     /* Called once per finished command, on the pump thread (audit). */
     void (*on_finished)(void *ud, const char *workspace_id, struct ws_proc *p,
                         const struct ws_proc_result *r);
@@ -53,11 +59,20 @@ size_t ws_exec_table_count(struct ws_exec *e);
 /* "cgroup-v1-freezer" or "subreaper". */
 const char *ws_exec_containment(const struct ws_exec *e);
 
-/* Starts a command in workspace `ws_id`. Errors: -EEXIST (tag in use,
- * diag metadata "tag"), -WS_EQUOTA (metadata "quota" = "processes" or
- * "processes_total"), -WS_ENOWORKSPACE (the workspace is closing), or the
- * spawn's error. Takes cfg->wrapper->arg in every case (freed through its
- * free hook on failure). */
+/* Longest tenant name counted; a longer one is -EINVAL. */
+#define WS_EXEC_TENANT_MAX 64
+
+/* Starts a command in workspace `ws_id` on behalf of `tenant` (the
+ * workspace's owner; NULL or "": counted against no tenant). Errors:
+ * -EEXIST (tag in use, diag metadata "tag"), -WS_EQUOTA (metadata "quota"
+ * = "processes", "tenant_running_commands" or "processes_total", and
+ * "limit"), -WS_ENOWORKSPACE (the workspace is closing), or the spawn's
+ * error. Tag and quota refusals come before anything is spawned. Takes
+ * cfg->wrapper->arg in every case (freed through its free hook on
+ * failure). */
+int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
+                      const struct ws_proc_config *cfg, struct ws_diag *d, struct ws_proc **ret);
+/* ws_exec_start_for with no tenant. */
 int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
                   struct ws_diag *d, struct ws_proc **ret);
 

@@ -19,6 +19,7 @@
 #include "server/registry/config.h"
 #include "server/registry/ref.h"
 #include "server/registry/storage.h"
+#include "server/registry/usage.h"
 
 #define BUCKETS            256
 #define ID_PREFIX          "ws_"
@@ -38,6 +39,16 @@ struct ws_workspace {
     size_t token_len;
     /* Whether this entry counts against max_workspaces; registry lock. */
     bool counted;
+    /* The byte quota's figure (ws_registry_usage_charge); registry lock.
+     * `stale`: measure again before use; `unmeasurable`: the last measure
+     * could not finish, the tenant counts as full; `charges` moves with
+     * every charge, so a measure that overlapped one is not trusted. */
+    uint64_t usage;
+    bool usage_stale;
+    bool usage_unmeasurable;
+    uint64_t usage_charges;
+    /* One measure of this workspace at a time. */
+    pthread_mutex_t measure_lock;
     struct ws_workspace *next; /* hash chain; registry lock */
 
     pthread_mutex_t lock; /* everything below */
@@ -67,6 +78,7 @@ struct ws_registry {
     pthread_mutex_t lock;
     unsigned tenant_max_workspaces;
     unsigned tenant_opens_per_minute;
+    uint64_t tenant_max_bytes;
     struct tenant_use *tenants;
     struct ws_ref_key key;
     int state_fd;
@@ -298,6 +310,7 @@ static void workspace_free(struct ws_workspace *ws)
     ws_ref_record_free(ws->rec);
     free(ws->token);
     pthread_mutex_destroy(&ws->lock);
+    pthread_mutex_destroy(&ws->measure_lock);
     free(ws);
 }
 
@@ -341,7 +354,10 @@ static int workspace_new(struct ws_registry *r, uint8_t *token, size_t len, enum
     ws->token_len = len;
     ws->state = state;
     ws->opened_at_ms = rec->created_unix_ms;
+    /* Anything but a fresh Open (which clears it) holds files unknown. */
+    ws->usage_stale = true;
     pthread_mutex_init(&ws->lock, NULL);
+    pthread_mutex_init(&ws->measure_lock, NULL);
     *ret = ws;
     return 0;
 fail:
@@ -774,6 +790,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
 
     pthread_mutex_lock(&r->lock);
     ws->counted = true;
+    ws->usage_stale = false; /* new and empty */
     reserved = false;
     table_insert(r, ws);
     pthread_mutex_unlock(&r->lock);
@@ -852,6 +869,11 @@ int ws_registry_resolve(struct ws_registry *r, const char *tenant, const uint8_t
     if (err < 0) {
         ws_workspace_unref(ws);
         return err;
+    }
+    if (r->tenant_max_bytes) {
+        pthread_mutex_lock(&r->lock);
+        ws->usage_stale = true;
+        pthread_mutex_unlock(&r->lock);
     }
     ws_workspace_note(ws, 0, NULL);
     *ret = ws;
@@ -1059,6 +1081,158 @@ unlock:
     free(all);
 }
 
+/* ---- the per-tenant byte quota ---- */
+
+/* Measures the tenant's stale workspaces (each at most once at a time;
+ * a second caller waits for the first one's result). Registry lock not
+ * held. */
+static void usage_refresh(struct ws_registry *r, const char *tenant)
+{
+    struct ws_workspace **stale = NULL;
+    size_t n = 0, cap = 0;
+
+    pthread_mutex_lock(&r->lock);
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (struct ws_workspace *w = r->buckets[b]; w; w = w->next) {
+            if (!w->usage_stale || !w->counted || !owned_by(w, tenant))
+                continue;
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 16;
+                struct ws_workspace **tmp = reallocarray(stale, ncap, sizeof(*stale));
+                if (!tmp)
+                    goto unlock; /* the rest keep their last figure */
+                stale = tmp;
+                cap = ncap;
+            }
+            ws_workspace_ref(w);
+            stale[n++] = w;
+        }
+unlock:
+    pthread_mutex_unlock(&r->lock);
+    for (size_t i = 0; i < n; i++) {
+        struct ws_workspace *w = stale[i];
+        struct ws_fsops *ops = ws_workspace_fsops(w);
+        uint64_t bytes = 0, charges;
+        bool measure;
+        int err;
+
+        pthread_mutex_lock(&w->measure_lock);
+        pthread_mutex_lock(&r->lock);
+        /* Not attached yet (after a restart): it is measured once used. */
+        measure = w->usage_stale && ops;
+        if (measure)
+            w->usage_stale = false;
+        charges = w->usage_charges;
+        pthread_mutex_unlock(&r->lock);
+        if (measure) {
+            err = ws_usage_measure(ops, &bytes);
+            pthread_mutex_lock(&r->lock);
+            if (err == 0) {
+                w->usage = bytes;
+                w->usage_unmeasurable = false;
+            } else {
+                w->usage_unmeasurable = true;
+                /* Too big stays too big until its files change; anything
+                 * else is tried again next time. */
+                if (err != -WS_ELIMIT)
+                    w->usage_stale = true;
+            }
+            /* A write charged while the walk ran may or may not be in
+             * `bytes`: the next charge measures again. */
+            if (w->usage_charges != charges)
+                w->usage_stale = true;
+            pthread_mutex_unlock(&r->lock);
+        }
+        pthread_mutex_unlock(&w->measure_lock);
+        ws_workspace_unref(w);
+    }
+    free(stale);
+}
+
+static int usage_admit(struct ws_registry *r, struct ws_workspace *ws, int64_t delta, bool apply,
+                       struct ws_diag *d)
+{
+    const char *tenant = ws_workspace_tenant(ws);
+    uint64_t used = 0, max = r->tenant_max_bytes;
+    bool unmeasurable = false;
+    int err = 0;
+
+    if (!max)
+        return 0;
+    if (delta < 0) {
+        if (apply)
+            ws_registry_usage_refund(r, ws, -delta);
+        return 0;
+    }
+    usage_refresh(r, tenant);
+    pthread_mutex_lock(&r->lock);
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (struct ws_workspace *w = r->buckets[b]; w; w = w->next) {
+            if (!w->counted || !owned_by(w, tenant))
+                continue;
+            used += w->usage;
+            unmeasurable = unmeasurable || w->usage_unmeasurable;
+        }
+    if (unmeasurable) {
+        ws_diag_set(d,
+                    "a workspace of this tenant holds more than %d entries, %d levels or an "
+                    "unreadable directory: its size cannot be measured, so the tenant's "
+                    "byte quota counts as used up until entries are removed",
+                    WS_USAGE_ENTRIES_MAX, WS_USAGE_DEPTH_MAX);
+        err = -WS_EQUOTA;
+    } else if (delta == 0 ? used >= max : used > max || (uint64_t)delta > max - used) {
+        ws_diag_set(d, "the tenant's workspaces hold %llu bytes (limit %llu)%s",
+                    (unsigned long long)used, (unsigned long long)max,
+                    delta ? ": this would add more than the room left" : "");
+        err = -WS_EQUOTA;
+    }
+    if (err < 0) {
+        ws_diag_meta(d, "quota", "tenant_bytes");
+        ws_diag_meta(d, "limit", "%llu", (unsigned long long)max);
+        ws_diag_meta(d, "used", "%llu", (unsigned long long)used);
+    } else if (apply && delta > 0) {
+        ws->usage += (uint64_t)delta;
+        ws->usage_charges++;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return err;
+}
+
+int ws_registry_usage_charge(struct ws_registry *r, struct ws_workspace *ws, int64_t delta,
+                             struct ws_diag *d)
+{
+    return usage_admit(r, ws, delta, true, d);
+}
+
+int ws_registry_usage_check(struct ws_registry *r, struct ws_workspace *ws, int64_t delta,
+                            struct ws_diag *d)
+{
+    return usage_admit(r, ws, delta, false, d);
+}
+
+void ws_registry_usage_refund(struct ws_registry *r, struct ws_workspace *ws, int64_t delta)
+{
+    if (!r->tenant_max_bytes || delta <= 0)
+        return;
+    pthread_mutex_lock(&r->lock);
+    ws->usage = ws->usage > (uint64_t)delta ? ws->usage - (uint64_t)delta : 0;
+    ws->usage_charges++;
+    pthread_mutex_unlock(&r->lock);
+}
+
+void ws_registry_usage_stale(struct ws_registry *r, const char *id)
+{
+    struct ws_workspace *ws;
+
+    if (!r->tenant_max_bytes || !id_valid(id))
+        return;
+    pthread_mutex_lock(&r->lock);
+    ws = table_find(r, id);
+    if (ws)
+        ws->usage_stale = true;
+    pthread_mutex_unlock(&r->lock);
+}
+
 /* ---- start-up ---- */
 
 static int load_records(struct ws_registry *r)
@@ -1155,6 +1329,7 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
     r->tenant_max_workspaces = cfg->tenant_max_workspaces;
     r->tenant_opens_per_minute = cfg->tenant_opens_per_minute;
+    r->tenant_max_bytes = cfg->tenant_max_bytes;
     r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
     r->limits.memory_max_bytes =
         cfg->memory_max_bytes ? cfg->memory_max_bytes : WS_DEFAULT_MEMORY_MAX_BYTES;

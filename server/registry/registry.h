@@ -64,6 +64,10 @@ struct ws_registry_config {
      * quota=tenant_opens_per_minute. */
     unsigned tenant_max_workspaces;
     unsigned tenant_opens_per_minute;
+    /* Per-tenant quota on the bytes held in all of one tenant's
+     * workspaces (usage.h says what counts), 0: none. See
+     * ws_registry_usage_charge. */
+    uint64_t tenant_max_bytes;
 };
 
 enum ws_state {
@@ -197,6 +201,42 @@ uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws);
  * the workspace is open. */
 struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws);
 void ws_workspace_describe(struct ws_workspace *ws, struct ws_workspace_info *ret);
+
+/* ---- the per-tenant byte quota ----
+ *
+ * Every workspace keeps a usage figure (usage.h). It starts at 0 for a new
+ * workspace, moves by exactly what the FileSystem writes charged here add
+ * or remove, and is measured again from the files themselves whenever it
+ * may be wrong: after a command ended (commands write files the server
+ * does not see), a Remove or a replacing Move, a Resolve, and for every
+ * workspace found at start. Marking it stale is cheap; the measure (a walk
+ * bounded by usage.h) runs on the next charge for that tenant, on the
+ * calling handler thread, never on the pump thread. A workspace not used
+ * since a restart (not attached) counts from its first use. With
+ * tenant_max_bytes 0 these functions do nothing and return 0. */
+
+/* Charges `delta` bytes to ws's tenant (a write's new size minus the
+ * old): measures the tenant's stale workspaces, then refuses with
+ * -WS_EQUOTA (metadata quota=tenant_bytes, limit, used) when the tenant's
+ * usage would pass the quota. delta < 0 always succeeds (a tenant over its
+ * quota may shrink); delta 0 asks whether the tenant may grow at all (a
+ * new command, MakeDir) and fails once its usage reached the quota. A
+ * tenant with a workspace that cannot be measured is full. A successful
+ * charge counts at once, so concurrent writers cannot both take the last
+ * room; ws_registry_usage_refund gives back one whose write did not
+ * happen. */
+int ws_registry_usage_charge(struct ws_registry *r, struct ws_workspace *ws, int64_t delta,
+                             struct ws_diag *d);
+/* Like ws_registry_usage_charge, but counts nothing: would this much
+ * more still fit (a write in progress)? */
+int ws_registry_usage_check(struct ws_registry *r, struct ws_workspace *ws, int64_t delta,
+                            struct ws_diag *d);
+/* Takes back `delta` bytes charged to ws. */
+void ws_registry_usage_refund(struct ws_registry *r, struct ws_workspace *ws, int64_t delta);
+/* Marks the figure of workspace `id` (any tenant's; unknown ids are
+ * ignored) stale. Never blocks on a measure: callable from the pump
+ * thread. */
+void ws_registry_usage_stale(struct ws_registry *r, const char *id);
 
 /* Records the outcome of an operation for Describe: success updates
  * last_success_at; backend failures (not a client's bad input) update

@@ -722,12 +722,231 @@ TEST(Quota, OpensPerMinutePerTenant)
 TEST(Quota, BadValuesAreRefused)
 {
     std::string dir = wstest::MakeTempDir("quotaflags");
-    for (const char *flag : {"--tenant-max-workspaces", "--tenant-opens-per-minute"}) {
-        std::string err;
-        int st = wstest::RunServerToExit({"--state-dir", dir + "/s", flag, "-1"}, &err);
-        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << flag;
-        EXPECT_NE(err.find("invalid value"), std::string::npos) << err;
+    for (const char *flag : {"--tenant-max-workspaces", "--tenant-opens-per-minute",
+                             "--tenant-max-commands", "--tenant-max-bytes"}) {
+        for (const char *value : {"-1", "", "12x", "99999999999999999999"}) {
+            std::string err;
+            int st = wstest::RunServerToExit({"--state-dir", dir + "/s", flag, value}, &err);
+            EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << flag << " " << value;
+            EXPECT_NE(err.find("invalid value"), std::string::npos) << err;
+        }
     }
+}
+
+bool HostFileExists(const std::string &path)
+{
+    return access(path.c_str(), F_OK) == 0;
+}
+
+grpc::Status RunOn(const std::shared_ptr<grpc::Channel> &ch, const std::string &id,
+                   const std::vector<std::string> &argv, RunResponse *resp = nullptr)
+{
+    RunResponse r;
+    return wstest::RunProcess(Exec::NewStub(ch).get(), id, wstest::ArgvProcess(argv),
+                              resp ? resp : &r);
+}
+
+int ProcessCount(const std::shared_ptr<grpc::Channel> &ch, const std::string &id)
+{
+    grpc::ClientContext c;
+    ListProcessesRequest r;
+    r.set_workspace_id(id);
+    ListProcessesResponse o;
+    EXPECT_TRUE(Exec::NewStub(ch)->ListProcesses(&c, r, &o).ok());
+    return o.processes_size();
+}
+
+TEST(Quota, RunningCommandsPerTenant)
+{
+    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                        "--tenant-max-commands", "2"});
+    auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
+    auto alice_ws = Workspaces::NewStub(alice);
+    auto alice_exec = Exec::NewStub(alice);
+    const std::vector<std::string> allowed = {"sleep", "touch"};
+    wstest::Ws a1 = wstest::OpenShell(alice_ws.get(), allowed);
+    wstest::Ws a2 = wstest::OpenShell(alice_ws.get(), allowed);
+    wstest::Ws b1 = wstest::OpenShell(Workspaces::NewStub(bob).get(), allowed);
+    const std::string m = wstest::UniqueSleep();
+
+    // One background command, left running without a stream, and one
+    // with its stream open, in two different workspaces of alice's.
+    ProcessConfig bg = wstest::ArgvProcess({"sleep", m});
+    bg.set_background(true);
+    bg.set_tag("bg");
+    {
+        grpc::ClientContext ctx;
+        auto rw = wstest::StartStream(alice_exec.get(), &ctx, a1.id, bg);
+        wstest::EventLog log;
+        ASSERT_TRUE(wstest::ReadEvents(rw.get(), &log, [](const wstest::EventLog &l) {
+            return l.started;
+        })) << wstest::Problems(log);
+        ctx.TryCancel();
+        rw->Finish();
+    }
+    grpc::ClientContext fg_ctx;
+    auto fg =
+        wstest::StartStream(alice_exec.get(), &fg_ctx, a2.id, wstest::ArgvProcess({"sleep", m}));
+    wstest::EventLog fg_log;
+    ASSERT_TRUE(wstest::ReadEvents(fg.get(), &fg_log, [](const wstest::EventLog &l) {
+        return l.started;
+    })) << wstest::Problems(fg_log);
+    ASSERT_GE(wstest::WaitProcsAtLeast(m, 2, 30000), 2);
+
+    // A third, by Run or by Start, in either workspace: refused, and
+    // nothing started.
+    grpc::Status st = RunOn(alice, a1.id, {"touch", "ran"});
+    EXPECT_TRUE(IsQuota(st, "tenant_running_commands"));
+    wstest::Error e = wstest::Decode(st);
+    EXPECT_EQ(e.metadata["limit"], "2");
+    EXPECT_FALSE(HostFileExists(srv.workspace_dir(a1.id) + "/ran"));
+    {
+        grpc::ClientContext ctx;
+        auto rw = wstest::StartStream(alice_exec.get(), &ctx, a2.id,
+                                      wstest::ArgvProcess({"touch", "started"}));
+        wstest::EventLog log;
+        EXPECT_FALSE(wstest::ReadEvents(rw.get(), &log));
+        EXPECT_FALSE(log.started);
+        EXPECT_TRUE(IsQuota(rw->Finish(), "tenant_running_commands"));
+    }
+    EXPECT_FALSE(HostFileExists(srv.workspace_dir(a2.id) + "/started"));
+    EXPECT_EQ(ProcessCount(alice, a1.id), 1);
+    EXPECT_EQ(ProcessCount(alice, a2.id), 1);
+
+    // Another tenant is served meanwhile.
+    EXPECT_TRUE(RunOn(bob, b1.id, {"touch", "ran"}).ok());
+    EXPECT_TRUE(HostFileExists(srv.workspace_dir(b1.id) + "/ran"));
+
+    // A command that ends gives its place back: the exited event comes
+    // after the place is free.
+    {
+        grpc::ClientContext ctx;
+        SendSignalRequest r;
+        r.set_workspace_id(a2.id);
+        r.set_id(fg_log.start.id());
+        r.set_signal(SIGKILL);
+        SendSignalResponse o;
+        ASSERT_TRUE(alice_exec->SendSignal(&ctx, r, &o).ok());
+    }
+    wstest::ReadEvents(fg.get(), &fg_log);
+    ASSERT_TRUE(fg_log.exited) << wstest::Problems(fg_log);
+    fg->Finish();
+    EXPECT_TRUE(RunOn(alice, a1.id, {"touch", "ran"}).ok());
+    EXPECT_TRUE(HostFileExists(srv.workspace_dir(a1.id) + "/ran"));
+
+    // The background one still holds its place: with one more running
+    // the tenant is full again.
+    grpc::ClientContext fg2_ctx;
+    auto fg2 =
+        wstest::StartStream(alice_exec.get(), &fg2_ctx, a1.id, wstest::ArgvProcess({"sleep", m}));
+    wstest::EventLog fg2_log;
+    ASSERT_TRUE(wstest::ReadEvents(fg2.get(), &fg2_log, [](const wstest::EventLog &l) {
+        return l.started;
+    })) << wstest::Problems(fg2_log);
+    EXPECT_TRUE(IsQuota(RunOn(alice, a2.id, {"touch", "again"}), "tenant_running_commands"));
+    EXPECT_FALSE(HostFileExists(srv.workspace_dir(a2.id) + "/again"));
+    fg2_ctx.TryCancel();
+    fg2->Finish();
+}
+
+// Writes `n` bytes of `c` to path through `ch`.
+grpc::Status WriteOn(const std::shared_ptr<grpc::Channel> &ch, const std::string &id,
+                     const std::string &path, size_t n, char c = 'x')
+{
+    return wstest::Write(FileSystem::NewStub(ch).get(), id, path, std::string(n, c));
+}
+
+grpc::Status RemoveOn(const std::shared_ptr<grpc::Channel> &ch, const std::string &id,
+                      const std::string &path)
+{
+    grpc::ClientContext c;
+    RemoveRequest r;
+    r.set_workspace_id(id);
+    r.set_path(path);
+    r.set_recursive(true);
+    RemoveResponse o;
+    return FileSystem::NewStub(ch)->Remove(&c, r, &o);
+}
+
+TEST(Quota, BytesPerTenant)
+{
+    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                        "--tenant-max-bytes", "1000000"});
+    auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
+    wstest::Ws disk = wstest::OpenShell(Workspaces::NewStub(alice).get(), {"sh", "true"});
+    wstest::Ws mem = OpenMemory(alice);
+    wstest::Ws other = OpenMemory(bob);
+
+    // Both of alice's workspaces count, the memory one too.
+    ASSERT_TRUE(WriteOn(alice, disk.id, "a", 400000, 'a').ok());
+    ASSERT_TRUE(WriteOn(alice, mem.id, "m", 400000).ok());
+    grpc::Status st = WriteOn(alice, disk.id, "b", 300000);
+    EXPECT_TRUE(IsQuota(st, "tenant_bytes"));
+    wstest::Error e = wstest::Decode(st);
+    EXPECT_EQ(e.metadata["limit"], "1000000");
+    EXPECT_EQ(e.metadata["used"], "800000");
+    EXPECT_FALSE(HostFileExists(srv.workspace_dir(disk.id) + "/b"));
+    // A refused overwrite leaves the old content.
+    EXPECT_TRUE(IsQuota(WriteOn(alice, disk.id, "a", 700000, 'z'), "tenant_bytes"));
+    std::string content;
+    ASSERT_TRUE(wstest::Read(FileSystem::NewStub(alice).get(), disk.id, "a", &content).ok());
+    EXPECT_EQ(content, std::string(400000, 'a'));
+    // Up to the limit exactly is fine; another tenant has its own.
+    EXPECT_TRUE(WriteOn(alice, disk.id, "b", 200000).ok());
+    EXPECT_TRUE(IsQuota(WriteOn(alice, mem.id, "one", 1), "tenant_bytes"));
+    EXPECT_TRUE(WriteOn(bob, other.id, "m", 900000).ok());
+    // Shrinking is always allowed.
+    EXPECT_TRUE(WriteOn(alice, disk.id, "a", 100000, 'a').ok());
+
+    // A command that writes past the quota: the next write and command
+    // are refused, in every workspace of the tenant.
+    RunResponse run;
+    ASSERT_TRUE(RunOn(alice, disk.id, {"sh", "-c", "head -c 600000 /dev/zero > big"}, &run).ok());
+    ASSERT_EQ(run.exited().exit_code(), 0) << run.stderr();
+    EXPECT_TRUE(IsQuota(WriteOn(alice, mem.id, "one", 1), "tenant_bytes"));
+    e = wstest::Decode(WriteOn(alice, disk.id, "one", 1));
+    EXPECT_EQ(e.reason, "QUOTA");
+    EXPECT_EQ(e.metadata["used"], "1300000");
+    EXPECT_TRUE(IsQuota(RunOn(alice, disk.id, {"sh", "-c", "echo x > ran"}), "tenant_bytes"));
+    EXPECT_FALSE(HostFileExists(srv.workspace_dir(disk.id) + "/ran"));
+    {
+        grpc::ClientContext c;
+        MakeDirRequest r;
+        r.set_workspace_id(disk.id);
+        r.set_path("d");
+        MakeDirResponse o;
+        EXPECT_TRUE(IsQuota(FileSystem::NewStub(alice)->MakeDir(&c, r, &o), "tenant_bytes"));
+    }
+    // Still over, a shrinking overwrite goes through; bob is served.
+    EXPECT_TRUE(WriteOn(alice, disk.id, "a", 50000, 'a').ok());
+    EXPECT_TRUE(WriteOn(bob, other.id, "m", 1000).ok());
+
+    // Removing the file recovers.
+    ASSERT_TRUE(RemoveOn(alice, disk.id, "big").ok());
+    EXPECT_TRUE(WriteOn(alice, mem.id, "one", 1).ok());
+    EXPECT_TRUE(RunOn(alice, disk.id, {"sh", "-c", "echo x > ran"}).ok());
+    EXPECT_TRUE(HostFileExists(srv.workspace_dir(disk.id) + "/ran"));
+    // 50000 + 200000 + 400000 + 1 + 2 bytes held: 349997 left.
+    EXPECT_TRUE(IsQuota(WriteOn(alice, disk.id, "c", 349998), "tenant_bytes"));
+    EXPECT_TRUE(WriteOn(alice, disk.id, "c", 349997).ok());
+}
+
+TEST(Quota, BytesOfAWorkspaceTooDeepToMeasureCountAsFull)
+{
+    wstest::Server srv(
+        {"--tokens-file", TokensFile({{"alice", kAlice}}), "--tenant-max-bytes", "1000000"});
+    auto alice = srv.Channel(kAlice);
+    wstest::Ws ws = wstest::OpenShell(Workspaces::NewStub(alice).get(), {"mkdir"});
+    std::string deep = "d";
+    for (int i = 0; i < 70; i++)
+        deep += "/d";
+    RunResponse run;
+    ASSERT_TRUE(RunOn(alice, ws.id, {"mkdir", "-p", deep}, &run).ok());
+    ASSERT_EQ(run.exited().exit_code(), 0) << run.stderr();
+    // What lies below the walk's last level could be any size.
+    EXPECT_TRUE(IsQuota(WriteOn(alice, ws.id, "one", 1), "tenant_bytes"));
+    ASSERT_TRUE(RemoveOn(alice, ws.id, "d").ok());
+    EXPECT_TRUE(WriteOn(alice, ws.id, "one", 1).ok());
 }
 
 } // namespace

@@ -159,6 +159,11 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     err = ws_guard_check(&policy, &greq, &d, &g);
     if (err < 0)
         goto fail;
+    /* A tenant whose files reached its byte quota runs nothing until it
+     * removes some: a command could only add more. */
+    err = ws_registry_usage_charge(s->reg, ws, 0, &d);
+    if (err < 0)
+        goto fail;
     err = ws_posixfs_open_dir_fd(ws_fsops_vfs(ws_workspace_fsops(ws)), g->cwd, &cwd_fd);
     if (err < 0) {
         if (!d.message[0])
@@ -240,7 +245,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .wait_for_subscriber = how->wait_for_subscriber,
         .wrapper = sandboxed || docker ? &wrap : NULL,
     };
-    err = ws_exec_start(s->exec, ws_workspace_id(ws), &cfg, &d, ret);
+    err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, &d, ret);
     /* The exec layer owns the wrapper now, whatever happened (and may
      * already have freed it: a quick command is done by now). */
     wrap.arg = NULL;
@@ -1062,6 +1067,9 @@ void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *
 {
     struct ws_services *s = ud;
 
+    /* The command may have written files: the tenant byte quota's figure
+     * is measured again before it is next used (not here, on the pump). */
+    ws_registry_usage_stale(s->reg, workspace_id);
     /* Audit hook: the workspace's tamper-evident log (server/audit). */
     if (s->audit) {
         struct ws_audit_command ac = {

@@ -1,4 +1,10 @@
-/* FileSystem: the ten file RPCs over the workspace's fs ops. */
+/* FileSystem: the ten file RPCs over the workspace's fs ops.
+ *
+ * The per-tenant byte quota (ws_registry_usage_charge): a write or an
+ * edit is charged what it adds before it is committed and refused, the
+ * old content untouched, when that does not fit; what shrinks is always
+ * allowed. MakeDir needs room left. Remove and a replacing Move mark the
+ * figure stale (it is measured again when next needed). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +26,20 @@
 static const char *root_if_empty(const char *path)
 {
     return path[0] ? path : ".";
+}
+
+static struct ws_registry *registry_of(struct ws_call *call)
+{
+    return ((struct ws_services *)ws_call_method_data(call))->reg;
+}
+
+/* The length of the regular file at path now; 0 when there is none. */
+static uint64_t file_size(struct ws_workspace *ws, const char *path)
+{
+    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    struct ws_stat st;
+
+    return fs->ops->stat(fs, path, &st) == 0 && st.type == WS_FT_REGULAR ? st.size : 0;
 }
 
 /* ---- ReadFile ---- */
@@ -135,6 +155,10 @@ struct write_state {
     struct ws_workspace *ws;
     struct ws_write_session *session;
     char *path;
+    /* Bytes appended, and the length of the file being replaced when the
+     * write began (for the byte quota's early refusal). */
+    uint64_t written;
+    uint64_t old_size;
 };
 
 static void write_destroy(struct ws_call *call)
@@ -212,6 +236,7 @@ static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
         write_failed(call, st, err, &d);
         return;
     }
+    st->old_size = file_size(st->ws, h->path);
     if (req->finish)
         write_commit(call, st);
     else
@@ -225,15 +250,28 @@ static void write_commit(struct ws_call *call, struct write_state *st)
     Workspace__V1__FileInfo info;
     struct ws_write_result res;
     struct ws_write_session *s = st->session;
+    struct ws_registry *reg = registry_of(call);
     struct ws_diag d = {0};
+    int64_t delta = (int64_t)st->written - (int64_t)file_size(st->ws, st->path);
     int err;
 
     st->session = NULL;
+    if (delta > 0) {
+        err = ws_registry_usage_charge(reg, st->ws, delta, &d);
+        if (err < 0) {
+            ws_write_abort(s); /* the old content stays */
+            ws_services_fail(call, st->ws, err, &d);
+            return;
+        }
+    }
     err = ws_write_commit(s, &d, &res);
     if (err < 0) {
+        ws_registry_usage_refund(reg, st->ws, delta);
         ws_services_fail(call, st->ws, err, &d);
         return;
     }
+    if (delta < 0)
+        ws_registry_usage_refund(reg, st->ws, -delta);
     ws_fileinfo_fill(&info, st->path, strlen(st->path), &res.st);
     resp.info = &info;
     resp.bytes_written = res.bytes_written;
@@ -276,6 +314,16 @@ static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
         write_failed(call, st, err, &d);
         return;
     }
+    st->written += req->data.len;
+    /* Refused as soon as it cannot fit, not after the whole upload. */
+    if (st->written > st->old_size) {
+        err = ws_registry_usage_check(registry_of(call), st->ws,
+                                      (int64_t)(st->written - st->old_size), &d);
+        if (err < 0) {
+            write_failed(call, st, err, &d);
+            return;
+        }
+    }
     if (req->finish)
         write_commit(call, st);
     else
@@ -308,6 +356,23 @@ static void write_cancel(struct ws_call *call)
 
 /* ---- EditFile ---- */
 
+/* The most an edit can add to a file of old_size bytes (every possible
+ * match replaced, the result within max_size), charged before it runs;
+ * 0 when it cannot grow the file. */
+static int64_t edit_growth(const Workspace__V1__EditFileRequest *req, uint64_t old_size,
+                           uint64_t max_size)
+{
+    uint64_t old_len = strlen(req->old_text), new_len = strlen(req->new_text), grow;
+
+    if (old_len == 0 || new_len <= old_len || old_size < old_len)
+        return 0;
+    if (__builtin_mul_overflow(req->replace_all ? old_size / old_len : 1, new_len - old_len, &grow))
+        grow = UINT64_MAX;
+    if (max_size && grow > (max_size > old_size ? max_size - old_size : 0))
+        grow = max_size > old_size ? max_size - old_size : 0;
+    return grow > INT64_MAX ? INT64_MAX : (int64_t)grow;
+}
+
 static void edit(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__EditFileRequest *req = (const void *)msg;
@@ -315,13 +380,25 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
     Workspace__V1__FileInfo info;
     struct ws_workspace *ws = NULL;
     struct ws_edit_result res;
+    struct ws_registry *reg = registry_of(call);
     struct ws_diag d = {0};
+    int64_t charged = 0;
     int err;
 
     if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
         return;
     if (ws_services_check_path(call, ws, req->path) < 0)
         goto out;
+    uint64_t old_size = file_size(ws, req->path);
+    charged = edit_growth(req, old_size, ws_workspace_max_file_size(ws));
+    if (charged > 0) {
+        err = ws_registry_usage_charge(reg, ws, charged, &d);
+        if (err < 0) {
+            charged = 0;
+            ws_services_fail(call, ws, err, &d);
+            goto out;
+        }
+    }
     struct ws_edit_request er = {
         .path = req->path,
         .old_text = req->old_text,
@@ -337,6 +414,8 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
         ws_services_fail(call, ws, err, &d);
         goto out;
     }
+    /* Keep what the edit really added; the rest of the charge goes back. */
+    charged -= (int64_t)res.st.size - (int64_t)old_size;
     ws_fileinfo_fill(&info, req->path, strlen(req->path), &res.st);
     resp.replacements = res.replacements;
     resp.sha256 = res.sha256;
@@ -352,6 +431,10 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
     ws_workspace_note(ws, 0, NULL);
     ws_call_finish(call, &resp.base);
 out:
+    if (charged > 0)
+        ws_registry_usage_refund(reg, ws, charged);
+    else if (charged < 0)
+        ws_registry_usage_stale(reg, ws_workspace_id(ws)); /* grew past the charge: a race */
     ws_workspace_unref(ws);
 }
 
@@ -710,11 +793,14 @@ static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
     if (ws_services_check_path(call, ws, req->path) < 0)
         goto out;
     struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
-    err = fs->ops->mkdir(fs, req->path, req->parents, req->mode ? req->mode & 0777 : 0755);
+    struct ws_diag d = {0};
+    err = ws_registry_usage_charge(registry_of(call), ws, 0, &d);
+    if (err == 0)
+        err = fs->ops->mkdir(fs, req->path, req->parents, req->mode ? req->mode & 0777 : 0755);
     if (err == 0)
         err = fs->ops->stat(fs, req->path, &st);
     if (err < 0) {
-        ws_services_fail(call, ws, err, NULL);
+        ws_services_fail(call, ws, err, &d);
         goto out;
     }
     ws_fileinfo_fill(&info, req->path, strlen(req->path), &st);
@@ -747,6 +833,7 @@ static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
         goto out;
     }
     resp.removed = removed;
+    ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws));
     /* Audit hook. */
     ws_services_audit_file(
         ws_call_method_data(call), ws,
@@ -773,6 +860,8 @@ static void move(struct ws_call *call, const ProtobufCMessage *msg)
         goto out;
     struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
     err = fs->ops->move(fs, req->from_path, req->to_path, req->replace);
+    if (err == 0 && req->replace)
+        ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws)); /* one may be gone */
     if (err == 0)
         err = fs->ops->stat(fs, req->to_path, &st);
     if (err < 0) {

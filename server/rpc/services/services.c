@@ -113,6 +113,7 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
     struct ws_exec_config ec = {
         .grace_ms = cfg ? cfg->kill_grace_ms : 0,
         .containment = cfg && cfg->force_subreaper ? WS_TREE_FORCE_SUBREAPER : WS_TREE_AUTO,
+        .running_per_tenant = cfg ? cfg->tenant_max_commands : 0,
         .on_finished = ws_services_exec_audit,
         .ud = s,
     };

@@ -2,13 +2,15 @@
 //
 //   auth_bench --server PATH/TO/workspaced [options]   (--help lists them)
 //
-//   * auth:  what TLS + bearer tokens (and mTLS) add to a warm call. Two
-//            (three) servers side by side on loopback: plaintext without
-//            authentication (the baseline), TLS + tokens, and TLS with a
-//            client certificate. One warm channel each; ReadFile of 4 KiB
-//            and Run of `true` (local-bash) take turns across the servers
-//            call by call, and p50/p90/p99 and the added latency at p50 are
-//            reported. Goal: under 10% added at p50.
+//   * auth:  what TLS + bearer tokens (and mTLS) add to a warm call.
+//            Servers side by side on loopback: plaintext without
+//            authentication (the baseline), plaintext + tokens (the token
+//            check alone), TLS + tokens, and TLS with a client certificate.
+//            One warm channel each; ReadFile of 4 KiB and Run of `true`
+//            (local-bash) take turns across the servers call by call, and
+//            p50/p90/p99 and the added latency at p50 are reported. Goal:
+//            TLS + tokens under 10% added at p50. Then, apart from the
+//            goal, a new connection + one ReadFile on each (the handshake).
 //   * scale: 1,000 workspaces across 10 tenants on one server (Open
 //            latency, first and last hundred, server RSS before and after,
 //            RSS per workspace, List per tenant, then Close of them all and
@@ -316,6 +318,21 @@ void MakePki(const std::string &dir, const std::string &client)
 
 // ---- the server ----
 
+// A channel with a connection of its own (channels never share one here:
+// each stands for one client).
+std::shared_ptr<grpc::Channel> NewChannelTo(const std::string &address,
+                                            std::shared_ptr<grpc::ChannelCredentials> creds)
+{
+    static std::atomic<int> serial{0};
+    grpc::ChannelArguments ca;
+    ca.SetMaxReceiveMessageSize(-1);
+    ca.SetMaxSendMessageSize(8 << 20);
+    ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    ca.SetInt("auth_bench.channel", ++serial);
+    return grpc::CreateCustomChannel(address, creds ? creds : grpc::InsecureChannelCredentials(),
+                                     ca);
+}
+
 // One workspaced, started as the other benches and the e2e harness do
 // (stdout is read for the listening line, stderr goes to a file).
 class Server
@@ -388,19 +405,14 @@ class Server
     {
         return pid_;
     }
-    // A channel with a connection of its own (channels never share one
-    // here: each stands for one client).
+    const std::string &address() const
+    {
+        return address_;
+    }
     std::shared_ptr<grpc::Channel>
     NewChannel(std::shared_ptr<grpc::ChannelCredentials> creds = nullptr) const
     {
-        static std::atomic<int> serial{0};
-        grpc::ChannelArguments ca;
-        ca.SetMaxReceiveMessageSize(-1);
-        ca.SetMaxSendMessageSize(8 << 20);
-        ca.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-        ca.SetInt("auth_bench.channel", ++serial);
-        return grpc::CreateCustomChannel(address_,
-                                         creds ? creds : grpc::InsecureChannelCredentials(), ca);
+        return NewChannelTo(address_, std::move(creds));
     }
 
   private:
@@ -817,38 +829,51 @@ void BenchAuth(Run &run)
     WriteHostFile(tokens, "# tenant sha256(token)\nalice " + Sha256Hex(token) + "\n");
     std::string pem = run.pki + "/server.pem", key = run.pki + "/server.key";
 
+    // The baseline first; then a bearer token without TLS (which splits
+    // the token check's share from TLS's), TLS + token, and mTLS.
     struct Side {
         std::string name;
+        std::vector<std::string> flags;
+        std::shared_ptr<grpc::ChannelCredentials> creds; // nullptr: plaintext
+        std::string token;
         std::unique_ptr<Server> server;
         std::unique_ptr<Client> client;
         std::string ws;
     };
-    std::vector<Side> sides;
-    sides.push_back({"plaintext, no auth", nullptr, nullptr, ""});
-    sides.back().server =
-        std::make_unique<Server>(o.server, run.base + "/auth-plain", std::vector<std::string>{});
-    sides.back().client = std::make_unique<Client>(sides.back().server->NewChannel(), "");
-
     grpc::SslCredentialsOptions tls;
     tls.pem_root_certs = ReadHostFile(run.pki + "/ca.pem");
-    sides.push_back({"TLS + bearer token", nullptr, nullptr, ""});
-    sides.back().server = std::make_unique<Server>(
-        o.server, run.base + "/auth-tls",
-        std::vector<std::string>{"--tokens-file", tokens, "--tls-cert", pem, "--tls-key", key});
-    sides.back().client =
-        std::make_unique<Client>(sides.back().server->NewChannel(grpc::SslCredentials(tls)), token);
-
-    if (o.mtls) {
-        grpc::SslCredentialsOptions m = tls;
-        m.pem_private_key = ReadHostFile(run.pki + "/alice.key");
-        m.pem_cert_chain = ReadHostFile(run.pki + "/alice.pem");
-        sides.push_back({"mTLS (client cert, no token)", nullptr, nullptr, ""});
-        sides.back().server = std::make_unique<Server>(
-            o.server, run.base + "/auth-mtls",
-            std::vector<std::string>{"--tls-cert", pem, "--tls-key", key, "--tls-client-ca",
-                                     run.pki + "/ca.pem"});
-        sides.back().client =
-            std::make_unique<Client>(sides.back().server->NewChannel(grpc::SslCredentials(m)), "");
+    grpc::SslCredentialsOptions mtls = tls;
+    mtls.pem_private_key = ReadHostFile(run.pki + "/alice.key");
+    mtls.pem_cert_chain = ReadHostFile(run.pki + "/alice.pem");
+    std::vector<Side> sides;
+    sides.push_back({"plaintext, no auth", {}, nullptr, "", nullptr, nullptr, ""});
+    sides.push_back({"plaintext + bearer token",
+                     {"--tokens-file", tokens},
+                     nullptr,
+                     token,
+                     nullptr,
+                     nullptr,
+                     ""});
+    sides.push_back({"TLS + bearer token",
+                     {"--tokens-file", tokens, "--tls-cert", pem, "--tls-key", key},
+                     grpc::SslCredentials(tls),
+                     token,
+                     nullptr,
+                     nullptr,
+                     ""});
+    if (o.mtls)
+        sides.push_back(
+            {"mTLS (client cert, no token)",
+             {"--tls-cert", pem, "--tls-key", key, "--tls-client-ca", run.pki + "/ca.pem"},
+             grpc::SslCredentials(mtls),
+             "",
+             nullptr,
+             nullptr,
+             ""});
+    for (size_t i = 0; i < sides.size(); i++) {
+        Side &s = sides[i];
+        s.server = std::make_unique<Server>(o.server, run.base + Fmt("/auth-%zu", i), s.flags);
+        s.client = std::make_unique<Client>(s.server->NewChannel(s.creds), s.token);
     }
 
     const std::string data(4 * kKiB, 'a');
@@ -902,17 +927,8 @@ void BenchAuth(Run &run)
     for (size_t i = 0; i < sides.size(); i++) {
         Side *s = &sides[i];
         const v1::ReadFileRequest *rq = &reads[i];
-        std::shared_ptr<grpc::ChannelCredentials> creds;
-        if (i == 1)
-            creds = grpc::SslCredentials(tls);
-        if (i == 2) {
-            grpc::SslCredentialsOptions m = tls;
-            m.pem_private_key = ReadHostFile(run.pki + "/alice.key");
-            m.pem_cert_chain = ReadHostFile(run.pki + "/alice.pem");
-            creds = grpc::SslCredentials(m);
-        }
-        cold.push_back([s, rq, creds] {
-            Client c(s->server->NewChannel(creds), s->client->token);
+        cold.push_back([s, rq] {
+            Client c(s->server->NewChannel(s->creds), s->token);
             ReadSmall(c, *rq, 4 * kKiB);
         });
     }
@@ -1053,6 +1069,12 @@ void BenchScale(Run &run)
 }
 
 // ---- part 3: a well-behaved tenant while another abuses the server ----
+//
+// Tenant B runs in a process of its own, forked before gRPC is first used,
+// so that its client-side work (its gRPC threads, the data its unread
+// streams receive) has its own threads and CPU accounting and is not
+// charged to tenant A's client. The two talk over a pair of pipes, one
+// command line and one reply line at a time.
 
 // A stream tenant B opened and never reads.
 struct Held {
@@ -1079,6 +1101,283 @@ void MachineTicks(unsigned long long *busy, unsigned long long *total)
     fclose(f);
 }
 
+// Which calls the flood opens and cancels.
+enum Flood { kFloodNone = 0, kFloodRead = 1, kFloodStart = 2, kFloodBoth = 3 };
+
+// Tenant B, inside the abuser process.
+class Abuser
+{
+  public:
+    Abuser(const Options &opt, std::string address, std::string token, std::string ws,
+           const std::string &path)
+        : opt_(opt), address_(std::move(address)), token_(std::move(token)), ws_(std::move(ws))
+    {
+        big_.set_workspace_id(ws_);
+        big_.set_path(path);
+    }
+    ~Abuser()
+    {
+        StopFlood();
+        for (auto &h : held_)
+            h.ctx->TryCancel();
+    }
+
+    // Streams that are never read: ReadFile of the large file on
+    // held_conns connections, Start of `yes` on one more.
+    void Hold()
+    {
+        for (int k = 0; k < opt_.held_conns; k++) {
+            conns_.push_back(std::make_unique<Client>(NewChannelTo(address_, nullptr), token_));
+            for (int i = 0; i < opt_.held_reads; i++) {
+                Held h;
+                h.ctx = std::make_unique<grpc::ClientContext>();
+                conns_.back()->Prepare(h.ctx.get(), 3600);
+                h.read = conns_.back()->fs->ReadFile(h.ctx.get(), big_);
+                held_.push_back(std::move(h));
+            }
+        }
+        conns_.push_back(std::make_unique<Client>(NewChannelTo(address_, nullptr), token_));
+        Client &sc = *conns_.back();
+        for (int i = 0; i < opt_.held_starts; i++) {
+            Held h;
+            h.ctx = std::make_unique<grpc::ClientContext>();
+            sc.Prepare(h.ctx.get(), 3600);
+            h.start = sc.exec->Start(h.ctx.get());
+            if (!h.start->Write(Yes()))
+                Fail("Start yes: the stream ended at once");
+            held_.push_back(std::move(h));
+        }
+        // Let the held streams fill their windows and the commands'
+        // read-ahead.
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+
+    // Cancels every held stream; each must end CANCELLED, as asked.
+    std::string Release()
+    {
+        long cancelled = 0, other = 0;
+        for (auto &h : held_) {
+            h.ctx->TryCancel();
+            grpc::Status st = h.read ? h.read->Finish() : h.start->Finish();
+            if (st.error_code() == grpc::StatusCode::CANCELLED)
+                cancelled++;
+            else
+                other++;
+        }
+        held_.clear();
+        conns_.clear();
+        return Fmt("%ld %ld", cancelled, other);
+    }
+
+    // flood_threads threads, each on a connection of its own, open a call
+    // and cancel it at once, in a loop.
+    void StartFlood(int kind)
+    {
+        stop_ = false;
+        calls_ = 0;
+        outcomes_.clear();
+        flood_start_ = Clock::now();
+        for (int t = 0; t < opt_.flood_threads; t++) {
+            fconns_.push_back(std::make_unique<Client>(NewChannelTo(address_, nullptr), token_));
+            Client *c = fconns_.back().get();
+            threads_.emplace_back([this, c, t, kind] { FloodLoop(c, t, kind); });
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+
+    // Stops the flood; "CALLS_PER_SECOND OUTCOMES".
+    std::string StopFlood()
+    {
+        stop_ = true;
+        for (auto &th : threads_)
+            th.join();
+        threads_.clear();
+        fconns_.clear();
+        double s = Seconds(flood_start_, Clock::now());
+        std::string out;
+        for (auto &kv : outcomes_)
+            out += Fmt("%s%s:%ld", out.empty() ? "" : ",", kv.first.c_str(), kv.second);
+        return Fmt("%.0f %s", s > 0 ? (double)calls_ / s : 0.0, out.empty() ? "-" : out.c_str());
+    }
+
+  private:
+    v1::StartRequest Yes() const
+    {
+        v1::StartRequest req;
+        req.mutable_start()->set_workspace_id(ws_);
+        req.mutable_start()->mutable_process()->add_argv("yes");
+        return req;
+    }
+
+    void FloodLoop(Client *c, int t, int kind)
+    {
+        std::map<std::string, long> mine;
+        for (long i = t; !stop_; i++) {
+            grpc::ClientContext ctx;
+            c->Prepare(&ctx, 60);
+            grpc::Status st;
+            bool read = kind == kFloodRead || (kind == kFloodBoth && i % 2 == 0);
+            if (read) {
+                auto r = c->fs->ReadFile(&ctx, big_);
+                ctx.TryCancel();
+                st = r->Finish();
+            } else {
+                auto s = c->exec->Start(&ctx);
+                s->Write(Yes());
+                ctx.TryCancel();
+                st = s->Finish();
+            }
+            std::string reason = Reason(st);
+            mine[std::string(CodeName(st.error_code())) + (reason.empty() ? "" : "/") + reason]++;
+            calls_++;
+        }
+        std::lock_guard<std::mutex> lk(mu_);
+        for (auto &kv : mine)
+            outcomes_[kv.first] += kv.second;
+    }
+
+    const Options &opt_;
+    std::string address_, token_, ws_;
+    v1::ReadFileRequest big_;
+    std::vector<std::unique_ptr<Client>> conns_, fconns_;
+    std::vector<Held> held_;
+    std::vector<std::thread> threads_;
+    std::atomic<bool> stop_{false};
+    std::atomic<long> calls_{0};
+    std::mutex mu_;
+    std::map<std::string, long> outcomes_;
+    Clock::time_point flood_start_;
+};
+
+// The abuser process's loop: "setup ADDRESS TOKEN WS PATH", "hold",
+// "flood KIND", "stop", "release", "quit"; each answered by one line,
+// "ok [RESULT]" or "err MESSAGE".
+[[noreturn]] void AbuserMain(const Options &opt, int in_fd, int out_fd)
+{
+    FILE *in = fdopen(in_fd, "r");
+    FILE *out = fdopen(out_fd, "w");
+    if (!in || !out)
+        _exit(1);
+    std::unique_ptr<Abuser> ab;
+    char line[4096];
+    while (fgets(line, sizeof(line), in)) {
+        std::istringstream cmd(line);
+        std::string verb, result;
+        cmd >> verb;
+        try {
+            if (verb == "setup") {
+                std::string address, token, ws, path;
+                cmd >> address >> token >> ws >> path;
+                ab = std::make_unique<Abuser>(opt, address, token, ws, path);
+            } else if (verb == "quit") {
+                break;
+            } else if (!ab) {
+                Fail("no setup before %s", verb.c_str());
+            } else if (verb == "hold") {
+                ab->Hold();
+            } else if (verb == "release") {
+                result = ab->Release();
+            } else if (verb == "flood") {
+                int kind = 0;
+                cmd >> kind;
+                ab->StartFlood(kind);
+            } else if (verb == "stop") {
+                result = ab->StopFlood();
+            } else {
+                Fail("unknown command %s", verb.c_str());
+            }
+            fprintf(out, "ok %s\n", result.c_str());
+        } catch (const BenchError &ex) {
+            fprintf(out, "err %s\n", ex.what());
+        }
+        fflush(out);
+    }
+    ab.reset();
+    fflush(out);
+    _exit(0);
+}
+
+// The bench's end of the abuser process.
+class AbuserProcess
+{
+  public:
+    // Forks the abuser; call before gRPC is first used in this process.
+    explicit AbuserProcess(const Options &opt)
+    {
+        int down[2], up[2];
+        if (pipe2(down, O_CLOEXEC) < 0 || pipe2(up, O_CLOEXEC) < 0)
+            Die("pipe: %s", strerror(errno));
+        fflush(stdout);
+        fflush(stderr);
+        pid_ = fork();
+        if (pid_ < 0)
+            Die("fork: %s", strerror(errno));
+        if (pid_ == 0) {
+            close(down[1]);
+            close(up[0]);
+            AbuserMain(opt, down[0], up[1]);
+        }
+        close(down[0]);
+        close(up[1]);
+        to_ = fdopen(down[1], "w");
+        from_ = fdopen(up[0], "r");
+        std::lock_guard<std::mutex> lk(g_pids_mu);
+        g_pids.push_back(pid_);
+    }
+    ~AbuserProcess()
+    {
+        if (to_) {
+            fputs("quit\n", to_);
+            fclose(to_);
+        }
+        if (from_)
+            fclose(from_);
+        int status;
+        waitpid(pid_, &status, 0);
+        std::lock_guard<std::mutex> lk(g_pids_mu);
+        g_pids.erase(std::remove(g_pids.begin(), g_pids.end(), pid_), g_pids.end());
+    }
+    pid_t pid() const
+    {
+        return pid_;
+    }
+    // Sends one command and returns what follows "ok "; an "err" reply (or
+    // none) fails the part.
+    std::string Call(const std::string &cmd)
+    {
+        fprintf(to_, "%s\n", cmd.c_str());
+        fflush(to_);
+        char line[8192];
+        if (!fgets(line, sizeof(line), from_))
+            Fail("abuser: no reply to %s", cmd.c_str());
+        std::string r = line;
+        while (!r.empty() && r.back() == '\n')
+            r.pop_back();
+        if (r.compare(0, 3, "ok ") != 0)
+            Fail("abuser: %s: %s", cmd.c_str(), r.c_str());
+        return r.substr(3);
+    }
+
+  private:
+    pid_t pid_ = -1;
+    FILE *to_ = nullptr;
+    FILE *from_ = nullptr;
+};
+
+std::unique_ptr<AbuserProcess> g_abuser;
+
+// What one phase of tenant A's calls saw.
+struct Phase {
+    std::string name;
+    Lat a;
+    double wall = 0;
+    // Shares of one CPU (server, A's client, B's client) and of the machine.
+    double server_cpu = 0, a_cpu = 0, b_cpu = 0, machine_busy = 0;
+    std::string flood; // "CALLS_PER_SECOND OUTCOMES" from the abuser
+    long long rss_peak = 0;
+    long fds = 0, threads = 0;
+};
+
 double SelfCpuSeconds()
 {
     struct rusage ru;
@@ -1087,156 +1386,21 @@ double SelfCpuSeconds()
            (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
-// Which calls the flood opens and cancels.
-enum class Flood { None, Read, Start, Both };
-
-struct Abuse {
-    const Options &opt;
-    Server &server;
-    std::string token_b;
-    v1::ReadFileRequest big; // B's large file
-    std::string ws_b;
-    std::vector<std::unique_ptr<Client>> conns; // B's held-stream connections
-    std::vector<Held> held;
-
-    // B's held streams: ReadFile of the large file on held_conns
-    // connections, Start of `yes` on one more; none is ever read.
-    void Hold()
-    {
-        for (int k = 0; k < opt.held_conns; k++) {
-            conns.push_back(std::make_unique<Client>(server.NewChannel(), token_b));
-            for (int i = 0; i < opt.held_reads; i++) {
-                Held h;
-                h.ctx = std::make_unique<grpc::ClientContext>();
-                conns.back()->Prepare(h.ctx.get(), 3600);
-                h.read = conns.back()->fs->ReadFile(h.ctx.get(), big);
-                held.push_back(std::move(h));
-            }
-        }
-        conns.push_back(std::make_unique<Client>(server.NewChannel(), token_b));
-        Client &sc = *conns.back();
-        for (int i = 0; i < opt.held_starts; i++) {
-            Held h;
-            h.ctx = std::make_unique<grpc::ClientContext>();
-            sc.Prepare(h.ctx.get(), 3600);
-            h.start = sc.exec->Start(h.ctx.get());
-            if (!h.start->Write(YesRequest()))
-                Fail("Start yes: the stream ended at once");
-            held.push_back(std::move(h));
-        }
-        // Let the held streams fill their windows and the commands'
-        // read-ahead.
-        std::this_thread::sleep_for(std::chrono::seconds(1));
-    }
-
-    // Cancels every held stream; each must end CANCELLED, as asked.
-    void Release(long *cancelled, long *other)
-    {
-        for (auto &h : held) {
-            h.ctx->TryCancel();
-            grpc::Status st = h.read ? h.read->Finish() : h.start->Finish();
-            if (st.error_code() == grpc::StatusCode::CANCELLED)
-                ++*cancelled;
-            else
-                ++*other;
-        }
-        held.clear();
-        conns.clear();
-    }
-
-    v1::StartRequest YesRequest() const
-    {
-        v1::StartRequest req;
-        req.mutable_start()->set_workspace_id(ws_b);
-        req.mutable_start()->mutable_process()->add_argv("yes");
-        return req;
-    }
-
-    ~Abuse()
-    {
-        for (auto &h : held)
-            h.ctx->TryCancel();
-    }
-};
-
-// What one phase of tenant A's calls saw.
-struct Phase {
-    std::string name;
-    Lat a;
-    double wall = 0;
-    double server_cpu = 0, client_cpu = 0, machine_busy = 0; // shares of one CPU / of all
-    double flood_rate = 0;
-    std::string outcomes;
-    long long rss_peak = 0;
-    long fds = 0, threads = 0;
-};
-
-// Tenant A's ReadFiles (up to opt.abuse_iters, at most opt.abuse_seconds)
-// while `flood` runs on flood_threads connections of B's own.
-Phase MeasureA(Abuse &ab, const std::function<void()> &a_read, const char *name, Flood flood)
+// Tenant A's ReadFiles (up to abuse_iters, for at most abuse_seconds)
+// while B floods with `kind` (or does nothing new).
+Phase MeasureA(const Options &o, pid_t server, const std::function<void()> &a_read,
+               const char *name, int kind)
 {
-    const Options &o = ab.opt;
-    pid_t pid = ab.server.pid();
     Phase ph;
     ph.name = name;
-    std::atomic<bool> stop{false};
-    std::atomic<long> calls{0};
-    std::mutex mu;
-    std::map<std::string, long> outcomes;
-    std::vector<std::unique_ptr<Client>> fconns;
-    std::vector<std::thread> threads;
-    // A failed call of A's must not leave the flood running (or its
-    // threads joinable at unwinding).
-    struct Joiner {
-        std::atomic<bool> &stop;
-        std::vector<std::thread> &threads;
-        ~Joiner()
-        {
-            stop = true;
-            for (auto &th : threads)
-                if (th.joinable())
-                    th.join();
-        }
-    } joiner{stop, threads};
-    int nthreads = flood == Flood::None ? 0 : o.flood_threads;
-    for (int t = 0; t < nthreads; t++) {
-        fconns.push_back(std::make_unique<Client>(ab.server.NewChannel(), ab.token_b));
-        Client *c = fconns.back().get();
-        threads.emplace_back([&, c, t] {
-            std::map<std::string, long> mine;
-            for (long i = t; !stop; i++) {
-                grpc::ClientContext ctx;
-                c->Prepare(&ctx, 60);
-                grpc::Status st;
-                bool read = flood == Flood::Read || (flood == Flood::Both && i % 2 == 0);
-                if (read) {
-                    auto r = c->fs->ReadFile(&ctx, ab.big);
-                    ctx.TryCancel();
-                    st = r->Finish();
-                } else {
-                    auto s = c->exec->Start(&ctx);
-                    s->Write(ab.YesRequest());
-                    ctx.TryCancel();
-                    st = s->Finish();
-                }
-                std::string reason = Reason(st);
-                mine[std::string(CodeName(st.error_code())) + (reason.empty() ? "" : " ") +
-                     reason]++;
-                calls++;
-            }
-            std::lock_guard<std::mutex> lk(mu);
-            for (auto &kv : mine)
-                outcomes[kv.first] += kv.second;
-        });
-    }
-    if (nthreads)
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    if (kind != kFloodNone)
+        g_abuser->Call(Fmt("flood %d", kind));
     {
-        RssSampler sampler(pid);
-        unsigned long long t0 = CpuTicks(pid), mb0, mt0, mb1, mt1;
+        RssSampler sampler(server);
+        pid_t b = g_abuser->pid();
+        unsigned long long t0 = CpuTicks(server), bt0 = CpuTicks(b), mb0, mt0, mb1, mt1;
         MachineTicks(&mb0, &mt0);
         double c0 = SelfCpuSeconds();
-        long calls0 = calls;
         auto w0 = Clock::now();
         auto deadline = w0 + std::chrono::seconds(o.abuse_seconds);
         std::vector<double> ns;
@@ -1246,23 +1410,20 @@ Phase MeasureA(Abuse &ab, const std::function<void()> &a_read, const char *name,
             ns.push_back(Nanos(a, Clock::now()));
         }
         ph.wall = Seconds(w0, Clock::now());
-        ph.flood_rate = (double)(calls - calls0) / ph.wall;
-        ph.client_cpu = (SelfCpuSeconds() - c0) / ph.wall;
-        ph.server_cpu = TicksToSeconds(CpuTicks(pid) - t0) / ph.wall;
+        // The sampler's thread is in this process too, but sleeps 1 ms
+        // between reads of /proc.
+        ph.a_cpu = (SelfCpuSeconds() - c0) / ph.wall;
+        ph.server_cpu = TicksToSeconds(CpuTicks(server) - t0) / ph.wall;
+        ph.b_cpu = TicksToSeconds(CpuTicks(b) - bt0) / ph.wall;
         MachineTicks(&mb1, &mt1);
         ph.machine_busy = mt1 > mt0 ? (double)(mb1 - mb0) / (double)(mt1 - mt0) : 0;
-        ph.fds = CountFds(pid);
-        ph.threads = CountThreads(pid);
+        ph.fds = CountFds(server);
+        ph.threads = CountThreads(server);
         ph.rss_peak = sampler.peak();
         ph.a = Percentiles(std::move(ns));
     }
-    stop = true;
-    for (auto &th : threads)
-        th.join();
-    threads.clear();
-    for (auto &kv : outcomes)
-        ph.outcomes +=
-            Fmt("%s%s %ld", ph.outcomes.empty() ? "" : ", ", kv.first.c_str(), kv.second);
+    if (kind != kFloodNone)
+        ph.flood = g_abuser->Call("stop");
     fprintf(stderr, "auth_bench: tenant A, %s: done (%zu calls)\n", name, ph.a.n);
     return ph;
 }
@@ -1280,9 +1441,9 @@ void BenchAbuse(Run &run)
     Client b0(server.NewChannel(), tb);
     std::string wa = OpenWorkspace(a, false, {});
     WriteRemote(a, wa, "f4k", std::string(4 * kKiB, 'a'));
-    Abuse ab{o, server, tb, {}, OpenWorkspace(b0, false, {"yes"}), {}, {}};
-    WriteRemote(b0, ab.ws_b, "big", std::string((size_t)o.big_mib * kMiB, 'b'));
-    ab.big = ReadRequest(ab.ws_b, "big");
+    std::string wb = OpenWorkspace(b0, false, {"yes"});
+    WriteRemote(b0, wb, "big", std::string((size_t)o.big_mib * kMiB, 'b'));
+    g_abuser->Call("setup " + server.address() + " " + tb + " " + wb + " big");
     v1::ReadFileRequest ra = ReadRequest(wa, "f4k");
     auto a_read = [&] { ReadSmall(a, ra, 4 * kKiB); };
     for (int i = 0; i < o.warmup; i++)
@@ -1291,22 +1452,22 @@ void BenchAbuse(Run &run)
     long long rss0 = ProcStatusBytes(pid, "VmRSS");
     long fds0 = CountFds(pid);
     std::vector<Phase> phases;
-    phases.push_back(MeasureA(ab, a_read, "alone", Flood::None));
-    ab.Hold();
+    phases.push_back(MeasureA(o, pid, a_read, "alone", kFloodNone));
+    g_abuser->Call("hold");
     long long rss_held = ProcStatusBytes(pid, "VmRSS");
-    phases.push_back(MeasureA(ab, a_read, "B holds unread streams", Flood::None));
-    phases.push_back(MeasureA(ab, a_read, "B holds + floods ReadFile+cancel", Flood::Read));
-    phases.push_back(MeasureA(ab, a_read, "B holds + floods Start yes+cancel", Flood::Start));
-    phases.push_back(MeasureA(ab, a_read, "B holds + floods both (the abuse)", Flood::Both));
-    long cancelled = 0, other = 0;
-    ab.Release(&cancelled, &other);
+    phases.push_back(MeasureA(o, pid, a_read, "B holds unread streams", kFloodNone));
+    phases.push_back(MeasureA(o, pid, a_read, "B holds + floods ReadFile+cancel", kFloodRead));
+    phases.push_back(MeasureA(o, pid, a_read, "B holds + floods Start yes+cancel", kFloodStart));
+    phases.push_back(MeasureA(o, pid, a_read, "B holds + floods both", kFloodBoth));
+    std::string rel1 = g_abuser->Call("release");
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     long long rss_released = ProcStatusBytes(pid, "VmRSS");
-    phases.push_back(MeasureA(ab, a_read, "after B let go", Flood::None));
-    // A second round of held streams: a leak would add as much again; memory
-    // kept by the allocator for reuse would not.
-    ab.Hold();
-    ab.Release(&cancelled, &other);
+    phases.push_back(MeasureA(o, pid, a_read, "after B let go", kFloodNone));
+    // A second round of held streams: a leak would add about as much again;
+    // memory the allocator keeps for reuse would not.
+    g_abuser->Call("hold");
+    long long rss_held2 = ProcStatusBytes(pid, "VmRSS");
+    std::string rel2 = g_abuser->Call("release");
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     long long rss_second = ProcStatusBytes(pid, "VmRSS");
     long fds_end = CountFds(pid);
@@ -1314,11 +1475,12 @@ void BenchAbuse(Run &run)
     const Phase &alone = phases[0];
     Add(Fmt("tenant A ReadFile 4 KiB p50 / p90 / p99, %s", alone.name.c_str()), P509(alone.a), "-",
         "-", "-",
-        Fmt("%zu calls; server %.0f%% CPU, machine %.0f%% busy", alone.a.n, 100 * alone.server_cpu,
-            100 * alone.machine_busy));
-    Add("B's abuse", Fmt("%d conns x %d ReadFile %d MiB + 1 conn x %d Start yes, never read; "
-                         "%d flood threads, own conns",
-                         o.held_conns, o.held_reads, o.big_mib, o.held_starts, o.flood_threads));
+        Fmt("%zu calls; CPU server %.0f%%, A %.0f%%; machine %.0f%% busy", alone.a.n,
+            100 * alone.server_cpu, 100 * alone.a_cpu, 100 * alone.machine_busy));
+    Add("B's abuse (a process of its own)",
+        Fmt("%d conns x %d ReadFile %d MiB + 1 conn x %d Start yes, never read; "
+            "%d flood threads, own conns",
+            o.held_conns, o.held_reads, o.big_mib, o.held_starts, o.flood_threads));
     for (size_t i = 1; i < phases.size(); i++) {
         const Phase &p = phases[i];
         std::string what = "tenant A ReadFile 4 KiB, " + p.name;
@@ -1327,27 +1489,29 @@ void BenchAbuse(Run &run)
         Add(what + " p99", Us(p.a.p99_us), "alone", Us(alone.a.p99_us),
             Ratio(p.a.p99_us, alone.a.p99_us),
             Fmt("p90 %s, max %s", Us(p.a.p90_us).c_str(), Us(p.a.max_us).c_str()));
-        Add("  CPU: server / bench client / machine",
-            Fmt("%.0f%% / %.0f%% / %.0f%% busy", 100 * p.server_cpu, 100 * p.client_cpu,
-                100 * p.machine_busy),
-            "alone",
-            Fmt("%.0f%% / %.0f%% / %.0f%%", 100 * alone.server_cpu, 100 * alone.client_cpu,
-                100 * alone.machine_busy));
-        if (p.flood_rate > 0)
-            Add("  B flood: calls opened and cancelled", Fmt("%.0f /s", p.flood_rate), "-", "-",
-                "-", p.outcomes);
+        Add("  CPU: server / A's client / B's client; machine",
+            Fmt("%.0f%% / %.0f%% / %.0f%%; %.0f%% busy", 100 * p.server_cpu, 100 * p.a_cpu,
+                100 * p.b_cpu, 100 * p.machine_busy));
+        if (!p.flood.empty()) {
+            size_t sp = p.flood.find(' ');
+            Add("  B flood: calls opened and cancelled", p.flood.substr(0, sp) + " /s", "-", "-",
+                "-", sp == std::string::npos ? "-" : p.flood.substr(sp + 1));
+        }
         Add("  server peak VmRSS (1 ms samples), fds, threads",
             Fmt("%s, %ld, %ld", Mib(p.rss_peak).c_str(), p.fds, p.threads));
     }
     Add("server VmRSS: before / B holding / after release",
         Fmt("%s / %s / %s", Mib(rss0).c_str(), Mib(rss_held).c_str(), Mib(rss_released).c_str()),
-        "after a second hold + release", Mib(rss_second), "-",
-        Fmt("fds %ld at the start, %ld at the end", fds0, fds_end));
-    Add("B held streams cancelled (two rounds)", Fmt("%ld CANCELLED, %ld other", cancelled, other));
-    if (other)
+        "second hold / release", Fmt("%s / %s", Mib(rss_held2).c_str(), Mib(rss_second).c_str()),
+        "-", Fmt("fds %ld at the start, %ld at the end", fds0, fds_end));
+    long c1 = 0, o1 = 0, c2 = 0, o2 = 0;
+    sscanf(rel1.c_str(), "%ld %ld", &c1, &o1);
+    sscanf(rel2.c_str(), "%ld %ld", &c2, &o2);
+    Add("B held streams cancelled (two rounds)", Fmt("%ld CANCELLED, %ld other", c1 + c2, o1 + o2));
+    if (o1 + o2)
         g_failed = true;
     CloseWorkspace(a, wa);
-    CloseWorkspace(b0, ab.ws_b);
+    CloseWorkspace(b0, wb);
 }
 
 void Usage(FILE *f)
@@ -1454,6 +1618,13 @@ int main(int argc, char **argv)
 {
     Options opt = ParseArgs(argc, argv);
     signal(SIGPIPE, SIG_IGN);
+    auto wanted = [&](const char *part) {
+        std::string list = "," + opt.only + ",";
+        return list.find(std::string(",") + part + ",") != std::string::npos;
+    };
+    // Before gRPC is first used here: the abuser's gRPC must be its own.
+    if (wanted("abuse"))
+        g_abuser = std::make_unique<AbuserProcess>(opt);
 
     std::string tmpl = opt.tmp + "/auth_bench.XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
@@ -1464,10 +1635,6 @@ int main(int argc, char **argv)
     if (!opt.keep)
         g_base = run.base;
 
-    auto wanted = [&](const char *part) {
-        std::string list = "," + opt.only + ",";
-        return list.find(std::string(",") + part + ",") != std::string::npos;
-    };
     struct utsname u;
     uname(&u);
     auto start = Clock::now();
@@ -1494,6 +1661,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "auth_bench: abuse done at %.1f s\n", Seconds(start, Clock::now()));
     }
 
+    g_abuser.reset();
     printf("\n");
     PrintTable();
     printf("\nratio: measured over baseline (time); added: (measured - baseline) / baseline. "

@@ -6,20 +6,26 @@
 #   bash tests/bench/run.sh exec [--quick] [exec_bench options...]
 #   bash tests/bench/run.sh sandbox [--quick] [sandbox_bench options...]
 #   bash tests/bench/run.sh docker [--quick] [docker_bench options...]
+#   bash tests/bench/run.sh auth [--quick] [auth_bench options...]
 #   bash tests/bench/run.sh all [--quick]
 #
 # The first argument picks the benchmark: `fs` (the default, so a plain
 # `run.sh` runs the FileSystem benchmark as before), `exec` (the Exec
 # benchmark), `sandbox` (local-sandbox against direct bwrap and local-bash),
 # `docker` (the docker provider against the Engine API called directly and
-# against dockerode) or `all` (fs_bench, exec_bench, sandbox_bench, then
-# docker_bench, each with its own server; only --quick is accepted then).
+# against dockerode), `auth` (TLS + tokens against plaintext, 1,000
+# workspaces over 10 tenants, one tenant's latency while another abuses
+# the server) or `all` (fs_bench, exec_bench, sandbox_bench, docker_bench,
+# then auth_bench, each with its own servers; only --quick is accepted
+# then).
 # --quick is a smoke run:
 #   fs:      fewer iterations, a 32 MiB stream, a 1,000-file grep tree;
 #   exec:    200 Runs (20 after an idle pause), a 64 MiB stream, 20
 #            concurrent Runs;
 #   sandbox: 100 Runs of each side, a 64 MiB stream of each side;
-#   docker:  5 Opens, 20 Runs and one 16 MiB stream of each side.
+#   docker:  5 Opens, 20 Runs and one 16 MiB stream of each side;
+#   auth:    200 rounds per server, 200 workspaces, 300 calls per abuse
+#            phase (at most 5 s each), a 16 MiB file for the held reads.
 # `docker` needs the Docker daemon and the test image (it runs
 # tests/fixtures/dockerd.sh and tests/fixtures/image/build.sh, which do
 # nothing when both are there) and, for its dockerode side, node and npm:
@@ -37,7 +43,7 @@ fi
 
 mode=fs
 case "${1:-}" in
-fs | exec | sandbox | docker | all)
+fs | exec | sandbox | docker | auth | all)
     mode="$1"
     shift
     ;;
@@ -61,6 +67,7 @@ fs_args=()
 exec_args=()
 sandbox_args=()
 docker_args=()
+auth_args=()
 if [[ $quick == 1 ]]; then
     fs_args+=(--iters 200 --warmup 20 --big-mib 32 --big-runs 1
               --grep-dirs 20 --grep-files 50 --grep-runs 1)
@@ -69,11 +76,14 @@ if [[ $quick == 1 ]]; then
     sandbox_args+=(--iters 100 --warmup 10 --stream-mib 64 --stream-runs 1)
     docker_args+=(--opens 5 --open-warmup 1 --runs 20 --run-warmup 2 --run-block 10
                   --stream-mib 16 --stream-runs 1)
+    auth_args+=(--iters 200 --warmup 20 --workspaces 200 --abuse-iters 300 --abuse-seconds 5
+                --big-mib 16)
 fi
 fs_args+=("${rest[@]+"${rest[@]}"}")
 exec_args+=("${rest[@]+"${rest[@]}"}")
 sandbox_args+=("${rest[@]+"${rest[@]}"}")
 docker_args+=("${rest[@]+"${rest[@]}"}")
+auth_args+=("${rest[@]+"${rest[@]}"}")
 
 targets=(//server:workspaced)
 case "$mode" in
@@ -81,9 +91,10 @@ fs) targets+=(//tests/bench:fs_bench) ;;
 exec) targets+=(//tests/bench:exec_bench) ;;
 sandbox) targets+=(//tests/bench:sandbox_bench) ;;
 docker) targets+=(//tests/bench:docker_bench) ;;
+auth) targets+=(//tests/bench:auth_bench) ;;
 all)
     targets+=(//tests/bench:fs_bench //tests/bench:exec_bench //tests/bench:sandbox_bench
-              //tests/bench:docker_bench)
+              //tests/bench:docker_bench //tests/bench:auth_bench)
     ;;
 esac
 
@@ -118,6 +129,7 @@ fs) exec "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" ;;
 exec) exec "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" ;;
 sandbox) exec "$bin/tests/bench/sandbox_bench" --server "$server" "${sandbox_args[@]}" ;;
 docker) exec "$bin/tests/bench/docker_bench" --server "$server" "${docker_args[@]}" ;;
+auth) exec "$bin/tests/bench/auth_bench" --server "$server" "${auth_args[@]}" ;;
 all)
     rc=0
     "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" || rc=1
@@ -127,6 +139,8 @@ all)
     "$bin/tests/bench/sandbox_bench" --server "$server" "${sandbox_args[@]}" || rc=1
     echo
     "$bin/tests/bench/docker_bench" --server "$server" "${docker_args[@]}" || rc=1
+    echo
+    "$bin/tests/bench/auth_bench" --server "$server" "${auth_args[@]}" || rc=1
     exit $rc
     ;;
 esac

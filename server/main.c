@@ -125,7 +125,7 @@ static const struct setting {
 
 /* The file's sections, in the order the example and the README use. */
 static const char *const conf_sections[] = {
-    "server", "auth", "tls",    "limits",  "quotas",    "exec",
+    "server",    "auth",          "tls",    "limits",  "quotas",    "exec",
     "providers", "local-sandbox", "docker", "metrics", "transport", NULL,
 };
 

@@ -67,7 +67,9 @@ static int slurp(const char *path, char **ret, size_t *ret_len)
     size_t n = 0;
     int fd, err;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    /* O_NONBLOCK: a FIFO named as the file must not hang the start before
+     * fstat refuses it (regular files ignore the flag). */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0)
         return -errno;
     if (fstat(fd, &st) < 0) {
@@ -186,6 +188,7 @@ int ws_conf_parse(const char *path, const char *const *sections, ws_conf_fn fn, 
         char key[WS_CONF_NAME_MAX + 1] = "";
         char full[sizeof(seen->name)];
         if (klen <= WS_CONF_NAME_MAX) {
+            /* s starts with no blank: only trailing ones go. */
             memcpy(key, s, klen);
             key[klen] = '\0';
             trim(key, &klen);

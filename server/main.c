@@ -1,5 +1,5 @@
-/* workspaced: flags, the state directory, signal handling and the
- * graceful drain. */
+/* workspaced: flags and the configuration file, the state directory,
+ * signal handling and the graceful drain. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +22,13 @@
 #include <curl/curl.h>
 #include <grpc/grpc.h>
 
+#include "server/conf/conf.h"
+#include "server/docker/api.h"
+#include "server/docker/endpoint.h"
 #include "server/exec/exec.h"
 #include "server/metrics/http.h"
+#include "server/providers/probe.h"
+#include "server/providers/provider.h"
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
 #include "server/rpc/log.h"
@@ -35,6 +40,98 @@
 #define MAX_MESSAGE_DEFAULT (4 * 1024 * 1024 + 64 * 1024)
 #define MAX_MESSAGE_MIN     (64 * 1024)
 #define MAX_MESSAGE_MAX     (64 * 1024 * 1024)
+
+/* Every setting, by the id of its flag. Settings come from flags and from
+ * the configuration file alike: `settings` below maps each id to its flag
+ * and its section.key, and apply() is the one place a value is checked. A
+ * new setting is an id here, a row there and a case in apply(). */
+enum {
+    LISTEN = 256,
+    STATE,
+    ROOT,
+    MAXWS,
+    MAXSIZE,
+    MEMBYTES,
+    THREADS,
+    GRACE,
+    KILLGRACE,
+    KEEPALIVE,
+    EXECPATH,
+    CONTAIN,
+    TOKENS,
+    TLSCERT,
+    TLSKEY,
+    TLSCA,
+    PLAINTEXT,
+    TENANTWS,
+    TENANTOPENS,
+    TENANTCMDS,
+    TENANTBYTES,
+    METRICS,
+    METRICS_REMOTE,
+    MAXMSG,
+    MAXSTREAMS,
+    MEMQUOTA,
+    PROVIDERS,
+    BWRAP,
+    DOCKERHOST,
+    DOCKERIMAGE,
+    SETTINGS_END,
+    /* Flags that are not settings. */
+    CONFIG = SETTINGS_END,
+    CHECKCONFIG,
+    HELP
+};
+#define N_SETTINGS (SETTINGS_END - LISTEN)
+
+static const struct setting {
+    int id;
+    const char *flag;
+    /* no_argument: a switch; in the file it takes true or false. */
+    int has_arg;
+    const char *section;
+    const char *key;
+} settings[] = {
+    {LISTEN, "listen", required_argument, "server", "listen"},
+    {STATE, "state-dir", required_argument, "server", "state-dir"},
+    {ROOT, "workspace-root", required_argument, "server", "workspace-root"},
+    {THREADS, "threads", required_argument, "server", "threads"},
+    {GRACE, "drain-grace-ms", required_argument, "server", "drain-grace-ms"},
+    {KEEPALIVE, "keepalive-ms", required_argument, "server", "keepalive-ms"},
+    {TOKENS, "tokens-file", required_argument, "auth", "tokens-file"},
+    {TLSCERT, "tls-cert", required_argument, "tls", "cert"},
+    {TLSKEY, "tls-key", required_argument, "tls", "key"},
+    {TLSCA, "tls-client-ca", required_argument, "tls", "client-ca"},
+    {PLAINTEXT, "allow-plaintext", no_argument, "tls", "allow-plaintext"},
+    {MAXWS, "max-workspaces", required_argument, "limits", "max-workspaces"},
+    {MAXSIZE, "max-file-size", required_argument, "limits", "max-file-size"},
+    {MEMBYTES, "memory-workspace-bytes", required_argument, "limits", "memory-workspace-bytes"},
+    {TENANTWS, "tenant-max-workspaces", required_argument, "quotas", "tenant-max-workspaces"},
+    {TENANTOPENS, "tenant-opens-per-minute", required_argument, "quotas",
+     "tenant-opens-per-minute"},
+    {TENANTCMDS, "tenant-max-commands", required_argument, "quotas", "tenant-max-commands"},
+    {TENANTBYTES, "tenant-max-bytes", required_argument, "quotas", "tenant-max-bytes"},
+    {EXECPATH, "exec-path", required_argument, "exec", "path"},
+    {KILLGRACE, "kill-grace-ms", required_argument, "exec", "kill-grace-ms"},
+    {CONTAIN, "process-containment", required_argument, "exec", "process-containment"},
+    {PROVIDERS, "providers", required_argument, "providers", "enabled"},
+    {BWRAP, "bwrap", required_argument, "local-sandbox", "bwrap"},
+    {DOCKERHOST, "docker-host", required_argument, "docker", "host"},
+    {DOCKERIMAGE, "docker-default-image", required_argument, "docker", "default-image"},
+    {METRICS, "metrics-listen", required_argument, "metrics", "listen"},
+    {METRICS_REMOTE, "metrics-allow-remote", no_argument, "metrics", "allow-remote"},
+    {MAXMSG, "max-message-bytes", required_argument, "transport", "max-message-bytes"},
+    {MAXSTREAMS, "max-streams-per-connection", required_argument, "transport",
+     "max-streams-per-connection"},
+    {MEMQUOTA, "memory-quota-bytes", required_argument, "transport", "memory-quota-bytes"},
+};
+#define N_ROWS (sizeof(settings) / sizeof(settings[0]))
+
+/* The file's sections, in the order the example and the README use. */
+static const char *const conf_sections[] = {
+    "server",    "auth",          "tls",    "limits",  "quotas",    "exec",
+    "providers", "local-sandbox", "docker", "metrics", "transport", NULL,
+};
 
 struct options {
     const char *listen;
@@ -64,13 +161,29 @@ struct options {
     long max_message_bytes;
     long max_streams;
     long long memory_quota_bytes;
+    /* Providers: which may be opened (1 << WS_PROVIDER_*; 0: all), where
+     * their backends are, the docker image an Open gets when it names
+     * none. */
+    unsigned providers;
+    const char *bwrap;
+    const char *docker_host;
+    const char *docker_image;
+    /* The configuration file, and the line each setting came from there
+     * (0: a default or a flag); cross-option errors name that line. */
+    const char *conf_path;
+    unsigned line[N_SETTINGS];
 };
 
 static void usage(FILE *f)
 {
     fprintf(
         f,
-        "usage: workspaced [options]\n"
+        "usage: workspaced [--config FILE] [options]\n"
+        "       workspaced --check-config FILE [options]\n"
+        "  --config FILE          read settings from FILE first; flags override it\n"
+        "                         (the file's keys are in the README's Configuration section)\n"
+        "  --check-config FILE    check FILE (and the flags with it) as a start would, start\n"
+        "                         nothing: exit 0, or 2 with 'config: FILE:LINE: key ...: why'\n"
         "  --listen ADDR          host:port or unix:PATH [" DEFAULT_LISTEN "]; a\n"
         "                         non-loopback address needs --tokens-file or\n"
         "                         --tls-client-ca, and TLS or --allow-plaintext\n"
@@ -99,15 +212,21 @@ static void usage(FILE *f)
         "  --process-containment auto|subreaper\n"
         "                         how a command's whole tree is ended: a cgroup per\n"
         "                         command where possible (auto), or the subreaper sweep [auto]\n"
+        "  --providers LIST       providers an Open may name, comma-separated, from memory,\n"
+        "                         local-bash, local-sandbox, docker [all]\n"
+        "  --bwrap PATH           the bubblewrap binary for local-sandbox (no search)\n"
+        "                         [$WORKSPACED_BWRAP, else /usr/bin/bwrap, ..., $PATH]\n"
+        "  --docker-host URL      the Docker daemon, unix://PATH or tcp://HOST[:PORT]\n"
+        "                         [$DOCKER_HOST, else unix:///var/run/docker.sock]\n"
+        "  --docker-default-image IMAGE  the image of a docker Open that names none [none]\n"
         "  --metrics-listen ADDR  serve GET /metrics (Prometheus text) on host:port,\n"
         "                         loopback only unless --metrics-allow-remote [off]\n"
         "  --metrics-allow-remote let --metrics-listen bind a non-loopback address\n"
         "  --max-message-bytes N  largest gRPC message either way [%d]\n"
         "  --max-streams-per-connection N  concurrent calls one connection may hold [%d]\n"
         "  --memory-quota-bytes N memory gRPC's transport may use in all [%lld]\n"
-        "environment:\n"
-        "  WORKSPACED_BWRAP       the bubblewrap binary for local-sandbox (no search when set)\n"
-        "  DOCKER_HOST            the Docker daemon (unix://PATH or tcp://HOST:PORT)\n",
+        "Precedence: a flag, then the environment (WORKSPACED_BWRAP, DOCKER_HOST), then\n"
+        "the configuration file, then the default.\n",
         WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
         (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS, WS_EXEC_GRACE_MS_DEFAULT,
         WS_RPC_KEEPALIVE_MS_DEFAULT, MAX_MESSAGE_DEFAULT, WS_RPC_MAX_STREAMS_DEFAULT,
@@ -164,210 +283,284 @@ static bool listen_is_local(const char *addr)
     return false;
 }
 
-static int parse_args(int argc, char **argv, struct options *o)
+/* A comma-separated list of provider names (blanks around each allowed)
+ * as a mask of 1 << WS_PROVIDER_*; false when a name is unknown or the
+ * list names none. */
+static bool parse_providers(const char *v, unsigned *ret)
 {
-    enum {
-        LISTEN = 256,
-        STATE,
-        ROOT,
-        MAXWS,
-        MAXSIZE,
-        MEMBYTES,
-        THREADS,
-        GRACE,
-        KILLGRACE,
-        KEEPALIVE,
-        EXECPATH,
-        CONTAIN,
-        TOKENS,
-        TLSCERT,
-        TLSKEY,
-        TLSCA,
-        PLAINTEXT,
-        TENANTWS,
-        TENANTOPENS,
-        TENANTCMDS,
-        TENANTBYTES,
-        METRICS,
-        METRICS_REMOTE,
-        MAXMSG,
-        MAXSTREAMS,
-        MEMQUOTA,
-        HELP
-    };
-    static const struct option longopts[] = {
-        {"listen", required_argument, NULL, LISTEN},
-        {"state-dir", required_argument, NULL, STATE},
-        {"workspace-root", required_argument, NULL, ROOT},
-        {"max-workspaces", required_argument, NULL, MAXWS},
-        {"max-file-size", required_argument, NULL, MAXSIZE},
-        {"memory-workspace-bytes", required_argument, NULL, MEMBYTES},
-        {"threads", required_argument, NULL, THREADS},
-        {"drain-grace-ms", required_argument, NULL, GRACE},
-        {"kill-grace-ms", required_argument, NULL, KILLGRACE},
-        {"keepalive-ms", required_argument, NULL, KEEPALIVE},
-        {"exec-path", required_argument, NULL, EXECPATH},
-        {"process-containment", required_argument, NULL, CONTAIN},
-        {"tokens-file", required_argument, NULL, TOKENS},
-        {"tls-cert", required_argument, NULL, TLSCERT},
-        {"tls-key", required_argument, NULL, TLSKEY},
-        {"tls-client-ca", required_argument, NULL, TLSCA},
-        {"allow-plaintext", no_argument, NULL, PLAINTEXT},
-        {"tenant-max-workspaces", required_argument, NULL, TENANTWS},
-        {"tenant-opens-per-minute", required_argument, NULL, TENANTOPENS},
-        {"tenant-max-commands", required_argument, NULL, TENANTCMDS},
-        {"tenant-max-bytes", required_argument, NULL, TENANTBYTES},
-        {"metrics-listen", required_argument, NULL, METRICS},
-        {"metrics-allow-remote", no_argument, NULL, METRICS_REMOTE},
-        {"max-message-bytes", required_argument, NULL, MAXMSG},
-        {"max-streams-per-connection", required_argument, NULL, MAXSTREAMS},
-        {"memory-quota-bytes", required_argument, NULL, MEMQUOTA},
-        {"help", no_argument, NULL, HELP},
-        {NULL, 0, NULL, 0},
-    };
-    unsigned long long v;
-    int c;
+    char buf[256];
+    unsigned mask = 0;
 
-    *o = (struct options){.listen = DEFAULT_LISTEN, .grace_ms = DEFAULT_GRACE_MS};
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case LISTEN:
-            o->listen = optarg;
-            break;
-        case STATE:
-            o->state_dir = optarg;
-            break;
-        case ROOT:
-            o->workspace_root = optarg;
-            break;
-        case MAXWS:
-            if (!parse_ull(optarg, 1000000, &v) || v == 0)
-                goto bad;
-            o->max_workspaces = (unsigned long)v;
-            break;
-        case MAXSIZE:
-            if (!parse_ull(optarg, 1ull << 40, &v) || v == 0)
-                goto bad;
-            o->max_file_size = v;
-            break;
-        case MEMBYTES:
-            if (!parse_ull(optarg, 1ull << 40, &v) || v == 0)
-                goto bad;
-            o->memory_max_bytes = v;
-            break;
-        case THREADS:
-            if (!parse_ull(optarg, 256, &v))
-                goto bad;
-            o->threads = (long)v;
-            break;
-        case GRACE:
-            if (!parse_ull(optarg, 3600000, &v))
-                goto bad;
-            o->grace_ms = (long)v;
-            break;
-        case KILLGRACE:
-            if (!parse_ull(optarg, WS_EXEC_GRACE_MS_MAX, &v))
-                goto bad;
-            /* 0 on the command line means no grace (the config's 0 is
-             * "default"). */
-            o->kill_grace_ms = v ? (long)v : -1;
-            break;
-        case KEEPALIVE:
-            if (!parse_ull(optarg, 3600000, &v) || (v && v < WS_RPC_KEEPALIVE_MS_MIN))
-                goto bad;
-            o->keepalive_ms = v ? (long)v : -1;
-            break;
-        case EXECPATH:
-            if (!ws_services_exec_path_valid(optarg))
-                goto bad;
-            o->exec_path = optarg;
-            break;
-        case CONTAIN:
-            if (strcmp(optarg, "auto") == 0)
-                o->force_subreaper = false;
-            else if (strcmp(optarg, "subreaper") == 0)
-                o->force_subreaper = true;
+    if (strlen(v) >= sizeof(buf))
+        return false;
+    memcpy(buf, v, strlen(v) + 1);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        t += strspn(t, " \t");
+        size_t n = strlen(t);
+        while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
+            t[--n] = '\0';
+        const struct ws_provider *p = ws_provider_by_name(t);
+        if (!p)
+            return false;
+        mask |= 1u << p->kind;
+    }
+    if (!mask)
+        return false;
+    *ret = mask;
+    return true;
+}
+
+#define STR_(x) #x
+#define STR(x)  STR_(x)
+/* The ranges apply() names in its messages. */
+_Static_assert(MAX_MESSAGE_MIN == 65536 && MAX_MESSAGE_MAX == 67108864, "max-message-bytes range");
+_Static_assert(WS_RPC_MEMORY_QUOTA_MIN == 16777216, "memory-quota-bytes range");
+_Static_assert(WS_EXEC_GRACE_MS_MAX == 60000, "kill-grace-ms range");
+
+/* Sets setting `id` from its text, for a flag and a configuration key
+ * alike (a switch's flag passes NULL; its key passes "true" or "false").
+ * Returns NULL, or why the value is refused. Strings are kept by
+ * reference: `v` must outlive `o`. */
+static const char *apply(struct options *o, int id, const char *v)
+{
+    unsigned long long n;
+    bool on = true;
+
+    if (v && !*v)
+        return "empty";
+    for (size_t i = 0; i < N_ROWS; i++)
+        if (settings[i].id == id && settings[i].has_arg == no_argument && v) {
+            if (strcmp(v, "true") == 0)
+                on = true;
+            else if (strcmp(v, "false") == 0)
+                on = false;
             else
-                goto bad;
-            break;
-        case TOKENS:
-            o->tokens_file = optarg;
-            break;
-        case TLSCERT:
-            o->tls_cert = optarg;
-            break;
-        case TLSKEY:
-            o->tls_key = optarg;
-            break;
-        case TLSCA:
-            o->tls_client_ca = optarg;
-            break;
-        case PLAINTEXT:
-            o->allow_plaintext = true;
-            break;
-        case TENANTWS:
-            if (!parse_ull(optarg, 1000000, &v))
-                goto bad;
-            o->tenant_max_workspaces = (unsigned long)v;
-            break;
-        case TENANTOPENS:
-            if (!parse_ull(optarg, 1000000, &v))
-                goto bad;
-            o->tenant_opens_per_minute = (unsigned long)v;
-            break;
-        case TENANTCMDS:
-            if (!parse_ull(optarg, 1000000, &v))
-                goto bad;
-            o->tenant_max_commands = (unsigned long)v;
-            break;
-        case TENANTBYTES:
-            if (!parse_ull(optarg, 1ull << 50, &v))
-                goto bad;
-            o->tenant_max_bytes = v;
-            break;
-        case METRICS:
-            o->metrics_listen = optarg;
-            break;
-        case METRICS_REMOTE:
-            o->metrics_allow_remote = true;
-            break;
-        case MAXMSG:
-            if (!parse_ull(optarg, MAX_MESSAGE_MAX, &v) || v < MAX_MESSAGE_MIN)
-                goto bad;
-            o->max_message_bytes = (long)v;
-            break;
-        case MAXSTREAMS:
-            if (!parse_ull(optarg, WS_RPC_MAX_STREAMS_MAX, &v) || v == 0)
-                goto bad;
-            o->max_streams = (long)v;
-            break;
-        case MEMQUOTA:
-            if (!parse_ull(optarg, 1ull << 40, &v) || v < WS_RPC_MEMORY_QUOTA_MIN)
-                goto bad;
-            o->memory_quota_bytes = (long long)v;
-            break;
-        case HELP:
-            usage(stdout);
-            return 1;
-        default:
-            usage(stderr);
+                return "not true or false";
+        }
+    switch (id) {
+    case LISTEN:
+        o->listen = v;
+        return NULL;
+    case STATE:
+        o->state_dir = v;
+        return NULL;
+    case ROOT:
+        o->workspace_root = v;
+        return NULL;
+    case MAXWS:
+        if (!parse_ull(v, 1000000, &n) || n == 0)
+            return "not a number in 1..1000000";
+        o->max_workspaces = (unsigned long)n;
+        return NULL;
+    case MAXSIZE:
+        if (!parse_ull(v, 1ull << 40, &n) || n == 0)
+            return "not a number of bytes in 1..1099511627776";
+        o->max_file_size = n;
+        return NULL;
+    case MEMBYTES:
+        if (!parse_ull(v, 1ull << 40, &n) || n == 0)
+            return "not a number of bytes in 1..1099511627776";
+        o->memory_max_bytes = n;
+        return NULL;
+    case THREADS:
+        if (!parse_ull(v, 256, &n))
+            return "not a number in 0..256 (0: one per CPU)";
+        o->threads = (long)n;
+        return NULL;
+    case GRACE:
+        if (!parse_ull(v, 3600000, &n))
+            return "not a number of ms in 0..3600000";
+        o->grace_ms = (long)n;
+        return NULL;
+    case KILLGRACE:
+        if (!parse_ull(v, WS_EXEC_GRACE_MS_MAX, &n))
+            return "not a number of ms in 0..60000";
+        /* 0 here means no grace (the services config's 0 is "default"). */
+        o->kill_grace_ms = n ? (long)n : -1;
+        return NULL;
+    case KEEPALIVE:
+        if (!parse_ull(v, 3600000, &n) || (n && n < WS_RPC_KEEPALIVE_MS_MIN))
+            return "not 0 or a number of ms in " STR(WS_RPC_KEEPALIVE_MS_MIN) "..3600000";
+        o->keepalive_ms = n ? (long)n : -1;
+        return NULL;
+    case EXECPATH:
+        if (!ws_services_exec_path_valid(v))
+            return "not a colon-separated list of absolute directories";
+        o->exec_path = v;
+        return NULL;
+    case CONTAIN:
+        if (strcmp(v, "auto") == 0)
+            o->force_subreaper = false;
+        else if (strcmp(v, "subreaper") == 0)
+            o->force_subreaper = true;
+        else
+            return "not auto or subreaper";
+        return NULL;
+    case TOKENS:
+        o->tokens_file = v;
+        return NULL;
+    case TLSCERT:
+        o->tls_cert = v;
+        return NULL;
+    case TLSKEY:
+        o->tls_key = v;
+        return NULL;
+    case TLSCA:
+        o->tls_client_ca = v;
+        return NULL;
+    case PLAINTEXT:
+        o->allow_plaintext = on;
+        return NULL;
+    case TENANTWS:
+        if (!parse_ull(v, 1000000, &n))
+            return "not a number in 0..1000000 (0: no quota)";
+        o->tenant_max_workspaces = (unsigned long)n;
+        return NULL;
+    case TENANTOPENS:
+        if (!parse_ull(v, 1000000, &n))
+            return "not a number in 0..1000000 (0: no quota)";
+        o->tenant_opens_per_minute = (unsigned long)n;
+        return NULL;
+    case TENANTCMDS:
+        if (!parse_ull(v, 1000000, &n))
+            return "not a number in 0..1000000 (0: no quota)";
+        o->tenant_max_commands = (unsigned long)n;
+        return NULL;
+    case TENANTBYTES:
+        if (!parse_ull(v, 1ull << 50, &n))
+            return "not a number of bytes in 0..1125899906842624 (0: no quota)";
+        o->tenant_max_bytes = n;
+        return NULL;
+    case METRICS:
+        o->metrics_listen = v;
+        return NULL;
+    case METRICS_REMOTE:
+        o->metrics_allow_remote = on;
+        return NULL;
+    case MAXMSG:
+        if (!parse_ull(v, MAX_MESSAGE_MAX, &n) || n < MAX_MESSAGE_MIN)
+            return "not a number of bytes in 65536..67108864";
+        o->max_message_bytes = (long)n;
+        return NULL;
+    case MAXSTREAMS:
+        if (!parse_ull(v, WS_RPC_MAX_STREAMS_MAX, &n) || n == 0)
+            return "not a number in 1.." STR(WS_RPC_MAX_STREAMS_MAX);
+        o->max_streams = (long)n;
+        return NULL;
+    case MEMQUOTA:
+        if (!parse_ull(v, 1ull << 40, &n) || n < WS_RPC_MEMORY_QUOTA_MIN)
+            return "not a number of bytes in 16777216..1099511627776";
+        o->memory_quota_bytes = (long long)n;
+        return NULL;
+    case PROVIDERS:
+        if (!parse_providers(v, &o->providers))
+            return "not a comma-separated list of memory, local-bash, local-sandbox, docker";
+        return NULL;
+    case BWRAP:
+        if (v[0] != '/')
+            return "not an absolute path";
+        o->bwrap = v;
+        return NULL;
+    case DOCKERHOST: {
+        struct ws_docker_http_config dc;
+        if (ws_docker_http_config_parse(v, NULL, NULL, NULL, &dc) < 0)
+            return "not unix:///PATH or tcp://HOST[:PORT]";
+        o->docker_host = v;
+        return NULL;
+    }
+    case DOCKERIMAGE:
+        if (!ws_docker_image_valid(v))
+            return "not a valid image reference";
+        o->docker_image = v;
+        return NULL;
+    }
+    return "unknown setting";
+}
+
+static const struct setting *setting_of(int id)
+{
+    for (size_t i = 0; i < N_ROWS; i++)
+        if (settings[i].id == id)
+            return &settings[i];
+    return NULL;
+}
+
+/* Values read from the file, kept for the process's life (options point
+ * into them). */
+static char *conf_values[WS_CONF_KEYS_MAX];
+static size_t n_conf_values;
+
+static int conf_set(void *ud, const char *section, const char *key, const char *value,
+                    unsigned line, char *why, size_t why_size)
+{
+    struct options *o = ud;
+
+    for (size_t i = 0; i < N_ROWS; i++) {
+        if (strcmp(settings[i].section, section) != 0 || strcmp(settings[i].key, key) != 0)
+            continue;
+        char *copy = n_conf_values < WS_CONF_KEYS_MAX ? strdup(value) : NULL;
+        if (!copy) {
+            snprintf(why, why_size, "out of memory");
             return -1;
         }
+        conf_values[n_conf_values++] = copy;
+        const char *bad = apply(o, settings[i].id, copy);
+        if (bad) {
+            snprintf(why, why_size, "%s", bad);
+            return -1;
+        }
+        o->line[settings[i].id - LISTEN] = line;
+        return 0;
     }
-    if (optind != argc) {
-        fprintf(stderr, "workspaced: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
+    snprintf(why, why_size, "unknown key");
+    return -1;
+}
+
+static void free_conf_values(void)
+{
+    for (size_t i = 0; i < n_conf_values; i++)
+        free(conf_values[i]);
+    n_conf_values = 0;
+}
+
+/* Reports a refused combination against what set setting `id`: its line
+ * in the file ("config: FILE:LINE: key "section.key": <in_file>"), or the
+ * command line ("workspaced: <by_flag>"). */
+static void refuse(const struct options *o, int id, const char *in_file, const char *by_flag)
+{
+    const struct setting *s = setting_of(id);
+    unsigned line = o->line[id - LISTEN];
+
+    if (line)
+        fprintf(stderr, "config: %s:%u: key \"%s.%s\": %s\n", o->conf_path, line, s->section,
+                s->key, in_file);
+    else
+        fprintf(stderr, "workspaced: %s\n", by_flag);
+}
+
+/* The rules between settings, the same for the file and the flags.
+ * Returns 0, or -1 with the reason printed. */
+static int check_options(const struct options *o, bool quiet)
+{
+    char flag_msg[512];
+
     if (!o->state_dir) {
-        fprintf(stderr, "workspaced: --state-dir is required\n");
+        if (o->conf_path)
+            fprintf(stderr,
+                    "config: %s: key \"server.state-dir\": required (here or as --state-dir)\n",
+                    o->conf_path);
+        else
+            fprintf(stderr, "workspaced: --state-dir is required\n");
         return -1;
     }
     if (!o->tls_cert != !o->tls_key) {
-        fprintf(stderr, "workspaced: --tls-cert and --tls-key go together\n");
+        refuse(o, o->tls_cert ? TLSCERT : TLSKEY, "tls.cert and tls.key go together",
+               "--tls-cert and --tls-key go together");
         return -1;
     }
     if (o->tls_client_ca && !o->tls_cert) {
-        fprintf(stderr, "workspaced: --tls-client-ca needs --tls-cert and --tls-key\n");
+        refuse(o, TLSCA, "needs tls.cert and tls.key",
+               "--tls-client-ca needs --tls-cert and --tls-key");
         return -1;
     }
     /* A workspace server reachable from other hosts without authentication
@@ -376,21 +569,28 @@ static int parse_args(int argc, char **argv, struct options *o)
      * trusted. Loopback and unix sockets stay as they always were. */
     if (!listen_is_local(o->listen)) {
         if (!o->tokens_file && !o->tls_client_ca) {
-            fprintf(stderr,
-                    "workspaced: refusing to listen on '%s' without authentication: give "
-                    "--tokens-file or --tls-client-ca (loopback addresses and unix: sockets "
-                    "need none)\n",
-                    o->listen);
+            snprintf(flag_msg, sizeof(flag_msg),
+                     "refusing to listen on '%s' without authentication: give --tokens-file or "
+                     "--tls-client-ca (loopback addresses and unix: sockets need none)",
+                     o->listen);
+            refuse(o, LISTEN,
+                   "not a loopback address or unix: socket, and no authentication is configured "
+                   "(auth.tokens-file or tls.client-ca)",
+                   flag_msg);
             return -1;
         }
         if (!o->tls_cert && !o->allow_plaintext) {
-            fprintf(stderr,
-                    "workspaced: refusing to listen on '%s' in plaintext: give --tls-cert and "
-                    "--tls-key, or --allow-plaintext\n",
-                    o->listen);
+            snprintf(flag_msg, sizeof(flag_msg),
+                     "refusing to listen on '%s' in plaintext: give --tls-cert and --tls-key, or "
+                     "--allow-plaintext",
+                     o->listen);
+            refuse(o, LISTEN,
+                   "not a loopback address or unix: socket, and neither TLS (tls.cert, tls.key) "
+                   "nor tls.allow-plaintext = true is configured",
+                   flag_msg);
             return -1;
         }
-        if (!o->tls_cert)
+        if (!o->tls_cert && !quiet)
             fprintf(stderr,
                     "workspaced: warning: serving '%s' in plaintext (--allow-plaintext): "
                     "tokens cross the network in the clear\n",
@@ -400,16 +600,114 @@ static int parse_args(int argc, char **argv, struct options *o)
      * but not for the network unless asked for. */
     if (o->metrics_listen && !o->metrics_allow_remote &&
         !ws_metrics_http_addr_is_loopback(o->metrics_listen)) {
-        fprintf(stderr,
-                "workspaced: refusing to serve metrics on '%s': only loopback addresses "
-                "(127.0.0.1, [::1], localhost) unless --metrics-allow-remote is given\n",
-                o->metrics_listen);
+        snprintf(flag_msg, sizeof(flag_msg),
+                 "refusing to serve metrics on '%s': only loopback addresses (127.0.0.1, [::1], "
+                 "localhost) unless --metrics-allow-remote is given",
+                 o->metrics_listen);
+        refuse(o, METRICS,
+               "not a loopback address (127.0.0.1, [::1], localhost) and metrics.allow-remote is "
+               "not true",
+               flag_msg);
         return -1;
     }
     return 0;
-bad:
-    fprintf(stderr, "workspaced: invalid value '%s'\n", optarg);
-    return -1;
+}
+
+/* Returns 0 to run, 1 to exit 0 (--help, a good --check-config), -1 to
+ * exit 2. The file is read first, whatever the order of the arguments,
+ * so a flag overrides it. */
+static int parse_args(int argc, char **argv, struct options *o)
+{
+    struct option longopts[N_ROWS + 4];
+    struct {
+        int id;
+        const char *value;
+    } *flags = NULL;
+    size_t n_flags = 0, i;
+    const char *check = NULL;
+    char msg[WS_CONF_MSG_MAX];
+    int c, rc = -1;
+
+    *o = (struct options){.listen = DEFAULT_LISTEN, .grace_ms = DEFAULT_GRACE_MS};
+    for (i = 0; i < N_ROWS; i++)
+        longopts[i] = (struct option){settings[i].flag, settings[i].has_arg, NULL, settings[i].id};
+    longopts[i++] = (struct option){"config", required_argument, NULL, CONFIG};
+    longopts[i++] = (struct option){"check-config", required_argument, NULL, CHECKCONFIG};
+    longopts[i++] = (struct option){"help", no_argument, NULL, HELP};
+    longopts[i] = (struct option){NULL, 0, NULL, 0};
+
+    flags = calloc((size_t)argc + 1, sizeof(*flags));
+    if (!flags)
+        return -1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case CONFIG:
+        case CHECKCONFIG:
+            if (o->conf_path) {
+                fprintf(stderr, "workspaced: one --config or --check-config at most\n");
+                goto out;
+            }
+            o->conf_path = optarg;
+            if (c == CHECKCONFIG)
+                check = optarg;
+            break;
+        case HELP:
+            usage(stdout);
+            rc = 1;
+            goto out;
+        default:
+            if (c < LISTEN || c >= SETTINGS_END) {
+                usage(stderr);
+                goto out;
+            }
+            flags[n_flags].id = c;
+            flags[n_flags++].value = optarg;
+        }
+    }
+    if (optind != argc) {
+        fprintf(stderr, "workspaced: unexpected argument '%s'\n", argv[optind]);
+        goto out;
+    }
+    if (o->conf_path &&
+        ws_conf_parse(o->conf_path, conf_sections, conf_set, o, msg, sizeof(msg)) < 0) {
+        fprintf(stderr, "%s\n", msg);
+        goto out;
+    }
+    /* The providers read these from the environment, where an operator's
+     * variable beats the file (a flag beats both). */
+    if (getenv(WS_BWRAP_ENV) && *getenv(WS_BWRAP_ENV)) {
+        o->bwrap = NULL;
+        o->line[BWRAP - LISTEN] = 0;
+    }
+    if (getenv("DOCKER_HOST") && *getenv("DOCKER_HOST")) {
+        o->docker_host = NULL;
+        o->line[DOCKERHOST - LISTEN] = 0;
+    }
+    for (i = 0; i < n_flags; i++) {
+        const char *why = apply(o, flags[i].id, flags[i].value);
+        if (why) {
+            fprintf(stderr, "workspaced: invalid value '%s' for --%s: %s\n", flags[i].value,
+                    setting_of(flags[i].id)->flag, why);
+            goto out;
+        }
+        o->line[flags[i].id - LISTEN] = 0;
+    }
+    if (check_options(o, check != NULL) < 0)
+        goto out;
+    if (check) {
+        printf("config: %s: ok\n", check);
+        rc = 1;
+        goto out;
+    }
+    /* Still one thread: setenv is safe, and the providers read these. */
+    if (o->bwrap)
+        setenv(WS_BWRAP_ENV, o->bwrap, 1);
+    if (o->docker_host)
+        setenv("DOCKER_HOST", o->docker_host, 1);
+    rc = 0;
+out:
+    free(flags);
+    return rc;
 }
 
 /* gRPC's teardown (grpc_shutdown) joins its executor threads, and one of
@@ -569,8 +867,10 @@ int main(int argc, char **argv)
     int port = 0, sig = 0, rc = 1, err;
 
     err = parse_args(argc, argv, &o);
-    if (err != 0)
+    if (err != 0) {
+        free_conf_values();
         return err > 0 ? 0 : 2;
+    }
 
     /* Signals are handled by this thread alone (sigwait below): block them
      * before any other thread exists so every thread inherits the mask. */
@@ -598,6 +898,8 @@ int main(int argc, char **argv)
         .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
         .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
         .tenant_max_bytes = o.tenant_max_bytes,
+        .providers_enabled = o.providers,
+        .docker_default_image = o.docker_image,
     };
     err = ws_registry_new(&rc_cfg, &reg);
     if (err < 0) {
@@ -742,5 +1044,6 @@ out:
     ws_services_free(svc);
     ws_registry_free(reg);
     curl_global_cleanup();
+    free_conf_values();
     return rc;
 }

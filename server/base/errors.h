@@ -47,6 +47,7 @@ enum {
     WS_EENVDENIED,    /* shell guard: environment variable on the denylist */
     WS_ECWDESCAPE,    /* shell guard: cwd escapes the workspace */
     WS_EARGLIMIT,     /* shell guard: argument or environment limit exceeded */
+    WS_EDISABLED,     /* the provider is not enabled on this server */
     WS_ERR_END,
 };
 

@@ -79,6 +79,8 @@ struct ws_registry {
     unsigned tenant_max_workspaces;
     unsigned tenant_opens_per_minute;
     uint64_t tenant_max_bytes;
+    unsigned providers_enabled;
+    char *docker_default_image;
     struct tenant_use *tenants;
     struct ws_ref_key key;
     int state_fd;
@@ -576,6 +578,11 @@ static int probe_backend(const struct ws_provider *p, struct ws_diag *d)
     return -WS_EFAILED;
 }
 
+bool ws_registry_provider_enabled(const struct ws_registry *r, enum ws_provider_kind kind)
+{
+    return !r->providers_enabled || (r->providers_enabled & (1u << kind));
+}
+
 long ws_registry_live(struct ws_registry *r)
 {
     long n;
@@ -680,10 +687,27 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     char id[WS_ID_LEN + 1];
     int err;
 
+    /* The server's default image for a docker Open that names none: the
+     * request as if the client had named it. */
+    Workspace__V1__OpenRequest with_image;
+    Workspace__V1__DockerConfig docker_req;
+    if (req->provider_case == WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER && req->docker &&
+        (!req->docker->image || !req->docker->image[0]) && r->docker_default_image) {
+        docker_req = *req->docker;
+        docker_req.image = r->docker_default_image;
+        with_image = *req;
+        with_image.docker = &docker_req;
+        req = &with_image;
+    }
     const char *own[] = {r->state_path, r->root_path};
     err = ws_config_check(req, own, 2, d, &p);
     if (err < 0)
         return err;
+    if (!ws_registry_provider_enabled(r, p->kind)) {
+        ws_diag_set(d, "provider %s is not enabled on this server", p->name);
+        ws_diag_meta(d, "provider", "%s", p->name);
+        return -WS_EDISABLED;
+    }
 
     /* No capability declared at all means the least useful one: fs. */
     bool want_fs = !want || want->fs || !want->shell;
@@ -1330,6 +1354,7 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r->tenant_max_workspaces = cfg->tenant_max_workspaces;
     r->tenant_opens_per_minute = cfg->tenant_opens_per_minute;
     r->tenant_max_bytes = cfg->tenant_max_bytes;
+    r->providers_enabled = cfg->providers_enabled;
     r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
     r->limits.memory_max_bytes =
         cfg->memory_max_bytes ? cfg->memory_max_bytes : WS_DEFAULT_MEMORY_MAX_BYTES;
@@ -1337,6 +1362,11 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     err = -ENOMEM;
     if (!r->closed)
         goto fail;
+    if (cfg->docker_default_image) {
+        r->docker_default_image = strdup(cfg->docker_default_image);
+        if (!r->docker_default_image)
+            goto fail;
+    }
     err = open_dir_at(AT_FDCWD, cfg->state_dir, false, &r->state_fd);
     if (err < 0)
         goto fail;
@@ -1395,6 +1425,7 @@ void ws_registry_free(struct ws_registry *r)
     }
     free(r->state_path);
     free(r->root_path);
+    free(r->docker_default_image);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

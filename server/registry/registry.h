@@ -68,6 +68,14 @@ struct ws_registry_config {
      * workspaces (usage.h says what counts), 0: none. See
      * ws_registry_usage_charge. */
     uint64_t tenant_max_bytes;
+    /* Providers an Open may name, 1 << WS_PROVIDER_*; 0: all. Opening
+     * another is -WS_EDISABLED (metadata "provider"); workspaces that
+     * exist stay usable until closed. */
+    unsigned providers_enabled;
+    /* The image of a docker Open whose DockerConfig names none (checked by
+     * the caller with ws_docker_image_valid; copied); NULL: none, such an
+     * Open is malformed. */
+    const char *docker_default_image;
 };
 
 enum ws_state {
@@ -90,7 +98,12 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
 /* Drops the registry's references; storage stays for the next start. */
 void ws_registry_free(struct ws_registry *r);
 
+/* Whether Open may name provider `kind` (struct ws_registry_config's
+ * providers_enabled). */
+bool ws_registry_provider_enabled(const struct ws_registry *r, enum ws_provider_kind kind);
+
 /* Errors: -WS_EMALFORMED (no provider config, invalid config),
+ * -WS_EDISABLED (the provider is not enabled),
  * -WS_ECAPABILITY (metadata "capability"), -WS_ELIMIT, -WS_EFAILED (backend
  * missing; diag->transient), -WS_EQUOTA (metadata "quota"). */
 int ws_registry_open(struct ws_registry *r, const char *tenant,

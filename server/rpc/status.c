@@ -46,6 +46,7 @@ static const struct errmap {
     {-ESRCH, GRPC_STATUS_NOT_FOUND, "NO_SUCH_PROCESS"},
     {-WS_EEVICTED, GRPC_STATUS_NOT_FOUND, "WORKSPACE_EVICTED"},
     {-WS_ECAPABILITY, GRPC_STATUS_FAILED_PRECONDITION, "CAPABILITY_MISSING"},
+    {-WS_EDISABLED, GRPC_STATUS_FAILED_PRECONDITION, "PROVIDER_DISABLED"},
     /* UNAVAILABLE instead when the diag says transient. */
     {-WS_EFAILED, GRPC_STATUS_FAILED_PRECONDITION, "WORKSPACE_FAILED"},
     {-WS_ECONFLICT, GRPC_STATUS_FAILED_PRECONDITION, "CONFLICT"},
@@ -101,6 +102,7 @@ static const struct {
     {"NO_SUCH_PROCESS", "no such process"},
     {"WORKSPACE_EVICTED", "the workspace's storage is gone"},
     {"CAPABILITY_MISSING", "capability not declared or not supported"},
+    {"PROVIDER_DISABLED", "the provider is not enabled on this server"},
     {"WORKSPACE_FAILED", "the workspace's backend is not usable"},
     {"CONFLICT", "the file changed (if_match did not match)"},
     {"NO_MATCH", "text not found"},

@@ -24,7 +24,15 @@ static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
         size_t nc = 0;
 
         workspace__v1__provider_info__init(info);
-        p->probe(&probes[i]);
+        /* A provider the operator left out is not probed: it is not
+         * available whatever its backend would say. */
+        if (ws_registry_provider_enabled(s->reg, p->kind)) {
+            p->probe(&probes[i]);
+        } else {
+            probes[i] = (struct ws_probe){.available = false};
+            snprintf(probes[i].reason, sizeof(probes[i].reason),
+                     "PROVIDER_DISABLED: not enabled on this server");
+        }
         info->kind = (char *)p->name;
         info->available = probes[i].available;
         info->reason = probes[i].reason;

@@ -109,8 +109,9 @@ int ws_config_check(const Workspace__V1__OpenRequest *req, const char *const *ow
         const Workspace__V1__DockerConfig *c = req->docker;
 
         if (!ws_docker_image_valid(c->image)) {
-            ws_diag_set(d, c->image[0] ? "docker.image is not a valid image reference"
-                                       : "docker.image is required (this server sets no default image)");
+            ws_diag_set(d, c->image[0]
+                               ? "docker.image is not a valid image reference"
+                               : "docker.image is required (this server sets no default image)");
             ws_diag_meta(d, "field", "image");
             return -WS_EMALFORMED;
         }

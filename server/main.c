@@ -902,6 +902,13 @@ int main(int argc, char **argv)
         .docker_default_image = o.docker_image,
     };
     err = ws_registry_new(&rc_cfg, &reg);
+    if (err == -EBUSY) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
+                   "the state directory '%s' is in use by another workspaced (its pid is in "
+                   "%s/lock); one state directory serves one server at a time",
+                   o.state_dir, o.state_dir);
+        goto out;
+    }
     if (err < 0) {
         ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot open the state directory: %s",
                    strerror(-err < 4096 ? -err : EINVAL));

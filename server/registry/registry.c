@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -25,6 +26,7 @@
 #define ID_PREFIX          "ws_"
 #define RECORDS_DIR        "records"
 #define DEFAULT_ROOT       "workspaces"
+#define LOCK_FILE          "lock"
 #define DEFAULT_PIDS_LIMIT 512
 #define IMAGE_NAME_MAX     255
 
@@ -84,6 +86,8 @@ struct ws_registry {
     struct tenant_use *tenants;
     struct ws_ref_key key;
     int state_fd;
+    /* Holds the state directory's lock (LOCK_FILE) while the registry lives. */
+    int lock_fd;
     int records_fd;
     int root_fd;
     unsigned max_workspaces;
@@ -1340,6 +1344,33 @@ static int open_dir_at(int at, const char *name, bool create, int *ret_fd)
     return 0;
 }
 
+/* One server per state directory: two would hand out the same ids, load
+ * each other's records half-written and sweep each other's workspaces. An
+ * flock on a file inside it is held for the registry's life (and so the
+ * process's: the kernel drops it when the process dies, however it dies).
+ * The holder's pid is written in the file for the operator. */
+static int lock_state_dir(struct ws_registry *r)
+{
+    char pid[24];
+    int fd, n;
+
+    fd = openat(r->state_fd, LOCK_FILE, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+
+        close(fd);
+        return e == EWOULDBLOCK ? -EBUSY : -e;
+    }
+    r->lock_fd = fd;
+    n = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)n, 0) != n) {
+        /* The pid is a courtesy to the operator; the lock is what counts. */
+    }
+    return 0;
+}
+
 int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **ret)
 {
     struct ws_registry *r;
@@ -1348,7 +1379,7 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
-    r->state_fd = r->records_fd = r->root_fd = -1;
+    r->state_fd = r->records_fd = r->root_fd = r->lock_fd = -1;
     pthread_mutex_init(&r->lock, NULL);
     r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
     r->tenant_max_workspaces = cfg->tenant_max_workspaces;
@@ -1368,6 +1399,9 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
             goto fail;
     }
     err = open_dir_at(AT_FDCWD, cfg->state_dir, false, &r->state_fd);
+    if (err < 0)
+        goto fail;
+    err = lock_state_dir(r);
     if (err < 0)
         goto fail;
     err = ws_ref_key_load(r->state_fd, &r->key);
@@ -1417,6 +1451,8 @@ void ws_registry_free(struct ws_registry *r)
         close(r->records_fd);
     if (r->root_fd >= 0)
         close(r->root_fd);
+    if (r->lock_fd >= 0)
+        close(r->lock_fd);
     free(r->closed);
     while (r->tenants) {
         struct tenant_use *t = r->tenants;

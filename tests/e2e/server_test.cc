@@ -57,6 +57,42 @@ TEST(Server, CreatesStateDirPrivate)
     EXPECT_EQ(st.st_size, 32);
 }
 
+// Two servers on one state directory would hand out the same ids and sweep
+// each other's workspaces: the second is refused before it touches
+// anything, and the directory is usable again once the first is gone.
+TEST(Server, OneStateDirectoryServesOneServerAtATime)
+{
+    Server a;
+    auto ws = a.workspaces();
+    auto fs = a.fs();
+    wstest::Ws w = wstest::Open(ws.get(), "local-bash");
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "kept", "data").ok());
+    auto before = wstest::Snapshot(a.state_dir());
+
+    std::string err;
+    int st =
+        wstest::RunServerToExit({"--state-dir", a.state_dir(), "--listen", "127.0.0.1:0"}, &err);
+    ASSERT_TRUE(WIFEXITED(st)) << err;
+    EXPECT_NE(WEXITSTATUS(st), 0);
+    EXPECT_NE(err.find("is in use by another workspaced"), std::string::npos) << err;
+    EXPECT_EQ(wstest::Snapshot(a.state_dir()), before) << "the refused server changed the state";
+    EXPECT_EQ(wstest::ReadHostFile(a.state_dir() + "/lock"), std::to_string(a.pid()) + "\n");
+
+    // The first server is unaffected.
+    std::string out;
+    ASSERT_TRUE(wstest::Read(fs.get(), w.id, "kept", &out).ok());
+    EXPECT_EQ(out, "data");
+
+    // However it ended, the lock ends with it: a SIGKILLed server's
+    // directory starts again at once, with the workspace.
+    a.Kill();
+    Server b({}, a.state_dir());
+    auto bfs = b.fs();
+    out.clear();
+    ASSERT_TRUE(wstest::Read(bfs.get(), w.id, "kept", &out).ok());
+    EXPECT_EQ(out, "data");
+}
+
 TEST(Server, ListensOnUnixSocket)
 {
     // sun_path is short: the socket goes under /tmp.

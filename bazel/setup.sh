@@ -17,6 +17,8 @@ packages=(
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
   # deployment tests: network namespaces, the Envoy example's YAML
   iproute2 python3-yaml
+  # the HAProxy front of the routing tests
+  haproxy
   # isolation backends probed by the server
   bubblewrap docker.io busybox-static
   # clients: Go stubs and runtime (GOPATH mode against /usr/share/gocode)

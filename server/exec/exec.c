@@ -482,6 +482,15 @@ static void kill_and_wait(struct ws_exec *e, struct table *only, enum ws_cause c
     }
 }
 
+void ws_exec_tenants(struct ws_exec *e, void (*cb)(void *ud, const char *tenant, unsigned running),
+                     void *ud)
+{
+    pthread_mutex_lock(&e->lock);
+    for (const struct tenant_run *t = e->tenants; t; t = t->next)
+        cb(ud, t->name, t->running);
+    pthread_mutex_unlock(&e->lock);
+}
+
 void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause cause)
 {
     pthread_mutex_lock(&e->lock);

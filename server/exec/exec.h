@@ -90,4 +90,9 @@ void ws_exec_list(struct ws_exec *e, const char *ws_id, void (*cb)(void *ud, str
  * have ended. */
 void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause cause);
 
+/* Calls cb for each tenant with commands running, with their number
+ * (under the exec layer's lock: cb must not call back into it). */
+void ws_exec_tenants(struct ws_exec *e, void (*cb)(void *ud, const char *tenant, unsigned running),
+                     void *ud);
+
 #endif

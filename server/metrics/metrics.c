@@ -67,9 +67,11 @@ static struct family stream_bytes = FAMILY(
 static struct family rejections =
     FAMILY("workspaced_rejections_total", "Calls ended with an error, by ErrorInfo reason.",
            "counter", 1, "reason");
-static struct family active_ws =
+/* The per-tenant gauges' names and labels; their values come from the
+ * sources at render time. */
+static const struct family active_ws =
     FAMILY("workspaced_active_workspaces", "Open workspaces.", "gauge", 1, "tenant");
-static struct family active_cmd =
+static const struct family active_cmd =
     FAMILY("workspaced_active_commands", "Commands running.", "gauge", 1, "tenant");
 
 static struct histogram open_seconds = {.name = "workspaced_workspace_open_seconds",
@@ -77,13 +79,16 @@ static struct histogram open_seconds = {.name = "workspaced_workspace_open_secon
 static struct histogram command_seconds = {.name = "workspaced_command_seconds",
                                            .help = "Command wall-clock duration, seconds."};
 
-static long (*workspaces_fn)(void *);
-static void *workspaces_ud;
+static struct {
+    ws_metrics_source fn;
+    void *ud;
+} sources[2];
 
-const char *ws_metrics_tenant(void)
-{
-    return "default";
-}
+/* What the sources report while rendering: a copy of each gauge family,
+ * filled outside the lock. */
+struct ws_metrics_gauges {
+    struct family *f;
+};
 
 /* Label values end up inside quotes in the text format: keep them to a
  * character set that needs no escaping. */
@@ -103,7 +108,8 @@ static void clean_label(char *dst, const char *src)
 }
 
 /* The series for these label values, made if there is room, else the
- * "overflow" one. mu held. */
+ * "overflow" one. mu held (or, for a render's gauge copies, the render
+ * lock). */
 static struct series *series_for(struct family *f, const char *const *values)
 {
     char want[LABELS_MAX][WS_METRICS_LABEL_MAX + 1];
@@ -177,14 +183,12 @@ void ws_metrics_evicted(const char *provider)
 void ws_metrics_command_started(void)
 {
     add(&cmd_started, 1, NULL, NULL);
-    add(&active_cmd, 1, ws_metrics_tenant(), NULL);
 }
 
 void ws_metrics_command_ended(const char *cause, uint64_t wall_ms, uint64_t stdout_bytes,
                               uint64_t stderr_bytes, uint64_t pty_bytes)
 {
     add(&cmd_ended, 1, cause, NULL);
-    add(&active_cmd, -1, ws_metrics_tenant(), NULL);
     add(&stream_bytes, (double)stdout_bytes, "stdout", NULL);
     add(&stream_bytes, (double)stderr_bytes, "stderr", NULL);
     add(&stream_bytes, (double)pty_bytes, "pty", NULL);
@@ -196,12 +200,38 @@ void ws_metrics_rejected(const char *reason)
     add(&rejections, 1, reason, NULL);
 }
 
-void ws_metrics_set_workspaces_source(long (*fn)(void *ud), void *ud)
+void ws_metrics_set_source(enum ws_metrics_gauge which, ws_metrics_source fn, void *ud)
 {
     pthread_mutex_lock(&mu);
-    workspaces_fn = fn;
-    workspaces_ud = ud;
+    sources[which].fn = fn;
+    sources[which].ud = ud;
     pthread_mutex_unlock(&mu);
+}
+
+void ws_metrics_tenant_gauge(struct ws_metrics_gauges *g, const char *tenant, long value)
+{
+    const char *values[1] = {tenant};
+    struct series *s = series_for(g->f, values);
+
+    if (s)
+        s->v += (double)value;
+}
+
+/* Asks source `which` for its gauge, into `f` (emptied first). */
+static void read_source(enum ws_metrics_gauge which, struct family *f)
+{
+    ws_metrics_source fn;
+    void *ud;
+
+    f->n = 0;
+    pthread_mutex_lock(&mu);
+    fn = sources[which].fn;
+    ud = sources[which].ud;
+    pthread_mutex_unlock(&mu);
+    if (fn) {
+        struct ws_metrics_gauges g = {.f = f};
+        fn(ud, &g);
+    }
 }
 
 /* ---- rendering ---- */
@@ -277,20 +307,25 @@ static void render_histogram(struct buf *b, const struct histogram *h)
 int ws_metrics_render(char **ret_text, size_t *ret_len)
 {
     struct buf b = {.p = malloc(RENDER_INITIAL), .cap = RENDER_INITIAL};
-    long (*fn)(void *);
-    void *ud;
-    long live = 0;
+    /* Static: a family is large, and renders are serialised below. */
+    static pthread_mutex_t render_mu = PTHREAD_MUTEX_INITIALIZER;
+    static struct family ws_now, cmd_now;
 
     if (!b.p)
         return -ENOMEM;
     b.p[0] = '\0';
-    pthread_mutex_lock(&mu);
-    fn = workspaces_fn;
-    ud = workspaces_ud;
-    pthread_mutex_unlock(&mu);
-    /* Outside the lock: the source takes the registry's. */
-    if (fn)
-        live = fn(ud);
+    pthread_mutex_lock(&render_mu);
+    ws_now = active_ws;
+    cmd_now = active_cmd;
+    /* Outside mu: the sources take the registry's and the exec layer's
+     * locks. */
+    read_source(WS_METRICS_WORKSPACES, &ws_now);
+    read_source(WS_METRICS_COMMANDS, &cmd_now);
+    /* Every tenant that holds workspaces shows its commands, 0 included. */
+    for (size_t i = 0; i < ws_now.n; i++) {
+        const char *tenant[1] = {ws_now.series[i].value[0]};
+        series_for(&cmd_now, tenant);
+    }
 
     pthread_mutex_lock(&mu);
     render_family(&b, &opens);
@@ -302,14 +337,10 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
     render_histogram(&b, &command_seconds);
     render_family(&b, &stream_bytes);
     render_family(&b, &rejections);
-    put(&b, "# HELP %s %s\n# TYPE %s gauge\n%s{tenant=\"%s\"} %ld\n", active_ws.name,
-        active_ws.help, active_ws.name, active_ws.name, ws_metrics_tenant(), live);
-    if (active_cmd.n == 0)
-        put(&b, "# HELP %s %s\n# TYPE %s gauge\n%s{tenant=\"%s\"} 0\n", active_cmd.name,
-            active_cmd.help, active_cmd.name, active_cmd.name, ws_metrics_tenant());
-    else
-        render_family(&b, &active_cmd);
+    render_family(&b, &ws_now);
+    render_family(&b, &cmd_now);
     pthread_mutex_unlock(&mu);
+    pthread_mutex_unlock(&render_mu);
 
     if (b.failed) {
         free(b.p);

@@ -28,10 +28,6 @@
 /* Longest label value kept, bytes. */
 #define WS_METRICS_LABEL_MAX 48
 
-/* The tenant label of the per-tenant gauges. One function so the tenant
- * concept can replace it without touching the call sites. */
-const char *ws_metrics_tenant(void);
-
 /* Workspaces.Open finished: provider name ("memory", ...; "unknown" when
  * the request named none), "ok" or the ErrorInfo reason, and how long the
  * call took. */
@@ -51,10 +47,21 @@ void ws_metrics_command_ended(const char *cause, uint64_t wall_ms, uint64_t stdo
 /* A call ended with an error status carrying this ErrorInfo reason. */
 void ws_metrics_rejected(const char *reason);
 
-/* Where the active-workspaces gauge comes from: called at render time
- * (with no lock of this module held). Set once, before serving; NULL
- * reports 0. */
-void ws_metrics_set_workspaces_source(long (*fn)(void *ud), void *ud);
+/* The per-tenant gauges (open workspaces, running commands) are read at
+ * render time from whoever counts them, so they can never drift from the
+ * counts the quotas use. A source is called with no lock of this module
+ * held and reports each tenant it knows through ws_metrics_tenant_gauge
+ * on the `g` it was given. Set each once, before serving; NULL reports
+ * nothing. A tenant appears once it has opened a workspace in this run,
+ * and stays (at 0) after. */
+struct ws_metrics_gauges;
+enum ws_metrics_gauge {
+    WS_METRICS_WORKSPACES, /* workspaced_active_workspaces */
+    WS_METRICS_COMMANDS,   /* workspaced_active_commands */
+};
+typedef void (*ws_metrics_source)(void *ud, struct ws_metrics_gauges *g);
+void ws_metrics_set_source(enum ws_metrics_gauge which, ws_metrics_source fn, void *ud);
+void ws_metrics_tenant_gauge(struct ws_metrics_gauges *g, const char *tenant, long value);
 
 /* The whole set in the Prometheus text format: a malloc'd, NUL-terminated
  * string in *ret_text (the caller frees it) and its length. 0 or -ENOMEM. */

@@ -597,6 +597,15 @@ long ws_registry_live(struct ws_registry *r)
     return n;
 }
 
+void ws_registry_tenants(struct ws_registry *r,
+                         void (*cb)(void *ud, const char *tenant, unsigned live), void *ud)
+{
+    pthread_mutex_lock(&r->lock);
+    for (const struct tenant_use *t = r->tenants; t; t = t->next)
+        cb(ud, t->name, t->live);
+    pthread_mutex_unlock(&r->lock);
+}
+
 static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
 {
     pthread_mutex_lock(&r->lock);

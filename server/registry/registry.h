@@ -124,6 +124,11 @@ int ws_registry_get(struct ws_registry *r, const char *tenant, const char *id, u
 
 /* Workspaces counted against max_workspaces now (open, not evicted). */
 long ws_registry_live(struct ws_registry *r);
+/* Calls cb for each tenant that has opened a workspace in this run, with
+ * how many it holds open now (under the registry lock: cb must not call
+ * back into the registry). */
+void ws_registry_tenants(struct ws_registry *r,
+                         void (*cb)(void *ud, const char *tenant, unsigned live), void *ud);
 
 /* Like ws_registry_get but also returns evicted workspaces and never
  * re-attaches (for Describe). */

@@ -180,11 +180,12 @@ TEST(ObservabilityTest, MetricsCountAKnownSequenceExactly)
     int port = MetricsPort(srv);
     ASSERT_GT(port, 0) << wstest::ReadHostFile(srv.stderr_path());
 
-    // Before anything: every counter at zero, both gauges at zero.
+    // Before anything: every counter at zero, no tenant in the gauges
+    // (a tenant appears with its first workspace).
     Scrape s0 = ScrapeOk(port);
     EXPECT_EQ(s0.get("workspaced_commands_started_total"), 0);
-    EXPECT_EQ(s0.get("workspaced_active_workspaces{tenant=\"default\"}"), 0);
-    EXPECT_EQ(s0.get("workspaced_active_commands{tenant=\"default\"}"), 0);
+    EXPECT_EQ(s0.get("workspaced_active_workspaces{tenant=\"default\"}"), -1);
+    EXPECT_EQ(s0.get("workspaced_active_commands{tenant=\"default\"}"), -1);
     EXPECT_EQ(s0.sum("workspaced_rejections_total"), 0);
 
     auto ws = srv.workspaces();
@@ -259,6 +260,65 @@ TEST(ObservabilityTest, MetricsCountAKnownSequenceExactly)
     std::string body;
     EXPECT_EQ(HttpGet(port, "/", &body), 404);
     EXPECT_EQ(HttpGet(port, "/metrics/../secret", &body), 404);
+}
+
+// The gauges are per tenant: each tenant's open workspaces and running
+// commands, exactly, as they rise and fall; a tenant with nothing left
+// stays at 0.
+TEST(ObservabilityTest, GaugesArePerTenant)
+{
+    const std::string alice = "tok-alice-gauges", bob = "tok-bob-gauges";
+    std::string tokens = wstest::MakeTempDir("tokens") + "/tokens";
+    wstest::WriteHostFile(tokens, "alice " + wstest::Sha256Hex(alice) + "\nbob " +
+                                      wstest::Sha256Hex(bob) + "\n");
+    wstest::Server srv({"--tokens-file", tokens, "--metrics-listen", "127.0.0.1:0"});
+    int port = MetricsPort(srv);
+    ASSERT_GT(port, 0) << wstest::ReadHostFile(srv.stderr_path());
+    auto alice_ws = Workspaces::NewStub(srv.Channel(alice));
+    auto alice_exec = Exec::NewStub(srv.Channel(alice));
+    auto bob_ws = Workspaces::NewStub(srv.Channel(bob));
+
+    const std::string m = wstest::UniqueSleep();
+    wstest::Ws a1 = wstest::OpenShell(alice_ws.get(), {"sleep"});
+    wstest::Ws a2 = wstest::Open(alice_ws.get(), "memory");
+    wstest::Ws b1 = wstest::Open(bob_ws.get(), "memory");
+    // Two background commands of alice's, left running without a stream.
+    for (const char *tag : {"one", "two"}) {
+        ProcessConfig bg = wstest::ArgvProcess({"sleep", m});
+        bg.set_background(true);
+        bg.set_tag(tag);
+        grpc::ClientContext ctx;
+        auto rw = wstest::StartStream(alice_exec.get(), &ctx, a1.id, bg);
+        wstest::EventLog log;
+        ASSERT_TRUE(wstest::ReadEvents(rw.get(), &log, [](const wstest::EventLog &l) {
+            return l.started;
+        })) << wstest::Problems(log);
+        ctx.TryCancel();
+        rw->Finish();
+    }
+    Scrape s = ScrapeOk(port);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"alice\"}"), 2);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"bob\"}"), 1);
+    EXPECT_EQ(s.get("workspaced_active_commands{tenant=\"alice\"}"), 2);
+    EXPECT_EQ(s.get("workspaced_active_commands{tenant=\"bob\"}"), 0);
+    EXPECT_EQ(s.sum("workspaced_active_workspaces"), 3);
+    EXPECT_EQ(s.sum("workspaced_active_commands"), 2);
+
+    // Closing alice's shell workspace ends its commands; bob closes his.
+    ASSERT_TRUE(Close(alice_ws.get(), a1.id).ok());
+    ASSERT_TRUE(Close(bob_ws.get(), b1.id).ok());
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    do {
+        s = ScrapeOk(port);
+        if (s.sum("workspaced_active_commands") == 0)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (Clock::now() < deadline);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"alice\"}"), 1);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"bob\"}"), 0);
+    EXPECT_EQ(s.get("workspaced_active_commands{tenant=\"alice\"}"), 0);
+    EXPECT_EQ(s.get("workspaced_active_commands{tenant=\"bob\"}"), 0);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"default\"}"), -1);
 }
 
 // A workspace whose directory vanished is counted once as an eviction,

@@ -14,10 +14,20 @@
 #include "server/providers/sandbox.h"
 #include "server/rpc/services/internal.h"
 
-/* metrics: the active-workspaces gauge reads the registry's count. */
-static long live_workspaces(void *ud)
+/* metrics: the per-tenant gauges read the counts the quotas use. */
+static void gauge_one(void *ud, const char *tenant, unsigned n)
 {
-    return ws_registry_live(ud);
+    ws_metrics_tenant_gauge(ud, tenant, (long)n);
+}
+
+static void workspaces_gauge(void *ud, struct ws_metrics_gauges *g)
+{
+    ws_registry_tenants(ud, gauge_one, g);
+}
+
+static void commands_gauge(void *ud, struct ws_metrics_gauges *g)
+{
+    ws_exec_tenants(ud, gauge_one, g);
 }
 
 static void close_hook(void *ud, const char *id)
@@ -156,7 +166,8 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
         return err;
     }
     ws_registry_set_close_hook(reg, close_hook, s);
-    ws_metrics_set_workspaces_source(live_workspaces, reg); /* metrics */
+    ws_metrics_set_source(WS_METRICS_WORKSPACES, workspaces_gauge, reg); /* metrics */
+    ws_metrics_set_source(WS_METRICS_COMMANDS, commands_gauge, s->exec);
     struct ws_registry_runtime rt = {.attach = rt_attach, .detach = rt_detach, .ud = s};
     ws_registry_set_runtime(reg, &rt);
     atomic_init(&s->draining, false);
@@ -175,6 +186,8 @@ void ws_services_free(struct ws_services *s)
 {
     if (!s)
         return;
+    ws_metrics_set_source(WS_METRICS_WORKSPACES, NULL, NULL);
+    ws_metrics_set_source(WS_METRICS_COMMANDS, NULL, NULL);
     ws_exec_free(s->exec);
     /* After the exec layer: its last commands' records go in first. */
     ws_audit_free(s->audit);

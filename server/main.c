@@ -72,6 +72,7 @@ enum {
     MAXMSG,
     MAXSTREAMS,
     MEMQUOTA,
+    MAXCONNS,
     PROVIDERS,
     BWRAP,
     DOCKERHOST,
@@ -124,6 +125,7 @@ static const struct setting {
     {MAXSTREAMS, "max-streams-per-connection", required_argument, "transport",
      "max-streams-per-connection"},
     {MEMQUOTA, "memory-quota-bytes", required_argument, "transport", "memory-quota-bytes"},
+    {MAXCONNS, "max-connections", required_argument, "transport", "max-connections"},
 };
 #define N_ROWS (sizeof(settings) / sizeof(settings[0]))
 
@@ -161,6 +163,7 @@ struct options {
     long max_message_bytes;
     long max_streams;
     long long memory_quota_bytes;
+    unsigned long max_connections; /* 0: half the open-file limit */
     /* Providers: which may be opened (1 << WS_PROVIDER_*; 0: all), where
      * their backends are, the docker image an Open gets when it names
      * none. */
@@ -225,6 +228,8 @@ static void usage(FILE *f)
         "  --max-message-bytes N  largest gRPC message either way [%d]\n"
         "  --max-streams-per-connection N  concurrent calls one connection may hold [%d]\n"
         "  --memory-quota-bytes N memory gRPC's transport may use in all [%lld]\n"
+        "  --max-connections N    connections open at once; more are closed on accept\n"
+        "                         [half the open-file limit, at least 64]\n"
         "Precedence: a flag, then the environment (WORKSPACED_BWRAP, DOCKER_HOST), then\n"
         "the configuration file, then the default.\n",
         WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
@@ -315,6 +320,8 @@ static bool parse_providers(const char *v, unsigned *ret)
 /* The ranges apply() names in its messages. */
 _Static_assert(MAX_MESSAGE_MIN == 65536 && MAX_MESSAGE_MAX == 67108864, "max-message-bytes range");
 _Static_assert(WS_RPC_MEMORY_QUOTA_MIN == 16777216, "memory-quota-bytes range");
+_Static_assert(WS_RPC_MAX_CONNECTIONS_MAX == 1048576 && WS_RPC_MAX_CONNECTIONS_MIN == 64,
+               "max-connections range");
 _Static_assert(WS_EXEC_GRACE_MS_MAX == 60000, "kill-grace-ms range");
 
 /* Sets setting `id` from its text, for a flag and a configuration key
@@ -446,6 +453,11 @@ static const char *apply(struct options *o, int id, const char *v)
         if (!parse_ull(v, WS_RPC_MAX_STREAMS_MAX, &n) || n == 0)
             return "not a number in 1.." STR(WS_RPC_MAX_STREAMS_MAX);
         o->max_streams = (long)n;
+        return NULL;
+    case MAXCONNS:
+        if (!parse_ull(v, WS_RPC_MAX_CONNECTIONS_MAX, &n) || n == 0)
+            return "not a number in 1..1048576";
+        o->max_connections = (unsigned long)n;
         return NULL;
     case MEMQUOTA:
         if (!parse_ull(v, 1ull << 40, &n) || n < WS_RPC_MEMORY_QUOTA_MIN)
@@ -977,6 +989,7 @@ int main(int argc, char **argv)
         .max_message_bytes = (int)o.max_message_bytes,
         .max_streams_per_connection = (int)o.max_streams,
         .memory_quota_bytes = o.memory_quota_bytes,
+        .max_connections = (unsigned)o.max_connections,
     };
     err = ws_rpc_server_new(&cfg, methods, n_methods, &server, &port);
     if (err < 0 && why[0]) {

@@ -84,6 +84,9 @@ static struct {
     void *ud;
 } sources[2];
 
+static unsigned (*conns_open)(void);
+static uint64_t (*conns_refused)(void);
+
 /* What the sources report while rendering: a copy of each gauge family,
  * filled outside the lock. */
 struct ws_metrics_gauges {
@@ -208,6 +211,14 @@ void ws_metrics_set_source(enum ws_metrics_gauge which, ws_metrics_source fn, vo
     pthread_mutex_unlock(&mu);
 }
 
+void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refused)(void))
+{
+    pthread_mutex_lock(&mu);
+    conns_open = open;
+    conns_refused = refused;
+    pthread_mutex_unlock(&mu);
+}
+
 void ws_metrics_tenant_gauge(struct ws_metrics_gauges *g, const char *tenant, long value)
 {
     const char *values[1] = {tenant};
@@ -321,6 +332,12 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
      * locks. */
     read_source(WS_METRICS_WORKSPACES, &ws_now);
     read_source(WS_METRICS_COMMANDS, &cmd_now);
+    pthread_mutex_lock(&mu);
+    unsigned (*open_fn)(void) = conns_open;
+    uint64_t (*refused_fn)(void) = conns_refused;
+    pthread_mutex_unlock(&mu);
+    unsigned conns = open_fn ? open_fn() : 0;
+    uint64_t refused = refused_fn ? refused_fn() : 0;
     /* Every tenant that holds workspaces shows its commands, 0 included. */
     for (size_t i = 0; i < ws_now.n; i++) {
         const char *tenant[1] = {ws_now.series[i].value[0]};
@@ -339,6 +356,18 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
     render_family(&b, &rejections);
     render_family(&b, &ws_now);
     render_family(&b, &cmd_now);
+    if (open_fn)
+        put(&b,
+            "# HELP workspaced_connections Client connections open now.\n"
+            "# TYPE workspaced_connections gauge\nworkspaced_connections %u\n",
+            conns);
+    if (refused_fn)
+        put(&b,
+            "# HELP workspaced_connections_refused_total Connections closed on accept: the "
+            "bound (--max-connections) was reached.\n"
+            "# TYPE workspaced_connections_refused_total counter\n"
+            "workspaced_connections_refused_total %llu\n",
+            (unsigned long long)refused);
     pthread_mutex_unlock(&mu);
     pthread_mutex_unlock(&render_mu);
 

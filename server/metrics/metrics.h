@@ -63,6 +63,11 @@ typedef void (*ws_metrics_source)(void *ud, struct ws_metrics_gauges *g);
 void ws_metrics_set_source(enum ws_metrics_gauge which, ws_metrics_source fn, void *ud);
 void ws_metrics_tenant_gauge(struct ws_metrics_gauges *g, const char *tenant, long value);
 
+/* Where the connection figures come from (the transport's bound): open
+ * connections now, and those refused since the start. Called at render
+ * time with no lock of this module held. NULL: not reported. */
+void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refused)(void));
+
 /* The whole set in the Prometheus text format: a malloc'd, NUL-terminated
  * string in *ret_text (the caller frees it) and its length. 0 or -ENOMEM. */
 int ws_metrics_render(char **ret_text, size_t *ret_len);

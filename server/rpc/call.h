@@ -179,6 +179,12 @@ struct ws_rpc_config {
      * connections rather than let the process grow. 0 =
      * WS_RPC_MEMORY_QUOTA_DEFAULT. */
     long long memory_quota_bytes;
+    /* Connections the listener may hold open at once; one more is closed
+     * as soon as it is accepted (server/rpc/conncap.h). 0 = half the
+     * process's open-file limit (RLIMIT_NOFILE), within
+     * WS_RPC_MAX_CONNECTIONS_MIN..WS_RPC_MAX_CONNECTIONS_MAX: the other
+     * half stays for workspaces and commands. */
+    unsigned max_connections;
 };
 
 /* Tenant names: [A-Za-z0-9._-]{1,64}. */
@@ -191,6 +197,8 @@ struct ws_rpc_config {
 #define WS_RPC_MAX_STREAMS_MAX      100000
 #define WS_RPC_MEMORY_QUOTA_DEFAULT (1024LL * 1024 * 1024)
 #define WS_RPC_MEMORY_QUOTA_MIN     (16LL * 1024 * 1024)
+#define WS_RPC_MAX_CONNECTIONS_MIN  64
+#define WS_RPC_MAX_CONNECTIONS_MAX  1048576
 
 #define WS_RPC_KEEPALIVE_MS_DEFAULT 10000
 #define WS_RPC_KEEPALIVE_MS_MIN     100

@@ -6,6 +6,8 @@
  * object's accept tag and batch tags, the server's shutdown tag. The CQ
  * threads only dispatch; they never block on anything but the queue.
  */
+#include "server/metrics/metrics.h"
+#include "server/rpc/conncap.h"
 #include "server/rpc/internal.h"
 
 #include <errno.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -247,6 +250,8 @@ static void teardown_inline(struct ws_rpc_server *s)
             ((struct ws_tag *)ev.tag)->done(ev.tag, ev.success != 0);
     } while (ev.type != GRPC_QUEUE_SHUTDOWN);
     grpc_server_destroy(s->server);
+    ws_metrics_set_connections_source(NULL, NULL);
+    ws_conncap_release();
     s->server = NULL;
     grpc_completion_queue_destroy(s->cq);
     s->cq = NULL;
@@ -368,8 +373,8 @@ static int check_config(const struct ws_rpc_config *cfg, const struct ws_rpc_met
 
     if (!cfg || !cfg->listen || !cfg->listen[0] || cfg->threads < 0 || cfg->max_message_bytes < 0 ||
         cfg->max_streams_per_connection < 0 || cfg->memory_quota_bytes < 0 ||
-        (n_methods && !methods) || !cfg->tls_cert != !cfg->tls_key ||
-        (cfg->tls_client_ca && !cfg->tls_cert))
+        cfg->max_connections > WS_RPC_MAX_CONNECTIONS_MAX || (n_methods && !methods) ||
+        !cfg->tls_cert != !cfg->tls_key || (cfg->tls_client_ca && !cfg->tls_cert))
         return -EINVAL;
     for (i = 0; i < n_methods; i++) {
         const struct ws_rpc_method *m = &methods[i];
@@ -380,6 +385,29 @@ static int check_config(const struct ws_rpc_config *cfg, const struct ws_rpc_met
             return -EINVAL;
     }
     return 0;
+}
+
+_Static_assert(WS_RPC_MAX_CONNECTIONS_MAX == WS_CONNCAP_MAX, "one largest bound");
+
+/* The connection bound when none is set: half the open-file limit, so
+ * the other half stays for workspaces, commands and the state directory. */
+static unsigned default_max_connections(void)
+{
+    struct rlimit rl;
+    rlim_t n = WS_CONNCAP_MAX;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        n = rl.rlim_cur / 2;
+    if (n < WS_RPC_MAX_CONNECTIONS_MIN)
+        n = WS_RPC_MAX_CONNECTIONS_MIN;
+    return n > WS_CONNCAP_MAX ? WS_CONNCAP_MAX : (unsigned)n;
+}
+
+/* The socket path of a "unix:PATH" or "unix:///PATH" address. */
+static const char *unix_path(const char *listen)
+{
+    const char *p = listen + strlen("unix:");
+    return strncmp(p, "//", 2) == 0 ? p + 2 : p;
 }
 
 int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_method *methods,
@@ -515,8 +543,20 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
         goto fail;
     }
 
-    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.listen", "\"port\":%d,\"methods\":%zu,\"threads\":%d",
-               s->is_unix ? 0 : port, n_methods, s->n_threads);
+    unsigned max_conns = cfg->max_connections ? cfg->max_connections : default_max_connections();
+    r = ws_conncap_guard(s->is_unix ? 0 : port, s->is_unix ? unix_path(cfg->listen) : NULL,
+                         max_conns);
+    if (r < 0) {
+        snprintf(why, why_len, "cannot bound the connections on '%s': %s", cfg->listen,
+                 strerror(-r));
+        goto fail;
+    }
+
+    ws_metrics_set_connections_source(ws_conncap_open, ws_conncap_refused);
+
+    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.listen",
+               "\"port\":%d,\"methods\":%zu,\"threads\":%d,\"max_connections\":%u",
+               s->is_unix ? 0 : port, n_methods, s->n_threads, max_conns);
     *ret_server = s;
     if (ret_port)
         *ret_port = s->is_unix ? 0 : port;

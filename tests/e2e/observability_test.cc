@@ -364,6 +364,8 @@ TEST(ObservabilityTest, MetricsListenerIsLoopbackOnlyUnlessAsked)
              {"--max-streams-per-connection", "0"},
              {"--max-message-bytes", "100"},
              {"--memory-quota-bytes", "1024"},
+             {"--max-connections", "0"},
+             {"--max-connections", "1048577"},
          }) {
         std::string err;
         std::vector<std::string> args = {"--state-dir", wstest::MakeTempDir("state")};
@@ -375,6 +377,97 @@ TEST(ObservabilityTest, MetricsListenerIsLoopbackOnlyUnlessAsked)
     // [::1] is loopback: it starts.
     wstest::Server srv({"--metrics-listen", "[::1]:0"});
     EXPECT_GT(MetricsPort(srv), 0) << wstest::ReadHostFile(srv.stderr_path());
+}
+
+namespace
+{
+// A TCP connection to 127.0.0.1:port, or -1.
+int Connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+// Whether the server closed fd within a few seconds (EOF or reset).
+bool ClosedByPeer(int fd)
+{
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char c;
+    ssize_t n = read(fd, &c, 1);
+    return n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE));
+}
+
+grpc::Status ListAll(const std::shared_ptr<grpc::Channel> &ch)
+{
+    auto stub = Providers::NewStub(ch);
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    ListProvidersRequest req;
+    ListProvidersResponse resp;
+    return stub->ListProviders(&ctx, req, &resp);
+}
+} // namespace
+
+// --max-connections: a connection past the bound is closed as soon as it is
+// accepted, before a byte is read; the ones held keep working, and a slot
+// freed by a closed connection is taken by the next one. The metrics
+// listener's connections do not count.
+TEST(ObservabilityTest, ConnectionsPastTheBoundAreClosedOnAccept)
+{
+    wstest::Server srv({"--max-connections", "3", "--metrics-listen", "127.0.0.1:0"});
+    int mport = MetricsPort(srv);
+    ASSERT_GT(mport, 0) << wstest::ReadHostFile(srv.stderr_path());
+    int port = std::stoi(srv.address().substr(srv.address().rfind(':') + 1));
+    Scrape s0 = ScrapeOk(mport);
+    EXPECT_EQ(s0.get("workspaced_connections"), 0);
+    EXPECT_EQ(s0.get("workspaced_connections_refused_total"), 0);
+
+    // Three clients, each on its own connection: all served.
+    std::vector<std::shared_ptr<grpc::Channel>> held;
+    for (int i = 0; i < 3; i++) {
+        held.push_back(srv.Channel(""));
+        ASSERT_TRUE(ListAll(held.back()).ok()) << i;
+    }
+    // A fourth: UNAVAILABLE, and a raw TCP connection is closed unread.
+    auto fourth = srv.Channel("");
+    grpc::Status st = ListAll(fourth);
+    EXPECT_EQ(st.error_code(), StatusCode::UNAVAILABLE) << st.error_message();
+    int raw = Connect(port);
+    ASSERT_GE(raw, 0);
+    EXPECT_TRUE(ClosedByPeer(raw));
+    close(raw);
+    // The three held are still served; scraping (another listener) too.
+    for (auto &ch : held)
+        EXPECT_TRUE(ListAll(ch).ok());
+    Scrape s1 = ScrapeOk(mport);
+    EXPECT_EQ(s1.get("workspaced_connections"), 3);
+    EXPECT_GE(s1.get("workspaced_connections_refused_total"), 2);
+    std::string log = wstest::ReadHostFile(srv.stderr_path());
+    EXPECT_NE(log.find("\"event\":\"transport.connections_refused\""), std::string::npos) << log;
+    EXPECT_NE(log.find("\"max_connections\":3"), std::string::npos) << log;
+
+    // One client leaves: its slot goes to the next (retried: the server
+    // sees the close a moment later).
+    held.pop_back();
+    bool served = false;
+    for (auto deadline = Clock::now() + std::chrono::seconds(10);
+         !served && Clock::now() < deadline;) {
+        served = ListAll(srv.Channel("")).ok();
+        if (!served)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_TRUE(served);
+    for (auto &ch : held)
+        EXPECT_TRUE(ListAll(ch).ok());
 }
 
 TEST(ObservabilityTest, EveryLogLineIsAJsonObjectWithTheFixedKeys)

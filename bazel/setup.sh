@@ -17,8 +17,8 @@ packages=(
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
   # deployment tests: network namespaces, the Envoy example's YAML
   iproute2 python3-yaml
-  # the HAProxy front of the routing tests
-  haproxy
+  # the nginx front of the routing tests (HTTP/2 and gRPC proxying)
+  nginx-light
   # isolation backends probed by the server
   bubblewrap docker.io busybox-static
   # clients: Go stubs and runtime (GOPATH mode against /usr/share/gocode)
@@ -43,4 +43,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# nginx's package starts its default site on port 80; the tests run their
+# own nginx and nothing here serves on 80.
+if command -v service >/dev/null && [ -e /etc/init.d/nginx ] && pgrep -x nginx >/dev/null; then
+  service nginx stop >/dev/null 2>&1 || true
 fi

@@ -24,6 +24,7 @@ command -v node >/dev/null || { echo "node_test: node is not on PATH" >&2; exit 
 export WORKSPACED_BIN="$runfiles/server/workspaced"
 export WORKSPACED_PROTO_DIR="$runfiles/proto"
 export WORKSPACED_TEST_PKI="$runfiles/clients/testdata/pki.sh"
+export WORKSPACED_TEST_FRONT="$runfiles/clients/testdata/front.sh"
 [ -x "$WORKSPACED_BIN" ] || { echo "node_test: no server at $WORKSPACED_BIN" >&2; exit 1; }
 
 # A private copy of the package (sources dereferenced from the runfiles)

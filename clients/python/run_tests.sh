@@ -9,6 +9,7 @@ pkg="$runfiles/clients/python"
 
 export WORKSPACED_BIN="$runfiles/server/workspaced"
 export WORKSPACED_TEST_PKI="$runfiles/clients/testdata/pki.sh"
+export WORKSPACED_TEST_FRONT="$runfiles/clients/testdata/front.sh"
 [ -x "$WORKSPACED_BIN" ] || { echo "python_test: no server at $WORKSPACED_BIN" >&2; exit 1; }
 [ -f "$pkg/gen/workspace/v1/exec_pb2_grpc.py" ] || { echo "python_test: generated stubs missing" >&2; exit 1; }
 

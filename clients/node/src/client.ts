@@ -57,6 +57,16 @@ export interface OpenOptions {
   retry?: Partial<RetryPolicy>;
 }
 
+export interface ResolveOptions {
+  /**
+   * The node that holds the workspace behind a front proxy (Workspace.node,
+   * kept with the ref): the call goes there and the workspace is pinned to
+   * it. A front refuses a name it does not know with UNAVAILABLE. Omit it
+   * on a direct connection.
+   */
+  node?: string;
+}
+
 function providerField(p: ProviderConfig): Pick<OpenRequest, 'memory' | 'localBash' | 'localSandbox' | 'docker'> {
   switch (p) {
     case 'memory':
@@ -94,24 +104,31 @@ export class Client {
   /**
    * Opens a workspace. Transient failures (ErrorInfo transient=true, or
    * UNAVAILABLE such as a server not up yet) are retried with exponential
-   * backoff and jitter; any other error is thrown at once, typed.
+   * backoff and jitter; any other error is thrown at once, typed. Behind a
+   * front proxy the workspace is pinned to the node that answered
+   * (Workspace.node); Open itself is never pinned, so a retry may land on
+   * another node.
    */
   open(provider: ProviderConfig, capabilities?: Capabilities, opts: OpenOptions = {}): Promise<Workspace> {
     const policy = { ...this.openRetry, ...opts.retry };
     const req: OpenRequest = { ...providerField(provider), capabilities: capabilities ?? null };
     const t = this.transport;
     return withRetry(policy, async () => {
-      const res = await t.unary(t.workspaces.Open.bind(t.workspaces), req);
-      return new Workspace(t, res.workspace!);
+      const { res, node } = await t.unaryWithNode(t.workspaces.Open.bind(t.workspaces), req);
+      return new Workspace(t, res.workspace!, node);
     });
   }
 
-  /** A workspace from its ref (the object, its token bytes, or Workspace.refString). */
-  async resolve(ref: WorkspaceRef | Buffer | string): Promise<Workspace> {
+  /**
+   * A workspace from its ref (the object, its token bytes, or
+   * Workspace.refString), pinned to `opts.node` or to the node the
+   * response names.
+   */
+  async resolve(ref: WorkspaceRef | Buffer | string, opts: ResolveOptions = {}): Promise<Workspace> {
     const token = typeof ref === 'string' ? Buffer.from(ref, 'base64url') : Buffer.isBuffer(ref) ? ref : ref.token;
     const t = this.transport;
-    const res = await t.unary(t.workspaces.Resolve.bind(t.workspaces), { ref: { token } });
-    return new Workspace(t, res.workspace!);
+    const { res, node } = await t.unaryWithNode(t.workspaces.Resolve.bind(t.workspaces), { ref: { token } }, opts.node);
+    return new Workspace(t, res.workspace!, node ?? opts.node);
   }
 
   /** All four provider kinds, probed live by the server. */

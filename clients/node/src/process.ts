@@ -86,6 +86,8 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
 
   protected readonly transport: Transport;
   protected readonly workspaceId: string;
+  /** The node the workspace is pinned to (behind a front proxy). */
+  protected readonly node?: string;
   /** Next stream offset not yet handed out, per stream (to de-duplicate a resume). */
   protected readonly next: Record<StreamName, number> = { stdout: 0, stderr: 0, pty: 0 };
   private readonly startedD = deferred<StartedInfo>();
@@ -98,9 +100,10 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
   /** An exited event arrived (on any of the streams feeding this handle). */
   protected exitSeen = false;
 
-  protected constructor(transport: Transport, workspaceId: string) {
+  protected constructor(transport: Transport, workspaceId: string, node?: string) {
     this.transport = transport;
     this.workspaceId = workspaceId;
+    this.node = node;
     this.started = this.startedD.promise;
   }
 
@@ -252,9 +255,15 @@ export class AttachedProcess extends ProcessStream {
   private call?: grpc.ClientReadableStream<ProcessEvent__Output>;
 
   /** @internal */
-  static open(t: Transport, workspaceId: string, target: { id?: string; tag?: string }, offset: number): AttachedProcess {
-    const p = new AttachedProcess(t, workspaceId);
-    p.call = t.exec.Attach({ workspaceId, id: target.id ?? '', tag: target.tag ?? '', offset });
+  static open(
+    t: Transport,
+    workspaceId: string,
+    target: { id?: string; tag?: string },
+    offset: number,
+    node?: string,
+  ): AttachedProcess {
+    const p = new AttachedProcess(t, workspaceId, node);
+    p.call = t.exec.Attach({ workspaceId, id: target.id ?? '', tag: target.tag ?? '', offset }, t.metadata(node));
     p.pump(p.call);
     return p;
   }
@@ -280,9 +289,9 @@ export class Process extends ProcessStream {
   private requestsClosed = false;
 
   /** @internal */
-  static start(t: Transport, req: StartOptions): Process {
-    const p = new Process(t, req.workspaceId);
-    p.call = t.exec.Start();
+  static start(t: Transport, req: StartOptions, node?: string): Process {
+    const p = new Process(t, req.workspaceId, node);
+    p.call = t.exec.Start(t.metadata(node));
     p.pump(p.call, (err) => p.resumeAfterCancel(err));
     p.call.write({ start: req });
     return p;
@@ -299,6 +308,7 @@ export class Process extends ProcessStream {
     const from = Math.min(this.next.stdout, this.next.stderr, this.next.pty);
     const call = this.transport.exec.Attach(
       { workspaceId: this.workspaceId, id: this.info.id, tag: '', offset: from },
+      this.transport.metadata(this.node),
     );
     this.pump(call);
     return true;

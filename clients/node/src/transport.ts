@@ -1,5 +1,5 @@
-// The channel, the stubs and the per-call plumbing (auth metadata, error
-// decoding) shared by Client, Workspace and Process.
+// The channel, the stubs and the per-call plumbing (auth metadata, node
+// pinning, error decoding) shared by Client, Workspace and Process.
 import * as fs from 'node:fs';
 
 import * as grpc from '@grpc/grpc-js';
@@ -63,6 +63,20 @@ export interface TransportOptions {
   channelOptions?: grpc.ChannelOptions;
 }
 
+/**
+ * Names the node that holds a workspace behind a front proxy: the front
+ * puts it in the response headers of Open and Resolve, and routes a call
+ * that carries it to that node.
+ */
+export const NODE_HEADER = 'x-workspace-node';
+
+/**
+ * A bound unary stub method. Typed by its (request, callback) overload,
+ * the one TypeScript infers Req and Res from; it is called with metadata.
+ */
+export type UnaryFn<Req, Res> = (req: Req, cb: grpc.requestCallback<Res>) => unknown;
+type UnaryWithMetadata<Req, Res> = (req: Req, md: grpc.Metadata, cb: grpc.requestCallback<Res>) => grpc.ClientUnaryCall;
+
 const buf = (v: Buffer | string | undefined) => (v === undefined ? null : Buffer.isBuffer(v) ? v : Buffer.from(v));
 
 export class Transport {
@@ -122,12 +136,37 @@ export class Transport {
     return toWorkspacedError(err, this.decode);
   }
 
-  /** Promise form of a unary call with typed errors. */
-  unary<Req, Res>(fn: (req: Req, cb: grpc.requestCallback<Res>) => unknown, req: Req): Promise<Res> {
-    return new Promise<Res>((resolve, reject) => {
-      fn(req, (err, res) => {
+  /**
+   * Call metadata pinning a call to `node` (none when undefined: a direct
+   * connection, or a call about no workspace). The token is added by the
+   * interceptor.
+   */
+  metadata(node?: string): grpc.Metadata {
+    const md = new grpc.Metadata();
+    if (node) md.set(NODE_HEADER, node);
+    return md;
+  }
+
+  /** Promise form of a unary call with typed errors, pinned to `node` when given. */
+  async unary<Req, Res>(fn: UnaryFn<Req, Res>, req: Req, node?: string): Promise<Res> {
+    return (await this.unaryWithNode(fn, req, node)).res;
+  }
+
+  /**
+   * A unary call that also returns the node a front proxy names in the
+   * response headers (undefined when none does).
+   */
+  unaryWithNode<Req, Res>(fn: UnaryFn<Req, Res>, req: Req, node?: string): Promise<{ res: Res; node?: string }> {
+    return new Promise((resolve, reject) => {
+      let answered: string | undefined;
+      // 'metadata' (the response headers) is emitted before the callback.
+      const call = (fn as unknown as UnaryWithMetadata<Req, Res>)(req, this.metadata(node), (err, res) => {
         if (err) reject(this.error(err));
-        else resolve(res as Res);
+        else resolve({ res: res as Res, node: answered });
+      });
+      call.on('metadata', (md: grpc.Metadata) => {
+        const v = md.get(NODE_HEADER)[0];
+        if (v) answered = String(v);
       });
     });
   }

@@ -6,7 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 
 import { WorkspacedError } from './errors';
 import { AttachedProcess, Process, SignalLike, signalNumber } from './process';
-import type { Transport } from './transport';
+import type { Transport, UnaryFn } from './transport';
 import type { Capabilities__Output } from '../gen/workspace/v1/Capabilities';
 import type { DescribeResponse__Output } from '../gen/workspace/v1/DescribeResponse';
 import type { EditFileResponse__Output } from '../gen/workspace/v1/EditFileResponse';
@@ -166,14 +166,27 @@ export class Workspace {
   readonly ref: WorkspaceRef & { token: Buffer };
   readonly provider: string;
   readonly capabilities: Capabilities__Output | null;
+  /**
+   * The node that holds the workspace, when a front proxy named one
+   * (undefined on a direct connection). Every call about the workspace is
+   * sent there; keep it with the ref and pass it to
+   * client.resolve(ref, { node }) to come back later.
+   */
+  readonly node?: string;
   private closed = false;
 
   /** @internal */
-  constructor(private readonly t: Transport, w: Workspace__Output) {
+  constructor(private readonly t: Transport, w: Workspace__Output, node?: string) {
     this.id = w.id;
+    this.node = node;
     this.ref = { token: w.ref?.token ?? Buffer.alloc(0) };
     this.provider = w.provider;
     this.capabilities = w.capabilities;
+  }
+
+  /** A unary call about this workspace, pinned to its node. */
+  private unary<Req, Res>(fn: UnaryFn<Req, Res>, req: Req): Promise<Res> {
+    return this.t.unary(fn, req, this.node);
   }
 
   /** The ref as a string (base64url), e.g. to store it; client.resolve() takes it back. */
@@ -189,7 +202,7 @@ export class Workspace {
    */
   async close(): Promise<boolean> {
     if (this.closed) return true;
-    const res = await this.t.unary(this.t.workspaces.Close.bind(this.t.workspaces), { workspaceId: this.id });
+    const res = await this.unary(this.t.workspaces.Close.bind(this.t.workspaces), { workspaceId: this.id });
     this.closed = true;
     return res.alreadyClosed;
   }
@@ -200,7 +213,7 @@ export class Workspace {
   }
 
   describe(): Promise<Description> {
-    return this.t.unary(this.t.workspaces.Describe.bind(this.t.workspaces), { workspaceId: this.id });
+    return this.unary(this.t.workspaces.Describe.bind(this.t.workspaces), { workspaceId: this.id });
   }
 
   // ---- files --------------------------------------------------------------
@@ -221,6 +234,7 @@ export class Workspace {
   async *readChunks(path: string, opts: ReadOptions = {}): AsyncGenerator<Buffer> {
     const call = this.t.fs.ReadFile(
       { workspaceId: this.id, path, offset: opts.offset ?? 0, length: opts.length ?? 0 },
+      this.t.metadata(this.node),
     );
     try {
       for await (const msg of call as AsyncIterable<ReadFileResponse__Output>) {
@@ -246,7 +260,7 @@ export class Workspace {
   writeFile(path: string, data: WriteData, opts: WriteOptions = {}): Promise<WriteResult> {
     return new Promise<WriteResult>((resolve, reject) => {
       let failed: WorkspacedError | undefined;
-      const call = this.t.fs.WriteFile((err, res) => {
+      const call = this.t.fs.WriteFile(this.t.metadata(this.node), (err, res) => {
         if (err) {
           failed = this.t.error(err);
           reject(failed);
@@ -295,14 +309,14 @@ export class Workspace {
   }
 
   stat(path: string): Promise<FileInfo> {
-    return this.t
+    return this
       .unary(this.t.fs.Stat.bind(this.t.fs), { workspaceId: this.id, path })
       .then((r) => r.info!);
   }
 
   /** Entries of a directory (depth > 1 walks down); `truncated` when cut short. */
   listDir(path = '.', opts: { depth?: number; maxEntries?: number } = {}): Promise<{ entries: FileInfo[]; truncated: boolean }> {
-    return this.t.unary(this.t.fs.ListDir.bind(this.t.fs), {
+    return this.unary(this.t.fs.ListDir.bind(this.t.fs), {
       workspaceId: this.id,
       path,
       depth: opts.depth ?? 0,
@@ -311,26 +325,26 @@ export class Workspace {
   }
 
   makeDir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<FileInfo> {
-    return this.t
+    return this
       .unary(this.t.fs.MakeDir.bind(this.t.fs), { workspaceId: this.id, path, parents: opts.parents ?? false, mode: opts.mode ?? 0 })
       .then((r) => r.info!);
   }
 
   /** Removes a file, symlink or (with recursive) a directory tree; returns entries removed. */
   remove(path: string, opts: { recursive?: boolean } = {}): Promise<number> {
-    return this.t
+    return this
       .unary(this.t.fs.Remove.bind(this.t.fs), { workspaceId: this.id, path, recursive: opts.recursive ?? false })
       .then((r) => r.removed);
   }
 
   move(from: string, to: string, opts: { replace?: boolean } = {}): Promise<FileInfo> {
-    return this.t
+    return this
       .unary(this.t.fs.Move.bind(this.t.fs), { workspaceId: this.id, fromPath: from, toPath: to, replace: opts.replace ?? false })
       .then((r) => r.info!);
   }
 
   glob(pattern: string, opts: { path?: string; maxResults?: number } = {}): Promise<{ matches: FileInfo[]; truncated: boolean }> {
-    return this.t.unary(this.t.fs.Glob.bind(this.t.fs), {
+    return this.unary(this.t.fs.Glob.bind(this.t.fs), {
       workspaceId: this.id,
       pattern,
       path: opts.path ?? '',
@@ -352,6 +366,7 @@ export class Workspace {
             maxMatches: opts.maxMatches ?? 0,
             maxDepth: opts.maxDepth ?? 0,
           },
+          this.t.metadata(this.node),
         ),
       this.t,
     );
@@ -364,7 +379,7 @@ export class Workspace {
     newText: string,
     opts: { replaceAll?: boolean; ifMatch?: string } = {},
   ): Promise<EditFileResponse__Output> {
-    return this.t.unary(this.t.fs.EditFile.bind(this.t.fs), {
+    return this.unary(this.t.fs.EditFile.bind(this.t.fs), {
       workspaceId: this.id,
       path,
       oldText,
@@ -383,13 +398,13 @@ export class Workspace {
    * `await proc.wait()` for the exit record.
    */
   exec(cmd: string | string[], opts: ExecOptions = {}): Process {
-    return Process.start(this.t, { workspaceId: this.id, process: processConfig(cmd, opts) });
+    return Process.start(this.t, { workspaceId: this.id, process: processConfig(cmd, opts) }, this.node);
   }
 
   /** Runs a command to completion (unary Exec.Run): head/tail of each stream plus the exit record. */
   async run(cmd: string | string[], opts: RunOptions = {}): Promise<RunResult> {
     const { stdin, ...rest } = opts;
-    const res = await this.t.unary(this.t.exec.Run.bind(this.t.exec), {
+    const res = await this.unary(this.t.exec.Run.bind(this.t.exec), {
       workspaceId: this.id,
       process: processConfig(cmd, rest),
       stdinData: stdin === undefined ? Buffer.alloc(0) : toBuffer(stdin),
@@ -399,18 +414,18 @@ export class Workspace {
 
   /** Reconnects to a running or recently finished process, replaying from `offset`. */
   attach(t: ProcessTarget, opts: { offset?: number } = {}): AttachedProcess {
-    return AttachedProcess.open(this.t, this.id, target(t), opts.offset ?? 0);
+    return AttachedProcess.open(this.t, this.id, target(t), opts.offset ?? 0, this.node);
   }
 
   /** The workspace's running and recently finished processes. */
   async ps(): Promise<ProcessInfo[]> {
-    const res = await this.t.unary(this.t.exec.ListProcesses.bind(this.t.exec), { workspaceId: this.id });
+    const res = await this.unary(this.t.exec.ListProcesses.bind(this.t.exec), { workspaceId: this.id });
     return res.processes;
   }
 
   /** Signals a process tree by id or tag (default SIGTERM). */
   async kill(t: ProcessTarget, sig: SignalLike = 'SIGTERM'): Promise<void> {
-    await this.t.unary(this.t.exec.SendSignal.bind(this.t.exec), {
+    await this.unary(this.t.exec.SendSignal.bind(this.t.exec), {
       workspaceId: this.id,
       ...target(t),
       signal: signalNumber(sig),

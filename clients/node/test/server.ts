@@ -73,3 +73,51 @@ export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv; args
     });
   });
 }
+
+export interface Front {
+  address: string;
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the HAProxy front of the clients' suites ($WORKSPACED_TEST_FRONT,
+ * clients/testdata/front.sh) before `addresses`, named node-1, node-2, ...
+ */
+export function startFront(addresses: string[]): Promise<Front> {
+  const script = process.env.WORKSPACED_TEST_FRONT;
+  if (!script) throw new Error('WORKSPACED_TEST_FRONT is not set: point it at clients/testdata/front.sh');
+  const dir = fs.mkdtempSync(path.join(process.env.TEST_TMPDIR ?? os.tmpdir(), 'front-'));
+  const proc = spawn(script, [dir, ...addresses], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  proc.stderr!.on('data', (d) => (stderr += d));
+  return new Promise<Front>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`front.sh did not start within 15s; stderr:\n${stderr}`));
+    }, 15000);
+    proc.on('exit', (code, sig) => {
+      clearTimeout(timer);
+      reject(new Error(`front.sh exited early (code ${code}, signal ${sig}); stderr:\n${stderr}`));
+    });
+    proc.stdout!.on('data', (d) => {
+      out += d;
+      const m = /front listening on (\S+)/.exec(out);
+      if (!m) return;
+      clearTimeout(timer);
+      proc.removeAllListeners('exit');
+      resolve({
+        address: m[1],
+        stop: () =>
+          new Promise<void>((res) => {
+            if (proc.exitCode !== null || proc.signalCode !== null) return res();
+            proc.once('exit', () => {
+              fs.rmSync(dir, { recursive: true, force: true });
+              res();
+            });
+            proc.kill('SIGTERM');
+          }),
+      });
+    });
+  });
+}

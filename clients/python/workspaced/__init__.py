@@ -8,6 +8,11 @@ commands) for AI agents, over gRPC.
             ws.write_file("hello.txt", b"hi\\n")
             print(ws.run(["echo", "done"]).stdout)
 
+Behind a front proxy over several nodes, a workspace is pinned to the node
+that opened it: `ws.node` names it (None on a direct connection), every
+call about the workspace is routed there, and a ref kept with its node
+comes back with `client.resolve(ref, node=ws.node)`.
+
 See client.py for the Client / Workspace / Process API and errors.py for
 the typed errors.
 """

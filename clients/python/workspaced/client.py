@@ -4,8 +4,15 @@ A thin layer over the generated stubs: requests and responses stay the
 proto messages where they are already convenient (FileInfo, ProcessInfo,
 DescribeResponse, ...); what the wrapper adds is what every caller would
 otherwise rewrite: credentials on every call, typed errors, retrying a
-transient Open, chunked file streams, and a handle over the bidirectional
-Exec.Start stream.
+transient Open, chunked file streams, a handle over the bidirectional
+Exec.Start stream, and pinning each workspace to the node that holds it.
+
+Behind a front proxy over several workspaced nodes, a workspace lives on
+one node and the others do not know it. The front answers Open (and
+Resolve) with the response header `x-workspace-node` naming the node; every
+later call about that workspace carries it back as call metadata so the
+front routes it there. Connected to one node directly, no header appears
+and nothing is sent.
 """
 
 import dataclasses
@@ -37,6 +44,10 @@ from .retry import RetryPolicy
 # 4 MiB message limit (and its 1 MiB stdin limit) once framed.
 CHUNK_SIZE = 1 << 20
 
+# Names the node that holds a workspace: read from the initial metadata of
+# Open and Resolve, sent on every call about the workspace.
+NODE_HEADER = "x-workspace-node"
+
 _PROVIDERS = {
     "memory": ("memory", common_pb2.MemoryConfig),
     "local-bash": ("local_bash", common_pb2.LocalBashConfig),
@@ -52,6 +63,14 @@ def _wrap(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except grpc.RpcError as e:
         raise errors.from_rpc_error(e) from None
+
+
+def _node_of(call):
+    """The node a front proxy names in a call's initial metadata, or None."""
+    for key, value in call.initial_metadata() or ():
+        if key == NODE_HEADER and value:
+            return value
+    return None
 
 
 def _wrap_iter(it):
@@ -154,11 +173,17 @@ class Client:
         self._health = health_pb2_grpc.HealthStub(self._channel) if health_pb2_grpc else None
 
     # The metadata rides on every call; grpc call credentials would need TLS.
-    def _call(self, method, request, **kwargs):
-        return _wrap(method, request, metadata=self._metadata, **kwargs)
+    def _call(self, method, request, metadata=None, **kwargs):
+        return _wrap(method, request, metadata=self._metadata if metadata is None else metadata, **kwargs)
 
-    def _stream(self, method, request, **kwargs):
-        return _wrap_iter(method(request, metadata=self._metadata, **kwargs))
+    def _stream(self, method, request, metadata=None, **kwargs):
+        return _wrap_iter(method(request, metadata=self._metadata if metadata is None else metadata, **kwargs))
+
+    def _node_metadata(self, node):
+        """The client's metadata, plus the node header when `node` is set."""
+        if not node:
+            return self._metadata
+        return self._metadata + ((NODE_HEADER, node),)
 
     def close(self):
         """Closes the connection; workspaces stay open on the server."""
@@ -197,6 +222,10 @@ class Client:
             lets the server grant `fs` with its defaults.
         retry: a RetryPolicy for transient failures; default: the client's
             open_retry (4 attempts); RetryPolicy(max_attempts=1) disables it.
+
+        Behind a front proxy, the workspace is pinned to the node that
+        answered (Workspace.node). Open itself is never pinned, so each
+        retry may land on another node.
         """
         request = workspaces_pb2.OpenRequest()
         if isinstance(provider, str):
@@ -217,15 +246,26 @@ class Client:
                 capabilities = json_format.ParseDict(capabilities, common_pb2.Capabilities())
             request.capabilities.CopyFrom(capabilities)
         policy = retry or self.open_retry
-        resp = policy.call(lambda: self._call(self._workspaces.Open, request))
-        return Workspace(self, resp.workspace)
+        resp, call = policy.call(lambda: self._call(self._workspaces.Open.with_call, request))
+        return Workspace(self, resp.workspace, node=_node_of(call))
 
-    def resolve(self, ref):
-        """Returns the Workspace a WorkspaceRef (message or its token bytes) names."""
+    def resolve(self, ref, node=None):
+        """Returns the Workspace a WorkspaceRef (message or its token bytes) names.
+
+        node: the Workspace.node kept with the ref, when the workspace was
+            opened through a front proxy: the call goes to that node, and
+            the workspace is pinned to it (or to the node the response
+            names). An unknown node is refused by the front with
+            UNAVAILABLE. None: ask any node (right for a direct connection).
+        """
         if isinstance(ref, (bytes, bytearray)):
             ref = common_pb2.WorkspaceRef(token=bytes(ref))
-        resp = self._call(self._workspaces.Resolve, workspaces_pb2.ResolveRequest(ref=ref))
-        return Workspace(self, resp.workspace)
+        resp, call = self._call(
+            self._workspaces.Resolve.with_call,
+            workspaces_pb2.ResolveRequest(ref=ref),
+            metadata=self._node_metadata(node),
+        )
+        return Workspace(self, resp.workspace, node=_node_of(call) or node)
 
 
 # ------------------------------------------------------------------- results
@@ -540,10 +580,17 @@ class Workspace:
     `id` is the workspace id, `ref` the signed WorkspaceRef that
     Client.resolve turns back into a Workspace (serialize it with
     ref.SerializeToString(), or keep ref.token).
+
+    `node` is the node that holds the workspace when a front proxy named
+    one (None on a direct connection). Every call about the workspace is
+    sent there; keep it with the ref and pass it to Client.resolve(ref,
+    node=...) to come back to the workspace later.
     """
 
-    def __init__(self, client, proto):
+    def __init__(self, client, proto, node=None):
         self._client = client
+        self._node = node
+        self._metadata = client._node_metadata(node)
         self.proto = proto
         self.id = proto.id
         self.ref = proto.ref
@@ -551,7 +598,14 @@ class Workspace:
         self.capabilities = proto.capabilities
         self.closed = False
 
+    @property
+    def node(self):
+        """The node the workspace is pinned to, or None when not behind a front."""
+        return self._node
+
     def __repr__(self):
+        if self._node:
+            return "Workspace(id=%r, provider=%r, node=%r)" % (self.id, self.provider, self._node)
         return "Workspace(id=%r, provider=%r)" % (self.id, self.provider)
 
     def __enter__(self):
@@ -561,7 +615,10 @@ class Workspace:
         self.close()
 
     def _call(self, method, request, **kw):
-        return self._client._call(method, request, **kw)
+        return self._client._call(method, request, metadata=self._metadata, **kw)
+
+    def _stream(self, method, request, **kw):
+        return self._client._stream(method, request, metadata=self._metadata, **kw)
 
     # -- lifecycle
 
@@ -581,7 +638,7 @@ class Workspace:
         """Yields the file's content in chunks (at most 256 KiB each) as they arrive."""
         fs = self._client._fs
         req = filesystem_pb2.ReadFileRequest(workspace_id=self.id, path=path, offset=offset, length=length)
-        for resp in self._client._stream(fs.ReadFile, req):
+        for resp in self._stream(fs.ReadFile, req):
             if resp.data:
                 yield resp.data
 
@@ -678,7 +735,7 @@ class Workspace:
             max_matches=max_matches,
             max_depth=max_depth,
         )
-        return GrepResults(self._client._stream(self._client._fs.Grep, req))
+        return GrepResults(self._stream(self._client._fs.Grep, req))
 
     # -- processes
 
@@ -718,7 +775,7 @@ class Workspace:
                     return
                 yield item
 
-        responses = self._client._exec.Start(request_iter(), metadata=self._client._metadata)
+        responses = self._client._exec.Start(request_iter(), metadata=self._metadata)
         return Process(self, responses, requests)
 
     def run(self, cmd, cwd=None, env=None, timeout=None, stdin_data=b"", pty=None, max_output_bytes=0):
@@ -734,7 +791,7 @@ class Workspace:
         if (tag is None) == (id is None):
             raise ValueError("give exactly one of tag and id")
         req = exec_pb2.AttachRequest(workspace_id=self.id, tag=tag or "", id=id or "", offset=offset)
-        responses = self._client._exec.Attach(req, metadata=self._client._metadata)
+        responses = self._client._exec.Attach(req, metadata=self._metadata)
         return Process(self, responses)
 
     def ps(self):

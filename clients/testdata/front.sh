@@ -55,13 +55,15 @@ EOF
   done
   cat <<EOF
   }
-  # The node that answered a call sent to any node.
+  # The node that answered a call sent to any node: the last address
+  # tried (nginx moves a call it could not send on to the next node, and
+  # lists every node it tried).
   map \$upstream_addr \$answered {
     default "";
 EOF
   i=1
   for addr in "$@"; do
-    echo "    $addr node-$i;"
+    echo "    \"~(^|\\s)${addr//./\\.}\$\" node-$i;"
     i=$((i + 1))
   done
   echo "  }"

@@ -80,7 +80,7 @@ export interface Front {
 }
 
 /**
- * Starts the HAProxy front of the clients' suites ($WORKSPACED_TEST_FRONT,
+ * Starts the nginx front of the clients' suites ($WORKSPACED_TEST_FRONT,
  * clients/testdata/front.sh) before `addresses`, named node-1, node-2, ...
  */
 export function startFront(addresses: string[]): Promise<Front> {

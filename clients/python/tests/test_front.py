@@ -1,6 +1,6 @@
 """The Python client behind a real front proxy over two real nodes.
 
-The front is HAProxy from the fixture shared by the clients' suites
+The front is nginx from the fixture shared by the clients' suites
 ($WORKSPACED_TEST_FRONT, clients/testdata/front.sh): round robin for calls
 without `x-workspace-node`, the named node for calls with it. A workspace
 lives on one node, so every call about it must be pinned; an unpinned
@@ -78,45 +78,20 @@ class Front:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
-# HAProxy 2.6 (the fixture's) turns the RST_STREAM(NO_ERROR) that a gRPC
-# server sends after a complete response, when the client has not
-# half-closed yet, into CANCEL, and the response is lost (haproxy issue
-# 1219). It hits the calls whose server ends first: WriteFile (answered on
-# `finish`) and Exec.Start (ended by the process's exit). The helpers below
-# let through only that error, and check the result by pinned calls that
-# it cannot hit; NO_SUCH_WORKSPACE from an unpinned call is never let
-# through.
-
-
-def front_reset(err):
-    return err.code == grpc.StatusCode.CANCELLED and "RST_STREAM" in str(err)
-
-
 def write_through_front(ws, path, data, **kwargs):
     """ws.write_file through the front, checked by reading the file back."""
-    try:
-        ws.write_file(path, data, **kwargs)
-    except workspaced.WorkspacedError as e:
-        if not front_reset(e):
-            raise
+    ws.write_file(path, data, **kwargs)
     assert ws.read_file(path) == data, "%s: not written" % path
 
 
 def finish_through_front(ws, proc, seen=b""):
     """(stdout, ExitResult) of an Exec.Start stream through the front;
-    `seen`: stdout already taken from it. When the front loses the end,
-    Attach (whose request side closes at once) replays the rest."""
+    `seen`: stdout already taken from it."""
     out = bytearray(seen)
-    try:
-        for ev in proc:
-            if isinstance(ev, workspaced.Output):
-                out += ev.data
-        return bytes(out), proc.wait()
-    except workspaced.WorkspacedError as e:
-        if not front_reset(e):
-            raise
-    rest, _, exited = ws.attach(id=proc.id, offset=len(out)).communicate()
-    return bytes(out) + rest, exited
+    for ev in proc:
+        if isinstance(ev, workspaced.Output):
+            out += ev.data
+    return bytes(out), proc.wait()
 
 
 def close_quietly(ws):
@@ -260,27 +235,24 @@ class FrontTest(unittest.TestCase):
 
 
 class FrontWithADeadNodeTest(unittest.TestCase):
-    """One live node and one that refuses connections: an Open that lands on
-    the dead one fails UNAVAILABLE and is retried unpinned, landing on the
-    live one."""
+    """One live node and one that refuses connections: the front moves an
+    Open it could not send to the dead node on to the live one, and the
+    answer names the live node."""
 
-    def test_retried_open_lands_on_the_live_node(self):
+    def test_open_lands_on_the_live_node(self):
         server = Server()
         self.addCleanup(server.stop)
         with socket_closed_port() as port:
             front = Front([server.address, "127.0.0.1:%d" % port])
             self.addCleanup(front.stop)
-            sleeps = []
-            policy = RetryPolicy(max_attempts=6, initial_backoff=0.01, sleep=sleeps.append)
+            policy = RetryPolicy(max_attempts=6, initial_backoff=0.01)
             with workspaced.connect(front.address, token="test-token") as client:
-                # Round robin sends every other Open to the dead node until
-                # the front's health check gives up on it.
+                # Round robin tries the dead node for every other Open.
                 for _ in range(4):
                     ws = client.open("memory", retry=policy)
                     self.assertEqual(ws.node, "node-1")
                     write_through_front(ws, "f", b"x")
                     self.assertFalse(ws.close())
-        self.assertTrue(sleeps, "no Open was retried: the front never tried the dead node")
 
 
 class DirectTest(unittest.TestCase):

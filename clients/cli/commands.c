@@ -98,13 +98,19 @@ static bool transient(const struct wsc_error *e)
     return false;
 }
 
-static int print_workspace(struct wsc_ctx *ctx, const Workspace__V1__Workspace *ws)
+/* The workspace's id, and its node (after the id, or as "node" in JSON;
+ * nothing without one): the node a front proxy named in the answer, else
+ * the node the call was sent to (`pinned`, "" for none). */
+static int print_workspace(struct wsc_ctx *ctx, const Workspace__V1__Workspace *ws,
+                           const char *pinned)
 {
+    const char *node =
+        wsc_client_answered_node(ctx->cl)[0] ? wsc_client_answered_node(ctx->cl) : pinned;
     json_t *j;
     char *ref;
 
     if (!ctx->json) {
-        printf("%s\n", ws->id);
+        printf(node[0] ? "%s %s\n" : "%s\n", ws->id, node);
         return 0;
     }
     ref = ws->ref ? wsc_base64_encode(ws->ref->token.data, ws->ref->token.len) : strdup("");
@@ -112,6 +118,8 @@ static int print_workspace(struct wsc_ctx *ctx, const Workspace__V1__Workspace *
         return wsc_report_errno("ref", -ENOMEM);
     j = json_pack("{s:s, s:s, s:s}", "id", ws->id, "ref", ref, "provider", ws->provider);
     free(ref);
+    if (j && node[0])
+        json_object_set_new(j, "node", json_string(node));
     if (j && ws->capabilities)
         json_object_set_new(j, "capabilities", wsc_json_message(&ws->capabilities->base));
     return wsc_json_emit(j) < 0 ? WSC_EXIT_FAIL : 0;
@@ -222,7 +230,7 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         return wsc_report(&err);
     if (r < 0)
         return wsc_report_errno("open", r);
-    r = print_workspace(ctx, resp->workspace);
+    r = print_workspace(ctx, resp->workspace, "");
     workspace__v1__open_response__free_unpacked(resp, NULL);
     return r;
 }
@@ -252,7 +260,7 @@ int wsc_cmd_resolve(struct wsc_ctx *ctx, int argc, char **argv)
     free(token);
     if (r)
         return r;
-    r = print_workspace(ctx, resp->workspace);
+    r = print_workspace(ctx, resp->workspace, wsc_client_node(ctx->cl));
     workspace__v1__resolve_response__free_unpacked(resp, NULL);
     return r;
 }
@@ -598,7 +606,11 @@ int wsc_cmd_put(struct wsc_ctx *ctx, int argc, char **argv)
     msg.msg_case = WORKSPACE__V1__WRITE_FILE_REQUEST__MSG_HEADER;
     msg.header = &hdr;
     msg.finish = lens[0] == 0;
-    if (wsc_call_send(call, &msg.base, false) < 0)
+    /* The message that finishes the file half-closes the call too: a
+     * front proxy that sees the response end while the request is still
+     * open resets the stream (HAProxy: RST_STREAM CANCEL), and the client
+     * would see CANCELLED for a file that was written. */
+    if (wsc_call_send(call, &msg.base, msg.finish) < 0)
         sent_ok = false;
     while (sent_ok && lens[cur] > 0) {
         int nxt = 1 - cur;
@@ -615,7 +627,7 @@ int wsc_cmd_put(struct wsc_ctx *ctx, int argc, char **argv)
         msg.data.data = bufs[cur];
         msg.data.len = (size_t)lens[cur];
         msg.finish = lens[nxt] == 0;
-        if (wsc_call_send(call, &msg.base, false) < 0) {
+        if (wsc_call_send(call, &msg.base, msg.finish) < 0) {
             sent_ok = false;
             break;
         }

@@ -100,9 +100,10 @@ static void local_winsize(uint32_t *rows, uint32_t *cols)
     }
 }
 
-/* Sends one message from the input thread and waits for its completion.
- * Returns 0, or -EPIPE once the stream is gone or the call is over. */
-static int console_send(struct console *con, const Workspace__V1__StartRequest *msg)
+/* Sends one message from the input thread (half-closing after it when
+ * `close`) and waits for its completion. Returns 0, or -EPIPE once the
+ * stream is gone or the call is over. */
+static int console_send(struct console *con, const Workspace__V1__StartRequest *msg, bool close)
 {
     int r;
 
@@ -112,7 +113,7 @@ static int console_send(struct console *con, const Workspace__V1__StartRequest *
         goto out;
     }
     con->send_completed = false;
-    r = wsc_call_start_send(con->call, &msg->base, false);
+    r = wsc_call_start_send(con->call, &msg->base, close);
     if (r < 0)
         goto out;
     while (!con->send_completed && !con->finished)
@@ -153,7 +154,7 @@ static void *input_thread(void *arg)
                         local_winsize(&size.rows, &size.cols);
                         m.msg_case = WORKSPACE__V1__START_REQUEST__MSG_RESIZE;
                         m.resize = &size;
-                        (void)console_send(con, &m);
+                        (void)console_send(con, &m, false);
                     }
                 } else {
                     /* Cancelling the stream is what ends the remote tree:
@@ -179,7 +180,11 @@ static void *input_thread(void *arg)
                 m.close_stdin = true;
                 stdin_open = false;
             }
-            if (console_send(con, &m) < 0)
+            /* After close_stdin only a terminal has more to send (its
+             * resizes): half-close, so that a front proxy sees the request
+             * end before the response does (HAProxy resets a stream whose
+             * response ends first, and the exit status would be lost). */
+            if (console_send(con, &m, !stdin_open && !con->pty) < 0)
                 stdin_open = false;
         }
     }
@@ -462,8 +467,10 @@ int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv)
         if (tcsetattr(STDIN_FILENO, TCSADRAIN, &t) == 0)
             raw = true;
     }
-    /* A refused first message shows up as the call's status below. */
-    (void)wsc_call_send(con.call, &req.base, false);
+    /* A refused first message shows up as the call's status below. With
+     * no stdin and no terminal it is the only message: half-close with it
+     * (see input_thread). Ctrl-C cancels the call, which needs no send. */
+    (void)wsc_call_send(con.call, &req.base, !con.forward_stdin);
     if (pthread_create(&thread, NULL, input_thread, &con) == 0)
         thread_started = true;
     ret = pump(&con, ctx->json);

@@ -1,5 +1,5 @@
 /* wsctl: the command-line console of workspaced. Parses the global
- * options (--addr, --token, the --tls* family, --json, or their
+ * options (--addr, --token, the --tls* family, --node, --json, or their
  * WORKSPACED_* environment variables), connects, and hands the rest of the
  * command line to one command.
  */
@@ -49,9 +49,13 @@ static const struct command {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: wsctl [--addr HOST:PORT] [--token T] [TLS options] [--json] COMMAND ...\n"
+    fprintf(f, "usage: wsctl [--addr HOST:PORT] [--token T] [TLS options] [--node NAME] [--json]\n"
+               "             COMMAND ...\n"
                "  address and token default to $WORKSPACED_ADDR (else " ADDR_DEFAULT
                ") and $WORKSPACED_TOKEN\n"
+               "  --node NAME  behind a front proxy, send every call about a workspace to\n"
+               "               this node (x-workspace-node; $WORKSPACED_NODE): the node\n"
+               "               `open` printed after the id\n"
                "\nTLS options (any of them, or of their variables, turns TLS on):\n"
                "  --tls                   TLS, verifying the server with the system roots\n"
                "  --tls-ca FILE           verify the server with these CAs (PEM)\n"
@@ -158,10 +162,12 @@ int main(int argc, char **argv)
         {"tls-cert", required_argument, NULL, 'c'},
         {"tls-key", required_argument, NULL, 'K'},
         {"tls-server-name", required_argument, NULL, 'N'},
+        {"node", required_argument, NULL, 'n'},
         {NULL, 0, NULL, 0},
     };
     const char *addr = getenv("WORKSPACED_ADDR");
     const char *token = getenv("WORKSPACED_TOKEN");
+    const char *node = getenv("WORKSPACED_NODE"), *node_from = "WORKSPACED_NODE";
     /* Each TLS file with the name of where it came from, for errors. */
     const char *ca = getenv("WORKSPACED_TLS_CA"), *ca_from = "WORKSPACED_TLS_CA";
     const char *cert = getenv("WORKSPACED_TLS_CERT"), *cert_from = "WORKSPACED_TLS_CERT";
@@ -204,6 +210,10 @@ int main(int argc, char **argv)
             break;
         case 'N':
             server_name = optarg;
+            break;
+        case 'n':
+            node = optarg;
+            node_from = "--node";
             break;
         case 'h':
             usage(stdout);
@@ -264,6 +274,12 @@ int main(int argc, char **argv)
     r = wsc_client_new(addr, token, use_tls ? &tls : NULL, &ctx.cl);
     if (r < 0) {
         r = wsc_report_errno("connect", r);
+        goto out;
+    }
+    if (wsc_client_set_node(ctx.cl, node) < 0) {
+        r = wsc_usage_error("%s '%s' is not a node name (1 to %d of A-Z a-z 0-9 . _ -)", node_from,
+                            node, WSC_NODE_MAX - 1);
+        wsc_client_free(ctx.cl);
         goto out;
     }
     r = cmd->run(&ctx, argc - optind, argv + optind);

@@ -24,12 +24,17 @@
 
 #define ERROR_INFO_URL "type.googleapis.com/google.rpc.ErrorInfo"
 #define AUTH_MAX       4096
+#define NODE_HEADER    "x-workspace-node"
 
 struct wsc_client {
     grpc_channel *channel;
     grpc_completion_queue *cq;
     /* "Bearer TOKEN", or "" when no token is configured. */
     char auth[AUTH_MAX];
+    /* The node calls about a workspace go to, or "". */
+    char node[WSC_NODE_MAX];
+    /* The node the last response named, or "". */
+    char answered[WSC_NODE_MAX];
 };
 
 struct wsc_call {
@@ -38,10 +43,12 @@ struct wsc_call {
     /* The tags: their addresses identify the completion. */
     char tag_send, tag_recv, tag_status;
     atomic_bool send_pending, recv_pending, status_pending;
-    bool headers_asked;
+    bool headers_asked, answered_noted;
     grpc_byte_buffer *send_bb;
     grpc_byte_buffer *recv_bb;
-    grpc_metadata auth_md;
+    /* authorization and x-workspace-node, as configured. */
+    grpc_metadata md[2];
+    bool pinned;
     grpc_metadata_array initial_md;
     grpc_metadata_array trailing_md;
     grpc_status_code status;
@@ -142,6 +149,70 @@ void wsc_client_free(struct wsc_client *cl)
     grpc_shutdown();
 }
 
+/* Whether `s` (of length `len`) is a node name: 1 to WSC_NODE_MAX - 1
+ * of [A-Za-z0-9._-], nothing a header or a terminal could misread. */
+static bool node_name_ok(const char *s, size_t len)
+{
+    if (len == 0 || len >= WSC_NODE_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '.' || ch == '_' || ch == '-'))
+            return false;
+    }
+    return true;
+}
+
+int wsc_client_set_node(struct wsc_client *cl, const char *node)
+{
+    if (!node || !node[0]) {
+        cl->node[0] = '\0';
+        return 0;
+    }
+    if (!node_name_ok(node, strlen(node)))
+        return -EINVAL;
+    memcpy(cl->node, node, strlen(node) + 1);
+    return 0;
+}
+
+const char *wsc_client_node(const struct wsc_client *cl)
+{
+    return cl->node;
+}
+
+const char *wsc_client_answered_node(const struct wsc_client *cl)
+{
+    return cl->answered;
+}
+
+/* Calls that are about no one workspace go to any node: Open (whose
+ * answer names the node), ListProviders and the health service. */
+static bool about_a_workspace(const char *method)
+{
+    return strcmp(method, "/workspace.v1.Workspaces/Open") != 0 &&
+           strcmp(method, "/workspace.v1.Providers/ListProviders") != 0 &&
+           strncmp(method, "/grpc.health.v1.Health/", 23) != 0;
+}
+
+/* Records the node the response's headers name (a front proxy's
+ * `x-workspace-node`), if any. */
+static void note_answered_node(struct wsc_call *c)
+{
+    for (size_t i = 0; i < c->initial_md.count; i++) {
+        const grpc_metadata *md = &c->initial_md.metadata[i];
+        size_t len = GRPC_SLICE_LENGTH(md->value);
+
+        if (grpc_slice_str_cmp(md->key, NODE_HEADER) != 0)
+            continue;
+        if (node_name_ok((const char *)GRPC_SLICE_START_PTR(md->value), len)) {
+            memcpy(c->cl->answered, GRPC_SLICE_START_PTR(md->value), len);
+            c->cl->answered[len] = '\0';
+        }
+        return;
+    }
+}
+
 static int pack(const ProtobufCMessage *msg, grpc_byte_buffer **ret_bb)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
@@ -231,6 +302,13 @@ static void decode_error(struct wsc_call *c)
         google__rpc__status__free_unpacked(st, NULL);
         break;
     }
+    /* A front proxy that cannot reach the node says only UNAVAILABLE:
+     * name the node the call was for. */
+    if (c->pinned && e->code == GRPC_STATUS_UNAVAILABLE && e->n_meta < WSC_META_MAX) {
+        copy_bounded(e->meta_key[e->n_meta], WSC_META_LEN, "node", 4);
+        copy_bounded(e->meta_value[e->n_meta], WSC_META_LEN, c->cl->node, strlen(c->cl->node));
+        e->n_meta++;
+    }
 }
 
 int wsc_call_new(struct wsc_client *cl, const char *method, struct wsc_call **ret_call)
@@ -239,6 +317,7 @@ int wsc_call_new(struct wsc_client *cl, const char *method, struct wsc_call **re
     grpc_op ops[2];
     grpc_slice path;
     grpc_call_error err;
+    size_t n_md = 0;
 
     c = calloc(1, sizeof(*c));
     if (!c)
@@ -259,11 +338,18 @@ int wsc_call_new(struct wsc_client *cl, const char *method, struct wsc_call **re
     memset(ops, 0, sizeof(ops));
     ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
     if (cl->auth[0]) {
-        c->auth_md.key = grpc_slice_from_static_string("authorization");
-        c->auth_md.value = grpc_slice_from_static_string(cl->auth);
-        ops[0].data.send_initial_metadata.count = 1;
-        ops[0].data.send_initial_metadata.metadata = &c->auth_md;
+        c->md[n_md].key = grpc_slice_from_static_string("authorization");
+        c->md[n_md].value = grpc_slice_from_static_string(cl->auth);
+        n_md++;
     }
+    if (cl->node[0] && about_a_workspace(method)) {
+        c->md[n_md].key = grpc_slice_from_static_string(NODE_HEADER);
+        c->md[n_md].value = grpc_slice_from_static_string(cl->node);
+        n_md++;
+        c->pinned = true;
+    }
+    ops[0].data.send_initial_metadata.count = n_md;
+    ops[0].data.send_initial_metadata.metadata = n_md ? c->md : NULL;
     ops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
     ops[1].data.recv_status_on_client.trailing_metadata = &c->trailing_md;
     ops[1].data.recv_status_on_client.status = &c->status;
@@ -380,6 +466,11 @@ int wsc_call_next(struct wsc_call *c, int timeout_ms, enum wsc_event *ret_ev, bo
         atomic_store(&c->send_pending, false);
         *ret_ev = WSC_EV_SENT;
     } else if (ev.tag == &c->tag_recv) {
+        /* The first receive asked for the headers too: they are in. */
+        if (!c->answered_noted) {
+            note_answered_node(c);
+            c->answered_noted = true;
+        }
         atomic_store(&c->recv_pending, false);
         *ret_ev = WSC_EV_RECEIVED;
     } else if (ev.tag == &c->tag_status) {

@@ -14,7 +14,9 @@
  * and cancel; at most one send may be in flight, one receive likewise.
  *
  * Returns: 0 / 1 as documented, or -errno; a failed RPC is -EREMOTEIO with
- * the decoded status in the call's error (wsc_call_error).
+ * the decoded status in the call's error (wsc_call_error). A call sent to
+ * a node (wsc_client_set_node) that fails UNAVAILABLE has node=NAME added
+ * to its error's metadata, so the report says which node is unreachable.
  */
 #ifndef WSC_RPC_H
 #define WSC_RPC_H
@@ -30,6 +32,8 @@
 #define WSC_MESSAGE_MAX 1024
 #define WSC_META_MAX    8
 #define WSC_META_LEN    256
+/* Longest node name (`x-workspace-node`), with its NUL. */
+#define WSC_NODE_MAX 64
 /* Largest message accepted from the server (its own limit is 4 MiB plus
  * framing). */
 #define WSC_MAX_RECV_BYTES (8 * 1024 * 1024)
@@ -76,6 +80,18 @@ int wsc_client_new(const char *addr, const char *token, const struct wsc_tls *tl
                    struct wsc_client **ret_client);
 /* Accepts NULL. Every call must have been freed. */
 void wsc_client_free(struct wsc_client *cl);
+
+/* Behind a front proxy that routes by node: every later call about a
+ * workspace (all but Open, ListProviders and Health) carries
+ * `x-workspace-node: NODE`. NULL or "" sends none. Returns 0, or -EINVAL
+ * for a name that is not 1 to WSC_NODE_MAX - 1 of [A-Za-z0-9._-]. */
+int wsc_client_set_node(struct wsc_client *cl, const char *node);
+/* The node set with wsc_client_set_node, or "". */
+const char *wsc_client_node(const struct wsc_client *cl);
+/* The node a front proxy named in the `x-workspace-node` header of the
+ * last response received, or "" when it named none (no proxy, or a name
+ * that is not a node name). */
+const char *wsc_client_answered_node(const struct wsc_client *cl);
 
 /* Starts `method` ("/workspace.v1.Exec/Start"): sends the headers and asks
  * for the final status. Returns 0, -ENOMEM or -EIO. */

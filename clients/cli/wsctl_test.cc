@@ -916,4 +916,173 @@ TEST(WsctlTls, MutualTlsNamesTheTenantByCertificate)
     EXPECT_EQ(WsctlAt(srv, with({"close", id})).code, 0);
 }
 
+// ---- behind a front proxy ----
+
+// A real HAProxy (clients/testdata/front.sh) in front of `nodes`, named
+// node-1, node-2, ... in order; stopped (SIGTERM) when it goes.
+class Front
+{
+  public:
+    explicit Front(const std::vector<std::string> &nodes)
+    {
+        std::string dir = TempDir();
+        std::vector<std::string> args = {"/bin/bash", Runfile("clients/testdata/front.sh"), dir};
+        args.insert(args.end(), nodes.begin(), nodes.end());
+        std::vector<char *> argv;
+        for (auto &a : args)
+            argv.push_back(&a[0]);
+        argv.push_back(nullptr);
+        int out[2];
+        if (pipe(out) < 0)
+            abort();
+        std::string errpath = dir + ".stderr";
+        posix_spawn_file_actions_t fa;
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+        posix_spawn_file_actions_addopen(&fa, 2, errpath.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                         0644);
+        posix_spawn_file_actions_addclose(&fa, out[0]);
+        if (posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ) != 0)
+            abort();
+        posix_spawn_file_actions_destroy(&fa);
+        close(out[1]);
+        std::string line;
+        char ch;
+        struct pollfd p = {out[0], POLLIN, 0};
+        while (poll(&p, 1, 20000) > 0 && read(out[0], &ch, 1) == 1 && ch != '\n')
+            line.push_back(ch);
+        close(out[0]);
+        const std::string prefix = "front listening on ";
+        if (line.compare(0, prefix.size(), prefix) != 0) {
+            fprintf(stderr, "front did not start: %s\n", ReadFile(errpath).c_str());
+            abort();
+        }
+        addr_ = line.substr(prefix.size());
+    }
+    ~Front()
+    {
+        kill(pid_, SIGTERM);
+        int status;
+        waitpid(pid_, &status, 0);
+    }
+    const std::string &addr() const
+    {
+        return addr_;
+    }
+
+  private:
+    pid_t pid_ = -1;
+    std::string addr_;
+};
+
+// wsctl through the front with `args` after --addr; `env` as in RunOpts.
+Result WsctlVia(const Front &front, std::vector<std::string> args,
+                std::vector<std::string> env = {}, const std::string &stdin_data = "")
+{
+    RunOpts o;
+    o.use_addr_flag = false;
+    o.env = std::move(env);
+    o.stdin_data = stdin_data;
+    args.insert(args.begin(), {"--addr", front.addr()});
+    return Wsctl(args, o);
+}
+
+bool IsNode(const std::string &s)
+{
+    return s == "node-1" || s == "node-2";
+}
+
+TEST(WsctlFront, OpenNamesTheNodeAndNodePinsEveryLaterCall)
+{
+    Server one, two;
+    Front front({one.addr(), two.addr()});
+
+    // Plain output: the id, then the node the front names.
+    Result open = WsctlVia(front, {"open", "--provider", "local-bash", "--allow", kAllow});
+    ASSERT_EQ(open.code, 0) << open.err;
+    std::string line = Trim(open.out);
+    size_t sp = line.find(' ');
+    ASSERT_NE(sp, std::string::npos) << "no node after the id: " << open.out;
+    const std::string id = line.substr(0, sp), node = line.substr(sp + 1);
+    EXPECT_EQ(id.compare(0, 3, "ws_"), 0) << open.out;
+    ASSERT_TRUE(IsNode(node)) << open.out;
+
+    // Every call about the workspace, many times over, with --node.
+    for (int i = 0; i < 6; i++) {
+        SCOPED_TRACE("round " + std::to_string(i));
+        const std::string text = "round " + std::to_string(i) + "\n";
+        Result put = WsctlVia(front, {"--node", node, "put", id, "notes.txt"}, {}, text);
+        ASSERT_EQ(put.code, 0) << put.err;
+        Result cat = WsctlVia(front, {"--node", node, "cat", id, "notes.txt"});
+        EXPECT_EQ(cat.code, 0) << cat.err;
+        EXPECT_EQ(cat.out, text);
+        Result ex = WsctlVia(front, {"--node", node, "exec", id, "--", "sh", "-c",
+                                     "cat notes.txt; echo err >&2; exit 3"});
+        EXPECT_EQ(ex.code, 3) << ex.err;
+        EXPECT_EQ(ex.out, text);
+        EXPECT_EQ(ex.err, "err\n");
+        Result d = WsctlVia(front, {"--node", node, "describe", id});
+        EXPECT_EQ(d.code, 0) << d.err;
+        EXPECT_NE(d.out.find("id:          " + id), std::string::npos) << d.out;
+    }
+    // The same through the environment.
+    Result env = WsctlVia(front, {"cat", id, "notes.txt"}, {"WORKSPACED_NODE=" + node});
+    EXPECT_EQ(env.code, 0) << env.err;
+    EXPECT_EQ(env.out, "round 5\n");
+
+    // Without a node the front balances, and the other node has never
+    // heard of the workspace.
+    int not_found = 0;
+    for (int i = 0; i < 6; i++) {
+        Result d = WsctlVia(front, {"describe", id});
+        if (d.code == 1 && d.err.compare(0, 26, "wsctl: NO_SUCH_WORKSPACE: ") == 0)
+            not_found++;
+        else
+            EXPECT_EQ(d.code, 0) << d.err;
+    }
+    EXPECT_GE(not_found, 1) << "every unpinned call reached the workspace's node";
+
+    // A node that is not behind the front: UNAVAILABLE, naming it.
+    Result nine = WsctlVia(front, {"--node", "node-9", "describe", id});
+    EXPECT_EQ(nine.code, 1);
+    EXPECT_EQ(nine.err, "wsctl: UNAVAILABLE: no such node behind this front (node=node-9)\n");
+    EXPECT_EQ(nine.out, "");
+    Result nine_exec = WsctlVia(front, {"--node", "node-9", "exec", id, "--", "true"});
+    EXPECT_EQ(nine_exec.code, 1);
+    EXPECT_EQ(nine_exec.err.compare(0, 20, "wsctl: UNAVAILABLE: "), 0) << nine_exec.err;
+    // A name no header could carry is refused before anything is sent.
+    Result bad = WsctlVia(front, {"--node", "node 1", "describe", id});
+    EXPECT_EQ(bad.code, 2);
+    EXPECT_NE(bad.err.find("is not a node name"), std::string::npos) << bad.err;
+
+    // --json names the node too, and a ref resolves on its node.
+    Result js = WsctlVia(front, {"--json", "open", "--provider", "local-bash"});
+    ASSERT_EQ(js.code, 0) << js.err;
+    size_t at = js.out.find("\"node\":\"");
+    ASSERT_NE(at, std::string::npos) << js.out;
+    at += 8;
+    const std::string jnode = js.out.substr(at, js.out.find('"', at) - at);
+    EXPECT_TRUE(IsNode(jnode)) << js.out;
+    at = js.out.find("\"ref\":\"");
+    ASSERT_NE(at, std::string::npos) << js.out;
+    at += 7;
+    const std::string ref = js.out.substr(at, js.out.find('"', at) - at);
+    at = js.out.find("\"id\":\"") + 6;
+    const std::string jid = js.out.substr(at, js.out.find('"', at) - at);
+    for (int i = 0; i < 4; i++) {
+        Result res = WsctlVia(front, {"--node", jnode, "resolve", ref});
+        EXPECT_EQ(res.code, 0) << res.err;
+        EXPECT_EQ(Trim(res.out), jid + " " + jnode);
+    }
+    EXPECT_EQ(WsctlVia(front, {"--node", jnode, "close", jid}).code, 0);
+
+    // Opening and listing providers ignore --node: they go to any node.
+    Result again = WsctlVia(front, {"--node", "node-9", "open", "--provider", "local-bash"});
+    EXPECT_EQ(again.code, 0) << again.err;
+    EXPECT_EQ(WsctlVia(front, {"--node", "node-9", "providers"}).code, 0);
+
+    Result closed = WsctlVia(front, {"--node", node, "close", id});
+    EXPECT_EQ(closed.code, 0) << closed.err;
+}
+
 } // namespace

@@ -7,8 +7,11 @@
 // tenant isolation on every node, refs bound to the node that signed them
 // (and what a shared key changes), a node SIGKILLed mid-command leaving no
 // survivors while the others keep serving, the drain on SIGTERM as a load
-// balancer's health check sees it, and a stopped node's state directory
-// serving its workspaces from another address.
+// balancer's health check sees it, a stopped node's state directory
+// serving its workspaces from another address, and the nodes behind a real
+// HAProxy running server/deploy/haproxy.cfg itself (the nodes sit at the
+// file's addresses; only its certificate and socket paths are replaced):
+// routing by `x-workspace-node`, and a draining or killed node.
 //
 // main() builds the network before any thread exists, then moves the
 // process into the client namespace, so every socket gRPC opens later is
@@ -16,14 +19,25 @@
 // process if the test dies, and by the next run (leftovers whose run is
 // gone) if both die. Failing to build it fails the test, with the reason.
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -51,6 +65,10 @@ namespace
 const char kAlice[] = "tok-alice-multinode-0123456789";
 const char kBob[] = "tok-bob-multinode-9876543210";
 const char kPort[] = "7443";
+// The HAProxy front's health checker, a tenant of its own.
+const char kHealth[] = "tok-health-multinode-5555555555";
+const char kFrontPort[] = "8443";
+const char kNodeHeader[] = "x-workspace-node";
 
 wsdeploy::Network *g_net = nullptr;
 
@@ -86,6 +104,8 @@ struct Cluster {
     std::string ca_pem;
     std::string tokens;
     std::unique_ptr<Node> node1, node2, node3;
+    pid_t front = -1; // HAProxy, in this (the client's) namespace
+    std::string front_dir;
 };
 
 Cluster *g_cluster = nullptr;
@@ -99,12 +119,18 @@ std::string MakePki(const std::string &dir)
     for (const char *h : {"node1", "node2", "node3"})
         san += ",IP:" + g_net->host(h).address;
     wstest::WriteHostFile(dir + "/server.ext", san + "\n");
+    wstest::WriteHostFile(dir + "/front.ext",
+                          "subjectAltName=DNS:front,IP:" + g_net->host("client").address + "\n");
     if (Sh(dir, "openssl req -x509 " + ec + " -keyout ca.key -out ca.pem -subj /CN=ca -days 2") !=
             0 ||
         Sh(dir, "openssl req " + ec + " -keyout server.key -out server.csr -subj /CN=workspaced") !=
             0 ||
         Sh(dir, "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
-                "-days 2 -out server.pem -extfile server.ext") != 0)
+                "-days 2 -out server.pem -extfile server.ext") != 0 ||
+        Sh(dir, "openssl req " + ec + " -keyout front.key -out front.csr -subj /CN=front") != 0 ||
+        Sh(dir, "openssl x509 -req -in front.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+                "-days 2 -out front.pem -extfile front.ext") != 0 ||
+        Sh(dir, "{ cat front.pem front.key > front-with-key.pem; }") != 0)
         return "openssl failed";
     return "";
 }
@@ -145,9 +171,244 @@ std::shared_ptr<grpc::Channel> DialPlaintext(const Node &node)
     return grpc::CreateCustomChannel(node.target(), grpc::InsecureChannelCredentials(), args);
 }
 
-// ---- calls ----
+// ---- the HAProxy front ----
 
 const std::vector<std::string> kAllowed = {"sh", "sleep", "setsid", "cat", "echo", "wc"};
+
+// server/deploy/haproxy.cfg with the operator's placeholders replaced:
+// the certificate paths and the admin socket's. The node addresses are
+// the file's own (the test network is 10.0.0.0/24).
+std::string FrontConfig(std::string *ret_why)
+{
+    std::string cfg = wstest::ReadHostFile("server/deploy/haproxy.cfg");
+    const Cluster &c = *g_cluster;
+    const std::vector<std::pair<std::string, std::string>> subst = {
+        {"/etc/workspaced/front/front.pem", c.pki + "/front-with-key.pem"},
+        {"/etc/workspaced/front/nodes-ca.pem", c.pki + "/ca.pem"},
+        {"/run/workspaced-front/admin.sock", c.front_dir + "/admin.sock"},
+    };
+    for (const auto &sub : subst) {
+        size_t n = 0;
+        for (size_t at = cfg.find(sub.first); at != std::string::npos;
+             at = cfg.find(sub.first, at + sub.second.size())) {
+            cfg.replace(at, sub.first.size(), sub.second);
+            n++;
+        }
+        if (n == 0) {
+            *ret_why = "haproxy.cfg no longer names " + sub.first;
+            return "";
+        }
+    }
+    for (const char *h : {"node1", "node2", "node3"}) {
+        std::string want =
+            "server node-" + std::string(h + 4) + " " + g_net->host(h).address + ":" + kPort;
+        if (cfg.find(want) == std::string::npos) {
+            *ret_why = "haproxy.cfg has no '" + want + "'";
+            return "";
+        }
+    }
+    return cfg;
+}
+
+// One admin-socket command's answer ("" when the socket does not answer).
+std::string FrontAdmin(const std::string &cmd)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return "";
+    struct sockaddr_un sa = {};
+    sa.sun_family = AF_UNIX;
+    std::string path = g_cluster->front_dir + "/admin.sock";
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path.c_str());
+    std::string out;
+    if (connect(fd, reinterpret_cast<struct sockaddr *>(&sa), sizeof(sa)) == 0) {
+        std::string line = cmd + "\n";
+        if (write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
+            char buf[4096];
+            ssize_t n;
+            while ((n = read(fd, buf, sizeof(buf))) > 0)
+                out.append(buf, static_cast<size_t>(n));
+        }
+    }
+    close(fd);
+    return out;
+}
+
+// The Open rotation's view of `node` ("UP", "DOWN", ... from `show stat`).
+std::string FrontStatus(const std::string &node)
+{
+    std::istringstream in(FrontAdmin("show stat"));
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.compare(0, 4 + node.size() + 1, "any," + node + ",") != 0)
+            continue;
+        std::vector<std::string> f;
+        std::istringstream fields(line);
+        std::string field;
+        while (std::getline(fields, field, ','))
+            f.push_back(field);
+        return f.size() > 17 ? f[17] : "";
+    }
+    return "";
+}
+
+// Whether the front accepts connections on its agents' port.
+bool FrontListening()
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<uint16_t>(atoi(kFrontPort)));
+    inet_pton(AF_INET, g_net->host("client").address.c_str(), &sa.sin_addr);
+    bool ok = connect(fd, reinterpret_cast<struct sockaddr *>(&sa), sizeof(sa)) == 0;
+    close(fd);
+    return ok;
+}
+
+// Starts HAProxy on the file in this process's (the client's) namespace
+// and waits until it listens and sees every node UP. It dies with the
+// test (PDEATHSIG) and with the client namespace (the guardian). "" or
+// why not.
+std::string StartFront()
+{
+    Cluster &c = *g_cluster;
+    // Short: the admin socket's path must fit a sockaddr_un (HAProxy: 97
+    // bytes), which the test's own temporary directory may not.
+    char tmpl[] = "/tmp/wsfront-XXXXXX";
+    if (!mkdtemp(tmpl))
+        return "mkdtemp failed";
+    c.front_dir = tmpl;
+    std::string why;
+    std::string cfg = FrontConfig(&why);
+    if (!why.empty())
+        return why;
+    const std::string cfg_path = c.front_dir + "/haproxy.cfg";
+    wstest::WriteHostFile(cfg_path, cfg);
+    const std::string err_path = c.front_dir + "/stderr";
+    std::string env_token = std::string("WORKSPACED_HEALTH_TOKEN=") + kHealth;
+    std::string check_out;
+    if (wsdeploy::RunCommand({"env", env_token, "/usr/sbin/haproxy", "-c", "-f", cfg_path},
+                             &check_out) != 0)
+        return "haproxy -c refuses the configuration: " + check_out;
+    int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (err_fd < 0)
+        return "cannot open " + err_path;
+    std::vector<std::string> argv = {"/usr/sbin/haproxy", "-db", "-f", cfg_path};
+    std::vector<char *> cargv;
+    for (auto &a : argv)
+        cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    std::vector<char *> cenv = {env_token.data(), nullptr};
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(126);
+        dup2(err_fd, 1);
+        dup2(err_fd, 2);
+        execve(cargv[0], cargv.data(), cenv.data());
+        _exit(127);
+    }
+    close(err_fd);
+    if (pid < 0)
+        return "fork failed";
+    c.front = pid;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(Sanitized() ? 90 : 30);
+    while (std::chrono::steady_clock::now() < deadline) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            c.front = -1;
+            return "haproxy exited: " + wstest::ReadHostFile(err_path);
+        }
+        if (FrontListening() && FrontStatus("node-1") == "UP" && FrontStatus("node-2") == "UP" &&
+            FrontStatus("node-3") == "UP")
+            return "";
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return "haproxy did not come up with every node UP: " + FrontAdmin("show stat") +
+           wstest::ReadHostFile(err_path);
+}
+
+void StopFront()
+{
+    Cluster &c = *g_cluster;
+    if (c.front <= 0)
+        return;
+    kill(c.front, SIGTERM);
+    int st;
+    while (waitpid(c.front, &st, 0) < 0 && errno == EINTR)
+        ;
+    c.front = -1;
+    for (const char *f : {"/admin.sock", "/haproxy.cfg", "/stderr"})
+        unlink((c.front_dir + f).c_str());
+    rmdir(c.front_dir.c_str());
+}
+
+// Adds `x-workspace-node: NODE` to every call of a channel.
+class NodePin : public grpc::MetadataCredentialsPlugin
+{
+  public:
+    explicit NodePin(std::string node) : node_(std::move(node))
+    {
+    }
+    bool IsBlocking() const override
+    {
+        return false;
+    }
+    grpc::Status GetMetadata(grpc::string_ref, grpc::string_ref, const grpc::AuthContext &,
+                             std::multimap<grpc::string, grpc::string> *md) override
+    {
+        md->insert({kNodeHeader, node_});
+        return grpc::Status::OK;
+    }
+
+  private:
+    std::string node_;
+};
+
+// A channel to the front over TLS with `token`, pinned to `node` ("": not
+// pinned).
+std::shared_ptr<grpc::Channel> DialFront(const std::string &token, const std::string &node = "")
+{
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = g_cluster->ca_pem;
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::SslCredentials(o);
+    std::shared_ptr<grpc::CallCredentials> call = grpc::AccessTokenCredentials(token);
+    if (!node.empty())
+        call = grpc::CompositeCallCredentials(
+            call, grpc::MetadataCredentialsFromPlugin(std::make_unique<NodePin>(node)));
+    creds = grpc::CompositeChannelCredentials(creds, call);
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(g_net->host("client").address + ":" + kFrontPort, creds, args);
+}
+
+// Open through the front; the node the response names in *ret_node.
+grpc::Status OpenViaFront(const std::shared_ptr<grpc::Channel> &ch, wstest::Ws *ret,
+                          std::string *ret_node)
+{
+    OpenRequest req;
+    req.mutable_local_bash();
+    req.mutable_capabilities()->mutable_fs();
+    for (const auto &cmd : kAllowed)
+        req.mutable_capabilities()->mutable_shell()->add_allowed_commands(cmd);
+    OpenResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(In(60));
+    grpc::Status s = Workspaces::NewStub(ch)->Open(&ctx, req, &resp);
+    if (!s.ok())
+        return s;
+    *ret = wstest::Ws{resp.workspace().id(), resp.workspace().ref().token()};
+    ret_node->clear();
+    auto md = ctx.GetServerInitialMetadata();
+    auto it = md.find(kNodeHeader);
+    if (it != md.end())
+        ret_node->assign(it->second.data(), it->second.size());
+    return s;
+}
+
+// ---- calls ----
 
 grpc::Status OpenWs(const std::shared_ptr<grpc::Channel> &ch, const std::string &provider,
                     wstest::Ws *ret)
@@ -273,7 +534,8 @@ class Multinode : public ::testing::Test
         c.ca_pem = wstest::ReadHostFile(c.pki + "/ca.pem");
         c.tokens = c.pki + "/tokens";
         wstest::WriteHostFile(c.tokens, "alice " + wstest::Sha256Hex(kAlice) + "\nbob " +
-                                            wstest::Sha256Hex(kBob) + "\n");
+                                            wstest::Sha256Hex(kBob) + "\nhealth " +
+                                            wstest::Sha256Hex(kHealth) + "\n");
 
         // node1 and node2 each make their own refs key; node3 starts with
         // a copy of node1's (same bytes, mode 0600), as an operator shares
@@ -291,6 +553,8 @@ class Multinode : public ::testing::Test
         close(fd);
         c.node3 = MakeNode("node3", state3);
         ASSERT_EQ(c.node3->Start(), "");
+        std::string why_front = StartFront();
+        ASSERT_EQ(why_front, "");
         g_ready = true;
     }
 
@@ -298,6 +562,7 @@ class Multinode : public ::testing::Test
     {
         if (!g_cluster)
             return;
+        StopFront();
         // Every node still up drains and exits cleanly: under the
         // sanitizer build this is where leaks and shutdown crashes show.
         for (Node *n : {g_cluster->node1.get(), g_cluster->node2.get(), g_cluster->node3.get()}) {
@@ -480,6 +745,96 @@ TEST_F(Multinode, ARefIsGoodOnlyOnTheNodeThatHoldsItsWorkspace)
     EXPECT_TRUE(Describe(alice1, a1.id).ok());
 }
 
+// ---- 2b. behind the HAProxy front (server/deploy/haproxy.cfg) ----
+
+TEST_F(Multinode, TheFrontNamesTheNodeOfEachOpenAndPinnedCallsReachIt)
+{
+    auto front = DialFront(kAlice);
+    std::set<std::string> seen;
+    wstest::Ws ws;
+    std::string node;
+    for (int i = 0; i < 9; i++) {
+        wstest::Ws w;
+        std::string n;
+        grpc::Status s = OpenViaFront(front, &w, &n);
+        ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+        ASSERT_TRUE(n == "node-1" || n == "node-2" || n == "node-3") << "'" << n << "'";
+        // The node named is the one that holds the workspace.
+        Node &holder = n == "node-1" ? N1() : n == "node-2" ? N2() : N3();
+        struct stat st;
+        EXPECT_EQ(stat((holder.state_dir() + "/workspaces/" + w.id).c_str(), &st), 0)
+            << w.id << " is not on " << n;
+        seen.insert(n);
+        ws = w;
+        node = n;
+    }
+    EXPECT_GE(seen.size(), 2u) << "every Open went to the same node";
+
+    // Files, a command, an exec stream, Describe and Resolve, pinned, many
+    // times over.
+    auto pinned = DialFront(kAlice, node);
+    auto fs = FileSystem::NewStub(pinned);
+    auto exec = Exec::NewStub(pinned);
+    Echo echo;
+    ASSERT_TRUE(echo.Begin(exec.get(), ws.id).ok());
+    for (int i = 0; i < 8; i++) {
+        SCOPED_TRACE("round " + std::to_string(i));
+        const std::string text = "round " + std::to_string(i) + " via the front\n";
+        grpc::Status s = wstest::Write(fs.get(), ws.id, "front.txt", text);
+        ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+        std::string back;
+        ASSERT_TRUE(wstest::Read(fs.get(), ws.id, "front.txt", &back).ok());
+        EXPECT_EQ(back, text);
+        RunResponse r;
+        s = wstest::RunProcess(exec.get(), ws.id, ArgvProcess({"cat", "front.txt"}), &r, "",
+                               Ms(60000) / 1000);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+        EXPECT_EQ(r.stdout(), text);
+        EXPECT_TRUE(echo.RoundTrip("line " + std::to_string(i) + "\n"));
+        EXPECT_TRUE(Describe(pinned, ws.id).ok());
+        std::string id;
+        EXPECT_TRUE(Resolve(pinned, ws.token, &id).ok());
+        EXPECT_EQ(id, ws.id);
+    }
+    grpc::Status es = echo.End();
+    EXPECT_TRUE(es.ok()) << es.error_code() << " " << es.error_message();
+    EXPECT_TRUE(echo.log.exited);
+
+    // Unpinned, a call about the workspace lands on a node that never
+    // heard of it.
+    int not_found = 0;
+    for (int i = 0; i < 9; i++) {
+        grpc::Status s = Describe(front, ws.id);
+        if (!s.ok()) {
+            EXPECT_WS_ERROR(s, StatusCode::NOT_FOUND, "NO_SUCH_WORKSPACE");
+            not_found++;
+        }
+    }
+    EXPECT_GE(not_found, 1) << "every unpinned call reached " << node;
+
+    // A node that is not behind the front.
+    grpc::Status nine = Describe(DialFront(kAlice, "node-9"), ws.id);
+    EXPECT_EQ(nine.error_code(), StatusCode::UNAVAILABLE) << nine.error_message();
+    EXPECT_EQ(nine.error_message(), "no such node behind this front");
+
+    // The front authenticates nobody: the node refuses a stranger.
+    wstest::Ws none;
+    std::string n;
+    EXPECT_EQ(OpenViaFront(DialFront("tok-mallory"), &none, &n).error_code(),
+              StatusCode::UNAUTHENTICATED);
+    EXPECT_WS_ERROR(Describe(DialFront(kBob, node), ws.id), StatusCode::NOT_FOUND,
+                    "NO_SUCH_WORKSPACE");
+
+    ClientContext cc;
+    cc.set_deadline(In(30));
+    CloseRequest cr;
+    cr.set_workspace_id(ws.id);
+    CloseResponse co;
+    grpc::Status cs = Workspaces::NewStub(pinned)->Close(&cc, cr, &co);
+    EXPECT_TRUE(cs.ok()) << cs.error_message();
+    EXPECT_WS_ERROR(Describe(pinned, ws.id), StatusCode::NOT_FOUND, "NO_SUCH_WORKSPACE");
+}
+
 // ---- 3. a node dies mid-command ----
 
 TEST_F(Multinode, ANodeKilledMidCommandLeavesNoSurvivorsAndTheOthersKeepServing)
@@ -632,6 +987,93 @@ TEST_F(Multinode, HealthTurnsNotServingWhileANodeDrainsThenTheNodeExits)
                     "NO_SUCH_WORKSPACE");
     int ms = moved->Stop(SIGTERM, Ms(60000));
     EXPECT_TRUE(WIFEXITED(ms) && WEXITSTATUS(ms) == 0) << moved->Stderr();
+}
+
+// ---- 5. the front with a node draining and a node killed ----
+
+// Polls `ok` until it holds or `seconds` pass; whether it held.
+bool Eventually(int seconds, const std::function<bool()> &ok)
+{
+    auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(Ms(seconds * 1000) / 1000);
+    for (;;) {
+        if (ok())
+            return true;
+        if (std::chrono::steady_clock::now() >= deadline)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+}
+
+TEST_F(Multinode, TheFrontTakesADrainingNodeOutAndAKilledNodeIsUnavailable)
+{
+    // The earlier tests stopped nodes: every node runs again here, on its
+    // own state directory.
+    for (Node *n : {&N1(), &N2(), &N3()}) {
+        if (!n->Alive()) {
+            ASSERT_EQ(n->Start(), "") << n->label();
+        }
+    }
+    ASSERT_TRUE(Eventually(30, [] {
+        return FrontStatus("node-1") == "UP" && FrontStatus("node-2") == "UP" &&
+               FrontStatus("node-3") == "UP";
+    })) << FrontAdmin("show stat");
+
+    // A workspace on node-2 and one on node-3, opened through the front.
+    auto front = DialFront(kAlice);
+    std::map<std::string, wstest::Ws> on;
+    for (int i = 0; i < 30 && (!on.count("node-2") || !on.count("node-3")); i++) {
+        wstest::Ws w;
+        std::string n;
+        grpc::Status s = OpenViaFront(front, &w, &n);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+        on.emplace(n, w);
+    }
+    ASSERT_TRUE(on.count("node-2") && on.count("node-3"));
+
+    // node-1 drains: its port closes, its health check fails, the front
+    // takes it out, and Opens keep succeeding on the others.
+    ASSERT_EQ(kill(N1().pid(), SIGTERM), 0);
+    EXPECT_TRUE(Eventually(30, [] { return FrontStatus("node-1") == "DOWN"; }))
+        << FrontAdmin("show stat");
+    for (int i = 0; i < 9; i++) {
+        wstest::Ws w;
+        std::string n;
+        grpc::Status s = OpenViaFront(front, &w, &n);
+        ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+        EXPECT_TRUE(n == "node-2" || n == "node-3") << n;
+    }
+    int st = N1().WaitExit(Ms(45000));
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << " " << N1().Stderr();
+
+    // node-2 is killed: calls pinned to it are UNAVAILABLE, node-3's
+    // workspace keeps working, and Opens go to node-3.
+    N2().Kill();
+    auto to2 = DialFront(kAlice, "node-2"), to3 = DialFront(kAlice, "node-3");
+    grpc::Status s2 = Describe(to2, on["node-2"].id);
+    EXPECT_EQ(s2.error_code(), StatusCode::UNAVAILABLE) << s2.error_message();
+    std::string out;
+    EXPECT_EQ(wstest::Read(FileSystem::NewStub(to2).get(), on["node-2"].id, "x", &out).error_code(),
+              StatusCode::UNAVAILABLE);
+    for (int i = 0; i < 5; i++) {
+        const std::string text = "still here " + std::to_string(i);
+        ASSERT_TRUE(
+            wstest::Write(FileSystem::NewStub(to3).get(), on["node-3"].id, "alive.txt", text).ok());
+        RunResponse r;
+        ASSERT_TRUE(wstest::RunProcess(Exec::NewStub(to3).get(), on["node-3"].id,
+                                       ArgvProcess({"cat", "alive.txt"}), &r)
+                        .ok());
+        EXPECT_EQ(r.stdout(), text);
+    }
+    EXPECT_TRUE(Eventually(30, [] { return FrontStatus("node-2") == "DOWN"; }))
+        << FrontAdmin("show stat");
+    for (int i = 0; i < 6; i++) {
+        wstest::Ws w;
+        std::string n;
+        grpc::Status s = OpenViaFront(front, &w, &n);
+        ASSERT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+        EXPECT_EQ(n, "node-3");
+    }
 }
 
 } // namespace

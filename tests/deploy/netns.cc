@@ -179,7 +179,7 @@ Network::Network(const std::vector<std::string> &hosts)
 {
     int i = 0;
     for (const auto &h : hosts)
-        hosts_.push_back({h, Host{prefix_ + h, "10.88.0." + std::to_string(10 + i++)}});
+        hosts_.push_back({h, Host{prefix_ + h, "10.0.0." + std::to_string(10 + i++)}});
 }
 
 Network::~Network()

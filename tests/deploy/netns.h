@@ -20,7 +20,7 @@ int RunCommand(const std::vector<std::string> &argv, std::string *out = nullptr)
 
 struct Host {
     std::string name;    // the namespace's name, e.g. "wsdeploy-123-node1"
-    std::string address; // its IPv4 address on the bridge, e.g. "10.88.0.11"
+    std::string address; // its IPv4 address on the bridge, e.g. "10.0.0.11"
 };
 
 class Network
@@ -28,7 +28,8 @@ class Network
   public:
     // Names for a network of `hosts` (short names, e.g. "client", "node1")
     // owned by this process; nothing is created yet. Host i gets
-    // 10.88.0.(10 + i)/24.
+    // 10.0.0.(10 + i)/24: the example nodes of server/deploy/haproxy.cfg are
+    // hosts 1 to 3. The addresses exist only inside these namespaces.
     explicit Network(const std::vector<std::string> &hosts);
     ~Network();
 

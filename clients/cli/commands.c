@@ -608,7 +608,7 @@ int wsc_cmd_put(struct wsc_ctx *ctx, int argc, char **argv)
     msg.finish = lens[0] == 0;
     /* The message that finishes the file half-closes the call too: a
      * front proxy that sees the response end while the request is still
-     * open resets the stream (HAProxy: RST_STREAM CANCEL), and the client
+     * open may reset the stream (HAProxy 2.6: RST_STREAM CANCEL), and the client
      * would see CANCELLED for a file that was written. */
     if (wsc_call_send(call, &msg.base, msg.finish) < 0)
         sent_ok = false;

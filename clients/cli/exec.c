@@ -182,7 +182,7 @@ static void *input_thread(void *arg)
             }
             /* After close_stdin only a terminal has more to send (its
              * resizes): half-close, so that a front proxy sees the request
-             * end before the response does (HAProxy resets a stream whose
+             * end before the response does (HAProxy 2.6 resets a stream whose
              * response ends first, and the exit status would be lost). */
             if (console_send(con, &m, !stdin_open && !con->pty) < 0)
                 stdin_open = false;

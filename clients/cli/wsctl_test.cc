@@ -918,7 +918,7 @@ TEST(WsctlTls, MutualTlsNamesTheTenantByCertificate)
 
 // ---- behind a front proxy ----
 
-// A real HAProxy (clients/testdata/front.sh) in front of `nodes`, named
+// A real nginx (clients/testdata/front.sh) in front of `nodes`, named
 // node-1, node-2, ... in order; stopped (SIGTERM) when it goes.
 class Front
 {

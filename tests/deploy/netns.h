@@ -28,7 +28,7 @@ class Network
   public:
     // Names for a network of `hosts` (short names, e.g. "client", "node1")
     // owned by this process; nothing is created yet. Host i gets
-    // 10.0.0.(10 + i)/24: the example nodes of server/deploy/haproxy.cfg are
+    // 10.0.0.(10 + i)/24: the example nodes of server/deploy/nginx.conf are
     // hosts 1 to 3. The addresses exist only inside these namespaces.
     explicit Network(const std::vector<std::string> &hosts);
     ~Network();

@@ -539,6 +539,13 @@ int ws_audit_read(struct ws_audit *a, const char *ws_id, ws_audit_record_fn fn, 
     if (fd >= 0 && fstat(fd, &st) < 0)
         ws_close_fd(&fd);
     err = fd < 0 ? -errno : 0;
+    /* What this server appended last, when it knows: records cut off the
+     * end at a line boundary leave a chain that verifies by itself, and
+     * only the head kept here can tell. */
+    struct head known = {0};
+    for (size_t i = 0; i < a->n_heads; i++)
+        if (strcmp(a->heads[i].id, ws_id) == 0)
+            known = a->heads[i];
     pthread_mutex_unlock(&a->lock);
     if (err < 0)
         return err;
@@ -572,10 +579,39 @@ int ws_audit_read(struct ws_audit *a, const char *ws_id, ws_audit_record_fn fn, 
             v.bad_seq = pos;
             break;
         }
+        if (known.next_seq && !known.torn) {
+            if (pos >= known.next_seq) {
+                /* A valid-looking record after the last one this server
+                 * wrote: put there by someone else. */
+                v.problem = WS_AUDIT_BROKEN_CHAIN;
+                snprintf(v.detail, sizeof(v.detail), "a record this server did not write");
+            } else if (pos + 1 == known.next_seq) {
+                /* The last record this server wrote, byte for byte, or
+                 * the chain was rebuilt up to here. */
+                char h[HEX_LEN + 1];
+                sha256_hex(line, len, h);
+                if (strcmp(h, known.prev) != 0) {
+                    v.problem = WS_AUDIT_BROKEN_CHAIN;
+                    snprintf(v.detail, sizeof(v.detail), "not the record this server wrote here");
+                }
+            }
+            if (v.problem != WS_AUDIT_OK) {
+                v.bad_seq = pos;
+                break;
+            }
+        }
         v.verified++;
         sha256_hex(line, len, prev);
         if (deliver && fn && fn(ud, pos, ts, event, line, len) < 0)
             deliver = false;
+    }
+    if (v.problem == WS_AUDIT_OK && known.next_seq && !known.torn &&
+        v.verified + 1 < known.next_seq) {
+        v.problem = WS_AUDIT_TRUNCATED;
+        v.bad_seq = v.verified + 1;
+        snprintf(v.detail, sizeof(v.detail),
+                 "records %llu to %llu, written by this server, are gone from the end",
+                 (unsigned long long)v.bad_seq, (unsigned long long)(known.next_seq - 1));
     }
     *ret = v;
     err = 0;

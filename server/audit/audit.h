@@ -111,7 +111,12 @@ typedef int (*ws_audit_record_fn)(void *ud, uint64_t seq, int64_t ts_ms, const c
                                   const char *line, size_t len);
 
 /* Reads and verifies a workspace's log as it was when the call started
- * (appends racing it are not seen). Returns 0 and fills *ret, -ENOENT when
+ * (appends racing it are not seen). While this process holds the
+ * workspace's head (from its first append to the log until the
+ * server stops, or until more than WS_AUDIT_HEADS_MAX logs were written
+ * since), the log must also end with the last record it appended: records
+ * cut off the end are TRUNCATED at the first missing seq, and a chain
+ * rebuilt past or instead of that record is BROKEN_CHAIN. Returns 0 and fills *ret, -ENOENT when
  * the workspace has no log, -EINVAL for a bad id, or an I/O error. */
 int ws_audit_read(struct ws_audit *a, const char *ws_id, ws_audit_record_fn fn, void *ud,
                   struct ws_audit_verdict *ret);

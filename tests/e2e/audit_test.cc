@@ -426,6 +426,60 @@ TEST_F(AuditTest, TruncatedLastLineIsReported)
     ExpectVerdict(w.id, AUDIT_PROBLEM_MALFORMED, 4, "not a JSON object", 3);
 }
 
+// Records cut off the end at a line boundary leave a chain that verifies
+// by itself; the server knows the last record it appended.
+TEST_F(AuditTest, RecordsCutOffTheEndAreTruncated)
+{
+    wstest::Ws w = WithWrites(4);
+    std::string path = LogPath(w.id);
+    std::vector<std::string> lines = Lines(wstest::ReadHostFile(path));
+    ASSERT_EQ(lines.size(), 4u);
+    wstest::WriteHostFile(path, lines[0] + "\n" + lines[1] + "\n");
+    ExpectVerdict(w.id, AUDIT_PROBLEM_TRUNCATED, 3,
+                  "records 3 to 4, written by this server, are gone from the end", 2);
+    // Every record gone: the same.
+    wstest::WriteHostFile(path, "");
+    ExpectVerdict(w.id, AUDIT_PROBLEM_TRUNCATED, 1,
+                  "records 1 to 4, written by this server, are gone from the end", 0);
+}
+
+// A record chained correctly to the last one: valid on its own, but the
+// server did not write it.
+TEST_F(AuditTest, AForgedRecordChainedOnTheEndIsCaught)
+{
+    wstest::Ws w = WithWrites(2);
+    std::string path = LogPath(w.id);
+    std::vector<std::string> lines = Lines(wstest::ReadHostFile(path));
+    Json j(lines[1]);
+    json_object_set_new(j.j, "seq", json_integer(3));
+    json_object_set_new(j.j, "path", json_string("forged"));
+    json_object_set_new(j.j, "prev", json_string(wstest::Sha256Hex(lines[1]).c_str()));
+    json_object_del(j.j, "hash");
+    char *body = json_dumps(j.j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_object_set_new(j.j, "hash", json_string(wstest::Sha256Hex(body).c_str()));
+    free(body);
+    char *line = json_dumps(j.j, JSON_COMPACT | JSON_SORT_KEYS);
+    std::string forged = line;
+    free(line);
+    wstest::WriteHostFile(path, lines[0] + "\n" + lines[1] + "\n" + forged + "\n");
+    ExpectVerdict(w.id, AUDIT_PROBLEM_BROKEN_CHAIN, 3, "a record this server did not write", 2);
+
+    // The same record instead of the last one, with the chain rebuilt:
+    // caught at the record the server wrote there.
+    Json k(forged);
+    json_object_set_new(k.j, "seq", json_integer(2));
+    json_object_set_new(k.j, "prev", json_string(wstest::Sha256Hex(lines[0]).c_str()));
+    json_object_del(k.j, "hash");
+    body = json_dumps(k.j, JSON_COMPACT | JSON_SORT_KEYS);
+    json_object_set_new(k.j, "hash", json_string(wstest::Sha256Hex(body).c_str()));
+    free(body);
+    line = json_dumps(k.j, JSON_COMPACT | JSON_SORT_KEYS);
+    std::string instead = line;
+    free(line);
+    wstest::WriteHostFile(path, lines[0] + "\n" + instead + "\n");
+    ExpectVerdict(w.id, AUDIT_PROBLEM_BROKEN_CHAIN, 2, "not the record this server wrote here", 1);
+}
+
 TEST_F(AuditTest, MalformedLineIsReported)
 {
     wstest::Ws w = WithWrites(3);

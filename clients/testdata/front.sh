@@ -51,8 +51,10 @@ EOF
   acl known_node req.hdr(x-workspace-node) -m str$names
   # A name that is no node gets a gRPC UNAVAILABLE of its own (a
   # trailers-only response) instead of going where it would be
-  # NO_SUCH_WORKSPACE.
-  http-request return status 200 hdr grpc-status 14 hdr grpc-message "no such node behind this front" if pinned !known_node
+  # NO_SUCH_WORKSPACE. HTTP 503, not 200: HAProxy drops a content-type
+  # header on a reply without a body, and grpc-go then ignores grpc-status
+  # and maps the HTTP status (200 would be UNKNOWN, 503 is UNAVAILABLE).
+  http-request return status 503 hdr grpc-status 14 hdr grpc-message "no such node behind this front" if pinned !known_node
 EOF
   for i in $(seq 1 "$#"); do
     echo "  use_backend node-$i if { req.hdr(x-workspace-node) -m str node-$i }"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/ioutil"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -310,4 +311,46 @@ func TestDirectHasNoNode(t *testing.T) {
 	if err := ws.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A retried Open is pinned to the node of the attempt that succeeded: the
+// front's node-1 accepts connections (so the front's health check keeps it
+// in rotation) and closes them at once, so the first attempt fails there
+// (UNAVAILABLE, transient) and the retry lands on node-2.
+func TestFrontRetriedOpenPinsTheNodeThatAnswered(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	front := startFront(t, &server{addr: l.Addr().String()}, startServer(t))
+	c, err := Connect(context.Background(), front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := testCtx(t)
+
+	var r recorder
+	ws, err := c.Open(ctx, LocalBash(), shellCaps(), OpenRetry(testPolicy(&r)))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { ws.Close(context.Background()) })
+	if len(r.delays) == 0 {
+		t.Fatal("Open was not retried: the front did not send the first attempt to node-1")
+	}
+	if ws.Node() != "node-2" {
+		t.Fatalf("Node() = %q, want node-2", ws.Node())
+	}
+	useWorkspace(t, ws, 0)
 }

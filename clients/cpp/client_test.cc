@@ -18,6 +18,7 @@
 #include <random>
 #include <sstream>
 #include <system_error>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -1048,14 +1049,13 @@ TEST(Tls, MutualTlsNamesTheTenantByCertificate)
 class Front
 {
   public:
-    explicit Front(const std::vector<const Server *> &nodes)
+    explicit Front(const std::vector<std::string> &nodes)
     {
         int p[2];
         if (pipe2(p, O_CLOEXEC) != 0)
             abort();
         std::vector<std::string> args = {"clients/testdata/front.sh", TmpDir()};
-        for (const auto *n : nodes)
-            args.push_back(n->address());
+        args.insert(args.end(), nodes.begin(), nodes.end());
         std::vector<char *> argv;
         for (auto &a : args)
             argv.push_back(&a[0]);
@@ -1098,7 +1098,7 @@ class Front
 // Two nodes of their own and a front before them.
 struct TwoNodes {
     Server a, b;
-    Front front{{&a, &b}};
+    Front front{{a.address(), b.address()}};
 };
 
 workspaced::Workspace OpenOnFront(workspaced::Client &c)
@@ -1229,6 +1229,44 @@ TEST(Front, ResolveOnNode)
         EXPECT_EQ(e.code(), grpc::StatusCode::UNAVAILABLE) << e.what();
         EXPECT_TRUE(e.transient()) << e.what();
     }
+}
+
+// A retried Open is pinned to the node of the attempt that succeeded: the
+// front's node-1 accepts connections (so the front's health check keeps it
+// in rotation) and closes them at once, so the first attempt fails there
+// (UNAVAILABLE, transient) and the retry lands on node-2.
+TEST(Front, RetriedOpenPinsTheNodeThatAnswered)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    ASSERT_EQ(bind(fd, reinterpret_cast<struct sockaddr *>(&sa), sizeof(sa)), 0);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<struct sockaddr *>(&sa), &len), 0);
+    ASSERT_EQ(listen(fd, 16), 0);
+    // Ends when shutdown() makes accept() fail.
+    std::thread closer([fd] {
+        int conn;
+        while ((conn = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC)) >= 0)
+            close(conn);
+    });
+    {
+        Server live;
+        Front front({"127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), live.address()});
+        auto c = workspaced::Client::Connect(front.address());
+        std::vector<int64_t> sleeps;
+        auto ws =
+            c.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs().WithShell(kAllowed),
+                   Recording(&sleeps));
+        EXPECT_FALSE(sleeps.empty()) << "Open was not retried: the first attempt missed node-1";
+        EXPECT_EQ(ws.node(), "node-2");
+        UseWorkspace(ws, 0);
+        EXPECT_FALSE(ws.Close());
+    }
+    shutdown(fd, SHUT_RDWR);
+    closer.join();
+    close(fd);
 }
 
 // Connected to one node directly there is no header either way, and the

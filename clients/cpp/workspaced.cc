@@ -204,12 +204,16 @@ struct Core {
     std::unique_ptr<pb::Exec::Stub> exec;
     std::unique_ptr<pb::Providers::Stub> providers;
 
-    // A context with the bearer token; unary calls also get the deadline.
-    std::unique_ptr<grpc::ClientContext> Context(bool unary = true) const
+    // A context with the bearer token and, for a call about a workspace
+    // behind a front proxy, its node; unary calls also get the deadline.
+    std::unique_ptr<grpc::ClientContext> Context(bool unary = true,
+                                                 const std::string &node = "") const
     {
         auto ctx = std::make_unique<grpc::ClientContext>();
         if (!token.empty())
             ctx->AddMetadata("authorization", "Bearer " + token);
+        if (!node.empty())
+            ctx->AddMetadata(kNodeHeader, node);
         if (unary && call_timeout.count() > 0)
             ctx->set_deadline(std::chrono::system_clock::now() + call_timeout);
         return ctx;
@@ -225,14 +229,27 @@ std::string Env(const char *name)
     return v ? v : "";
 }
 
+// The node a response's initial metadata names, or "".
+std::string NodeOf(const grpc::ClientContext &ctx)
+{
+    const auto &md = ctx.GetServerInitialMetadata();
+    auto it = md.find(kNodeHeader);
+    return it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+}
+
 // Unary call: one place that adds the metadata and throws on failure.
+// `node` pins the call to a node behind a front proxy ("": anywhere);
+// ret_node, when given, receives the node the response names.
 template <typename Stub, typename Req, typename Resp>
 Resp Call(const Core &core, Stub *stub,
-          grpc::Status (Stub::*method)(grpc::ClientContext *, const Req &, Resp *), const Req &req)
+          grpc::Status (Stub::*method)(grpc::ClientContext *, const Req &, Resp *), const Req &req,
+          const std::string &node = "", std::string *ret_node = nullptr)
 {
-    auto ctx = core.Context();
+    auto ctx = core.Context(true, node);
     Resp resp;
     ThrowIfError((stub->*method)(ctx.get(), req, &resp));
+    if (ret_node)
+        *ret_node = NodeOf(*ctx);
     return resp;
 }
 
@@ -299,6 +316,7 @@ struct Process::State {
     bool cancelled = false;
     std::shared_ptr<Core> core;
     std::string workspace_id;
+    std::string node;
 
     std::thread reader;
 
@@ -501,8 +519,8 @@ ExitResult Process::Wait()
         pb::ListProcessesRequest req;
         req.set_workspace_id(st_->workspace_id);
         while (std::chrono::steady_clock::now() < deadline) {
-            auto resp =
-                Call(*st_->core, st_->core->exec.get(), &pb::Exec::Stub::ListProcesses, req);
+            auto resp = Call(*st_->core, st_->core->exec.get(), &pb::Exec::Stub::ListProcesses, req,
+                             st_->node);
             for (const auto &p : resp.processes())
                 if (p.id() == st_->started.id() && p.has_exited())
                     return ExitResult{p.exited()};
@@ -517,13 +535,14 @@ ExitResult Process::Wait()
 
 // ---------------------------------------------------------------- workspace
 
-Workspace::Workspace(std::shared_ptr<Core> core, pb::Workspace info)
-    : core_(std::move(core)), info_(std::move(info))
+Workspace::Workspace(std::shared_ptr<Core> core, pb::Workspace info, std::string node)
+    : core_(std::move(core)), info_(std::move(info)), node_(std::move(node))
 {
 }
 
 Workspace::Workspace(Workspace &&o) noexcept
-    : core_(std::move(o.core_)), info_(std::move(o.info_)), closed_(o.closed_)
+    : core_(std::move(o.core_)), info_(std::move(o.info_)), node_(std::move(o.node_)),
+      closed_(o.closed_)
 {
     o.core_.reset();
 }
@@ -534,6 +553,7 @@ Workspace &Workspace::operator=(Workspace &&o) noexcept
         CloseQuietly();
         core_ = std::move(o.core_);
         info_ = std::move(o.info_);
+        node_ = std::move(o.node_);
         closed_ = o.closed_;
         o.core_.reset();
     }
@@ -561,7 +581,7 @@ bool Workspace::Close()
 {
     pb::CloseRequest req;
     req.set_workspace_id(id());
-    auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Close, req);
+    auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Close, req, node_);
     closed_ = true;
     return resp.already_closed();
 }
@@ -576,7 +596,7 @@ pb::DescribeResponse Workspace::Describe()
 {
     pb::DescribeRequest req;
     req.set_workspace_id(id());
-    return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Describe, req);
+    return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Describe, req, node_);
 }
 
 pb::FileInfo Workspace::ReadFile(const std::string &path,
@@ -588,7 +608,7 @@ pb::FileInfo Workspace::ReadFile(const std::string &path,
     req.set_path(path);
     req.set_offset(offset);
     req.set_length(length);
-    auto ctx = core_->Context(false);
+    auto ctx = core_->Context(false, node_);
     auto reader = core_->fs->ReadFile(ctx.get(), req);
     pb::ReadFileResponse m;
     pb::FileInfo info;
@@ -635,7 +655,7 @@ pb::WriteFileResponse Workspace::WriteFile(const std::string &path,
                                            const std::function<bool(std::string *)> &next,
                                            const WriteOptions &opts)
 {
-    auto ctx = core_->Context(false);
+    auto ctx = core_->Context(false, node_);
     pb::WriteFileResponse resp;
     auto w = core_->fs->WriteFile(ctx.get(), &resp);
     pb::WriteFileRequest h;
@@ -720,7 +740,7 @@ pb::FileInfo Workspace::Stat(const std::string &path)
     pb::StatRequest req;
     req.set_workspace_id(id());
     req.set_path(path);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Stat, req).info();
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Stat, req, node_).info();
 }
 
 pb::ListDirResponse Workspace::ListDir(const std::string &path, uint32_t depth,
@@ -731,7 +751,7 @@ pb::ListDirResponse Workspace::ListDir(const std::string &path, uint32_t depth,
     req.set_path(path);
     req.set_depth(depth);
     req.set_max_entries(max_entries);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::ListDir, req);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::ListDir, req, node_);
 }
 
 pb::FileInfo Workspace::MakeDir(const std::string &path, bool parents, uint32_t mode)
@@ -741,7 +761,7 @@ pb::FileInfo Workspace::MakeDir(const std::string &path, bool parents, uint32_t 
     req.set_path(path);
     req.set_parents(parents);
     req.set_mode(mode);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::MakeDir, req).info();
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::MakeDir, req, node_).info();
 }
 
 uint64_t Workspace::Remove(const std::string &path, bool recursive)
@@ -750,7 +770,7 @@ uint64_t Workspace::Remove(const std::string &path, bool recursive)
     req.set_workspace_id(id());
     req.set_path(path);
     req.set_recursive(recursive);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Remove, req).removed();
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Remove, req, node_).removed();
 }
 
 pb::FileInfo Workspace::Move(const std::string &from, const std::string &to, bool replace)
@@ -760,7 +780,7 @@ pb::FileInfo Workspace::Move(const std::string &from, const std::string &to, boo
     req.set_from_path(from);
     req.set_to_path(to);
     req.set_replace(replace);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Move, req).info();
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Move, req, node_).info();
 }
 
 pb::GlobResponse Workspace::Glob(const std::string &pattern, const std::string &path,
@@ -771,7 +791,7 @@ pb::GlobResponse Workspace::Glob(const std::string &pattern, const std::string &
     req.set_pattern(pattern);
     req.set_path(path);
     req.set_max_results(max_results);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Glob, req);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Glob, req, node_);
 }
 
 pb::GrepSummary Workspace::Grep(const std::string &pattern,
@@ -786,7 +806,7 @@ pb::GrepSummary Workspace::Grep(const std::string &pattern,
     req.set_ignore_case(opts.ignore_case);
     req.set_max_matches(opts.max_matches);
     req.set_max_depth(opts.max_depth);
-    auto ctx = core_->Context(false);
+    auto ctx = core_->Context(false, node_);
     auto reader = core_->fs->Grep(ctx.get(), req);
     pb::GrepResponse m;
     pb::GrepSummary summary;
@@ -827,15 +847,16 @@ pb::EditFileResponse Workspace::EditFile(const std::string &path, const std::str
     req.set_new_text(new_text);
     req.set_replace_all(replace_all);
     req.set_if_match(if_match);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::EditFile, req);
+    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::EditFile, req, node_);
 }
 
 Process Workspace::Exec(const Command &cmd, ExecOptions opts)
 {
     auto st = std::make_unique<Process::State>();
-    st->ctx = core_->Context(false);
+    st->ctx = core_->Context(false, node_);
     st->core = core_;
     st->workspace_id = id();
+    st->node = node_;
     st->on_output = std::move(opts.on_output);
     st->rw = core_->exec->Start(st->ctx.get());
     pb::StartRequest first;
@@ -866,9 +887,10 @@ Process Workspace::Attach(const std::string &tag_or_id, uint64_t offset, OutputC
         req.set_tag(tag_or_id);
     req.set_offset(offset);
     auto st = std::make_unique<Process::State>();
-    st->ctx = core_->Context(false);
+    st->ctx = core_->Context(false, node_);
     st->core = core_;
     st->workspace_id = id();
+    st->node = node_;
     st->on_output = std::move(on_output);
     st->r = core_->exec->Attach(st->ctx.get(), req);
     Process::State *raw = st.get();
@@ -890,7 +912,7 @@ RunResult Workspace::Run(const Command &cmd, const ExecOptions &opts, const std:
     req.set_stdin_data(stdin_data);
     // A command runs as long as it runs: no client deadline here (the
     // workspace's max duration bounds it).
-    auto ctx = core_->Context(false);
+    auto ctx = core_->Context(false, node_);
     pb::RunResponse resp;
     ThrowIfError(core_->exec->Run(ctx.get(), req, &resp));
     RunResult r;
@@ -905,7 +927,7 @@ std::vector<pb::ProcessInfo> Workspace::Ps()
 {
     pb::ListProcessesRequest req;
     req.set_workspace_id(id());
-    auto resp = Call(*core_, core_->exec.get(), &pb::Exec::Stub::ListProcesses, req);
+    auto resp = Call(*core_, core_->exec.get(), &pb::Exec::Stub::ListProcesses, req, node_);
     return {resp.processes().begin(), resp.processes().end()};
 }
 
@@ -918,7 +940,7 @@ void Workspace::Kill(const std::string &tag_or_id, int sig)
     else
         req.set_tag(tag_or_id);
     req.set_signal(sig);
-    Call(*core_, core_->exec.get(), &pb::Exec::Stub::SendSignal, req);
+    Call(*core_, core_->exec.get(), &pb::Exec::Stub::SendSignal, req, node_);
 }
 
 // ---------------------------------------------------------------- client
@@ -1021,17 +1043,23 @@ Workspace Client::Open(const ProviderConfig &provider, const Capabilities &caps,
         },
         provider);
     *req.mutable_capabilities() = caps.proto();
-    auto resp = retry.Do(
-        [&] { return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Open, req); });
-    return Workspace(core_, resp.workspace());
+    // Only the attempt that succeeds names the node: each attempt may land
+    // on another one.
+    std::string node;
+    auto resp = retry.Do([&] {
+        return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Open, req, "", &node);
+    });
+    return Workspace(core_, resp.workspace(), std::move(node));
 }
 
-Workspace Client::Resolve(const pb::WorkspaceRef &ref)
+Workspace Client::Resolve(const pb::WorkspaceRef &ref, const std::string &node)
 {
     pb::ResolveRequest req;
     *req.mutable_ref() = ref;
-    auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Resolve, req);
-    return Workspace(core_, resp.workspace());
+    std::string named;
+    auto resp =
+        Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Resolve, req, node, &named);
+    return Workspace(core_, resp.workspace(), named.empty() ? node : std::move(named));
 }
 
 std::vector<pb::ProviderInfo> Client::Providers()

@@ -13,6 +13,13 @@
 //
 // Every failed call throws a subclass of workspaced::Error chosen from the
 // google.rpc.ErrorInfo reason the server attaches (never from the message).
+//
+// Behind a front proxy that balances several workspaced nodes, a workspace
+// lives on the node that opened it. Open and Resolve read that node's name
+// from the `x-workspace-node` response header (Workspace::node()), and every
+// later call about the workspace sends it back so that the front routes the
+// call there. Connected to one server directly, no header is seen and none
+// is sent.
 #pragma once
 
 #include <chrono>
@@ -47,6 +54,11 @@ namespace pb = ::workspace::v1;
 // The ErrorInfo domain of every error the server reports; details from any
 // other domain are not trusted as a reason.
 inline constexpr const char *kErrorDomain = "workspaced";
+
+// The metadata key that pins a call to one node behind a front proxy: the
+// front names the node that answered Open or Resolve in this response
+// header, and refuses a name it does not know with UNAVAILABLE.
+inline constexpr const char *kNodeHeader = "x-workspace-node";
 
 // ---------------------------------------------------------------- errors
 
@@ -487,6 +499,15 @@ class Workspace
     {
         return info_;
     }
+    // The node behind a front proxy that holds the workspace, as the front
+    // named it in Open's or Resolve's response; every call about the
+    // workspace (files, exec streams, Describe, Close) is sent there. Empty
+    // when the server answered directly. Keep it with the ref and pass it
+    // to Client::Resolve.
+    const std::string &node() const
+    {
+        return node_;
+    }
 
     // Closes the workspace; returns the server's already_closed. Idempotent:
     // a second call asks again and the server answers already_closed = true.
@@ -545,10 +566,11 @@ class Workspace
 
   private:
     friend class Client;
-    Workspace(std::shared_ptr<Core> core, pb::Workspace info);
+    Workspace(std::shared_ptr<Core> core, pb::Workspace info, std::string node);
     void CloseQuietly() noexcept;
     std::shared_ptr<Core> core_;
     pb::Workspace info_;
+    std::string node_;
     bool closed_ = false;
 };
 
@@ -563,9 +585,17 @@ class Client
     // 127.0.0.1:7878. Connecting is lazy: errors surface on the first call.
     static Client Connect(const std::string &address = "", ConnectOptions opts = {});
 
+    // Behind a front proxy, the workspace is pinned to the node that
+    // answered the attempt that succeeded (a retried attempt may land on
+    // another node than the one that failed).
     Workspace Open(const ProviderConfig &provider, const Capabilities &caps = Capabilities(),
                    const RetryPolicy &retry = RetryPolicy());
-    Workspace Resolve(const pb::WorkspaceRef &ref);
+    // `node`: behind a front proxy, the node that holds the ref's workspace
+    // (Workspace::node() when the ref was saved); the call goes there and
+    // the workspace is pinned to it, or to the node the response names if
+    // it names one. An unknown name throws a transient UNAVAILABLE Error.
+    // Empty: sent anywhere, as to a single server.
+    Workspace Resolve(const pb::WorkspaceRef &ref, const std::string &node = "");
     std::vector<pb::ProviderInfo> Providers();
     std::vector<pb::WorkspaceSummary> List();
 

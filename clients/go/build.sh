@@ -22,12 +22,14 @@ if [[ -n "${TEST_SRCDIR:-}" ]]; then
     rm -rf "$work"
     export WORKSPACED_BIN="${WORKSPACED_BIN:-$root/server/workspaced}"
     export WORKSPACED_TEST_PKI="${WORKSPACED_TEST_PKI:-$root/clients/testdata/pki.sh}"
+    export WORKSPACED_TEST_FRONT="${WORKSPACED_TEST_FRONT:-$root/clients/testdata/front.sh}"
 else
     root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
     work="$(mktemp -d)"
     trap 'rm -rf "$work"' EXIT
     export WORKSPACED_BIN="${WORKSPACED_BIN:-$root/bazel-bin/server/workspaced}"
     export WORKSPACED_TEST_PKI="${WORKSPACED_TEST_PKI:-$root/clients/testdata/pki.sh}"
+    export WORKSPACED_TEST_FRONT="${WORKSPACED_TEST_FRONT:-$root/clients/testdata/front.sh}"
 fi
 
 for tool in go protoc protoc-gen-go protoc-gen-go-grpc; do

@@ -13,6 +13,13 @@
 //		Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh"}},
 //	})
 //	defer ws.Close(ctx)
+//
+// Behind a front proxy that balances several workspaced nodes, a workspace
+// lives on the node that opened it. Open and Resolve read the node's name
+// from the `x-workspace-node` response header, and every later call about
+// that workspace sends it back so that the front routes it there (see
+// NodeHeader and Workspace.Node). Connected to one server directly, no
+// header is seen and none is sent.
 package workspaced
 
 import (
@@ -31,6 +38,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 )
 
 // Types of the API used as-is: the generated messages already are the most
@@ -64,6 +72,21 @@ const (
 
 // DefaultAddr is the server's own default listen address.
 const DefaultAddr = "127.0.0.1:7878"
+
+// NodeHeader is the metadata key that pins a call to one node behind a
+// front proxy. The front names the node that answered Open or Resolve in
+// this response header; the client sends it back on every call about that
+// workspace, and the front refuses a name it does not know with
+// UNAVAILABLE.
+const NodeHeader = "x-workspace-node"
+
+// nodeOf returns the node a response header names, or "".
+func nodeOf(md metadata.MD) string {
+	if v := md.Get(NodeHeader); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
 
 type options struct {
 	token     string
@@ -318,37 +341,74 @@ func (c *Client) Open(ctx context.Context, provider Provider, caps *Capabilities
 	req := &pb.OpenRequest{Capabilities: caps}
 	provider.setOn(req)
 	var w *pb.Workspace
+	var node string
 	err := policy.Do(ctx, func(ctx context.Context) error {
-		r, err := c.ws.Open(ctx, req)
+		// Each attempt may land on another node: only the attempt
+		// that succeeded names the workspace's node.
+		var md metadata.MD
+		r, err := c.ws.Open(ctx, req, grpc.Header(&md))
 		if err != nil {
 			return wrapErr(err)
 		}
-		w = r.GetWorkspace()
+		w, node = r.GetWorkspace(), nodeOf(md)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return newWorkspace(c, w), nil
+	return newWorkspace(c, w, node), nil
+}
+
+// ResolveOption configures one Resolve call.
+type ResolveOption func(*resolveOptions)
+
+type resolveOptions struct {
+	node string
+}
+
+// OnNode sends Resolve to the named node behind a front proxy (the one
+// Workspace.Node reported when the ref was saved): a ref is only known on
+// the node that holds its workspace. "" sends it anywhere, as without the
+// option. A name the front does not know is an UNAVAILABLE *Error.
+func OnNode(node string) ResolveOption {
+	return func(o *resolveOptions) { o.node = node }
 }
 
 // Resolve turns a ref (from Workspace.Ref, possibly saved by another
 // process) back into a usable Workspace. A closed workspace's ref is
-// *WorkspaceEvicted; a tampered one *BadRef.
-func (c *Client) Resolve(ctx context.Context, ref *WorkspaceRef) (*Workspace, error) {
-	r, err := c.ws.Resolve(ctx, &pb.ResolveRequest{Ref: ref})
+// *WorkspaceEvicted; a tampered one *BadRef. The workspace is pinned to the
+// node the response names, else to the node given with OnNode.
+func (c *Client) Resolve(ctx context.Context, ref *WorkspaceRef, opts ...ResolveOption) (*Workspace, error) {
+	var o resolveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.node != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, NodeHeader, o.node)
+	}
+	var md metadata.MD
+	r, err := c.ws.Resolve(ctx, &pb.ResolveRequest{Ref: ref}, grpc.Header(&md))
 	if err != nil {
 		return nil, wrapErr(err)
 	}
-	return newWorkspace(c, r.GetWorkspace()), nil
+	node := nodeOf(md)
+	if node == "" {
+		node = o.node
+	}
+	return newWorkspace(c, r.GetWorkspace(), node), nil
 }
 
 // ResolveToken is Resolve for a ref saved as its raw token bytes.
-func (c *Client) ResolveToken(ctx context.Context, token []byte) (*Workspace, error) {
-	return c.Resolve(ctx, &pb.WorkspaceRef{Token: token})
+func (c *Client) ResolveToken(ctx context.Context, token []byte, opts ...ResolveOption) (*Workspace, error) {
+	return c.Resolve(ctx, &pb.WorkspaceRef{Token: token}, opts...)
 }
 
 // Workspace returns a handle for an id known to be open (no call is made).
-func (c *Client) Workspace(id string) *Workspace {
-	return newWorkspace(c, &pb.Workspace{Id: id})
+// Behind a front proxy, OnNode names the node that holds it.
+func (c *Client) Workspace(id string, opts ...ResolveOption) *Workspace {
+	var o resolveOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return newWorkspace(c, &pb.Workspace{Id: id}, o.node)
 }

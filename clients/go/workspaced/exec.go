@@ -182,7 +182,7 @@ func (p *Process) recvLoop(recv recvFunc) {
 // returned here.
 func (ws *Workspace) Exec(ctx context.Context, cmd Cmd) (*Process, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := ws.c.exec.Start(ctx)
+	s, err := ws.c.exec.Start(ws.pin(ctx))
 	if err != nil {
 		cancel()
 		return nil, wrapErr(err)
@@ -222,7 +222,7 @@ func ByTag(tag string) Target { return Target{Tag: tag} }
 // the process ends.
 func (ws *Workspace) Attach(ctx context.Context, t Target, offset uint64) (*Process, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := ws.c.exec.Attach(ctx, &pb.AttachRequest{
+	s, err := ws.c.exec.Attach(ws.pin(ctx), &pb.AttachRequest{
 		WorkspaceId: ws.ID(), Id: t.ID, Tag: t.Tag, Offset: offset,
 	})
 	if err != nil {
@@ -352,7 +352,7 @@ type RunResult struct {
 
 // Run runs cmd to completion and returns its output and exit record.
 func (ws *Workspace) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
-	r, err := ws.c.exec.Run(ctx, &pb.RunRequest{
+	r, err := ws.c.exec.Run(ws.pin(ctx), &pb.RunRequest{
 		WorkspaceId: ws.ID(), Process: cmd.config(), StdinData: cmd.StdinData,
 	})
 	if err != nil {
@@ -363,7 +363,7 @@ func (ws *Workspace) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 
 // Ps lists the workspace's running and recently finished processes.
 func (ws *Workspace) Ps(ctx context.Context) ([]*ProcessInfo, error) {
-	r, err := ws.c.exec.ListProcesses(ctx, &pb.ListProcessesRequest{WorkspaceId: ws.ID()})
+	r, err := ws.c.exec.ListProcesses(ws.pin(ctx), &pb.ListProcessesRequest{WorkspaceId: ws.ID()})
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -372,7 +372,7 @@ func (ws *Workspace) Ps(ctx context.Context) ([]*ProcessInfo, error) {
 
 // Kill sends sig to the process tree of t (*NoSuchProcess if unknown).
 func (ws *Workspace) Kill(ctx context.Context, t Target, sig syscall.Signal) error {
-	_, err := ws.c.exec.SendSignal(ctx, &pb.SendSignalRequest{
+	_, err := ws.c.exec.SendSignal(ws.pin(ctx), &pb.SendSignalRequest{
 		WorkspaceId: ws.ID(), Id: t.ID, Tag: t.Tag, Signal: int32(sig),
 	})
 	return wrapErr(err)

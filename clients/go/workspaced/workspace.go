@@ -7,21 +7,41 @@ import (
 	"sync"
 
 	pb "workspaced/clients/go/gen/workspace/v1"
+
+	"google.golang.org/grpc/metadata"
 )
 
 // Workspace is a handle on one open workspace. It is safe for concurrent
 // use. Close it (typically `defer ws.Close(ctx)`) to remove its storage and
 // end its processes.
 type Workspace struct {
-	c *Client
-	w *pb.Workspace
+	c    *Client
+	w    *pb.Workspace
+	node string
 
 	mu     sync.Mutex
 	closed bool
 }
 
-func newWorkspace(c *Client, w *pb.Workspace) *Workspace {
-	return &Workspace{c: c, w: w}
+func newWorkspace(c *Client, w *pb.Workspace, node string) *Workspace {
+	return &Workspace{c: c, w: w, node: node}
+}
+
+// Node is the node behind a front proxy that holds the workspace, as the
+// front named it in the NodeHeader of Open's or Resolve's response; every
+// call about the workspace is sent there. "" when the server answered
+// directly. Persist it with the ref and pass it to Resolve with OnNode.
+func (ws *Workspace) Node() string { return ws.node }
+
+// pin adds the workspace's node to the call's metadata, so that a front
+// proxy routes the call to the node that holds the workspace. A stream
+// carries it in its headers, so every message of an Exec or WriteFile
+// stream follows.
+func (ws *Workspace) pin(ctx context.Context) context.Context {
+	if ws.node == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, NodeHeader, ws.node)
 }
 
 // ID is the workspace id ("ws_" + 32 hex).
@@ -41,7 +61,7 @@ func (ws *Workspace) Capabilities() *Capabilities { return ws.w.GetCapabilities(
 // Describe returns the workspace's state, limits and isolation as the
 // server sees them now.
 func (ws *Workspace) Describe(ctx context.Context) (*DescribeResponse, error) {
-	r, err := ws.c.ws.Describe(ctx, &pb.DescribeRequest{WorkspaceId: ws.ID()})
+	r, err := ws.c.ws.Describe(ws.pin(ctx), &pb.DescribeRequest{WorkspaceId: ws.ID()})
 	return r, wrapErr(err)
 }
 
@@ -54,7 +74,7 @@ func (ws *Workspace) Close(ctx context.Context) error {
 	if ws.closed {
 		return nil
 	}
-	if _, err := ws.c.ws.Close(ctx, &pb.CloseRequest{WorkspaceId: ws.ID()}); err != nil {
+	if _, err := ws.c.ws.Close(ws.pin(ctx), &pb.CloseRequest{WorkspaceId: ws.ID()}); err != nil {
 		return wrapErr(err)
 	}
 	ws.closed = true
@@ -102,7 +122,7 @@ type FileReader struct {
 // Close the reader to stop the transfer early.
 func (ws *Workspace) OpenReader(ctx context.Context, path string, offset, length uint64) (*FileReader, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := ws.c.fs.ReadFile(ctx, &pb.ReadFileRequest{
+	s, err := ws.c.fs.ReadFile(ws.pin(ctx), &pb.ReadFileRequest{
 		WorkspaceId: ws.ID(), Path: path, Offset: offset, Length: length,
 	})
 	if err != nil {
@@ -241,7 +261,7 @@ func (ws *Workspace) OpenWriter(ctx context.Context, path string, opts ...WriteO
 		o(h)
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	s, err := ws.c.fs.WriteFile(ctx)
+	s, err := ws.c.fs.WriteFile(ws.pin(ctx))
 	if err != nil {
 		cancel()
 		return nil, wrapErr(err)
@@ -344,7 +364,7 @@ func (w *FileWriter) Result() *WriteResult { return w.res }
 
 // Stat returns path's metadata (a symlink is described, not followed).
 func (ws *Workspace) Stat(ctx context.Context, path string) (*FileInfo, error) {
-	r, err := ws.c.fs.Stat(ctx, &pb.StatRequest{WorkspaceId: ws.ID(), Path: path})
+	r, err := ws.c.fs.Stat(ws.pin(ctx), &pb.StatRequest{WorkspaceId: ws.ID(), Path: path})
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -361,7 +381,7 @@ type Listing struct {
 // ListDir lists dir's entries, descending depth levels (0 or 1: only its
 // own entries), at most maxEntries (0: the server default, 10000).
 func (ws *Workspace) ListDir(ctx context.Context, dir string, depth, maxEntries uint32) (*Listing, error) {
-	r, err := ws.c.fs.ListDir(ctx, &pb.ListDirRequest{
+	r, err := ws.c.fs.ListDir(ws.pin(ctx), &pb.ListDirRequest{
 		WorkspaceId: ws.ID(), Path: dir, Depth: depth, MaxEntries: maxEntries,
 	})
 	if err != nil {
@@ -373,7 +393,7 @@ func (ws *Workspace) ListDir(ctx context.Context, dir string, depth, maxEntries 
 // Glob matches pattern (`**`, `*`, `?`, `[...]`) under dir ("" or ".":
 // the root).
 func (ws *Workspace) Glob(ctx context.Context, pattern, dir string) (*Listing, error) {
-	r, err := ws.c.fs.Glob(ctx, &pb.GlobRequest{WorkspaceId: ws.ID(), Pattern: pattern, Path: dir})
+	r, err := ws.c.fs.Glob(ws.pin(ctx), &pb.GlobRequest{WorkspaceId: ws.ID(), Pattern: pattern, Path: dir})
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -398,7 +418,7 @@ type GrepQuery struct {
 func (ws *Workspace) Grep(ctx context.Context, q GrepQuery, fn func(*GrepMatch) error) (*GrepSummary, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s, err := ws.c.fs.Grep(ctx, &pb.GrepRequest{
+	s, err := ws.c.fs.Grep(ws.pin(ctx), &pb.GrepRequest{
 		WorkspaceId: ws.ID(), Pattern: q.Pattern, Path: q.Path, Include: q.Include,
 		IgnoreCase: q.IgnoreCase, MaxMatches: q.MaxMatches, MaxDepth: q.MaxDepth,
 	})
@@ -428,7 +448,7 @@ func (ws *Workspace) Grep(ctx context.Context, q GrepQuery, fn func(*GrepMatch) 
 // MakeDir creates dir; with parents, missing parents too and an existing
 // directory is not an error.
 func (ws *Workspace) MakeDir(ctx context.Context, dir string, parents bool) (*FileInfo, error) {
-	r, err := ws.c.fs.MakeDir(ctx, &pb.MakeDirRequest{WorkspaceId: ws.ID(), Path: dir, Parents: parents})
+	r, err := ws.c.fs.MakeDir(ws.pin(ctx), &pb.MakeDirRequest{WorkspaceId: ws.ID(), Path: dir, Parents: parents})
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -438,7 +458,7 @@ func (ws *Workspace) MakeDir(ctx context.Context, dir string, parents bool) (*Fi
 // Remove deletes a file, symlink or directory (a non-empty one only when
 // recursive) and returns how many entries went.
 func (ws *Workspace) Remove(ctx context.Context, path string, recursive bool) (uint64, error) {
-	r, err := ws.c.fs.Remove(ctx, &pb.RemoveRequest{WorkspaceId: ws.ID(), Path: path, Recursive: recursive})
+	r, err := ws.c.fs.Remove(ws.pin(ctx), &pb.RemoveRequest{WorkspaceId: ws.ID(), Path: path, Recursive: recursive})
 	if err != nil {
 		return 0, wrapErr(err)
 	}
@@ -448,7 +468,7 @@ func (ws *Workspace) Remove(ctx context.Context, path string, recursive bool) (u
 // Move renames from to to; an existing destination is *Exists unless
 // replace.
 func (ws *Workspace) Move(ctx context.Context, from, to string, replace bool) (*FileInfo, error) {
-	r, err := ws.c.fs.Move(ctx, &pb.MoveRequest{WorkspaceId: ws.ID(), FromPath: from, ToPath: to, Replace: replace})
+	r, err := ws.c.fs.Move(ws.pin(ctx), &pb.MoveRequest{WorkspaceId: ws.ID(), FromPath: from, ToPath: to, Replace: replace})
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -475,7 +495,7 @@ type EditResult struct {
 
 // EditFile applies e atomically.
 func (ws *Workspace) EditFile(ctx context.Context, e Edit) (*EditResult, error) {
-	r, err := ws.c.fs.EditFile(ctx, &pb.EditFileRequest{
+	r, err := ws.c.fs.EditFile(ws.pin(ctx), &pb.EditFileRequest{
 		WorkspaceId: ws.ID(), Path: e.Path, OldText: e.OldText, NewText: e.NewText,
 		ReplaceAll: e.ReplaceAll, IfMatch: e.IfMatch,
 	})

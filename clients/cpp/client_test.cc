@@ -1043,7 +1043,7 @@ TEST(Tls, MutualTlsNamesTheTenantByCertificate)
 
 // ---------------------------------------------------------------- front
 
-// The shared fixture clients/testdata/front.sh: a real HAProxy before the
+// The shared fixture clients/testdata/front.sh: a real nginx before the
 // given nodes, round robin for calls without x-workspace-node, naming them
 // node-1, node-2, ... in order, and routing a call that names one there.
 class Front
@@ -1255,7 +1255,7 @@ TEST(Front, RetriedOpenPinsTheNodeThatAnswered)
         Server live;
         Front front({"127.0.0.1:" + std::to_string(ntohs(sa.sin_port)), live.address()});
         auto c = workspaced::Client::Connect(front.address());
-        // HAProxy itself sometimes routes around the closing node, so the
+        // The front itself may route around the closing node, so the
         // first Open is not always retried: try a few, each must be pinned
         // to node-2, and one at least must have been retried. (No ASSERT
         // here: the closer thread must be joined.)

@@ -21,7 +21,7 @@ import (
 )
 
 // startFront runs the shared fixture ($WORKSPACED_TEST_FRONT,
-// clients/testdata/front.sh): a real HAProxy that balances the nodes round
+// clients/testdata/front.sh): a real nginx that balances the nodes round
 // robin, names them node-1, node-2, ... in the order given, and routes a
 // call that carries NodeHeader to that node only. It returns the front's
 // address.
@@ -340,7 +340,7 @@ func TestFrontRetriedOpenPinsTheNodeThatAnswered(t *testing.T) {
 	t.Cleanup(func() { c.Close() })
 	ctx := testCtx(t)
 
-	// HAProxy itself sometimes routes around the closing node, so the
+	// The front itself may route around the closing node, so the
 	// first Open is not always retried: try a few, each must be pinned to
 	// node-2, and one at least must have been retried.
 	var ws *Workspace

@@ -102,12 +102,15 @@ struct ws_rpc_server {
     int n_threads;
     int threads_running;
     pthread_t *threads;
+    pthread_t trimmer; /* gives memory back after bursts (server.c) */
+    bool trimmer_running;
     bool started;
 
     pthread_mutex_t mu;
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
     long live_calls;     /* accepted call objects not yet freed */
     long objects;        /* every call object, armed requests included */
+    long burst_peak;     /* most live calls since the heap was last trimmed */
     bool shutdown_called;
     bool shutdown_notified;
     bool shut_down;

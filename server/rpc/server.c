@@ -11,6 +11,7 @@
 #include "server/rpc/internal.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,8 +156,8 @@ static void on_accept(struct ws_tag *t, bool ok)
 
     pthread_mutex_lock(&s->mu);
     draining = s->shutdown_called;
-    if (ok)
-        s->live_calls++;
+    if (ok && ++s->live_calls > s->burst_peak)
+        s->burst_peak = s->live_calls;
     pthread_mutex_unlock(&s->mu);
 
     if (!ok) {
@@ -571,6 +572,47 @@ fail:
     return r;
 }
 
+/* After a burst of calls (held streams, floods of calls) the allocator
+ * keeps what they freed: every thread's arena stays at its high-water
+ * mark, hundreds of MiB after a few hundred held streams. Once a second
+ * this thread looks at the calls in flight: when a burst of at least
+ * TRIM_BURST_CALLS has come down to a quarter, and again when the last of
+ * it is gone, the free memory goes back to the kernel (malloc_trim). A
+ * server that never holds that many calls at once is never trimmed, so a
+ * steady load does not pay for memory it would take back at once. */
+#define TRIM_BURST_CALLS 64
+#define TRIM_TICK_MS     1000
+
+static void *trim_thread(void *arg)
+{
+    struct ws_rpc_server *s = arg;
+    bool tail = false; /* trimmed with calls of the burst still live */
+
+    pthread_mutex_lock(&s->mu);
+    while (!s->shutdown_called) {
+        int64_t next = ws_rpc_now_ms() + TRIM_TICK_MS;
+        while (!s->shutdown_called && wait_until(s, next))
+            ;
+        if (s->shutdown_called)
+            break;
+        long live = s->live_calls, peak = s->burst_peak;
+        bool trim = (peak >= TRIM_BURST_CALLS && live <= peak / 4) || (tail && live == 0);
+        if (!trim)
+            continue;
+        tail = live > 0;
+        s->burst_peak = live;
+        pthread_mutex_unlock(&s->mu);
+        int64_t t0 = ws_rpc_now_ms();
+        malloc_trim(0);
+        ws_rpc_log(WS_RPC_LOG_INFO, "rpc.heap_trimmed",
+                   "\"burst_calls\":%ld,\"live_calls\":%ld,\"ms\":%lld", peak, live,
+                   (long long)(ws_rpc_now_ms() - t0));
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
 int ws_rpc_server_start(struct ws_rpc_server *s)
 {
     size_t i;
@@ -598,6 +640,13 @@ int ws_rpc_server_start(struct ws_rpc_server *s)
         }
         s->threads_running++;
     }
+    if (r == 0) {
+        e = pthread_create(&s->trimmer, NULL, trim_thread, s);
+        if (e != 0)
+            r = -e;
+        else
+            s->trimmer_running = true;
+    }
     return r;
 }
 
@@ -614,9 +663,14 @@ void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
         return;
     }
     s->shutdown_called = true;
+    pthread_cond_broadcast(&s->cond); /* the trimmer stops */
     ws_rpc_log(WS_RPC_LOG_INFO, "rpc.drain", "\"live_calls\":%ld,\"grace_ms\":%d", s->live_calls,
                grace_ms);
     pthread_mutex_unlock(&s->mu);
+    if (s->trimmer_running) {
+        pthread_join(s->trimmer, NULL);
+        s->trimmer_running = false;
+    }
 
     if (s->threads_running == 0) {
         teardown_inline(s);

@@ -403,6 +403,11 @@ TEST(Workspaces, DockerWorkspaceHasConfinedStorage)
     ASSERT_TRUE(Describe(ws.get(), w.id(), &dr).ok());
     EXPECT_EQ(dr.isolation(), "container");
     EXPECT_EQ(dr.network(), NETWORK_OFF);
+    // Closed, so that its container goes too: a server stopped with the
+    // workspace open keeps the container for the workspace's resumption,
+    // and this server's state directory is not started again.
+    CloseResponse cr;
+    EXPECT_TRUE(Close(ws.get(), w.id(), &cr).ok());
 }
 
 } // namespace

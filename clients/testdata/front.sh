@@ -7,7 +7,9 @@
 # robin, and the response names the node that answered in
 # `x-workspace-node`; a call with `x-workspace-node: node-K` goes to node K
 # only; a name that is no node gets a gRPC UNAVAILABLE from the front
-# itself. Plaintext HTTP/2 on both sides (the nodes are on loopback).
+# itself. Plaintext HTTP/2 on both sides (the nodes are on loopback). A
+# node that cannot be reached is UNAVAILABLE (HTTP 502) to the client
+# every time: the front neither retries elsewhere nor takes the node out.
 #
 # The nodes are named node-1, node-2, ... in the order given. Writes
 # DIR/nginx.conf, prints "front listening on 127.0.0.1:PORT" once the port
@@ -69,7 +71,7 @@ EOF
   echo "  }"
   echo "  upstream any {"
   for addr in "$@"; do
-    echo "    server $addr;"
+    echo "    server $addr max_fails=0;"
   done
   echo "  }"
   i=1
@@ -96,6 +98,11 @@ EOF
       }
       add_header x-workspace-node \$answered always;
       grpc_pass grpc://any;
+      # Unlike server/deploy/nginx.conf, a node that fails is neither
+      # skipped for a while nor retried here: the failure reaches the
+      # client every time round robin picks that node, so the clients'
+      # own retries are what the tests exercise.
+      grpc_next_upstream off;
     }
   }
 }

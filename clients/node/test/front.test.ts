@@ -182,8 +182,8 @@ test('an open behind a front with a dead node lands on the live one', async () =
   const front = await startFront([server.address, `127.0.0.1:${await freePort()}`]);
   const client = connect({ address: front.address, token: '' });
   try {
-    // Round robin tries the dead node for every other Open; the front
-    // moves an Open it could not send there on to the live node.
+    // Round robin sends every other Open to the dead node: it fails
+    // UNAVAILABLE and the client retries it, unpinned, onto the live one.
     for (let i = 0; i < 4; i++) {
       const ws = await client.open('memory', { fs: {} }, { retry: { maxAttempts: 6, initialBackoffMs: 10 } });
       assert.equal(ws.node, 'node-1');

@@ -235,9 +235,10 @@ class FrontTest(unittest.TestCase):
 
 
 class FrontWithADeadNodeTest(unittest.TestCase):
-    """One live node and one that refuses connections: the front moves an
-    Open it could not send to the dead node on to the live one, and the
-    answer names the live node."""
+    """One live node and one that refuses connections: an Open that the
+    front sends to the dead one fails UNAVAILABLE and is retried by the
+    client, unpinned, until it lands on the live node, which the answer
+    names."""
 
     def test_open_lands_on_the_live_node(self):
         server = Server()
@@ -247,7 +248,7 @@ class FrontWithADeadNodeTest(unittest.TestCase):
             self.addCleanup(front.stop)
             policy = RetryPolicy(max_attempts=6, initial_backoff=0.01)
             with workspaced.connect(front.address, token="test-token") as client:
-                # Round robin tries the dead node for every other Open.
+                # Round robin sends every other Open to the dead node.
                 for _ in range(4):
                     ws = client.open("memory", retry=policy)
                     self.assertEqual(ws.node, "node-1")

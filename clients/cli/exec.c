@@ -4,10 +4,12 @@
  * pumps the completion queue and writes output to the matching local fds
  * as it arrives; an input thread polls stdin and a signalfd and turns
  * them into stream messages (stdin chunks, close_stdin, resize) or a
- * cancel (SIGINT, SIGTERM, SIGHUP). Only the input thread sends after the
- * first message, and it waits for each send to complete before the next
- * (the core allows one send in flight); the main thread tells it about
- * completions through a condition variable.
+ * cancel (SIGINT, SIGTERM, SIGHUP; wsctl then exits 128 + that signal's
+ * number, the status a shell reports for a command the signal ended, so
+ * a script can tell a SIGTERM from a Ctrl-C). Only the input thread sends
+ * after the first message, and it waits for each send to complete before
+ * the next (the core allows one send in flight); the main thread tells it
+ * about completions through a condition variable.
  *
  * main() blocks the console's signals before gRPC starts its threads, so
  * they are only ever read from the signalfd. With -t the local terminal is
@@ -59,7 +61,7 @@ struct console {
     bool send_completed;
     bool finished;
 
-    /* Set by the input thread before it cancels the call. */
+    /* The signal that made the input thread cancel the call (0: none). */
     volatile sig_atomic_t interrupted;
 };
 
@@ -160,7 +162,7 @@ static void *input_thread(void *arg)
                     /* Cancelling the stream is what ends the remote tree:
                      * the server kills a non-background process whose
                      * Start stream goes away. */
-                    con->interrupted = 1;
+                    con->interrupted = (sig_atomic_t)si.ssi_signo;
                     wsc_call_cancel(con->call);
                 }
             }
@@ -325,7 +327,7 @@ static int pump(struct console *con, bool json)
     pthread_mutex_unlock(&con->mu);
 
     if (con->interrupted)
-        return WSC_EXIT_SIGINT;
+        return 128 + con->interrupted;
     if (con->detached && !have_exit)
         return WSC_EXIT_OK;
     if (have_exit)

@@ -1,6 +1,7 @@
 // End to end: drives the real wsctl binary against a real workspaced, the
 // way a person at a shell (or a script) would, including a pseudo-terminal
 // session for exec -t.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -20,6 +22,7 @@
 #include <functional>
 #include <cstdint>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -57,6 +60,76 @@ std::string ReadFile(const std::string &path)
     return ss.str();
 }
 
+// "exit status N" or "killed by signal N (NAME)".
+std::string DescribeStatus(int status)
+{
+    if (WIFEXITED(status))
+        return "exit status " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status))
+        return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+               strsignal(WTERMSIG(status)) + ")";
+    return "wait status " + std::to_string(status);
+}
+
+// Stops a child the suite started (a server, a front) with SIGTERM. Returns
+// "" when it exited 0, else what went wrong followed by its stderr: under
+// the sanitizer build a leak or a crash at shutdown makes the exit status
+// non-zero, and the report is on stderr. A child that had already ended
+// before it was stopped crashed under the tests and fails as well.
+std::string StopCleanly(pid_t pid, const std::string &what, const std::string &stderr_path)
+{
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid)
+        return what + " ended before the suite stopped it (" + DescribeStatus(status) +
+               "); its stderr:\n" + ReadFile(stderr_path);
+    kill(pid, SIGTERM);
+    // A drain is bounded by the server's grace periods; never hang the
+    // suite on one that is not.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return what + " did not exit within 60 s of SIGTERM; its stderr:\n" +
+                   ReadFile(stderr_path);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return "";
+    return what + " did not exit cleanly after SIGTERM (" + DescribeStatus(status) +
+           "); its stderr:\n" + ReadFile(stderr_path);
+}
+
+// A loopback address where nothing listens, for as long as the test
+// process runs: the socket is bound but never listens, so a connection to
+// it is refused, and no other process can take the port meanwhile (a port
+// merely found free could be).
+std::string DeadAddress()
+{
+    static std::string addr = [] {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = {};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        socklen_t len = sizeof(sa);
+        if (fd < 0 || bind(fd, reinterpret_cast<struct sockaddr *>(&sa), sizeof(sa)) != 0 ||
+            getsockname(fd, reinterpret_cast<struct sockaddr *>(&sa), &len) != 0)
+            abort();
+        return "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+    }();
+    return addr;
+}
+
+// A number no other run's `sleep` uses: this process's pid and a random
+// part, so that a host process found with it is this run's own, even
+// while another run of the suite (or its leftovers) is on the machine.
+std::string UniqueSleepSeconds()
+{
+    std::random_device rd;
+    return std::to_string(100000 + getpid()) + "." + std::to_string(100000 + rd() % 900000);
+}
+
 struct Result {
     // Exit status, or 128 + signal when wsctl itself died of one.
     int code = -1;
@@ -83,7 +156,8 @@ class Server
         if (pipe(out) < 0)
             abort();
         std::string bin = Runfile("server/workspaced");
-        std::string errpath = state_ + ".stderr";
+        errpath_ = state_ + ".stderr";
+        const std::string &errpath = errpath_;
         std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--state-dir", state_};
         args.insert(args.end(), extra.begin(), extra.end());
         std::vector<char *> argv;
@@ -113,11 +187,13 @@ class Server
         }
         addr_ = line.substr(prefix.size());
     }
+    // The server must drain and exit 0 when it is stopped; otherwise the
+    // test (or, for the suite's server, the suite) fails.
     ~Server()
     {
-        kill(pid_, SIGTERM);
-        int status;
-        waitpid(pid_, &status, 0);
+        std::string problem = StopCleanly(pid_, "workspaced", errpath_);
+        if (!problem.empty())
+            ADD_FAILURE() << problem;
     }
     const std::string &addr() const
     {
@@ -126,7 +202,7 @@ class Server
 
   private:
     pid_t pid_ = -1;
-    std::string state_, addr_;
+    std::string state_, addr_, errpath_;
 };
 
 Server *server;
@@ -397,10 +473,10 @@ TEST_F(WsctlTest, AddressFromEnvironment)
     EXPECT_EQ(r.code, 0) << r.err;
     EXPECT_NE(r.out.find("local-bash"), std::string::npos);
 
-    // Without it the default address has no server: a clean error line.
+    // An address where no server listens: a clean error line.
     RunOpts none;
     none.use_addr_flag = false;
-    none.env = {"WORKSPACED_ADDR=127.0.0.1:1"};
+    none.env = {"WORKSPACED_ADDR=" + DeadAddress()};
     Result bad = Wsctl({"providers"}, none);
     EXPECT_EQ(bad.code, 1);
     EXPECT_NE(bad.err.find("wsctl: UNAVAILABLE"), std::string::npos) << bad.err;
@@ -488,13 +564,24 @@ TEST_F(WsctlTest, AttachPsKill)
         &last))
         << last;
 
+    // The attach follows the live process: its replay of "first" shows it
+    // is attached before the kill.
     Result attached;
-    std::thread t([&] { attached = Wsctl({"attach", ws_, "job1"}); });
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    RunOpts to_file;
+    to_file.stdout_path = TempDir() + "/attach.out";
+    std::thread t([&] { attached = Wsctl({"attach", ws_, "job1"}, to_file); });
+    bool replayed = false;
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+         !replayed && std::chrono::steady_clock::now() < until;) {
+        replayed = ReadFile(to_file.stdout_path) == "first\n";
+        if (!replayed)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(replayed) << "attach printed '" << ReadFile(to_file.stdout_path) << "'";
     Result k = Wsctl({"kill", ws_, "job1", "-s", "KILL"});
     EXPECT_EQ(k.code, 0) << k.err;
     t.join();
-    EXPECT_EQ(attached.out, "first\n");
+    EXPECT_EQ(ReadFile(to_file.stdout_path), "first\n");
     EXPECT_EQ(attached.code, 128 + SIGKILL) << attached.err;
     EXPECT_TRUE(WaitForPs(
         ws_,
@@ -514,63 +601,120 @@ TEST_F(WsctlTest, AttachPsKill)
     EXPECT_NE(psj.out.find("\"tag\":\"job1\""), std::string::npos) << psj.out;
 }
 
-TEST_F(WsctlTest, SigtermCancelsRemoteCommand)
-{
-    // A plain (not --tty) exec killed the way a shell's Ctrl-C would be.
-    std::string bin = Runfile("clients/cli/wsctl");
-    std::string addr = server->addr();
-    pid_t pid = fork();
-    if (pid == 0) {
-        int devnull = open("/dev/null", O_RDWR);
-        dup2(devnull, 0);
-        dup2(devnull, 1);
-        execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "exec", ws_.c_str(), "--tag",
-              "sleeper", "--", "sleep", "1000", (char *)nullptr);
-        _exit(127);
-    }
-    std::string last;
-    ASSERT_TRUE(WaitForPs(
-        ws_,
-        [](const std::string &ps) {
-            return PsLine(ps, "sleeper").find("running") != std::string::npos;
-        },
-        &last))
-        << last;
-    kill(pid, SIGINT);
-    int status;
-    waitpid(pid, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
-    EXPECT_TRUE(WaitForPs(
-        ws_,
-        [](const std::string &ps) {
-            return PsLine(ps, "sleeper").find("running") == std::string::npos;
-        },
-        &last))
-        << last;
-}
-
-// True when some host process runs exactly `argv`.
-bool HostHasProcess(const std::vector<std::string> &argv)
+// How many host processes run exactly `argv`.
+int HostProcessCount(const std::vector<std::string> &argv)
 {
     std::string want;
     for (const auto &a : argv)
         want += a + std::string(1, '\0');
     DIR *d = opendir("/proc");
-    bool found = false;
-    for (struct dirent *e; d && !found && (e = readdir(d));) {
+    int found = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
-        found = ReadFile(std::string("/proc/") + e->d_name + "/cmdline") == want;
+        if (ReadFile(std::string("/proc/") + e->d_name + "/cmdline") == want)
+            found++;
     }
     if (d)
         closedir(d);
     return found;
 }
 
-// Reads from the pty master until `want` has been seen (or 15 s pass).
-bool ReadUntil(int fd, const std::string &want, std::string *seen)
+// True when some host process runs exactly `argv`.
+bool HostHasProcess(const std::vector<std::string> &argv)
+{
+    return HostProcessCount(argv) > 0;
+}
+
+// Waits up to 15 s for `cond`.
+bool WaitFor(const std::function<bool()> &cond)
 {
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (!cond()) {
+        if (std::chrono::steady_clock::now() > until)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return true;
+}
+
+// A plain (not --tty) `wsctl exec` sent `sig` while its remote command
+// runs: wsctl cancels the call, the server ends the whole remote tree, and
+// wsctl exits 128 + sig like a command the signal ended. The tree is a
+// shell with a sleep in the background and one in the foreground, found
+// on the host (local-bash runs them there) by a duration unique to this run.
+void ExpectSignalCancelsRemoteTree(const std::string &ws, int sig)
+{
+    std::string bin = Runfile("clients/cli/wsctl");
+    std::string addr = server->addr();
+    const std::string secs = UniqueSleepSeconds();
+    const std::string script = "sleep " + secs + " & sleep " + secs + "; wait";
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDWR);
+        dup2(devnull, 0);
+        dup2(devnull, 1);
+        execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "exec", ws.c_str(), "--tag",
+              "sleeper", "--", "sh", "-c", script.c_str(), (char *)nullptr);
+        _exit(127);
+    }
+    std::string last;
+    bool running = WaitForPs(
+        ws,
+        [](const std::string &ps) {
+            return PsLine(ps, "sleeper").find("running") != std::string::npos;
+        },
+        &last);
+    bool both = WaitFor([&] { return HostProcessCount({"sleep", secs}) == 2; });
+    if (!running || !both) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+        FAIL() << "the remote tree did not start (both sleeps on the host: " << both << "); ps:\n"
+               << last;
+    }
+    kill(pid, sig);
+    int status = 0;
+    bool exited = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; });
+    if (!exited) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    EXPECT_TRUE(exited) << "wsctl still ran 15 s after signal " << sig;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig)
+        << DescribeStatus(status) << ", want exit status " << 128 + sig;
+    EXPECT_TRUE(WaitForPs(
+        ws,
+        [](const std::string &ps) {
+            std::string line = PsLine(ps, "sleeper");
+            return !line.empty() && line.find("running") == std::string::npos;
+        },
+        &last))
+        << last;
+    EXPECT_TRUE(WaitFor([&] {
+        return !HostHasProcess({"sleep", secs});
+    })) << HostProcessCount({"sleep", secs})
+        << " of the remote sleeps still run on the host";
+}
+
+TEST_F(WsctlTest, SigtermCancelsRemoteCommand)
+{
+    ExpectSignalCancelsRemoteTree(ws_, SIGTERM);
+}
+
+// Ctrl-C at a shell, without a terminal of wsctl's own (see
+// PtySessionAndCtrlC for the --tty case).
+TEST_F(WsctlTest, SigintCancelsRemoteCommand)
+{
+    ExpectSignalCancelsRemoteTree(ws_, SIGINT);
+}
+
+// Reads from the pty master until `want` has been seen (or `timeout`
+// passes).
+bool ReadUntil(int fd, const std::string &want, std::string *seen,
+               std::chrono::milliseconds timeout = std::chrono::seconds(15))
+{
+    auto until = std::chrono::steady_clock::now() + timeout;
     while (seen->find(want) == std::string::npos) {
         if (std::chrono::steady_clock::now() > until)
             return false;
@@ -593,7 +737,7 @@ TEST_F(WsctlTest, PtySessionAndCtrlC)
     struct winsize wsz = {30, 100, 0, 0};
     int master = -1;
     pid_t pid = forkpty(&master, nullptr, nullptr, &wsz);
-    ASSERT_GE(pid, 0);
+    ASSERT_GE(pid, 0) << "forkpty (pseudo-terminals, /dev/ptmx): " << strerror(errno);
     if (pid == 0) {
         execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "exec", "-t", "--tag", "shell",
               ws_.c_str(), "--", "sh", (char *)nullptr);
@@ -605,25 +749,30 @@ TEST_F(WsctlTest, PtySessionAndCtrlC)
     ASSERT_EQ(write(master, "echo hi $((6*7))\n", 17), 17);
     ASSERT_TRUE(ReadUntil(master, "hi 42", &seen)) << seen;
 
-    // A resize reaches the remote terminal.
+    // A resize reaches the remote terminal. It travels as a message of its
+    // own, so `stty size` is asked again until it reports the new size.
     struct winsize bigger = {40, 120, 0, 0};
     ioctl(master, TIOCSWINSZ, &bigger);
     kill(pid, SIGWINCH);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    ASSERT_EQ(write(master, "stty size\n", 10), 10);
-    ASSERT_TRUE(ReadUntil(master, "40 120", &seen)) << seen;
+    bool resized = false;
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+         !resized && std::chrono::steady_clock::now() < until;) {
+        ASSERT_EQ(write(master, "stty size\n", 10), 10);
+        resized = ReadUntil(master, "40 120", &seen, std::chrono::milliseconds(500));
+    }
+    ASSERT_TRUE(resized) << seen;
 
     // ps lists commands, not their children: the shell's child is looked
     // for on the host (local-bash runs it there), by a duration no other
-    // test uses.
-    const std::string secs = std::to_string(100000 + getpid() % 100000);
+    // run uses.
+    const std::string secs = UniqueSleepSeconds();
     const std::string typed = "sleep " + secs + "\n";
     ASSERT_EQ(write(master, typed.data(), typed.size()), (ssize_t)typed.size());
     auto sleeping = [&] { return HostHasProcess({"sleep", secs}); };
-    for (int i = 0; i < 150 && !sleeping(); i++)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    ASSERT_TRUE(sleeping()) << seen;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ASSERT_TRUE(WaitFor(sleeping)) << seen;
+    // With ISIG kept on in raw mode, the local line discipline turns this
+    // byte into a SIGINT for wsctl, which cancels the call: nothing waits
+    // on the remote shell here.
     ASSERT_EQ(write(master, "\x03", 1), 1);
 
     int status = 0;
@@ -648,9 +797,7 @@ TEST_F(WsctlTest, PtySessionAndCtrlC)
     close(master);
 
     // The shell and its sleep are gone on the server.
-    for (int i = 0; i < 150 && sleeping(); i++)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    EXPECT_FALSE(sleeping());
+    EXPECT_TRUE(WaitFor([&] { return !sleeping(); }));
     std::string last;
     EXPECT_TRUE(WaitForPs(
         ws_,
@@ -674,7 +821,7 @@ TEST_F(WsctlTest, PutShowsProgressOnTerminal)
     std::string addr = server->addr();
     int master = -1;
     pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-    ASSERT_GE(pid, 0);
+    ASSERT_GE(pid, 0) << "forkpty (pseudo-terminals, /dev/ptmx): " << strerror(errno);
     if (pid == 0) {
         execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "put", ws_.c_str(), "mid.bin",
               src.c_str(), (char *)nullptr);
@@ -935,7 +1082,8 @@ class Front
         int out[2];
         if (pipe(out) < 0)
             abort();
-        std::string errpath = dir + ".stderr";
+        errpath_ = dir + ".stderr";
+        const std::string &errpath = errpath_;
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_adddup2(&fa, out[1], 1);
@@ -959,11 +1107,12 @@ class Front
         }
         addr_ = line.substr(prefix.size());
     }
+    // front.sh exits with nginx's status: 0 only for a clean shutdown.
     ~Front()
     {
-        kill(pid_, SIGTERM);
-        int status;
-        waitpid(pid_, &status, 0);
+        std::string problem = StopCleanly(pid_, "the front (front.sh, nginx)", errpath_);
+        if (!problem.empty())
+            ADD_FAILURE() << problem;
     }
     const std::string &addr() const
     {
@@ -972,7 +1121,7 @@ class Front
 
   private:
     pid_t pid_ = -1;
-    std::string addr_;
+    std::string addr_, errpath_;
 };
 
 // wsctl through the front with `args` after --addr; `env` as in RunOpts.

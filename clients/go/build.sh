@@ -32,7 +32,7 @@ else
     export WORKSPACED_TEST_FRONT="${WORKSPACED_TEST_FRONT:-$root/clients/testdata/front.sh}"
 fi
 
-for tool in go protoc protoc-gen-go protoc-gen-go-grpc; do
+for tool in go gofmt protoc protoc-gen-go protoc-gen-go-grpc; do
     command -v "$tool" >/dev/null || { echo "build.sh: $tool not found (see the package list at the top)" >&2; exit 1; }
 done
 

@@ -16,6 +16,9 @@ export WORKSPACED_TEST_FRONT="$runfiles/clients/testdata/front.sh"
 # Debian's python3 has python3-grpcio and python3-protobuf; another python
 # earlier on PATH does not.
 python=/usr/bin/python3
+[ -x "$python" ] || { echo "python_test: $python is missing (Debian package python3)" >&2; exit 1; }
+"$python" -c 'import grpc, google.protobuf' 2>/dev/null ||
+  { echo "python_test: $python cannot import grpc and google.protobuf (Debian packages python3-grpcio, python3-protobuf)" >&2; exit 1; }
 export PYTHONPATH="$pkg/gen:$pkg"
 export PYTHONDONTWRITEBYTECODE=1
 unset WORKSPACED_ADDR WORKSPACED_TOKEN

@@ -14,7 +14,9 @@
 # The nodes are named node-1, node-2, ... in the order given. Writes
 # DIR/nginx.conf, prints "front listening on 127.0.0.1:PORT" once the port
 # accepts connections, and stays in the foreground; SIGTERM stops it, and
-# nginx dies with this script however it ends. Round robin (not least
+# nginx dies with this script however it ends. The script's exit status is
+# nginx's: 0 after a SIGTERM only when nginx shut down cleanly, so a suite
+# that checks it sees a crashed front. Round robin (not least
 # connections) so that a client that forgets to pin a workspace is caught
 # at once: its next call lands on another node and gets NO_SUCH_WORKSPACE.
 set -euo pipefail
@@ -24,13 +26,18 @@ shift
 [ "$#" -ge 1 ] || { echo "front.sh: no node addresses" >&2; exit 2; }
 nginx=/usr/sbin/nginx
 [ -x "$nginx" ] || { echo "front.sh: $nginx is missing (bash bazel/setup.sh installs it)" >&2; exit 1; }
-
-# A free port: bound by the kernel, released, then taken by nginx.
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+for tool in python3 setpriv; do
+  command -v "$tool" >/dev/null || { echo "front.sh: $tool is missing (bash bazel/setup.sh installs it)" >&2; exit 1; }
+done
 
 mkdir -p "$dir/tmp"
 cfg="$dir/nginx.conf"
-{
+
+# write_config PORT NODE_ADDR...: DIR/nginx.conf for a front on PORT.
+write_config() {
+  local port=$1
+  shift
+  {
   cat <<EOF
 worker_processes 1;
 daemon off;
@@ -107,26 +114,72 @@ EOF
   }
 }
 EOF
-} >"$cfg"
+  } >"$cfg"
+}
 
-"$nginx" -q -t -e stderr -c "$cfg" -p "$dir" >&2
+# nginx's stderr goes to a file, complete once nginx has exited, where a
+# failed bind is recognised; it is copied to ours when the front ends.
+log="$dir/nginx.stderr"
+pid=
+# end STATUS: stops nginx if it runs, shows its stderr, exits with STATUS
+# or, when nginx was running, with nginx's own status.
+end() {
+  local status=$1
+  if [ -n "$pid" ]; then
+    kill -TERM "$pid" 2>/dev/null || true
+    status=0
+    wait "$pid" || status=$?
+    pid=
+  fi
+  cat "$log" >&2 2>/dev/null || true
+  exit "$status"
+}
+trap 'end 143' TERM
+trap 'end 130' INT
 
-# Dies with this script, however it ends.
-setpriv --pdeathsig KILL -- "$nginx" -e stderr -c "$cfg" -p "$dir" &
-pid=$!
-trap 'kill -TERM "$pid" 2>/dev/null; wait "$pid"' TERM INT
-for _ in $(seq 1 200); do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    echo "front.sh: nginx exited" >&2
-    exit 1
+# nginx cannot listen on port 0, so the port is one the kernel picked as
+# free, released and then bound by nginx. Another process may take it in
+# between: nginx then fails with "Address already in use", and the front
+# starts again on another port (a few times, saying so).
+for attempt in 1 2 3 4 5; do
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  write_config "$port" "$@"
+  "$nginx" -q -t -e stderr -c "$cfg" -p "$dir" >&2
+  rm -f "$dir/nginx.pid"
+  # Dies with this script, however it ends.
+  setpriv --pdeathsig KILL -- "$nginx" -e stderr -c "$cfg" -p "$dir" 2>"$log" &
+  pid=$!
+  # nginx writes its pid file once it listens on the port.
+  for _ in $(seq 1 400); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      break
+    fi
+    if [ "$(cat "$dir/nginx.pid" 2>/dev/null)" = "$pid" ] &&
+      (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      echo "front listening on 127.0.0.1:$port"
+      # nginx's status, whether it ends on its own or by end() on SIGTERM.
+      status=0
+      wait "$pid" || status=$?
+      pid=
+      end "$status"
+    fi
+    sleep 0.05
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    echo "front.sh: nginx did not listen on 127.0.0.1:$port within 20 s" >&2
+    kill -KILL "$pid"
+    wait "$pid" || true
+    pid=
+    end 1
   fi
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    echo "front listening on 127.0.0.1:$port"
-    wait "$pid"
-    exit $?
+  wait "$pid" || true
+  pid=
+  if ! grep -q "Address already in use" "$log"; then
+    echo "front.sh: nginx exited before listening on 127.0.0.1:$port" >&2
+    end 1
   fi
-  sleep 0.05
+  cat "$log" >&2
+  echo "front.sh: port $port was taken before nginx bound it (attempt $attempt); trying another" >&2
 done
-echo "front.sh: nginx did not listen on 127.0.0.1:$port" >&2
-kill -KILL "$pid"
+echo "front.sh: no free port for nginx after $attempt attempts" >&2
 exit 1

@@ -19,6 +19,8 @@
 set -euo pipefail
 
 dir="${1:?usage: pki.sh DIR}"
+command -v openssl >/dev/null ||
+    { echo "pki.sh: the openssl command is missing (Debian package openssl)" >&2; exit 1; }
 mkdir -p "$dir"
 cd "$dir"
 

@@ -40,28 +40,39 @@ func startFront(t *testing.T, nodes ...*server) string {
 		args = append(args, n.addr)
 	}
 	cmd := exec.Command(script, args...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
+	// front.sh's stderr (nginx's is copied there when the front ends) goes
+	// to a file, shown when the front or the test fails.
+	errPath := dir + ".stderr"
+	errFile, err := os.Create(errPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = errFile
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	readErr := func() string {
+		b, err := ioutil.ReadFile(errPath)
+		if err != nil {
+			return err.Error()
+		}
+		return string(b)
+	}
+	// front.sh exits with nginx's status: 0 only for a clean shutdown.
+	proc, err := startChild("the front (front.sh, nginx)", cmd, readErr)
+	if err != nil {
 		t.Fatalf("starting %s: %v", script, err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	done := proc.done
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		if err := proc.stop(); err != nil {
+			t.Error(err)
+		} else if t.Failed() {
+			t.Logf("front stderr:\n%s", readErr())
 		}
-		if t.Failed() {
-			t.Logf("front stderr:\n%s", stderr.String())
-		}
+		errFile.Close()
+		os.Remove(errPath)
 		os.RemoveAll(dir)
 	})
 	const prefix = "front listening on "
@@ -78,9 +89,9 @@ func startFront(t *testing.T, nodes ...*server) string {
 	case addr := <-lines:
 		return addr
 	case <-done:
-		t.Fatalf("front.sh exited before listening:\n%s", stderr.String())
-	case <-time.After(15 * time.Second):
-		t.Fatal("the front did not report its address within 15 s")
+		t.Fatalf("front.sh exited before listening (%v):\n%s", cmd.ProcessState, readErr())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the front did not report its address within 30 s")
 	}
 	return ""
 }

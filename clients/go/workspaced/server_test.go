@@ -3,6 +3,7 @@ package workspaced
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io/ioutil"
 	"os"
 	"os/exec"
@@ -22,8 +23,64 @@ type server struct {
 	cmd  *exec.Cmd
 }
 
+// child is a process a test started (a server, a front) and waits for in
+// the background, so that an end before the test stopped it is seen.
+type child struct {
+	what    string
+	cmd     *exec.Cmd
+	done    chan struct{}
+	waitErr error
+	stderr  func() string
+}
+
+func startChild(what string, cmd *exec.Cmd, stderr func() string) (*child, error) {
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	c := &child{what: what, cmd: cmd, done: make(chan struct{}), stderr: stderr}
+	go func() { c.waitErr = cmd.Wait(); close(c.done) }()
+	return c, nil
+}
+
+// ended reports whether the child has ended.
+func (c *child) ended() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and returns nil when the child exited 0, else what
+// went wrong followed by its stderr: under the sanitizer build a leak or a
+// crash at shutdown makes the exit status non-zero, and the report is on
+// stderr. A child that had already ended before it was stopped crashed
+// under the test and fails as well.
+func (c *child) stop() error {
+	if c.ended() {
+		return fmt.Errorf("%s ended before the test stopped it (%v); its stderr:\n%s", c.what, c.cmd.ProcessState, c.stderr())
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	// A drain is bounded by the server's grace periods; never hang the
+	// suite on one that is not.
+	select {
+	case <-c.done:
+	case <-time.After(60 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return fmt.Errorf("%s did not exit within 60 s of SIGTERM; its stderr:\n%s", c.what, c.stderr())
+	}
+	if c.waitErr != nil || c.cmd.ProcessState.ExitCode() != 0 {
+		return fmt.Errorf("%s did not exit cleanly after SIGTERM (%v); its stderr:\n%s", c.what, c.cmd.ProcessState, c.stderr())
+	}
+	return nil
+}
+
 // startServer runs $WORKSPACED_BIN and waits for its "listening" line. The
 // binary is required: a client test that silently skips proves nothing.
+// The server is stopped with SIGTERM when the test ends, and the test
+// fails unless it then exits 0.
 func startServer(t *testing.T, env ...string) *server {
 	t.Helper()
 	return startServerArgs(t, nil, env...)
@@ -57,26 +114,25 @@ func startServerArgs(t *testing.T, args []string, env ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	readLog := func() string {
+		log, err := ioutil.ReadFile(logFile.Name())
+		if err != nil {
+			return err.Error()
+		}
+		return string(log)
+	}
+	proc, err := startChild("workspaced", cmd, readLog)
+	if err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}
 	s := &server{cmd: cmd}
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		if err := proc.stop(); err != nil {
+			t.Error(err)
+		} else if t.Failed() {
+			t.Logf("server log:\n%s", readLog())
 		}
 		logFile.Close()
-		if t.Failed() {
-			if log, err := ioutil.ReadFile(logFile.Name()); err == nil {
-				t.Logf("server log:\n%s", log)
-			}
-		}
 		os.Remove(logFile.Name())
 		os.RemoveAll(state)
 	})
@@ -91,6 +147,8 @@ func startServerArgs(t *testing.T, args []string, env ...string) *server {
 	}()
 	select {
 	case s.addr = <-lines:
+	case <-proc.done:
+		t.Fatalf("the server exited before listening (%v):\n%s", cmd.ProcessState, readLog())
 	case <-time.After(15 * time.Second):
 		t.Fatal("server did not report its address within 15 s")
 	}

@@ -5,13 +5,12 @@
 // on one node, so every call about it must be pinned; an unpinned call
 // lands on the other node every second time and fails NO_SUCH_WORKSPACE.
 import assert from 'node:assert/strict';
-import * as net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import * as grpc from '@grpc/grpc-js';
 
 import { Client, connect, ExitResult, isTransient, Process, Workspace, WorkspacedError, WriteOptions } from '../src';
-import { CAPS, Front, Server, startFront, startServer } from './server';
+import { CAPS, droppingPort, Front, Server, startFront, startServer, stopAll } from './server';
 
 const NODES = ['node-1', 'node-2'];
 
@@ -25,18 +24,6 @@ async function finishThroughFront(_ws: Workspace, proc: Process): Promise<{ stdo
   let stdout = '';
   for await (const ev of proc) if (ev.type === 'stdout') stdout += ev.data.toString();
   return { stdout, exited: await proc.wait() };
-}
-
-/** A port nothing listens on (bound, read, released). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 describe('behind a front over two nodes', () => {
@@ -59,8 +46,7 @@ describe('behind a front over two nodes', () => {
     // A failed test may leave a workspace unreachable; its server's end removes it.
     await Promise.all(opened.map((ws) => ws.close().catch(() => undefined)));
     client?.close();
-    await front?.stop();
-    await Promise.all(servers.map((s) => s.stop()));
+    await stopAll(front, ...servers);
   });
 
   test('open names the node that holds the workspace', async () => {
@@ -179,7 +165,8 @@ describe('behind a front over two nodes', () => {
 
 test('an open behind a front with a dead node lands on the live one', async () => {
   const server = await startServer();
-  const front = await startFront([server.address, `127.0.0.1:${await freePort()}`]);
+  const dead = await droppingPort();
+  const front = await startFront([server.address, `127.0.0.1:${dead.port}`]);
   const client = connect({ address: front.address, token: '' });
   try {
     // Round robin sends every other Open to the dead node: it fails
@@ -192,8 +179,8 @@ test('an open behind a front with a dead node lands on the live one', async () =
     }
   } finally {
     client.close();
-    await front.stop();
-    await server.stop();
+    await dead.close();
+    await stopAll(front, server);
   }
 });
 

@@ -13,6 +13,7 @@ before(async () => {
   srv = await startServer();
   client = connect({ address: srv.address });
 });
+// stop() rejects (and so fails this file) unless the server exits 0.
 after(async () => {
   client?.close();
   await srv?.stop();

@@ -1,8 +1,16 @@
 // Starts a real workspaced for a test file: fresh state dir, port 0, and
 // SIGTERM at the end. The binary comes from $WORKSPACED_BIN; a missing one
 // is an error, never a skip, so a broken setup cannot pass silently.
+//
+// stop() rejects unless the process exits 0 after the SIGTERM: under the
+// sanitizer build a leak or a crash at shutdown makes the exit status
+// non-zero, and the report is on stderr, which the error carries. A
+// process that had already ended before stop() crashed under the tests and
+// is rejected as well. Called from an after hook or a finally block, the
+// rejection fails the suite or the test.
 import { ChildProcess, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 
@@ -16,6 +24,84 @@ export function serverBin(): string {
   if (!bin) throw new Error('WORKSPACED_BIN is not set: point it at the workspaced server binary');
   if (!fs.existsSync(bin)) throw new Error(`WORKSPACED_BIN=${bin} does not exist`);
   return bin;
+}
+
+/** "exit status N" or "killed by signal NAME". */
+export function describeExit(code: number | null, signal: NodeJS.Signals | null): string {
+  return code !== null ? `exit status ${code}` : `killed by signal ${signal}`;
+}
+
+const sleepMs = (ms: number) =>
+  new Promise<void>((r) => {
+    setTimeout(r, ms);
+  });
+
+/**
+ * Stops a child the suite started (a server, a front) with SIGTERM and
+ * resolves when it exited 0; rejects otherwise, naming how it ended and
+ * showing its stderr.
+ */
+export async function stopCleanly(proc: ChildProcess, what: string, stderr: () => string): Promise<void> {
+  const ended = () => proc.exitCode !== null || proc.signalCode !== null;
+  if (ended()) {
+    throw new Error(
+      `${what} ended before the suite stopped it (${describeExit(proc.exitCode, proc.signalCode)}); its stderr:\n${stderr()}`,
+    );
+  }
+  const exited = new Promise<void>((r) => proc.once('exit', () => r()));
+  // The last of stderr arrives with 'close', after 'exit'.
+  const closed = new Promise<void>((r) => proc.once('close', () => r()));
+  proc.kill('SIGTERM');
+  // A drain is bounded by the server's grace periods; never hang the suite
+  // on one that is not.
+  let timer: NodeJS.Timeout | undefined;
+  const inTime = await Promise.race([
+    exited.then(() => true),
+    new Promise<boolean>((r) => {
+      timer = setTimeout(() => r(false), 60_000);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (!inTime) {
+    proc.kill('SIGKILL');
+    await exited;
+    throw new Error(`${what} did not exit within 60 s of SIGTERM; its stderr:\n${stderr()}`);
+  }
+  await Promise.race([closed, sleepMs(5000)]);
+  if (proc.exitCode === 0) return;
+  throw new Error(
+    `${what} did not exit cleanly after SIGTERM (${describeExit(proc.exitCode, proc.signalCode)}); its stderr:\n${stderr()}`,
+  );
+}
+
+/** Stops all of `stoppables`, then rejects with every failure together. */
+export async function stopAll(...stoppables: ({ stop(): Promise<void> } | undefined)[]): Promise<void> {
+  const results = await Promise.allSettled(stoppables.map((s) => s?.stop()));
+  const failures = results.flatMap((r) => (r.status === 'rejected' ? [String(r.reason)] : []));
+  if (failures.length) throw new Error(failures.join('\n\n'));
+}
+
+/**
+ * A loopback port that fails every connection for as long as the returned
+ * listener is open: it accepts and drops each one at once, so a gRPC call
+ * there is UNAVAILABLE. Holding the port (rather than releasing one found
+ * free) means no other process can start listening there meanwhile.
+ */
+export function droppingPort(): Promise<{ port: number; close(): Promise<void> }> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer((sock) => {
+      sock.on('error', () => undefined);
+      sock.destroy();
+    });
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as net.AddressInfo).port;
+      resolve({
+        port,
+        close: () => new Promise<void>((r) => s.close(() => r())),
+      });
+    });
+  });
 }
 
 export interface Server {
@@ -37,6 +123,7 @@ export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv; args
     env: { ...process.env, ...opts.env },
   });
   let stderr = '';
+  let stopped = false;
   proc.stderr!.on('data', (d) => (stderr += d));
   return new Promise<Server>((resolve, reject) => {
     let out = '';
@@ -60,15 +147,15 @@ export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv; args
         port,
         stateDir,
         proc,
-        stop: () =>
-          new Promise<void>((res) => {
-            if (proc.exitCode !== null || proc.signalCode !== null) return res();
-            proc.once('exit', () => {
-              fs.rmSync(stateDir, { recursive: true, force: true });
-              res();
-            });
-            proc.kill('SIGTERM');
-          }),
+        stop: async () => {
+          if (stopped) return;
+          stopped = true;
+          try {
+            await stopCleanly(proc, 'workspaced', () => stderr);
+          } finally {
+            fs.rmSync(stateDir, { recursive: true, force: true });
+          }
+        },
       });
     });
   });
@@ -89,13 +176,15 @@ export function startFront(addresses: string[]): Promise<Front> {
   const dir = fs.mkdtempSync(path.join(process.env.TEST_TMPDIR ?? os.tmpdir(), 'front-'));
   const proc = spawn(script, [dir, ...addresses], { stdio: ['ignore', 'pipe', 'pipe'] });
   let stderr = '';
+  let stopped = false;
   proc.stderr!.on('data', (d) => (stderr += d));
   return new Promise<Front>((resolve, reject) => {
     let out = '';
+    // front.sh may take a few attempts when its port is taken.
     const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      reject(new Error(`front.sh did not start within 15s; stderr:\n${stderr}`));
-    }, 15000);
+      proc.kill('SIGTERM');
+      reject(new Error(`front.sh did not start within 30s; stderr:\n${stderr}`));
+    }, 30000);
     proc.on('exit', (code, sig) => {
       clearTimeout(timer);
       reject(new Error(`front.sh exited early (code ${code}, signal ${sig}); stderr:\n${stderr}`));
@@ -108,15 +197,16 @@ export function startFront(addresses: string[]): Promise<Front> {
       proc.removeAllListeners('exit');
       resolve({
         address: m[1],
-        stop: () =>
-          new Promise<void>((res) => {
-            if (proc.exitCode !== null || proc.signalCode !== null) return res();
-            proc.once('exit', () => {
-              fs.rmSync(dir, { recursive: true, force: true });
-              res();
-            });
-            proc.kill('SIGTERM');
-          }),
+        // front.sh exits with nginx's status: 0 only for a clean shutdown.
+        stop: async () => {
+          if (stopped) return;
+          stopped = true;
+          try {
+            await stopCleanly(proc, 'the front (front.sh, nginx)', () => stderr);
+          } finally {
+            fs.rmSync(dir, { recursive: true, force: true });
+          }
+        },
       });
     });
   });

@@ -20,7 +20,7 @@ import unittest
 import grpc
 
 import workspaced
-from test_client import CAPS, Server, socket_closed_port
+from test_client import CAPS, Server, describe_returncode, refused_port, stop_all, stop_cleanly
 from workspaced import ExitCause, RetryPolicy
 from workspaced._proto import filesystem_pb2
 
@@ -29,13 +29,15 @@ NODES = ("node-1", "node-2")
 
 class Front:
     """front.sh in front of `addresses` (named node-1, node-2, ... in order),
-    stopped with SIGTERM."""
+    stopped with SIGTERM. front.sh exits with nginx's status, so stop()
+    raises AssertionError unless nginx shut down cleanly."""
 
     def __init__(self, addresses):
         script = os.environ.get("WORKSPACED_TEST_FRONT")
         if not script:
             raise RuntimeError("WORKSPACED_TEST_FRONT is not set: it must name clients/testdata/front.sh")
         self.tmp = tempfile.mkdtemp(prefix="front-", dir=os.environ.get("TEST_TMPDIR"))
+        self.stopped = False
         self.log_path = os.path.join(self.tmp, "front.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
@@ -56,26 +58,32 @@ class Front:
                 pass
 
         threading.Thread(target=read_banner, daemon=True).start()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while "addr" not in found:
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
+                if self.proc.poll() is None:
+                    self.proc.terminate()
+                self.proc.wait()
+                self.stopped = True
+                self.proc.stdout.close()
+                self.log.close()
                 with open(self.log_path) as f:
-                    raise RuntimeError("front.sh did not start:\n" + f.read())
+                    raise RuntimeError(
+                        "front.sh did not start (%s):\n%s" % (describe_returncode(self.proc.returncode), f.read())
+                    )
             time.sleep(0.02)
         self.address = found["addr"]
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.stopped:
+            return
+        self.stopped = True
+        problem = stop_cleanly(self.proc, "the front (front.sh, nginx)", self.log_path)
         self.proc.stdout.close()
         self.log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if problem:
+            raise AssertionError(problem)
 
 
 def write_through_front(ws, path, data, **kwargs):
@@ -109,15 +117,23 @@ class FrontTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.servers = [Server(), Server()]
-        cls.front = Front([s.address for s in cls.servers])
+        try:
+            cls.front = Front([s.address for s in cls.servers])
+        except BaseException:
+            # tearDownClass does not run after a failed setUpClass.
+            for s in cls.servers:
+                try:
+                    s.stop()
+                except AssertionError:
+                    pass
+            raise
         cls.client = workspaced.connect(cls.front.address, token="test-token")
 
     @classmethod
     def tearDownClass(cls):
+        # Raises when the front or a node did not exit cleanly.
         cls.client.close()
-        cls.front.stop()
-        for s in cls.servers:
-            s.stop()
+        stop_all(cls.front, *cls.servers)
 
     def open(self, *args, **kwargs):
         ws = self.client.open(*args, **kwargs)
@@ -243,7 +259,7 @@ class FrontWithADeadNodeTest(unittest.TestCase):
     def test_open_lands_on_the_live_node(self):
         server = Server()
         self.addCleanup(server.stop)
-        with socket_closed_port() as port:
+        with refused_port() as port:
             front = Front([server.address, "127.0.0.1:%d" % port])
             self.addCleanup(front.stop)
             policy = RetryPolicy(max_attempts=6, initial_backoff=0.01)

@@ -1,10 +1,13 @@
 // Local-sandbox end to end: the real server, real bubblewrap, the real
 // sandbox init and a real client prove the boundary holds. The escape probe
 // (tests/sandbox/escape_probe.c) runs inside a command and tries every known
-// way out; the other tests check what a sandboxed command can write, how its
-// exit is reported, that signals reach the command and not the sandbox, that
-// every abort kills everything inside, that a missing backend fails closed,
-// and that hostile bind paths are refused.
+// way out; each of its checks has a control run, the same probe in a
+// local-bash workspace of the same server, which must see the operation
+// succeed, or skips naming what this host lacks (then the sandbox's refusal
+// proves nothing here). The other tests check what a sandboxed command can
+// write, how its exit is reported, that signals reach the command and not the
+// sandbox, that every abort kills everything inside, that a missing backend
+// fails closed, and that hostile bind paths are refused.
 //
 // The probe is copied into a fresh directory under the host's /tmp that the
 // server searches first (--exec-path) and that each workspace binds
@@ -17,12 +20,16 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -57,6 +64,9 @@ const std::vector<std::string> kAllChecks = {
     "x32_syscall",  "i386_syscall",   "capabilities", "no_new_privs",  "seccomp_mode",
     "io_uring",     "kernel_keyring",
 };
+
+// Where a docker daemon listens; a sandboxed command must reach neither.
+const std::vector<std::string> kDockerSockets = {"/var/run/docker.sock", "/run/docker.sock"};
 
 const std::vector<std::string> kAllowed = {
     "escape_probe", "sh",  "sleep", "cat", "id", "setsid", "echo", "ls", "true",
@@ -187,17 +197,20 @@ std::string Describe(const std::map<std::string, std::string> &a,
 // ---- the probe's output ----
 
 struct ProbeCheck {
-    bool blocked = false;
+    std::string result;     // blocked, succeeded, mixed or not-tried
+    bool blocked = false;   // every attempt was refused
+    bool succeeded = false; // every attempt did what it tried
     std::string detail;
 };
 
 // One line exactly as the probe prints it:
-// {"check":"NAME","blocked":true|false,"detail":"..."} with \" \\ and \u00XX
+// {"check":"NAME","result":"RESULT","detail":"..."} with \" \\ and \u00XX
 // escapes in the detail. False for anything else.
 bool ParseProbeLine(const std::string &line, std::string *ret_name, ProbeCheck *ret)
 {
-    static const std::string kHead = "{\"check\":\"",
-                             kBlocked = "\",\"blocked\":", kDetail = ",\"detail\":\"";
+    static const std::string kHead = "{\"check\":\"", kResult = "\",\"result\":\"",
+                             kDetail = "\",\"detail\":\"";
+    static const std::set<std::string> kResults = {"blocked", "succeeded", "mixed", "not-tried"};
     if (line.compare(0, kHead.size(), kHead) != 0)
         return false;
     size_t i = kHead.size();
@@ -206,18 +219,19 @@ bool ParseProbeLine(const std::string &line, std::string *ret_name, ProbeCheck *
         return false;
     std::string name = line.substr(i, end - i);
     i = end;
-    if (line.compare(i, kBlocked.size(), kBlocked) != 0)
+    if (line.compare(i, kResult.size(), kResult) != 0)
         return false;
-    i += kBlocked.size();
+    i += kResult.size();
+    end = line.find('"', i);
+    if (end == std::string::npos)
+        return false;
     ProbeCheck c;
-    if (line.compare(i, 4, "true") == 0) {
-        c.blocked = true;
-        i += 4;
-    } else if (line.compare(i, 5, "false") == 0) {
-        i += 5;
-    } else {
+    c.result = line.substr(i, end - i);
+    if (!kResults.count(c.result))
         return false;
-    }
+    c.blocked = c.result == "blocked";
+    c.succeeded = c.result == "succeeded";
+    i = end;
     if (line.compare(i, kDetail.size(), kDetail) != 0)
         return false;
     i += kDetail.size();
@@ -550,6 +564,10 @@ class SandboxTest : public ::testing::Test
 
 // ---- 1. the probe ----
 
+// Every check must come back "blocked". That alone is evidence of the sandbox
+// only where the same attempt succeeds without it: ProbeControlTest below
+// shows that per check, and where it skips, naming what this host lacks, the
+// check's "blocked" here proves nothing on this host.
 TEST_F(SandboxTest, EveryEscapeIsBlocked)
 {
     wstest::Ws ws = OpenOk();
@@ -569,15 +587,20 @@ TEST_F(SandboxTest, EveryEscapeIsBlocked)
     const auto probe_dir_before = wstest::Snapshot(probe_dir_);
     const auto tmp_before = NamesWithPrefix("/tmp", "escape_probe.");
 
-    auto checks = Probe(ws, {"--planted", planted_state, "--planted", planted_home.path, "--unix",
-                             tmp_sock.path(), "--unix", state_sock.path(), "--port", Port()});
+    std::vector<std::string> args = {"--planted", planted_state,   "--planted", planted_home.path,
+                                     "--unix",    tmp_sock.path(), "--unix",    state_sock.path(),
+                                     "--port",    Port()};
+    for (const auto &p : kDockerSockets)
+        args.insert(args.end(), {"--unix", p});
+    auto checks = Probe(ws, args);
     std::vector<std::string> names;
     for (const auto &c : checks)
         names.push_back(c.first);
     EXPECT_EQ(names, kAllChecks);
     std::map<std::string, ProbeCheck> by;
     for (const auto &c : checks) {
-        EXPECT_TRUE(c.second.blocked) << c.first << " NOT blocked: " << c.second.detail;
+        EXPECT_TRUE(c.second.blocked)
+            << c.first << " NOT blocked (" << c.second.result << "): " << c.second.detail;
         by[c.first] = c.second;
     }
     // The exact values where they are fixed by the sandbox's shape.
@@ -612,25 +635,497 @@ TEST_F(SandboxTest, EveryEscapeIsBlocked)
     unlink(planted_state.c_str());
 }
 
-// The control: the same probe, the same server, but a local-bash workspace
-// (no kernel isolation). The checks that only look (nothing is created, no
-// process is touched) must say "not blocked", or the probe and its parser
-// are blind and the test above proves nothing.
-TEST_F(SandboxTest, ProbeSeesTheHostWithoutTheSandbox)
+// ---- the controls ----
+
+// A sysctl's value without its newline; "" when this kernel has no such knob.
+std::string Sysctl(const std::string &name)
 {
-    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"escape_probe"});
-    struct {
-        std::string check;
-        std::vector<std::string> args;
-    } cases[] = {
-        {"proc_host", {}},    {"tcp_loopback", {"--port", Port()}},
-        {"interfaces", {}},   {"capabilities", {}},
-        {"seccomp_mode", {}}, {"read_home", {}},
-    };
-    for (const auto &c : cases) {
-        ProbeCheck got = ProbeOnly(ws, c.check, c.args);
-        EXPECT_FALSE(got.blocked) << c.check << ": " << got.detail;
+    std::string v = wstest::ReadHostFile("/proc/sys/" + name);
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' '))
+        v.pop_back();
+    return v;
+}
+
+// A field of /proc/PID/status ("Name:\tvalue"); "" when absent.
+std::string StatusField(const std::string &status_path, const std::string &field)
+{
+    std::istringstream in(wstest::ReadHostFile(status_path));
+    std::string line;
+    while (std::getline(in, line))
+        if (line.compare(0, field.size() + 1, field + ":") == 0) {
+            size_t at = line.find_first_not_of(" \t", field.size() + 1);
+            return at == std::string::npos ? "" : line.substr(at);
+        }
+    return "";
+}
+
+// The lines of a file that contain `needle`.
+std::set<std::string> LinesContaining(const std::string &path, const std::string &needle)
+{
+    std::set<std::string> out;
+    for (const auto &l : Lines(wstest::ReadHostFile(path)))
+        if (l.find(needle) != std::string::npos)
+            out.insert(l);
+    return out;
+}
+
+// The interfaces of this host's network namespace other than lo.
+std::set<std::string> HostInterfaces()
+{
+    std::set<std::string> out;
+    for (const auto &l : Lines(wstest::ReadHostFile("/proc/net/dev"))) {
+        size_t colon = l.find(':');
+        if (colon == std::string::npos)
+            continue;
+        size_t start = l.find_first_not_of(' ');
+        std::string name = l.substr(start, colon - start);
+        if (name != "lo")
+            out.insert(name);
     }
+    return out;
+}
+
+// connect(2) to a unix socket from this process: 0 or the errno.
+int ConnectUnix(const std::string &path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+    int err = connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0 ? 0 : errno;
+    close(fd);
+    return err;
+}
+
+// One control run of a check: the probe in a local-bash workspace.
+struct ControlCase {
+    std::string name; // the test's name: the check's, or the check's and a variant
+    std::string check;
+};
+
+// gtest names a failed case by this rather than by its bytes.
+void PrintTo(const ControlCase &c, std::ostream *os)
+{
+    *os << c.name;
+}
+
+const std::vector<ControlCase> kControls = {
+    {"extra_fds", "extra_fds"},       {"write_outside", "write_outside"},
+    {"read_planted", "read_planted"}, {"read_home", "read_home"},
+    {"proc_host", "proc_host"},       {"tcp_loopback", "tcp_loopback"},
+    {"unix_socket", "unix_socket"},   {"unix_socket_docker", "unix_socket"},
+    {"interfaces", "interfaces"},     {"ptrace_parent", "ptrace_parent"},
+    {"unshare_user", "unshare_user"}, {"mount", "mount"},
+    {"tiocsti", "tiocsti"},           {"tiocsti_pty", "tiocsti"},
+    {"af_packet", "af_packet"},       {"af_alg", "af_alg"},
+    {"af_vsock", "af_vsock"},         {"x32_syscall", "x32_syscall"},
+    {"i386_syscall", "i386_syscall"}, {"capabilities", "capabilities"},
+    {"no_new_privs", "no_new_privs"}, {"seccomp_mode", "seccomp_mode"},
+    {"io_uring", "io_uring"},         {"kernel_keyring", "kernel_keyring"},
+};
+
+// How one control is run and what it must show.
+struct ControlRun {
+    std::vector<std::string> args; // after --only CHECK
+    // A sh -c script that runs the probe, instead of running it directly.
+    std::string script;
+    bool pty = false;
+    // The detail the probe must print, exactly; or, when empty, a prefix
+    // and a suffix it must have.
+    std::string detail, detail_prefix, detail_suffix;
+    // Refusals the host itself gives, by the probe's exact detail, with
+    // what they mean: seen outside the sandbox, they skip the control.
+    std::map<std::string, std::string> host_refusals;
+    // More checks once the probe has run.
+    std::function<void()> after;
+};
+
+// What a control run leaves on the host: the probe must undo all of it.
+struct HostTraces {
+    std::set<std::string> files;   // .escape_probe.* where write_outside creates
+    std::set<std::string> tmp;     // mount points mkdtemp'd in /tmp
+    std::set<std::string> mounts;  // mountinfo lines naming the probe
+    std::set<std::string> keys;    // keys the probe added, while not yet collected
+    std::set<std::string> tracers; // server threads with a tracer
+    bool operator==(const HostTraces &o) const
+    {
+        return files == o.files && tmp == o.tmp && mounts == o.mounts && keys == o.keys &&
+               tracers == o.tracers;
+    }
+};
+
+std::ostream &operator<<(std::ostream &os, const HostTraces &t)
+{
+    return os << "files=[" << Join(t.files) << "] tmp=[" << Join(t.tmp) << "] mounts=["
+              << Join(t.mounts) << "] keys=[" << Join(t.keys) << "] tracers=[" << Join(t.tracers)
+              << "]";
+}
+
+// Every check's control: the same probe binary, run the same way by the same
+// server, in a local-bash workspace (no kernel isolation). It must see the
+// operation succeed; otherwise the sandbox's "blocked" could come from the
+// host (a kernel without the feature, a sysctl, a missing path, a misread
+// errno) and prove nothing. Where this host cannot do the operation, or the
+// control needs privileges the command lacks, the control is skipped with
+// the reason, while the sandbox's assertion (EveryEscapeIsBlocked) still
+// runs.
+class ProbeControlTest : public SandboxTest, public ::testing::WithParamInterface<ControlCase>
+{
+  protected:
+    void TearDown() override
+    {
+        listeners_.clear();
+        for (const auto &p : planted_)
+            unlink(p.c_str());
+        SandboxTest::TearDown();
+    }
+
+    // The uid local-bash commands run as.
+    long CommandUid(const wstest::Ws &ws)
+    {
+        RunResponse r = RunOk(ws, ArgvProcess({"id", "-u"}));
+        EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+        try {
+            return std::stol(r.stdout());
+        } catch (const std::exception &) {
+            ADD_FAILURE() << "id -u: " << r.stdout();
+            return -1;
+        }
+    }
+
+    // "" when commands run as root, else why the control needs it.
+    std::string NeedsRoot(const std::string &why) const
+    {
+        if (uid_ == 0)
+            return "";
+        return "needs root (local-bash commands run as uid " + std::to_string(uid_) +
+               " here): " + why;
+    }
+
+    std::string Plant(const std::string &path)
+    {
+        planted_.push_back(path);
+        wstest::WriteHostFile(path, "planted");
+        EXPECT_EQ(wstest::ReadHostFile(path), "planted") << "cannot plant " << path;
+        return path;
+    }
+
+    HostTraces Traces(const wstest::Ws &ws) const
+    {
+        HostTraces t;
+        for (const std::string &dir : {std::string("/"), std::string("/usr"), std::string("/etc"),
+                                       state_, state_ + "/workspaces", WsDir(ws)})
+            for (const auto &n : NamesWithPrefix(dir, ".escape_probe."))
+                t.files.insert(dir + "/" + n);
+        t.tmp = NamesWithPrefix("/tmp", "escape_probe.");
+        t.mounts = LinesContaining("/proc/self/mountinfo", "escape_probe");
+        t.keys = LinesContaining("/proc/keys", "escape_probe");
+        const std::string task = "/proc/" + std::to_string(srv_->pid()) + "/task";
+        for (const auto &tid : ListDir(task)) {
+            std::string tracer = StatusField(task + "/" + tid + "/status", "TracerPid");
+            if (!tracer.empty() && tracer != "0")
+                t.tracers.insert(tid + "<-" + tracer);
+        }
+        return t;
+    }
+
+    // Fills `run` for control `c`; returns why the control cannot run on
+    // this host, or "".
+    std::string Prepare(const ControlCase &c, ControlRun *run)
+    {
+        const std::string u = Unique();
+        const std::string unproven = ", so the sandbox refusing it proves nothing on this host";
+        if (c.name == "extra_fds") {
+            // The server hands local-bash commands exactly fds 0-2 as well,
+            // so there is no leaked fd to find outside the sandbox: the
+            // control gives the probe one through its shell and the check
+            // must see it.
+            run->script = "exec 7</dev/null && exec escape_probe --only extra_fds";
+            run->detail = "7->/dev/null";
+        } else if (c.name == "write_outside") {
+            std::string root = NeedsRoot("/, /usr and /etc belong to root");
+            if (!root.empty())
+                return root;
+            for (const char *dir : {"/", "/usr", "/etc"}) {
+                struct statvfs st;
+                if (statvfs(dir, &st) == 0 && (st.f_flag & ST_RDONLY))
+                    return std::string(dir) + " is mounted read-only on this host" + unproven;
+            }
+            // ".." is the workspace's parent outside the sandbox.
+            run->detail = "/:created /usr:created /etc:created ..:created";
+        } else if (c.name == "read_planted") {
+            std::string root =
+                NeedsRoot("the files are planted in /root and in the server's state directory");
+            if (!root.empty())
+                return root;
+            const std::string a = Plant(state_ + "/planted-" + u);
+            const std::string b = Plant("/root/.ws-sandbox-test-planted-" + u);
+            run->args = {"--planted", a, "--planted", b};
+            run->detail = a + ":readable " + b + ":readable";
+        } else if (c.name == "read_home") {
+            std::string root = NeedsRoot("/root is readable by root only");
+            if (!root.empty())
+                return root;
+            const std::string name = ".ws-sandbox-test-home-" + u;
+            Plant("/root/" + name);
+            run->detail_prefix = "/root:[ ";
+            run->after = [this, name] {
+                EXPECT_NE(last_.detail.find(" " + name + " "), std::string::npos)
+                    << "the file planted in /root is not listed: " << last_.detail;
+            };
+        } else if (c.name == "proc_host") {
+            run->detail_prefix = "pids=";
+        } else if (c.name == "tcp_loopback") {
+            run->args = {"--port", Port()};
+            run->detail = "127.0.0.1:" + Port() + ":ok";
+        } else if (c.name == "unix_socket") {
+            if (uid_ != 0 && uid_ != static_cast<long>(getuid()))
+                return NeedsRoot("the sockets are in directories private to uid " +
+                                 std::to_string(getuid()));
+            // One in a /tmp directory, one in the state directory (whose
+            // path may not fit sun_path: the probe's other way in).
+            listeners_.push_back(std::make_unique<UnixListener>(
+                HostTempDir("ws-sbx-sock", &cleanup_) + "/host.sock"));
+            listeners_.push_back(std::make_unique<UnixListener>(state_ + "/host.sock"));
+            for (const auto &l : listeners_) {
+                run->args.insert(run->args.end(), {"--unix", l->path()});
+                run->detail += (run->detail.empty() ? "" : " ") + l->path() + ":ok";
+            }
+            run->after = [this] {
+                for (const auto &l : listeners_)
+                    EXPECT_EQ(l->Accepted(), 1) << l->path() << " was not reached";
+            };
+        } else if (c.name == "unix_socket_docker") {
+            std::vector<std::string> present;
+            for (const auto &p : kDockerSockets) {
+                struct stat st;
+                if (stat(p.c_str(), &st) == 0 && S_ISSOCK(st.st_mode))
+                    present.push_back(p);
+            }
+            if (present.empty())
+                return "no docker daemon socket (" + kDockerSockets[0] + ", " + kDockerSockets[1] +
+                       ") on this host" + unproven;
+            std::string root = NeedsRoot("the docker socket is root's and the docker group's");
+            if (!root.empty())
+                return root;
+            for (const auto &p : present) {
+                int err = ConnectUnix(p);
+                if (err != 0)
+                    return p + " is there but no daemon answers on it (" + strerror(err) + ")" +
+                           unproven;
+                run->args.insert(run->args.end(), {"--unix", p});
+                run->detail += (run->detail.empty() ? "" : " ") + p + ":ok";
+            }
+        } else if (c.name == "interfaces") {
+            if (HostInterfaces().empty())
+                return "this host's network namespace has no interface but lo" + unproven;
+        } else if (c.name == "ptrace_parent") {
+            if (Sysctl("kernel/yama/ptrace_scope") == "3")
+                return "kernel.yama.ptrace_scope=3: no process may attach to another" + unproven;
+            std::string root = NeedsRoot("attaching to the server, the command's parent, takes "
+                                         "CAP_SYS_PTRACE unless Yama is off and the command "
+                                         "runs as the server's own user");
+            if (!root.empty())
+                return root;
+            // The parent is the server itself.
+            run->detail = "seize(ppid=" + std::to_string(srv_->pid()) + "):ok traceme:ok";
+        } else if (c.name == "unshare_user") {
+            if (!Exists("/proc/self/ns/user"))
+                return "this kernel has no user namespaces" + unproven;
+            if (Sysctl("user/max_user_namespaces") == "0")
+                return "user.max_user_namespaces=0: this host makes no user namespaces" + unproven;
+            // The sandboxed command is unprivileged: hosts that refuse user
+            // namespaces to unprivileged processes refuse it without the
+            // sandbox's help.
+            if (Sysctl("kernel/unprivileged_userns_clone") == "0")
+                return "kernel.unprivileged_userns_clone=0: the host refuses user namespaces "
+                       "to unprivileged processes" +
+                       unproven;
+            if (Sysctl("kernel/apparmor_restrict_unprivileged_userns") == "1")
+                return "kernel.apparmor_restrict_unprivileged_userns=1: the host refuses user "
+                       "namespaces to unconfined unprivileged processes" +
+                       unproven;
+            run->detail = "unshare:ok clone:ok clone3:ok";
+        } else if (c.name == "mount") {
+            std::string root = NeedsRoot("mounting takes CAP_SYS_ADMIN");
+            if (!root.empty())
+                return root;
+            run->detail_prefix = "mount(/tmp/escape_probe.";
+            run->detail_suffix = "):ok fsopen:ok";
+        } else if (c.name == "tiocsti" || c.name == "tiocsti_pty") {
+            // Without legacy TIOCSTI only CAP_SYS_ADMIN may inject, which
+            // the sandboxed command never has.
+            const std::string legacy = Sysctl("dev/tty/legacy_tiocsti");
+            if (legacy == "0")
+                return "dev.tty.legacy_tiocsti=0: the host refuses TIOCSTI to processes "
+                       "without CAP_SYS_ADMIN" +
+                       unproven;
+            run->pty = c.name == "tiocsti_pty";
+            run->detail = (legacy.empty() ? "" : "legacy_tiocsti=" + legacy + " ") +
+                          (run->pty ? "stdin:ok" : "own-pty:ok");
+        } else if (c.name == "af_packet" || c.name == "af_alg" || c.name == "af_vsock") {
+            if (c.name == "af_packet") {
+                std::string root = NeedsRoot("a packet socket takes CAP_NET_RAW");
+                if (!root.empty())
+                    return root;
+            }
+            const std::string family = c.name == "af_packet" ? "AF_PACKET"
+                                       : c.name == "af_alg"  ? "AF_ALG"
+                                                             : "AF_VSOCK";
+            run->detail = "socket:ok";
+            run->host_refusals["socket:EAFNOSUPPORT"] =
+                "this kernel has no " + family +
+                " sockets (EAFNOSUPPORT outside the sandbox: not built, or no module)" + unproven;
+        } else if (c.name == "x32_syscall") {
+            run->detail_prefix = "returned ";
+            run->host_refusals["ENOSYS"] =
+                "this kernel has no x32 ABI (a getpid with __X32_SYSCALL_BIT is ENOSYS outside "
+                "the sandbox)" +
+                unproven;
+        } else if (c.name == "i386_syscall") {
+            run->detail_prefix = "raw ";
+            run->host_refusals["killed by SIGSEGV"] =
+                "this kernel has no IA-32 emulation (int $0x80 faults outside the sandbox)" +
+                unproven;
+        } else if (c.name == "capabilities" || c.name == "no_new_privs" ||
+                   c.name == "seccomp_mode") {
+            // Outside the sandbox a command has what the server has; if the
+            // server itself is already confined, so is every command.
+            const std::string status = "/proc/" + std::to_string(srv_->pid()) + "/status";
+            if (c.name == "capabilities") {
+                std::string root = NeedsRoot("another user's command has no capabilities");
+                if (!root.empty())
+                    return root;
+                const std::string caps = StatusField(status, "CapEff");
+                if (caps == "0000000000000000")
+                    return "the server itself runs without capabilities" + unproven;
+                run->detail = caps;
+            } else if (c.name == "no_new_privs") {
+                if (StatusField(status, "NoNewPrivs") != "0")
+                    return "the server itself runs with no_new_privs set" + unproven;
+                run->detail = "0";
+            } else {
+                const std::string mode = StatusField(status, "Seccomp");
+                if (mode != "0")
+                    return "the server itself runs in seccomp mode " + mode + unproven;
+                run->detail = "0";
+            }
+        } else if (c.name == "io_uring") {
+            const std::string disabled = Sysctl("kernel/io_uring_disabled");
+            if (disabled == "2")
+                return "kernel.io_uring_disabled=2: io_uring is off on this host" + unproven;
+            // 1: only CAP_SYS_ADMIN and kernel.io_uring_group may make rings.
+            if (disabled == "1")
+                return "kernel.io_uring_disabled=1: the host refuses io_uring to unprivileged "
+                       "processes" +
+                       unproven;
+            run->detail = (disabled.empty() ? "" : "io_uring_disabled=" + disabled + " ") +
+                          "io_uring_setup:ok";
+            run->host_refusals["io_uring_setup:ENOSYS"] = "this kernel has no io_uring" + unproven;
+        } else if (c.name == "kernel_keyring") {
+            run->detail = "add_key:ok";
+            run->host_refusals["add_key:ENOSYS"] = "this kernel has no keyrings" + unproven;
+        } else {
+            ADD_FAILURE() << "no control for " << c.name;
+        }
+        return "";
+    }
+
+    // Runs the probe for `check` as `run` says; its one result.
+    ProbeCheck RunProbe(const wstest::Ws &ws, const std::string &check, const ControlRun &run)
+    {
+        std::vector<std::string> argv = {"escape_probe", "--only", check};
+        argv.insert(argv.end(), run.args.begin(), run.args.end());
+        ProcessConfig p = ArgvProcess(
+            run.script.empty() ? argv : std::vector<std::string>{"sh", "-c", run.script});
+        if (run.pty) {
+            p.mutable_pty()->set_rows(24);
+            p.mutable_pty()->set_cols(80);
+        }
+        RunResponse r = RunOk(ws, p);
+        EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED) << r.stderr();
+        EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+        EXPECT_EQ(r.stderr(), "");
+        std::string out = r.stdout();
+        // A PTY turns \n into \r\n; anything else (an echoed injected byte)
+        // stays and fails the parse.
+        if (run.pty)
+            for (size_t at; (at = out.find("\r\n")) != std::string::npos;)
+                out.erase(at, 1);
+        std::string problems;
+        auto checks = ParseProbe(out, &problems);
+        EXPECT_EQ(problems, "") << r.stdout();
+        if (checks.size() != 1 || checks[0].first != check) {
+            ADD_FAILURE() << "not one " << check << " line: " << r.stdout();
+            return ProbeCheck();
+        }
+        return checks[0].second;
+    }
+
+    long uid_ = -1;
+    ProbeCheck last_;
+    std::vector<std::string> planted_;
+    std::vector<std::unique_ptr<UnixListener>> listeners_;
+};
+
+TEST_P(ProbeControlTest, OperationSucceedsWithoutTheSandbox)
+{
+    const ControlCase &c = GetParam();
+    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"escape_probe", "sh", "id"});
+    uid_ = CommandUid(ws);
+    ASSERT_GE(uid_, 0);
+    ControlRun run;
+    const std::string cannot = Prepare(c, &run);
+    if (!cannot.empty())
+        GTEST_SKIP() << "no control for " << c.name << ": " << cannot;
+
+    const HostTraces before = Traces(ws);
+    last_ = RunProbe(ws, c.check, run);
+    const ProbeCheck &got = last_;
+
+    // Whatever the result, the host is as it was: the process keyring the
+    // key went to died with the probe, but keys are collected asynchronously.
+    HostTraces after = Traces(ws);
+    for (auto deadline = Clock::now() + std::chrono::seconds(10);
+         after.keys != before.keys && Clock::now() < deadline; after = Traces(ws))
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_EQ(after, before) << "the control run left something on the host";
+    EXPECT_TRUE(ListDir(WsDir(ws)).empty()) << "the probe left files in the workspace";
+
+    auto refusal = run.host_refusals.find(got.detail);
+    if (got.blocked && refusal != run.host_refusals.end())
+        GTEST_SKIP() << "no control for " << c.name << ": " << refusal->second;
+    EXPECT_TRUE(got.succeeded) << c.check << " did not succeed outside the sandbox (" << got.result
+                               << "): " << got.detail;
+    if (!run.detail.empty()) {
+        EXPECT_EQ(got.detail, run.detail);
+    } else {
+        EXPECT_EQ(got.detail.compare(0, run.detail_prefix.size(), run.detail_prefix), 0)
+            << got.detail;
+        EXPECT_GE(got.detail.size(), run.detail_suffix.size()) << got.detail;
+        if (got.detail.size() >= run.detail_suffix.size()) {
+            EXPECT_EQ(got.detail.substr(got.detail.size() - run.detail_suffix.size()),
+                      run.detail_suffix);
+        }
+    }
+    if (run.after)
+        run.after();
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryCheck, ProbeControlTest, ::testing::ValuesIn(kControls),
+                         [](const ::testing::TestParamInfo<ControlCase> &i) {
+                             return i.param.name;
+                         });
+
+// Every check the probe makes has a control, and every control a check.
+TEST(ProbeControls, CoverEveryCheck)
+{
+    std::set<std::string> controlled;
+    for (const auto &c : kControls)
+        controlled.insert(c.check);
+    EXPECT_EQ(Join(controlled), Join(std::set<std::string>(kAllChecks.begin(), kAllChecks.end())));
 }
 
 // The same attempts under a PTY: TIOCSTI on the command's own terminal.

@@ -2,15 +2,21 @@
  * escape_probe: run inside a local-sandbox command, tries each known way out and prints one
  * JSON object per check on stdout, nothing else:
  *
- *     {"check":"<name>","blocked":true|false,"detail":"<errno names or short text>"}
+ *     {"check":"<name>","result":"<result>","detail":"<errno names or short text>"}
  *
  *     escape_probe [--planted PATH]... [--port N] [--unix PATH]... [--only NAME]
  *
- * Exit status 0 whatever the verdicts (they are the data); 2 on a bad command line.
+ * The result is "blocked" (every attempt was refused), "succeeded" (every attempt did what it
+ * tried), "mixed" (some of each) or "not-tried" (an attempt could not be made). The same binary
+ * runs outside the sandbox as the control, which must see "succeeded": a refusal is only
+ * evidence of the sandbox where the same attempt succeeds without it.
+ *
+ * Exit status 0 whatever the results (they are the data); 2 on a bad command line.
  * Every attempt that a seccomp filter could answer by killing runs in a forked child, so a
  * SIGSYS ends only that attempt and shows up as "killed by SIGSYS". Attempts that succeed are
- * undone (files unlinked, mounts detached, the parent released). A check never says blocked
- * for an attempt it could not make: "not tried" counts as not blocked. See README.md.
+ * undone (files unlinked, mounts detached, the parent released, the terminal restored), since
+ * outside the sandbox they succeed on the host. A check never says blocked for an attempt it
+ * could not make. See README.md.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -57,10 +63,32 @@ struct options {
     int port; /* 0: none given */
 };
 
+/* The zero value is RESULT_NOT_TRIED, so a check that never decides is not blocked. */
+enum result {
+    RESULT_NOT_TRIED = 0,
+    RESULT_BLOCKED,
+    RESULT_SUCCEEDED,
+    RESULT_MIXED,
+};
+
+static const char *const result_names[] = {
+    [RESULT_NOT_TRIED] = "not-tried",
+    [RESULT_BLOCKED] = "blocked",
+    [RESULT_SUCCEEDED] = "succeeded",
+    [RESULT_MIXED] = "mixed",
+};
+
 struct verdict {
-    bool blocked;
+    enum result result;
     char detail[DETAIL_MAX];
     size_t len;
+};
+
+/* The attempts of a check that is made of several. */
+struct tally {
+    int ok;
+    int refused;
+    int untried;
 };
 
 /* Appends to the detail, space-separated; a truncated detail ends in "...". */
@@ -116,8 +144,8 @@ static void emit(const char *check, const struct verdict *v)
 {
     char line[64 + DETAIL_MAX * 6];
     size_t n =
-        (size_t)snprintf(line, sizeof(line), "{\"check\":\"%s\",\"blocked\":%s,\"detail\":\"",
-                         check, v->blocked ? "true" : "false");
+        (size_t)snprintf(line, sizeof(line), "{\"check\":\"%s\",\"result\":\"%s\",\"detail\":\"",
+                         check, result_names[v->result]);
     for (const unsigned char *p = (const unsigned char *)v->detail; *p; p++) {
         if (*p == '"' || *p == '\\') {
             line[n++] = '\\';
@@ -181,26 +209,46 @@ static int trial(trial_fn fn, const void *arg, long *ret_val, int *ret_err, int 
     return 0;
 }
 
-/* Runs a trial and notes "label:OUTCOME"; returns true when the attempt was refused. */
-static bool attempt(struct verdict *v, const char *label, trial_fn fn, const void *arg)
+/* Runs a trial, notes "label:OUTCOME" and counts it: a kill or an errno is a refusal. */
+static void attempt(struct verdict *v, struct tally *t, const char *label, trial_fn fn,
+                    const void *arg)
 {
     long val = 0;
     int err = 0, sig = 0;
     int r = trial(fn, arg, &val, &err, &sig);
     if (r < 0) {
         note(v, "%s:not-tried(%s)", label, errname(-r));
-        return false;
-    }
-    if (sig) {
+        t->untried++;
+    } else if (sig) {
         note(v, "%s:killed-by-SIG%s", label, sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
-        return true;
-    }
-    if (err) {
+        t->refused++;
+    } else if (err) {
         note(v, "%s:%s", label, errname(err));
-        return true;
+        t->refused++;
+    } else {
+        note(v, "%s:ok", label);
+        t->ok++;
     }
-    note(v, "%s:ok", label);
-    return false;
+}
+
+/* Blocked only when every attempt was made and refused; succeeded only when every attempt was
+ * made and did what it tried. */
+static void settle(struct verdict *v, const struct tally *t)
+{
+    if (t->untried > 0 || t->ok + t->refused == 0)
+        v->result = RESULT_NOT_TRIED;
+    else if (t->ok == 0)
+        v->result = RESULT_BLOCKED;
+    else if (t->refused == 0)
+        v->result = RESULT_SUCCEEDED;
+    else
+        v->result = RESULT_MIXED;
+}
+
+/* For checks that only look: whether what they looked for was hidden. */
+static void look(struct verdict *v, bool hidden)
+{
+    v->result = hidden ? RESULT_BLOCKED : RESULT_SUCCEEDED;
 }
 
 /* Reads a whole small file into buf (NUL-terminated); returns its length or -errno. */
@@ -258,11 +306,13 @@ static int status_field(const char *field, char *ret_value, size_t size)
 
 /* ---- write_outside ---------------------------------------------------------------------- */
 
+/* ".." is the working directory's parent: /workspace/.. in the sandbox, the directory that
+ * holds the workspaces outside it (an absolute /workspace does not exist there). */
 static void check_write_outside(const struct options *o, struct verdict *v)
 {
-    static const char *const dirs[] = {"/", "/usr", "/etc", "/workspace/.."};
+    static const char *const dirs[] = {"/", "/usr", "/etc", ".."};
+    struct tally t = {0, 0, 0};
     (void)o;
-    v->blocked = true;
     for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
         char path[256];
         snprintf(path, sizeof(path), "%s/.escape_probe.%d", strcmp(dirs[i], "/") ? dirs[i] : "",
@@ -270,35 +320,39 @@ static void check_write_outside(const struct options *o, struct verdict *v)
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) {
             note(v, "%s:%s", dirs[i], errname(errno));
+            t.refused++;
             continue;
         }
         close(fd);
-        v->blocked = false;
+        t.ok++;
         note(v, "%s:created", dirs[i]);
         if (unlink(path) < 0)
             note(v, "(unlink %s)", errname(errno));
     }
+    settle(v, &t);
 }
 
 /* ---- read_planted ----------------------------------------------------------------------- */
 
 static void check_read_planted(const struct options *o, struct verdict *v)
 {
-    v->blocked = o->n_planted > 0;
+    struct tally t = {0, 0, 0};
     if (o->n_planted == 0)
         note(v, "not tried: no --planted");
     for (int i = 0; i < o->n_planted; i++) {
         int fd = open(o->planted[i], O_RDONLY | O_CLOEXEC);
         if (fd < 0) {
             note(v, "%s:%s", o->planted[i], errname(errno));
+            t.refused++;
             continue;
         }
         char c;
         ssize_t n = read(fd, &c, 1);
         close(fd);
-        v->blocked = false;
+        t.ok++;
         note(v, "%s:%s", o->planted[i], n >= 0 ? "readable" : "opened");
     }
+    settle(v, &t);
 }
 
 /* ---- read_home -------------------------------------------------------------------------- */
@@ -306,8 +360,8 @@ static void check_read_planted(const struct options *o, struct verdict *v)
 static void check_read_home(const struct options *o, struct verdict *v)
 {
     static const char *const dirs[] = {"/root", "/home"};
+    bool seen = false;
     (void)o;
-    v->blocked = true;
     for (size_t i = 0; i < 2; i++) {
         DIR *d = opendir(dirs[i]);
         if (!d) {
@@ -326,8 +380,9 @@ static void check_read_home(const struct options *o, struct verdict *v)
         closedir(d);
         note(v, "]");
         if (count > 0)
-            v->blocked = false;
+            seen = true;
     }
+    look(v, !seen);
 }
 
 /* ---- proc_host -------------------------------------------------------------------------- */
@@ -337,7 +392,7 @@ static void check_proc_host(const struct options *o, struct verdict *v)
     (void)o;
     DIR *d = opendir("/proc");
     if (!d) {
-        v->blocked = true;
+        look(v, true);
         note(v, "/proc:%s", errname(errno));
         return;
     }
@@ -367,7 +422,7 @@ static void check_proc_host(const struct options *o, struct verdict *v)
     char arg0[128];
     snprintf(arg0, sizeof(arg0), "%.*s", (int)strcspn(cmd, " "), cmd);
     bool init_is_ours = strstr(arg0, "workspaced") && strstr(arg0, "init");
-    v->blocked = count < PROC_FEW_PIDS && init_is_ours;
+    look(v, count < PROC_FEW_PIDS && init_is_ours);
     note(v, "pids=%d max=%ld pid1=%s", count, max, cmd);
 }
 
@@ -393,8 +448,10 @@ static void check_tcp_loopback(const struct options *o, struct verdict *v)
         return;
     }
     char label[32];
+    struct tally t = {0, 0, 0};
     snprintf(label, sizeof(label), "127.0.0.1:%d", o->port);
-    v->blocked = attempt(v, label, try_tcp, &o->port);
+    attempt(v, &t, label, try_tcp, &o->port);
+    settle(v, &t);
 }
 
 /* ---- unix_socket ------------------------------------------------------------------------ */
@@ -423,10 +480,13 @@ static long try_unix(const void *arg)
     return connect(fd, (struct sockaddr *)&sa, sizeof(sa));
 }
 
+/* The caller names every socket, the docker daemon's included: only it knows which of them
+ * exist on the host, and a socket that is not there proves nothing when it is not reached. */
 static void check_unix_socket(const struct options *o, struct verdict *v)
 {
-    static const char *const docker[] = {"/var/run/docker.sock", "/run/docker.sock"};
-    v->blocked = true;
+    struct tally t = {0, 0, 0};
+    if (o->n_unix == 0)
+        note(v, "not tried: no --unix");
     for (int i = 0; i < o->n_unix; i++) {
         const char *path = o->unix_paths[i];
         const char *slash = strrchr(path, '/');
@@ -434,14 +494,12 @@ static void check_unix_socket(const struct options *o, struct verdict *v)
         if (strlen(path) >= UNIX_PATH_FIT &&
             (!slash || strlen(slash) + 24 >= UNIX_PATH_FIT || slash - path >= 4096)) {
             note(v, "%s:not-tried(too long)", path);
-            v->blocked = false;
-        } else if (!attempt(v, path, try_unix, path)) {
-            v->blocked = false;
+            t.untried++;
+        } else {
+            attempt(v, &t, path, try_unix, path);
         }
     }
-    for (size_t i = 0; i < 2; i++)
-        if (!attempt(v, docker[i], try_unix, docker[i]))
-            v->blocked = false;
+    settle(v, &t);
 }
 
 /* ---- interfaces ------------------------------------------------------------------------- */
@@ -468,7 +526,7 @@ static void check_interfaces(const struct options *o, struct verdict *v)
         ssize_t len = slurp("/proc/net/dev", buf, sizeof(buf));
         if (len < 0) {
             note(v, "/proc/net/dev:%s", errname((int)-len));
-            v->blocked = true;
+            look(v, true);
             return;
         }
         char *line = strchr(buf, '\n');
@@ -480,14 +538,15 @@ static void check_interfaces(const struct options *o, struct verdict *v)
             line = strchr(line, '\n');
         }
     }
-    v->blocked = true;
+    bool only_lo = true;
     for (int i = 0; i < n; i++) {
         note(v, "%s", names[i]);
         if (strcmp(names[i], "lo") != 0)
-            v->blocked = false;
+            only_lo = false;
     }
     if (n == 0)
         note(v, "(none)");
+    look(v, only_lo);
 }
 
 /* ---- ptrace_parent ---------------------------------------------------------------------- */
@@ -510,10 +569,11 @@ static void check_ptrace_parent(const struct options *o, struct verdict *v)
     (void)o;
     pid_t parent = getppid();
     char label[48];
+    struct tally t = {0, 0, 0};
     snprintf(label, sizeof(label), "seize(ppid=%d)", (int)parent);
-    bool a = attempt(v, label, try_seize, &parent);
-    bool b = attempt(v, "traceme", try_traceme, NULL);
-    v->blocked = a && b;
+    attempt(v, &t, label, try_seize, &parent);
+    attempt(v, &t, "traceme", try_traceme, NULL);
+    settle(v, &t);
 }
 
 /* ---- unshare_user ----------------------------------------------------------------------- */
@@ -550,16 +610,17 @@ static long try_clone3_user(const void *arg)
 
 static void check_unshare_user(const struct options *o, struct verdict *v)
 {
+    struct tally t = {0, 0, 0};
     (void)o;
-    bool a = attempt(v, "unshare", try_unshare_user, NULL);
-    bool b = attempt(v, "clone", try_clone_user, NULL);
-    bool c = attempt(v, "clone3", try_clone3_user, NULL);
-    v->blocked = a && b && c;
+    attempt(v, &t, "unshare", try_unshare_user, NULL);
+    attempt(v, &t, "clone", try_clone_user, NULL);
+    attempt(v, &t, "clone3", try_clone3_user, NULL);
+    settle(v, &t);
 }
 
 /* ---- mount ------------------------------------------------------------------------------ */
 
-/* A mount over /tmp itself would hide the host's /tmp during a host run: use a fresh
+/* A mount over /tmp itself would hide the host's /tmp during a control run: use a fresh
  * directory in it; the permission checks are the same. */
 static long try_mount(const void *arg)
 {
@@ -578,27 +639,43 @@ static long try_fsopen(const void *arg)
 
 static void check_mount(const struct options *o, struct verdict *v)
 {
-    (void)o;
     char dir[] = "/tmp/escape_probe.XXXXXX";
-    const char *target = mkdtemp(dir) ? dir : "/tmp";
-    char label[64];
-    snprintf(label, sizeof(label), "mount(%s)", target);
-    bool a = attempt(v, label, try_mount, target);
-    bool b = attempt(v, "fsopen", try_fsopen, NULL);
-    if (target == dir)
+    struct tally t = {0, 0, 0};
+    (void)o;
+    if (mkdtemp(dir)) {
+        char label[64];
+        snprintf(label, sizeof(label), "mount(%s)", dir);
+        attempt(v, &t, label, try_mount, dir);
         (void)rmdir(dir);
-    v->blocked = a && b;
+    } else {
+        note(v, "mount:not-tried(mkdtemp %s)", errname(errno));
+        t.untried++;
+    }
+    attempt(v, &t, "fsopen", try_fsopen, NULL);
+    settle(v, &t);
 }
 
 /* ---- tiocsti ---------------------------------------------------------------------------- */
 
+/* Outside the sandbox the injection works on the command's real terminal: echo is off while
+ * the byte is pushed, so it never reaches the output, and the input queue is flushed before the
+ * terminal's settings are put back. */
 static long try_tiocsti_stdin(const void *arg)
 {
     (void)arg;
-    if (ioctl(STDIN_FILENO, TIOCSTI, "x") < 0)
+    struct termios saved, quiet;
+    if (tcgetattr(STDIN_FILENO, &saved) < 0)
         return -1;
-    (void)tcflush(STDIN_FILENO, TCIFLUSH); /* take the injected byte back */
-    return 0;
+    quiet = saved;
+    quiet.c_lflag &= ~(tcflag_t)(ECHO | ECHONL);
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &quiet) < 0)
+        return -1;
+    long r = ioctl(STDIN_FILENO, TIOCSTI, "x");
+    int err = errno;
+    (void)tcflush(STDIN_FILENO, TCIFLUSH);
+    (void)tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+    errno = err;
+    return r;
 }
 
 /* With stdin not a terminal, a terminal of our own: a new session's controlling pty. */
@@ -621,14 +698,16 @@ static long try_tiocsti_own(const void *arg)
 
 static void check_tiocsti(const struct options *o, struct verdict *v)
 {
-    (void)o;
     char legacy[16];
+    (void)o;
     if (slurp("/proc/sys/dev/tty/legacy_tiocsti", legacy, sizeof(legacy)) > 0)
         note(v, "legacy_tiocsti=%.*s", (int)strcspn(legacy, "\n"), legacy);
+    struct tally t = {0, 0, 0};
     if (isatty(STDIN_FILENO))
-        v->blocked = attempt(v, "stdin", try_tiocsti_stdin, NULL);
+        attempt(v, &t, "stdin", try_tiocsti_stdin, NULL);
     else
-        v->blocked = attempt(v, "own-pty", try_tiocsti_own, NULL);
+        attempt(v, &t, "own-pty", try_tiocsti_own, NULL);
+    settle(v, &t);
 }
 
 /* ---- af_packet, af_alg, af_vsock -------------------------------------------------------- */
@@ -645,7 +724,9 @@ static long try_socket(const void *arg)
 
 static void check_family(struct verdict *v, const struct family *f)
 {
-    v->blocked = attempt(v, "socket", try_socket, f);
+    struct tally t = {0, 0, 0};
+    attempt(v, &t, "socket", try_socket, f);
+    settle(v, &t);
 }
 
 static void check_af_packet(const struct options *o, struct verdict *v)
@@ -690,10 +771,10 @@ static void check_x32_syscall(const struct options *o, struct verdict *v)
     if (r < 0) {
         note(v, "not tried: %s", errname(-r));
     } else if (sig) {
-        v->blocked = true;
+        v->result = RESULT_BLOCKED;
         note(v, "killed by SIG%s", sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
     } else {
-        v->blocked = val == -1;
+        v->result = val == -1 ? RESULT_BLOCKED : RESULT_SUCCEEDED;
         if (val == -1)
             note(v, "%s", errname(err));
         else
@@ -719,10 +800,10 @@ static void check_i386_syscall(const struct options *o, struct verdict *v)
     if (r < 0) {
         note(v, "not tried: %s", errname(-r));
     } else if (sig) {
-        v->blocked = true;
+        v->result = RESULT_BLOCKED;
         note(v, "killed by SIG%s", sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
     } else {
-        v->blocked = val < 0;
+        v->result = val < 0 ? RESULT_BLOCKED : RESULT_SUCCEEDED;
         if (val < 0)
             note(v, "raw %ld (%s)", val, errname((int)-val));
         else
@@ -734,18 +815,19 @@ static void check_i386_syscall(const struct options *o, struct verdict *v)
 
 static void check_extra_fds(const struct options *o, struct verdict *v)
 {
+    bool none = true;
     (void)o;
-    v->blocked = true;
     DIR *d = opendir("/proc/self/fd");
     if (!d) {
         /* Without /proc, ask the kernel fd by fd. */
         note(v, "/proc/self/fd:%s", errname(errno));
         for (int fd = 3; fd < 4096; fd++) {
             if (fcntl(fd, F_GETFD) >= 0) {
-                v->blocked = false;
+                none = false;
                 note(v, "%d", fd);
             }
         }
+        look(v, none);
         return;
     }
     struct dirent *e;
@@ -761,10 +843,11 @@ static void check_extra_fds(const struct options *o, struct verdict *v)
             snprintf(target, sizeof(target), "(%s)", errname(errno));
         else
             target[n] = '\0';
-        v->blocked = false;
+        none = false;
         note(v, "%ld->%s", fd, target);
     }
     closedir(d);
+    look(v, none);
 }
 
 /* ---- capabilities, no_new_privs, seccomp_mode ------------------------------------------- */
@@ -777,7 +860,7 @@ static void check_status(struct verdict *v, const char *field, const char *safe)
         note(v, "/proc/self/status %s:%s", field, errname(-r));
         return;
     }
-    v->blocked = strcmp(value, safe) == 0;
+    look(v, strcmp(value, safe) == 0);
     note(v, "%s", value);
 }
 
@@ -811,11 +894,13 @@ static long try_io_uring(const void *arg)
 
 static void check_io_uring(const struct options *o, struct verdict *v)
 {
-    (void)o;
     char disabled[16];
+    struct tally t = {0, 0, 0};
+    (void)o;
     if (slurp("/proc/sys/kernel/io_uring_disabled", disabled, sizeof(disabled)) > 0)
         note(v, "io_uring_disabled=%.*s", (int)strcspn(disabled, "\n"), disabled);
-    v->blocked = attempt(v, "io_uring_setup", try_io_uring, NULL);
+    attempt(v, &t, "io_uring_setup", try_io_uring, NULL);
+    settle(v, &t);
 }
 
 /* The process keyring dies with the trial child: nothing is left in a shared keyring. */
@@ -827,8 +912,10 @@ static long try_add_key(const void *arg)
 
 static void check_kernel_keyring(const struct options *o, struct verdict *v)
 {
+    struct tally t = {0, 0, 0};
     (void)o;
-    v->blocked = attempt(v, "add_key", try_add_key, NULL);
+    attempt(v, &t, "add_key", try_add_key, NULL);
+    settle(v, &t);
 }
 
 /* ---- main ------------------------------------------------------------------------------- */
@@ -926,7 +1013,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < N_CHECKS; i++) {
         if (only && only != &checks[i])
             continue;
-        struct verdict v = {.blocked = false, .len = 0};
+        struct verdict v = {.result = RESULT_NOT_TRIED, .len = 0};
         checks[i].run(&o, &v);
         emit(checks[i].name, &v);
     }

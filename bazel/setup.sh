@@ -13,8 +13,10 @@ packages=(
   # server libraries
   libssl-dev libcurl4-openssl-dev libseccomp-dev libjansson-dev libpcre2-dev
   libmicrohttpd-dev
-  # tests
+  # tests; procps for pgrep and ps, systemd for systemd-analyze (the unit
+  # file's check), openssl for the test certificates
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
+  procps systemd openssl
   # deployment tests: network namespaces, the Envoy example's YAML
   iproute2 python3-yaml
   # the nginx front of the routing tests (HTTP/2 and gRPC proxying)

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The whole test suite on a fresh Debian 12 machine (as root): installs what
 # is missing, starts dockerd, builds the test image, then runs every test
-# twice: a regular build, and the same suite under ASan/UBSan.
+# twice: a regular build, and the same suite under ASan/UBSan (where undefined
+# behaviour is fatal). Every test runs every time: many depend on the machine
+# (dockerd, bubblewrap, cgroups, nginx, the Node modules), so a result cached
+# from an earlier run would prove nothing about this one. Each phase's time
+# and every test that skipped itself, with its reason, are printed at the end.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+t0=$(date +%s)
 bash bazel/setup.sh || exit 1
 bash tests/fixtures/dockerd.sh || exit 1
 bash tests/fixtures/image/build.sh || exit 1
@@ -12,10 +17,26 @@ bash tests/fixtures/image/build.sh || exit 1
 (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) || exit 1
 
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+skips=$(mktemp)
+stamp=$(mktemp)
+trap 'rm -f "$log" "$skips" "$stamp"' EXIT
 status=0
-bazel test //... "$@" 2>&1 | tee -a "$log" || status=1
-bazel test --config=asan //... "$@" 2>&1 | tee -a "$log" || status=1
+times=()
+t1=$(date +%s)
+times+=("setup $((t1 - t0)) s")
+
+touch "$stamp"
+bazel test --nocache_test_results //... "$@" 2>&1 | tee -a "$log" || status=1
+bash tests/skips.sh bazel-testlogs "$stamp" | sed 's/^SKIPPED /SKIPPED (regular) /' >>"$skips"
+t2=$(date +%s)
+times+=("regular $((t2 - t1)) s")
+
+touch "$stamp"
+bazel test --config=asan --nocache_test_results //... "$@" 2>&1 | tee -a "$log" || status=1
+bash tests/skips.sh bazel-testlogs "$stamp" | sed 's/^SKIPPED /SKIPPED (asan) /' >>"$skips"
+t3=$(date +%s)
+times+=("asan $((t3 - t2)) s")
+
 # Last, outside the test runner: it stops and restarts dockerd, which must
 # outlive it (see tests/e2e/BUILD.bazel).
 bazel run //tests/e2e:docker_daemon_test 2>&1 | tee -a "$log"
@@ -26,10 +47,22 @@ else
   status=1
 fi
 bash tests/fixtures/dockerd.sh || status=1
+t4=$(date +%s)
+times+=("docker_daemon_test $((t4 - t3)) s")
 
-passed=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+echo
+if [ -s "$skips" ]; then
+  echo "Skipped by the tests themselves (the reason each gave):"
+  cat "$skips"
+else
+  echo "No test skipped itself."
+fi
+echo "Time: ${times[*]/%/,} total $((t4 - t0)) s" | sed 's/, total/; total/; s/,,/,/g'
+# A cached result is not a run: only results of this run count.
+passed=$(grep -cE '^//[^ ]+ +PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
-echo "$passed passed, $failed failed"
-if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ]; then
+cached=$(grep -cE '^//[^ ]+ +\(cached\) ' "$log")
+echo "$passed passed, $failed failed, $cached cached"
+if [ "$status" -ne 0 ] || [ "$failed" -ne 0 ] || [ "$passed" -eq 0 ] || [ "$cached" -ne 0 ]; then
   exit 1
 fi

@@ -253,6 +253,25 @@ static bool parse_ull(const char *s, unsigned long long max, unsigned long long 
     return true;
 }
 
+/* A TCP address must end in ":PORT" with PORT a decimal number in
+ * 0..65535 (0: the kernel picks one). gRPC reads the port with atoi and
+ * keeps the low 16 bits, so "host:99999" would quietly bind port 34463. */
+static bool listen_port_ok(const char *addr)
+{
+    const char *colon;
+    size_t digits;
+
+    if (strncmp(addr, "unix:", 5) == 0)
+        return true;
+    colon = strrchr(addr, ':');
+    if (!colon || colon == addr)
+        return false;
+    digits = strspn(colon + 1, "0123456789");
+    if (digits == 0 || digits > 5 || colon[1 + digits] != '\0')
+        return false;
+    return strtoul(colon + 1, NULL, 10) <= 65535;
+}
+
 /* Without authentication only loopback and unix sockets may be bound: a
  * workspace server on a public address would hand a shell to anyone. The
  * host must be a literal loopback address or "localhost". */
@@ -346,6 +365,8 @@ static const char *apply(struct options *o, int id, const char *v)
         }
     switch (id) {
     case LISTEN:
+        if (!listen_port_ok(v))
+            return "not HOST:PORT with a port in 0..65535, or unix:PATH";
         o->listen = v;
         return NULL;
     case STATE:

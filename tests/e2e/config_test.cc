@@ -295,6 +295,12 @@ TEST(ConfigTest, BadFilesExit2NamingKeyAndLine)
          "2: line longer than 8192 bytes"},
         {"overlong value", "[exec]\npath = /" + std::string(8200, 'x') + "\n",
          "2: line longer than 8192 bytes"},
+        {"listen port out of range", "[server]\nlisten = 127.0.0.1:99999\n",
+         "2: key \"server.listen\": not HOST:PORT with a port in 0..65535, or unix:PATH"},
+        {"listen without a port", "[server]\nlisten = 127.0.0.1\n",
+         "2: key \"server.listen\": not HOST:PORT with a port in 0..65535, or unix:PATH"},
+        {"listen port not a number", "[server]\nlisten = [::1]:+80\n",
+         "2: key \"server.listen\": not HOST:PORT with a port in 0..65535, or unix:PATH"},
         {"bad containment", "[exec]\nprocess-containment = cgroup\n",
          "2: key \"exec.process-containment\": not auto or subreaper"},
         {"relative exec path", "[exec]\npath = bin:/usr/bin\n",
@@ -358,6 +364,13 @@ TEST(ConfigTest, FlagsAndFileShareChecksAndRules)
     EXPECT_TRUE(Exited2(st));
     EXPECT_EQ(err, "workspaced: invalid value 'lots' for --max-workspaces: not a number in "
                    "1..1000000\n");
+    // gRPC would keep the low 16 bits of the port: 99999 would bind 34463.
+    for (const char *addr : {"127.0.0.1:99999", "[::1]:65536", "localhost:", "127.0.0.1:0x50"}) {
+        st = wstest::RunServerToExit({"--state-dir", "/nonexistent", "--listen", addr}, &err);
+        EXPECT_TRUE(Exited2(st)) << addr;
+        EXPECT_EQ(err, std::string("workspaced: invalid value '") + addr +
+                           "' for --listen: not HOST:PORT with a port in 0..65535, or unix:PATH\n");
+    }
     st = wstest::RunServerToExit({"--state-dir", "/nonexistent", "--providers", "podman"}, &err);
     EXPECT_TRUE(Exited2(st));
     EXPECT_EQ(err, "workspaced: invalid value 'podman' for --providers: not a comma-separated list "

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -93,6 +94,24 @@ std::string TempPath(const std::string &name)
     return std::string(base ? base : "/tmp") + "/" + name;
 }
 
+// `sleep N.SUFFIX`, N telling a test's sleeps apart and SUFFIX this test
+// process (its pid and a random part) from any other running now or
+// earlier: a check by pid and command line never takes another run's
+// sleep for one of its own (nor kills it).
+std::string Sleep(int n)
+{
+    static const std::string suffix = [] {
+        unsigned char raw[4];
+        std::ifstream urandom("/dev/urandom", std::ios::binary);
+        urandom.read(reinterpret_cast<char *>(raw), sizeof(raw));
+        unsigned long r = (unsigned long)raw[0] << 24 | raw[1] << 16 | raw[2] << 8 | raw[3];
+        char buf[32];
+        snprintf(buf, sizeof(buf), "%07d%010lu", (int)getpid(), r);
+        return std::string(buf);
+    }();
+    return "sleep " + std::to_string(n) + "." + suffix;
+}
+
 // /proc/PID/cmdline with NULs as spaces, "" when there is no such process.
 std::string Cmdline(pid_t pid)
 {
@@ -134,6 +153,19 @@ bool Gone(pid_t pid, const std::string &cmdline)
     return false;
 }
 
+// Whether `pid` is blocked in sigwait (rt_sigtimedwait), from
+// /proc/PID/syscall. (Its signal mask does not tell: while the call waits,
+// the kernel unblocks the signals it waits for.)
+bool InSigwait(pid_t pid, std::string *ret_seen = nullptr)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/syscall");
+    std::string nr;
+    bool read = static_cast<bool>(f >> nr);
+    if (ret_seen)
+        *ret_seen = read ? nr : "nothing readable";
+    return read && nr == std::to_string(SYS_rt_sigtimedwait);
+}
+
 // True when `pid` is running `cmdline` and is not a zombie.
 bool Alive(pid_t pid, const std::string &cmdline)
 {
@@ -154,11 +186,16 @@ class Init
     Init() = default;
     Init(const Init &) = delete;
     Init &operator=(const Init &) = delete;
+    // Every init a test starts is waited for by Finish (or Exited), which
+    // is where its exit is checked; one that never was is a test that did
+    // not look.
     ~Init()
     {
         if (pid_ > 0) {
             (void)kill(pid_, SIGKILL);
             (void)waitpid(pid_, nullptr, 0);
+            if (!::testing::Test::HasFailure())
+                ADD_FAILURE() << "an init was started but never waited for";
         }
         CloseFds();
     }
@@ -435,12 +472,12 @@ TEST(DockerInitTest, LargestTimeoutIsAccepted)
 TEST(DockerInitTest, BackgroundChildIsKilledWhenTheCommandExits)
 {
     // The sleeper keeps stdout open: Finish would wait for it if it lived.
-    Result r = RunInit(Shell(NewId(), "sleep 1001 & echo $!; exit 3"));
+    Result r = RunInit(Shell(NewId(), Sleep(1001) + " & echo $!; exit 3"));
     EXPECT_EQ(ExitCode(r), 3);
     EXPECT_EQ(r.err, Record("exited 3"));
     pid_t sleeper = ToPid(r.out);
     ASSERT_GT(sleeper, 0) << r.out;
-    EXPECT_TRUE(Gone(sleeper, "sleep 1001"));
+    EXPECT_TRUE(Gone(sleeper, Sleep(1001)));
 }
 
 TEST(DockerInitTest, SetsidAndDoubleForkEscapeesAreKilled)
@@ -450,11 +487,13 @@ TEST(DockerInitTest, SetsidAndDoubleForkEscapeesAreKilled)
     // Both escapees print their pid, then drop every fd the command had, so
     // nothing but init's kill can end them. The command exits once told to.
     Init init;
-    ASSERT_TRUE(init.Start(
-        Shell(id, "a=$( (setsid sh -c 'echo $$; exec sleep 1002 </dev/null >/dev/null 2>&1' &) ); "
-                  "b=$( (sh -c 'echo $$; exec sleep 1003 </dev/null >/dev/null 2>&1' &) ); "
-                  "echo $a $b; while [ ! -e " +
-                      flag + " ]; do sleep 0.05; done; exit 0")));
+    ASSERT_TRUE(init.Start(Shell(id, "a=$( (setsid sh -c 'echo $$; exec " + Sleep(1002) +
+                                         " </dev/null >/dev/null 2>&1' &) ); "
+                                         "b=$( (sh -c 'echo $$; exec " +
+                                         Sleep(1003) +
+                                         " </dev/null >/dev/null 2>&1' &) ); "
+                                         "echo $a $b; while [ ! -e " +
+                                         flag + " ]; do sleep 0.05; done; exit 0")));
     std::vector<std::string> line = init.ReadLines(1);
     ASSERT_EQ(line.size(), 1u);
     pid_t a = 0, b = 0;
@@ -467,8 +506,8 @@ TEST(DockerInitTest, SetsidAndDoubleForkEscapeesAreKilled)
             StatFields(b).size() < 4 || StatFields(b)[1] != std::to_string(init.pid())) &&
            ElapsedMs(t0) < kFinishWaitMs)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    EXPECT_TRUE(Alive(a, "sleep 1002"));
-    EXPECT_TRUE(Alive(b, "sleep 1003"));
+    EXPECT_TRUE(Alive(a, Sleep(1002)));
+    EXPECT_TRUE(Alive(b, Sleep(1003)));
     ASSERT_GE(StatFields(a).size(), 4u);
     EXPECT_EQ(StatFields(a)[1], std::to_string(init.pid()));
     EXPECT_EQ(StatFields(a)[3], std::to_string(a)) << "not in a session of its own";
@@ -480,8 +519,8 @@ TEST(DockerInitTest, SetsidAndDoubleForkEscapeesAreKilled)
     unlink(flag.c_str());
     EXPECT_EQ(ExitCode(r), 0);
     EXPECT_EQ(r.err, Record("exited 0"));
-    EXPECT_TRUE(Gone(a, "sleep 1002"));
-    EXPECT_TRUE(Gone(b, "sleep 1003"));
+    EXPECT_TRUE(Gone(a, Sleep(1002)));
+    EXPECT_TRUE(Gone(b, Sleep(1003)));
 }
 
 // A descendant writing to stderr as fast as it can is dead before the record
@@ -501,13 +540,14 @@ TEST(DockerInitTest, RecordComesAfterEverythingANoisyOrphanWrote)
 TEST(DockerInitTest, TimeoutKillsTheWholeTreeAndReportsSignaled9)
 {
     // The shell ignores TERM: only a SIGKILL ends it.
-    Result r = RunInit(Shell(NewId(), "trap '' TERM; sleep 1004 & echo $!; sleep 1005", "500"));
+    Result r = RunInit(
+        Shell(NewId(), "trap '' TERM; " + Sleep(1004) + " & echo $!; " + Sleep(1005), "500"));
     EXPECT_EQ(ExitCode(r), 128 + SIGKILL);
     EXPECT_EQ(r.err, Record("signaled 9"));
     EXPECT_GE(r.elapsed_ms, 450);
     pid_t sleeper = ToPid(r.out);
     ASSERT_GT(sleeper, 0) << r.out;
-    EXPECT_TRUE(Gone(sleeper, "sleep 1004"));
+    EXPECT_TRUE(Gone(sleeper, Sleep(1004)));
 }
 
 TEST(DockerInitTest, ZeroTimeoutMeansNoBound)
@@ -557,9 +597,10 @@ TEST(DockerInitTest, ForwardedSignalReachesAnEscapee)
 {
     Init init;
     ASSERT_TRUE(init.Start(Shell(
-        NewId(), "e=$( (setsid sh -c 'echo $$; exec sleep 1006 </dev/null >/dev/null 2>&1' &) ); "
-                 "trap '' USR1; echo ready; while kill -0 $e 2>/dev/null; do sleep 0.05; done; "
-                 "echo escapee-gone; exit 8")));
+        NewId(), "e=$( (setsid sh -c 'echo $$; exec " + Sleep(1006) +
+                     " </dev/null >/dev/null 2>&1' &) ); "
+                     "trap '' USR1; echo ready; while kill -0 $e 2>/dev/null; do sleep 0.05; done; "
+                     "echo escapee-gone; exit 8")));
     ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
     ASSERT_EQ(kill(init.pid(), SIGUSR1), 0);
     Result r = init.Finish();
@@ -577,8 +618,9 @@ TEST(DockerInitTest, SignalModeTermReachesEveryProcessOfTheCommand)
     // The shell ignores TERM only after starting the sleepers, so they die of
     // TERM (143), not of init's final SIGKILL (137), and the shell reports it.
     ASSERT_TRUE(
-        init.Start(Shell(id, "sleep 1007 & a=$!; sleep 1008 & b=$!; trap '' TERM; "
-                             "echo ready; wait $a; echo a=$?; wait $b; echo b=$?; exit 4")));
+        init.Start(Shell(id, Sleep(1007) + " & a=$!; " + Sleep(1008) +
+                                 " & b=$!; trap '' TERM; "
+                                 "echo ready; wait $a; echo a=$?; wait $b; echo b=$?; exit 4")));
     ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
     Result s = RunInit({"signal", id, "15"});
     EXPECT_EQ(ExitCode(s), 0);
@@ -595,7 +637,7 @@ TEST(DockerInitTest, SignalModeTermThenKillEndsATermIgnoringTree)
 {
     const std::string id = NewId();
     Init init;
-    ASSERT_TRUE(init.Start(Shell(id, "trap '' TERM; sleep 1009 & echo $!; wait")));
+    ASSERT_TRUE(init.Start(Shell(id, "trap '' TERM; " + Sleep(1009) + " & echo $!; wait")));
     std::vector<std::string> line = init.ReadLines(1);
     ASSERT_EQ(line.size(), 1u);
     pid_t sleeper = ToPid(line[0]);
@@ -606,7 +648,7 @@ TEST(DockerInitTest, SignalModeTermThenKillEndsATermIgnoringTree)
     EXPECT_EQ(term.err, "");
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     EXPECT_FALSE(init.Exited()) << "TERM was ignored: the command must still run";
-    EXPECT_TRUE(Alive(sleeper, "sleep 1009"));
+    EXPECT_TRUE(Alive(sleeper, Sleep(1009)));
 
     Result kill9 = RunInit({"signal", id, "9"});
     EXPECT_EQ(ExitCode(kill9), 0);
@@ -614,21 +656,21 @@ TEST(DockerInitTest, SignalModeTermThenKillEndsATermIgnoringTree)
     // `signal ID 9` returns only once nothing of the tree is left alive: at
     // most a zombie waiting for init to reap it.
     std::vector<std::string> st = StatFields(sleeper);
-    EXPECT_TRUE(st.empty() || st[0] == "Z" || Cmdline(sleeper) != "sleep 1009")
+    EXPECT_TRUE(st.empty() || st[0] == "Z" || Cmdline(sleeper) != Sleep(1009))
         << "state " << (st.empty() ? "" : st[0]);
 
     Result r = init.Finish();
     EXPECT_EQ(ExitCode(r), 128 + SIGKILL);
     EXPECT_EQ(r.err, Record("signaled 9"));
-    EXPECT_TRUE(Gone(sleeper, "sleep 1009"));
+    EXPECT_TRUE(Gone(sleeper, Sleep(1009)));
 }
 
 TEST(DockerInitTest, SignalModeOnlyReachesItsOwnId)
 {
     const std::string id_a = NewId(), id_b = NewId();
     Init a, b;
-    ASSERT_TRUE(a.Start(Shell(id_a, "echo ready; exec sleep 1010")));
-    ASSERT_TRUE(b.Start(Shell(id_b, "echo ready; exec sleep 1011")));
+    ASSERT_TRUE(a.Start(Shell(id_a, "echo ready; exec " + Sleep(1010))));
+    ASSERT_TRUE(b.Start(Shell(id_b, "echo ready; exec " + Sleep(1011))));
     ASSERT_EQ(a.ReadLines(1), std::vector<std::string>{"ready"});
     ASSERT_EQ(b.ReadLines(1), std::vector<std::string>{"ready"});
 
@@ -805,7 +847,14 @@ TEST(DockerInitTest, KeepaliveWaitsUntilTermAndExitsZero)
 {
     Init init;
     ASSERT_TRUE(init.Start({"keepalive"}));
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Signals are sent once it waits for them in sigwait: before that a
+    // TERM would end it by the default action.
+    auto t0 = Clock::now();
+    while (!InSigwait(init.pid()) && ElapsedMs(t0) < kFinishWaitMs)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::string seen;
+    ASSERT_TRUE(InSigwait(init.pid(), &seen))
+        << "keepalive never waited for a signal (/proc/PID/syscall: " << seen << ")";
     // SIGCHLD does not end it.
     ASSERT_EQ(kill(init.pid(), SIGCHLD), 0);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

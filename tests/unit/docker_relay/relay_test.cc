@@ -121,11 +121,15 @@ struct Spawn {
 class Relay
 {
   public:
+    // Every relay a test starts is waited for by Finish, which checks how
+    // it ended; one that never was is a test that did not look.
     ~Relay()
     {
         if (pid_ > 0) {
             kill(pid_, SIGKILL);
             waitpid(pid_, nullptr, 0);
+            if (!::testing::Test::HasFailure())
+                ADD_FAILURE() << "a relay was started but never finished";
         }
         for (int fd : {in_, out_, err_, status_})
             if (fd >= 0)
@@ -287,6 +291,15 @@ class Relay
             res.code = WEXITSTATUS(ws);
         else if (WIFSIGNALED(ws))
             res.sig = WTERMSIG(ws);
+        // Whatever the test expects of the exit code, the relay ends by
+        // exiting, never of a signal (a crash, an abort, SIGPIPE), and no
+        // sanitizer reports anything on its stderr: its exit code alone may
+        // hide that (ASan's own exit code is one the relay can also give).
+        EXPECT_EQ(0, res.sig) << "the relay was killed by signal " << res.sig << " ("
+                              << strsignal(res.sig) << "); stderr:\n"
+                              << res.err;
+        EXPECT_EQ(std::string::npos, res.err.find("Sanitizer")) << res.err;
+        EXPECT_EQ(std::string::npos, res.err.find("runtime error:")) << res.err;
         return res;
     }
 

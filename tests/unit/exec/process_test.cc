@@ -3,7 +3,9 @@
 // gaps, ending and causes.
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -13,6 +15,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -28,6 +31,96 @@ namespace
 {
 
 using Clock = std::chrono::steady_clock;
+
+std::string ReadProcFile(const std::string &path)
+{
+    std::string out;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        out.append(buf, (size_t)n);
+    close(fd);
+    return out;
+}
+
+// A sleep argument no other test, test process or run uses: the pid tells
+// apart the processes running now (the regular and sanitizer phases, a
+// rerun), the random part an earlier run that had the same pid and left
+// processes behind. Fixed widths keep one marker from being a prefix of
+// another.
+std::string NewMarker()
+{
+    static std::atomic<unsigned> n{0};
+    static const unsigned long long salt = [] {
+        std::random_device rd;
+        return ((unsigned long long)rd() << 32 | rd()) % 1000000000ULL;
+    }();
+    char buf[64];
+    snprintf(buf, sizeof(buf), "1000.%07d%09llu%03u", (int)getpid(), salt, n++ % 1000);
+    return buf;
+}
+
+// Live (non-zombie) processes with `marker` as one of their arguments, from
+// /proc: the sleeps carrying it, not the shells whose scripts mention it.
+std::vector<pid_t> Marked(const std::string &marker)
+{
+    std::vector<pid_t> out;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return out;
+    while (struct dirent *de = readdir(d)) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0)
+            continue;
+        std::string dir = std::string("/proc/") + de->d_name;
+        std::string cmd = ReadProcFile(dir + "/cmdline");
+        bool has = false;
+        for (size_t i = 0; i < cmd.size() && !has;) {
+            size_t z = cmd.find('\0', i);
+            if (z == std::string::npos)
+                z = cmd.size();
+            has = cmd.compare(i, z - i, marker) == 0;
+            i = z + 1;
+        }
+        std::string stat = ReadProcFile(dir + "/stat");
+        size_t rp = stat.rfind(')');
+        if (has && rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] != 'Z')
+            out.push_back((pid_t)pid);
+    }
+    closedir(d);
+    return out;
+}
+
+// Polls `pred` every few milliseconds until it holds or `ms` pass.
+template <class Pred> bool WaitUntil(Pred pred, int ms = 30000)
+{
+    auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+    while (!pred()) {
+        if (Clock::now() >= deadline)
+            return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return true;
+}
+
+// A pidfd for `pid` (-1 when it has already been reaped): once the process
+// has exited it reads as ready, whoever reaps it, and it never refers to a
+// later process that reuses the pid.
+int PidFd(pid_t pid)
+{
+    return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+// Whether the process behind `pidfd` has exited (-1: long since reaped).
+bool Exited(int pidfd)
+{
+    struct pollfd p = {pidfd, POLLIN, 0};
+    return pidfd < 0 || poll(&p, 1, 0) == 1;
+}
 
 class ProcTest : public ::testing::Test
 {
@@ -238,8 +331,14 @@ TEST_F(ProcTest, OutputWaitsForTheFirstSubscriber)
 // subscriber then saw a gap instead of the first half).
 TEST_F(ProcTest, LeftoversEndingDoNotReleaseHeldOutput)
 {
-    std::vector<const char *> argv = {"/bin/sh", "-c", "sleep 30 & exec head -c 1048576 /dev/zero",
-                                      nullptr};
+    // head starts only once the test has seen the sleep run (the flag), so
+    // that "the sleep was ended" below is about a sleep that really ran.
+    const std::string m = NewMarker();
+    const char *tmp = getenv("TEST_TMPDIR");
+    const std::string flag = std::string(tmp ? tmp : "/tmp") + "/leftovers." + m;
+    const std::string script = "sleep " + m + " & while [ ! -e " + flag +
+                               " ]; do sleep 0.01; done; exec head -c 1048576 /dev/zero";
+    std::vector<const char *> argv = {"/bin/sh", "-c", script.c_str(), nullptr};
     const char *envp[] = {nullptr};
     struct ws_proc_config cfg = {};
     cfg.argv = argv.data();
@@ -249,8 +348,18 @@ TEST_F(ProcTest, LeftoversEndingDoNotReleaseHeldOutput)
     cfg.wait_for_subscriber = true;
     struct ws_proc *p = nullptr;
     ASSERT_EQ(ws_proc_spawn(&env_, &cfg, &p), 0);
-    // head has written all of it and exited; the sleep is being ended.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    int leader = PidFd(ws_proc_pid(p));
+    // The subscriber comes only once head has written all of it and exited
+    // and the sleep it left has been ended: the case under test.
+    EXPECT_TRUE(WaitUntil([&] { return !Marked(m).empty(); })) << "the sleep never ran";
+    int fd = open(flag.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0) << flag << ": " << strerror(errno);
+    close(fd);
+    EXPECT_TRUE(WaitUntil([&] { return Exited(leader) && Marked(m).empty(); }))
+        << "head did not exit or the sleep was not ended";
+    if (leader >= 0)
+        close(leader);
+    unlink(flag.c_str());
     Reader rd;
     struct ws_sub *s = nullptr;
     ASSERT_EQ(ws_sub_new(p, 0, Reader::Notify, Reader::Release, &rd, &s), 0);
@@ -291,6 +400,7 @@ TEST_F(ProcTest, PausedStreamOfAnExitedCommandCostsNoCpu)
     wait_for_subscriber_ = true;
     struct ws_proc *p = Spawn({"/usr/bin/head", "-c", "262144", "/dev/zero"}, 4096, 0);
     ASSERT_NE(p, nullptr);
+    int leader = PidFd(ws_proc_pid(p));
     Reader rd;
     struct ws_sub *s = nullptr;
     ASSERT_EQ(ws_sub_new(p, 0, Reader::Notify, Reader::Release, &rd, &s), 0);
@@ -302,7 +412,9 @@ TEST_F(ProcTest, PausedStreamOfAnExitedCommandCostsNoCpu)
     ASSERT_EQ(ev.kind, WS_SUB_DATA);
     uint64_t got = ev.len;
     // head writes the rest into its pipe and exits while we hold this.
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_TRUE(WaitUntil([&] { return Exited(leader); })) << "head never exited";
+    if (leader >= 0)
+        close(leader);
     double cpu0 = CpuSeconds();
     std::this_thread::sleep_for(std::chrono::seconds(1));
     double spent = CpuSeconds() - cpu0;
@@ -364,9 +476,9 @@ TEST_F(ProcTest, LateSubscriberGetsAnExactGap)
 
 TEST_F(ProcTest, TimeoutKillsATermIgnoringTreeAndKeepsOutput)
 {
-    struct ws_proc *p =
-        Spawn({"/bin/sh", "-c", "trap '' TERM; echo before; sleep 1000.4242 & sleep 1000.4242"},
-              4096, 4096, 200);
+    const std::string m = NewMarker();
+    const std::string script = "trap '' TERM; echo before; sleep " + m + " & sleep " + m;
+    struct ws_proc *p = Spawn({"/bin/sh", "-c", script.c_str()}, 4096, 4096, 200);
     ASSERT_NE(p, nullptr);
     struct ws_proc_result r;
     ASSERT_TRUE(WaitDone(p, 15000, &r));
@@ -375,28 +487,31 @@ TEST_F(ProcTest, TimeoutKillsATermIgnoringTreeAndKeepsOutput)
     char buf[64];
     size_t n = ws_proc_capture(p, WS_STREAM_STDOUT, buf, sizeof(buf));
     EXPECT_EQ(std::string(buf, n), "before\n");
-    EXPECT_EQ(system("pgrep -f 'sleep 1000[.]4242' >/dev/null"), 256) << "a sleep survived";
+    // Done means the tree is gone: nothing of it may be left at this point.
+    EXPECT_TRUE(Marked(m).empty()) << "a sleep survived";
     ws_proc_unref(p);
 }
 
 TEST_F(ProcTest, WhatTheLeaderLeftRunningIsEnded)
 {
+    const std::string m = NewMarker();
+    const std::string script = "setsid sleep " + m + " & echo hi; exit 7";
     auto t0 = Clock::now();
-    struct ws_proc *p =
-        Spawn({"/bin/sh", "-c", "setsid sleep 1000.4343 & echo hi; exit 7"}, 4096, 4096);
+    struct ws_proc *p = Spawn({"/bin/sh", "-c", script.c_str()}, 4096, 4096);
     ASSERT_NE(p, nullptr);
     struct ws_proc_result r;
     ASSERT_TRUE(WaitDone(p, 15000, &r));
     EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
     EXPECT_EQ(r.cause, WS_CAUSE_EXITED);
     EXPECT_EQ(r.exit_code, 7);
-    EXPECT_EQ(system("pgrep -f 'sleep 1000[.]4343' >/dev/null"), 256) << "a sleep survived";
+    EXPECT_TRUE(Marked(m).empty()) << "a sleep survived";
     ws_proc_unref(p);
 }
 
 TEST_F(ProcTest, FirstCauseWinsAndSignalKillIsSignaled)
 {
-    struct ws_proc *p = Spawn({"/bin/sleep", "1000.4444"}, 4096, 0);
+    const std::string m = NewMarker();
+    struct ws_proc *p = Spawn({"/bin/sleep", m.c_str()}, 4096, 0);
     ASSERT_NE(p, nullptr);
     ASSERT_EQ(ws_proc_signal(p, SIGKILL), 0);
     ws_proc_kill(p, WS_CAUSE_EVICTED, false);
@@ -499,20 +614,6 @@ bool WaitFrees(WrapLog *log, int want, int ms = 5000)
     return log->frees.load() == want;
 }
 
-std::string ReadProcFile(const std::string &path)
-{
-    std::string out;
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        out.append(buf, (size_t)n);
-    close(fd);
-    return out;
-}
-
 // Live children of `parent` whose command name is `comm`, from /proc.
 std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string &comm)
 {
@@ -607,9 +708,11 @@ TEST_F(ProcTest, WrapperSignalHookReplacesTheTreeSignal)
     WrapLog log;
     // The wrapper waits for the command (a sleep) and reports 7 after it;
     // had the leader got SIGUSR1 itself, it would have died of it.
-    const char *wargv[] = {"/bin/sh", "-c", "/bin/sleep 1000.4646; exit 7", nullptr};
+    const std::string m = NewMarker();
+    const std::string wscript = "/bin/sleep " + m + "; exit 7";
+    const char *wargv[] = {"/bin/sh", "-c", wscript.c_str(), nullptr};
     struct ws_proc_wrapper w = MakeWrapper(&log, wargv);
-    struct ws_proc *p = Spawn({"/bin/sleep", "1000.4646"}, 4096, 0, 0, &w);
+    struct ws_proc *p = Spawn({"/bin/sleep", m.c_str()}, 4096, 0, 0, &w);
     ASSERT_NE(p, nullptr);
     pid_t leader = ws_proc_pid(p);
     auto deadline = Clock::now() + std::chrono::seconds(5);
@@ -636,7 +739,7 @@ TEST_F(ProcTest, WrapperSignalHookReplacesTheTreeSignal)
     // A graceful kill's SIGTERM goes through the hook too.
     WrapLog log2;
     struct ws_proc_wrapper w2 = MakeWrapper(&log2, wargv);
-    p = Spawn({"/bin/sleep", "1000.4646"}, 4096, 0, 0, &w2);
+    p = Spawn({"/bin/sleep", m.c_str()}, 4096, 0, 0, &w2);
     ASSERT_NE(p, nullptr);
     leader = ws_proc_pid(p);
     deadline = Clock::now() + std::chrono::seconds(5);
@@ -652,7 +755,7 @@ TEST_F(ProcTest, WrapperSignalHookReplacesTheTreeSignal)
         EXPECT_EQ(log2.signals[0].first, leader);
         EXPECT_EQ(log2.signals[0].second, SIGTERM);
     }
-    EXPECT_EQ(system("pgrep -f '^/bin/sleep 1000[.]4646$' >/dev/null"), 256) << "a sleep survived";
+    EXPECT_TRUE(Marked(m).empty()) << "a sleep survived";
     ws_proc_unref(p);
     EXPECT_TRUE(WaitFrees(&log2, 1));
 }

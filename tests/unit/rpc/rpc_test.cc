@@ -3,12 +3,16 @@
 // a real loopback socket. argv[1] is the server binary.
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -44,6 +48,10 @@ using grpc::internal::RpcMethod;
 
 std::string g_server_path;
 
+// How long a wait may take before it is a failure. Generous: only a broken
+// server or test ever waits this long, a slow machine never does.
+constexpr int kWaitMs = 30000;
+
 long MsSince(Clock::time_point t0)
 {
     return (long)std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
@@ -60,22 +68,41 @@ bool WaitFor(const std::function<bool()> &f, int timeout_ms)
     return f();
 }
 
-// The test server as a child process; its stdout is a pipe to us.
+// How a child ended, from its wait status (-1: it had to be killed).
+std::string DescribeStatus(int status)
+{
+    if (status == -1)
+        return "did not exit in time (killed)";
+    if (WIFEXITED(status))
+        return "exited " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status))
+        return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+               strsignal(WTERMSIG(status)) + ")";
+    return "wait status " + std::to_string(status);
+}
+
+// The test server as a child process; its stdout is a pipe to us, its
+// stderr a file (where a sanitizer's report goes). A server still running
+// when this is destroyed is sent SIGTERM and must drain and exit 0 like any
+// other: whatever path a test took, no unclean exit goes unseen.
 class ServerProcess
 {
   public:
     ~ServerProcess()
     {
         if (pid_ > 0) {
-            kill(pid_, SIGKILL);
-            waitpid(pid_, nullptr, 0);
+            int status = Terminate(kWaitMs, nullptr, nullptr);
+            EXPECT_TRUE(CleanExit(status)) << "(stopped at the end of the test)";
         }
         if (out_ >= 0)
             close(out_);
+        if (!err_path_.empty())
+            unlink(err_path_.c_str());
     }
 
-    // Starts the server and reads "PORT <n>".
-    bool Start(const std::vector<std::string> &extra)
+    // Starts the server and reads "PORT <n>": "" once it serves, else why
+    // not (with what it wrote to stderr).
+    std::string Start(const std::vector<std::string> &extra)
     {
         std::vector<std::string> args = {g_server_path};
         args.insert(args.end(), extra.begin(), extra.end());
@@ -84,25 +111,36 @@ class ServerProcess
             argv.push_back(const_cast<char *>(a.c_str()));
         argv.push_back(nullptr);
 
+        static std::atomic<int> n{0};
+        const char *tmp = getenv("TEST_TMPDIR");
+        err_path_ = std::string(tmp ? tmp : "/tmp") + "/test_server." + std::to_string(getpid()) +
+                    "." + std::to_string(n++) + ".stderr";
+        int err = open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (err < 0)
+            return err_path_ + ": " + strerror(errno);
         int fds[2];
-        if (pipe2(fds, O_CLOEXEC) < 0)
-            return false;
+        if (pipe2(fds, O_CLOEXEC) < 0) {
+            close(err);
+            return std::string("pipe2: ") + strerror(errno);
+        }
         posix_spawn_file_actions_t fa;
         posix_spawn_file_actions_init(&fa);
         posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+        posix_spawn_file_actions_adddup2(&fa, err, 2);
         int e = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
         posix_spawn_file_actions_destroy(&fa);
         close(fds[1]);
+        close(err);
         out_ = fds[0];
         if (e != 0) {
             pid_ = -1;
-            return false;
+            return std::string("posix_spawn ") + argv[0] + ": " + strerror(e);
         }
-        std::string line = ReadLine(10000);
+        std::string line = ReadLine(kWaitMs);
         if (line.rfind("PORT ", 0) != 0)
-            return false;
+            return "no PORT line (got '" + line + "'); stderr: " + Stderr();
         port_ = std::stoi(line.substr(5));
-        return true;
+        return "";
     }
 
     // One line of the server's stdout, "" on timeout or EOF.
@@ -130,8 +168,33 @@ class ServerProcess
         }
     }
 
+    // Waits up to timeout_ms for the server to end by itself; its wait
+    // status, or -1 (and it is killed) when it did not.
+    int WaitExit(int timeout_ms)
+    {
+        auto t0 = Clock::now();
+        int status = -1;
+        while (pid_ > 0) {
+            pid_t r = waitpid(pid_, &status, WNOHANG);
+            if (r == pid_) {
+                pid_ = -1;
+                return status;
+            }
+            if (MsSince(t0) >= timeout_ms) {
+                kill(pid_, SIGKILL);
+                while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR)
+                    ;
+                pid_ = -1;
+                return -1;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        return -1;
+    }
+
     // Sends SIGTERM and waits up to timeout_ms for the exit; returns the
-    // wait status or -1 on timeout. *last gets the final stdout line.
+    // wait status, or -1 when it had to be killed. *last gets the final
+    // stdout line.
     int Terminate(int timeout_ms, std::string *last, long *elapsed_ms)
     {
         auto t0 = Clock::now();
@@ -139,18 +202,35 @@ class ServerProcess
         std::string line = ReadLine(timeout_ms);
         if (last)
             *last = line;
-        int status = -1;
-        while (MsSince(t0) < timeout_ms) {
-            pid_t r = waitpid(pid_, &status, WNOHANG);
-            if (r == pid_) {
-                pid_ = -1;
-                if (elapsed_ms)
-                    *elapsed_ms = MsSince(t0);
-                return status;
-            }
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        }
-        return -1;
+        int status = WaitExit((int)std::max(0L, timeout_ms - MsSince(t0)));
+        if (elapsed_ms)
+            *elapsed_ms = MsSince(t0);
+        return status;
+    }
+
+    // Whether `status` is a clean exit (0); if not, the failure says how it
+    // ended and what the server wrote to stderr.
+    ::testing::AssertionResult CleanExit(int status) const
+    {
+        if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+            return ::testing::AssertionSuccess();
+        return ::testing::AssertionFailure()
+               << "the test server " << DescribeStatus(status) << "; stderr:\n"
+               << Stderr();
+    }
+
+    std::string Stderr() const
+    {
+        std::string out;
+        int fd = open(err_path_.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            return out;
+        char tmp[4096];
+        ssize_t n;
+        while ((n = read(fd, tmp, sizeof(tmp))) > 0)
+            out.append(tmp, (size_t)n);
+        close(fd);
+        return out;
     }
 
     int port() const
@@ -163,6 +243,7 @@ class ServerProcess
     int out_ = -1;
     int port_ = 0;
     std::string buf_;
+    std::string err_path_;
 };
 
 std::shared_ptr<grpc::Channel> Connect(const std::string &target)
@@ -249,7 +330,7 @@ class Rpc : public ::testing::Test
     static void SetUpTestSuite()
     {
         server_ = new ServerProcess();
-        ASSERT_TRUE(server_->Start({"--listen", "127.0.0.1:0", "--grace-ms", "2000"}));
+        ASSERT_EQ(server_->Start({"--listen", "127.0.0.1:0", "--grace-ms", "2000"}), "");
         channel_ = Connect("127.0.0.1:" + std::to_string(server_->port()));
     }
 
@@ -257,8 +338,8 @@ class Rpc : public ::testing::Test
     {
         channel_.reset();
         std::string last;
-        int status = server_->Terminate(10000, &last, nullptr);
-        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+        int status = server_->Terminate(kWaitMs, &last, nullptr);
+        EXPECT_TRUE(server_->CleanExit(status));
         EXPECT_EQ(last.rfind("live_calls=0 ", 0), 0u) << last;
         // Every call whose handler started was destroyed.
         long started = -1, destroyed = -2;
@@ -266,6 +347,11 @@ class Rpc : public ::testing::Test
         EXPECT_EQ(started, destroyed) << last;
         delete server_;
         server_ = nullptr;
+    }
+
+    void SetUp() override
+    {
+        ASSERT_TRUE(server_ && server_->port() > 0) << "the suite's server did not start";
     }
 
     static long Stat(const char *name)
@@ -351,8 +437,8 @@ TEST_F(Rpc, ServerStreamClientCancels)
             ;
         EXPECT_EQ(r->Finish().error_code(), grpc::StatusCode::CANCELLED);
     }
-    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, 5000));
-    EXPECT_TRUE(WaitFor([&] { return Stat("destroyed") > d0; }, 5000));
+    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, kWaitMs));
+    EXPECT_TRUE(WaitFor([&] { return Stat("destroyed") > d0; }, kWaitMs));
 }
 
 TEST_F(Rpc, ClientStreamSum)
@@ -406,7 +492,7 @@ TEST_F(Rpc, ClientStreamMalformedMessage)
     ASSERT_TRUE(d.present);
     EXPECT_EQ(d.info.reason(), "MALFORMED");
     EXPECT_EQ(d.meta["field"], "service");
-    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, 5000));
+    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, kWaitMs));
 }
 
 TEST_F(Rpc, BidiPingPong)
@@ -519,12 +605,12 @@ TEST_F(Rpc, ClientCancelRunsOnCancel)
         HReq resp;
         st = Unary(channel_.get(), "/test.Echo/Slow", Req("x"), &resp, &ctx);
     });
-    ASSERT_TRUE(WaitFor([&] { return Stat("slow_started") > s0; }, 5000));
+    ASSERT_TRUE(WaitFor([&] { return Stat("slow_started") > s0; }, kWaitMs));
     ctx.TryCancel();
     t.join();
     EXPECT_EQ(st.error_code(), grpc::StatusCode::CANCELLED);
-    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, 5000));
-    EXPECT_TRUE(WaitFor([&] { return Stat("destroyed") > d0; }, 5000));
+    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, kWaitMs));
+    EXPECT_TRUE(WaitFor([&] { return Stat("destroyed") > d0; }, kWaitMs));
 }
 
 TEST_F(Rpc, ClientDeadlineRunsOnCancel)
@@ -536,9 +622,10 @@ TEST_F(Rpc, ClientDeadlineRunsOnCancel)
     auto t0 = Clock::now();
     grpc::Status st = Unary(channel_.get(), "/test.Echo/Slow", Req("x"), &resp, &ctx);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-    EXPECT_LT(MsSince(t0), 3000);
-    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, 5000));
-    EXPECT_TRUE(WaitFor([&] { return Stat("destroyed") > d0; }, 5000));
+    // Ended by the deadline, not by the handler (it never ends by itself).
+    EXPECT_LT(MsSince(t0), kWaitMs);
+    EXPECT_TRUE(WaitFor([&] { return Stat("cancelled") > c0; }, kWaitMs));
+    EXPECT_TRUE(WaitFor([&] { return Stat("destroyed") > d0; }, kWaitMs));
 }
 
 TEST_F(Rpc, DeadlineRemaining)
@@ -636,12 +723,12 @@ TEST_F(Rpc, UnknownMethodUnimplemented)
 {
     for (const char *method : {"/test.Echo/Nope", "/other.Service/Method"}) {
         grpc::ClientContext ctx;
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+        // Answered, not left to the deadline: the code would be
+        // DEADLINE_EXCEEDED.
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(kWaitMs));
         HReq resp;
-        auto t0 = Clock::now();
         grpc::Status st = Unary(channel_.get(), method, Req("x"), &resp, &ctx);
         EXPECT_EQ(st.error_code(), grpc::StatusCode::UNIMPLEMENTED) << method;
-        EXPECT_LT(MsSince(t0), 2000);
         Details d = GetDetails(ctx);
         ASSERT_TRUE(d.present);
         EXPECT_EQ(d.info.reason(), "UNIMPLEMENTED");
@@ -722,7 +809,7 @@ TEST(RpcServer, UnixSocket)
     std::string path = "/tmp/ws-rpc-test-" + std::to_string(getpid()) + ".sock";
     unlink(path.c_str());
     ServerProcess server;
-    ASSERT_TRUE(server.Start({"--listen", "unix:" + path}));
+    ASSERT_EQ(server.Start({"--listen", "unix:" + path}), "");
     EXPECT_EQ(server.port(), 0);
     auto ch = Connect("unix:" + path);
     grpc::ClientContext ctx;
@@ -730,16 +817,35 @@ TEST(RpcServer, UnixSocket)
     grpc::Status st = Unary(ch.get(), "/test.Echo/Unary", Req("over unix"), &resp, &ctx);
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(resp.service(), "over unix");
-    int status = server.Terminate(10000, nullptr, nullptr);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_TRUE(server.CleanExit(server.Terminate(kWaitMs, nullptr, nullptr)));
     unlink(path.c_str());
+}
+
+// Whether this host has an IPv6 loopback, found out without the server:
+// "" when [::1] can be bound, else why not.
+std::string Ipv6LoopbackMissing()
+{
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return std::string("socket(AF_INET6): ") + strerror(errno);
+    struct sockaddr_in6 sa = {};
+    sa.sin6_family = AF_INET6;
+    sa.sin6_addr = in6addr_loopback;
+    std::string why;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+        why = std::string("bind([::1]:0): ") + strerror(errno);
+    close(fd);
+    return why;
 }
 
 TEST(RpcServer, Ipv6Loopback)
 {
+    std::string missing = Ipv6LoopbackMissing();
+    if (!missing.empty())
+        GTEST_SKIP() << "this host has no IPv6 loopback (" << missing << ")";
+    // [::1] works here: the server must serve on it.
     ServerProcess server;
-    if (!server.Start({"--listen", "[::1]:0"}))
-        GTEST_SKIP() << "no IPv6 loopback here";
+    ASSERT_EQ(server.Start({"--listen", "[::1]:0"}), "");
     EXPECT_GT(server.port(), 0);
     auto ch = Connect("ipv6:[::1]:" + std::to_string(server.port()));
     grpc::ClientContext ctx;
@@ -747,40 +853,43 @@ TEST(RpcServer, Ipv6Loopback)
     grpc::Status st = Unary(ch.get(), "/test.Echo/Unary", Req("v6"), &resp, &ctx);
     ASSERT_TRUE(st.ok()) << st.error_message();
     EXPECT_EQ(resp.service(), "v6");
-    int status = server.Terminate(10000, nullptr, nullptr);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    EXPECT_TRUE(server.CleanExit(server.Terminate(kWaitMs, nullptr, nullptr)));
 }
 
+// An address that cannot be bound: the server says why on stderr and exits
+// non-zero by itself, without ever serving.
 TEST(RpcServer, BindFailureReported)
 {
     ServerProcess server;
-    EXPECT_FALSE(server.Start({"--listen", "256.0.0.1:0"}));
+    EXPECT_NE(server.Start({"--listen", "256.0.0.1:0"}), "");
+    int status = server.WaitExit(kWaitMs);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << DescribeStatus(status);
+    EXPECT_NE(server.Stderr().find("ws_rpc_server_"), std::string::npos) << server.Stderr();
 }
 
 // SIGTERM with an idle client connected: the drain does not wait for the
-// grace period.
+// grace period (far longer than the wait for the exit).
 TEST(RpcServer, DrainIdleIsQuick)
 {
     ServerProcess server;
-    ASSERT_TRUE(server.Start({"--listen", "127.0.0.1:0", "--grace-ms", "5000"}));
+    ASSERT_EQ(server.Start({"--listen", "127.0.0.1:0", "--grace-ms", "600000"}), "");
     auto ch = Connect("127.0.0.1:" + std::to_string(server.port()));
     grpc::ClientContext ctx;
     HReq resp;
     ASSERT_TRUE(Unary(ch.get(), "/test.Echo/Unary", Req("x"), &resp, &ctx).ok());
     std::string last;
-    long ms = -1;
-    int status = server.Terminate(10000, &last, &ms);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    int status = server.Terminate(kWaitMs, &last, nullptr);
+    EXPECT_TRUE(server.CleanExit(status));
     EXPECT_EQ(last.rfind("live_calls=0 ", 0), 0u) << last;
-    EXPECT_LT(ms, 3000);
 }
 
 // SIGTERM while calls that finish within the grace period are in flight:
-// every one completes OK, and the drain ends as soon as they have.
+// every one completes OK, and the drain ends as soon as they have (long
+// before the grace period, which is far longer than the wait for the exit).
 TEST(RpcServer, DrainLetsCallsFinish)
 {
     ServerProcess server;
-    ASSERT_TRUE(server.Start({"--listen", "127.0.0.1:0", "--grace-ms", "5000"}));
+    ASSERT_EQ(server.Start({"--listen", "127.0.0.1:0", "--grace-ms", "600000"}), "");
     auto ch = Connect("127.0.0.1:" + std::to_string(server.port()));
     auto stat = [&](const char *name) {
         grpc::ClientContext ctx;
@@ -804,16 +913,14 @@ TEST(RpcServer, DrainLetsCallsFinish)
                 ADD_FAILURE() << st.error_code() << ": " << st.error_message();
         });
     }
-    ASSERT_TRUE(WaitFor([&] { return stat("live") >= n + 1; }, 5000));
+    ASSERT_TRUE(WaitFor([&] { return stat("live") >= n + 1; }, kWaitMs));
 
     std::string last;
-    long ms = -1;
-    int status = server.Terminate(10000, &last, &ms);
+    int status = server.Terminate(kWaitMs, &last, nullptr);
     for (auto &t : threads)
         t.join();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_TRUE(server.CleanExit(status));
     EXPECT_EQ(ok.load(), n);
-    EXPECT_LT(ms, 3000);
     EXPECT_EQ(last.rfind("live_calls=0 ", 0), 0u) << last;
 }
 
@@ -824,7 +931,7 @@ TEST(RpcServer, DrainLetsCallsFinish)
 TEST(RpcServer, DrainInFlight)
 {
     ServerProcess server;
-    ASSERT_TRUE(server.Start({"--listen", "127.0.0.1:0", "--grace-ms", "1000"}));
+    ASSERT_EQ(server.Start({"--listen", "127.0.0.1:0", "--grace-ms", "1000"}), "");
     auto ch = Connect("127.0.0.1:" + std::to_string(server.port()));
     auto stat = [&](const char *name) {
         grpc::ClientContext ctx;
@@ -844,16 +951,17 @@ TEST(RpcServer, DrainInFlight)
         grpc::ClientContext ctx;
         delayed_st = Unary(ch.get(), "/test.Echo/Delayed", Req("500"), &delayed_resp, &ctx);
     });
-    ASSERT_TRUE(WaitFor([&] { return stat("slow_started") == 1 && stat("live") >= 3; }, 5000));
+    ASSERT_TRUE(WaitFor([&] { return stat("slow_started") == 1 && stat("live") >= 3; }, kWaitMs));
 
     std::string last;
     long ms = -1;
-    int status = server.Terminate(10000, &last, &ms);
+    // The slow call never ends by itself: only the grace running out lets
+    // the server exit within the wait.
+    int status = server.Terminate(kWaitMs, &last, &ms);
     slow.join();
     delayed.join();
 
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-    EXPECT_LT(ms, 5000);
+    EXPECT_TRUE(server.CleanExit(status));
     EXPECT_GE(ms, 900); // the slow call held the drain for the grace period
     EXPECT_EQ(last.rfind("live_calls=0 ", 0), 0u) << last;
     long started = -1, destroyed = -2, cancelled = -1;

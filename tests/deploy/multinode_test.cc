@@ -96,6 +96,8 @@ int Sh(const std::string &dir, const std::string &cmd)
 
 // ---- the nodes and their credentials ----
 
+// The credentials are the suite's; the nodes and the front are each
+// test's own (see Multinode::SetUp).
 struct Cluster {
     std::string pki;
     std::string ca_pem;
@@ -106,12 +108,14 @@ struct Cluster {
 };
 
 Cluster *g_cluster = nullptr;
-bool g_ready = false; // every node of the suite started
+bool g_pki_ready = false; // the suite's credentials were made
 
 // A CA and one server certificate naming every node's address.
 std::string MakePki(const std::string &dir)
 {
     const std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+    if (Sh(dir, "command -v openssl") != 0)
+        return "openssl is not installed (the test's certificates are made with it)";
     std::string san = "subjectAltName=DNS:workspaced";
     for (const char *h : {"node1", "node2", "node3"})
         san += ",IP:" + g_net->host(h).address;
@@ -166,6 +170,15 @@ std::shared_ptr<grpc::Channel> DialPlaintext(const Node &node)
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     return grpc::CreateCustomChannel(node.target(), grpc::InsecureChannelCredentials(), args);
+}
+
+// What Node::Drain and Node::CleanExit say, as an assertion: "" is a clean
+// exit, anything else how the node ended and its stderr, shown as it is.
+::testing::AssertionResult Clean(const std::string &why)
+{
+    if (why.empty())
+        return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << why;
 }
 
 // ---- the nginx front ----
@@ -242,6 +255,8 @@ std::string StartFront()
     wstest::WriteHostFile(cfg_path, cfg);
     const std::string err_path = c.front_dir + "/stderr";
     const std::string nginx = "/usr/sbin/nginx";
+    if (access(nginx.c_str(), X_OK) != 0)
+        return nginx + " is missing (the front is nginx): " + strerror(errno);
     std::string check_out;
     if (wsdeploy::RunCommand({nginx, "-t", "-q", "-e", "stderr", "-c", cfg_path}, &check_out) != 0)
         return "nginx -t refuses the configuration: " + check_out;
@@ -472,6 +487,10 @@ struct Echo {
     }
 };
 
+// Each test has three nodes on fresh state directories and an nginx front
+// of its own, whatever an earlier test did to its nodes (killed, drained,
+// moved) or to its front (nodes it saw fail): the tests run in any order
+// and alone. Every node still running at the end drains and must exit 0.
 class Multinode : public ::testing::Test
 {
   protected:
@@ -486,7 +505,20 @@ class Multinode : public ::testing::Test
         c.tokens = c.pki + "/tokens";
         wstest::WriteHostFile(c.tokens, "alice " + wstest::Sha256Hex(kAlice) + "\nbob " +
                                             wstest::Sha256Hex(kBob) + "\n");
+        g_pki_ready = true;
+    }
 
+    static void TearDownTestSuite()
+    {
+        delete g_cluster;
+        g_cluster = nullptr;
+        g_pki_ready = false;
+    }
+
+    void SetUp() override
+    {
+        ASSERT_TRUE(g_pki_ready) << "the suite's certificates were not made (see its set-up)";
+        Cluster &c = *g_cluster;
         // node1 and node2 each make their own refs key; node3 starts with
         // a copy of node1's (same bytes, mode 0600), as an operator shares
         // it.
@@ -505,31 +537,22 @@ class Multinode : public ::testing::Test
         ASSERT_EQ(c.node3->Start(), "");
         std::string why_front = StartFront();
         ASSERT_EQ(why_front, "");
-        g_ready = true;
     }
 
-    static void TearDownTestSuite()
+    void TearDown() override
     {
         if (!g_cluster)
             return;
         StopFront();
         // Every node still up drains and exits cleanly: under the
         // sanitizer build this is where leaks and shutdown crashes show.
-        for (Node *n : {g_cluster->node1.get(), g_cluster->node2.get(), g_cluster->node3.get()}) {
-            if (!n || !n->Alive())
-                continue;
-            int st = n->Stop(SIGTERM, Ms(60000));
-            EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-                << n->label() << " did not exit cleanly (status " << st << "): " << n->Stderr();
+        // One a test killed on purpose is no longer running.
+        for (auto *n : {&g_cluster->node1, &g_cluster->node2, &g_cluster->node3}) {
+            if (*n && (*n)->Alive()) {
+                EXPECT_TRUE(Clean((*n)->Drain(Ms(60000))));
+            }
+            n->reset();
         }
-        delete g_cluster;
-        g_cluster = nullptr;
-        g_ready = false;
-    }
-
-    void SetUp() override
-    {
-        ASSERT_TRUE(g_ready) << "the nodes did not start (see the suite's set-up)";
     }
 
     Node &N1()
@@ -910,18 +933,15 @@ TEST_F(Multinode, HealthTurnsNotServingWhileANodeDrainsThenTheNodeExits)
     EXPECT_EQ(echo.log.out.data, "before\nduring the drain\n");
 
     // With the last call gone the drain ends well before its 60 s grace.
-    int st = N1().WaitExit(45000);
+    int st = N1().WaitExit(Ms(45000));
     ASSERT_NE(st, -1) << "node1 still running after its last call ended: " << N1().Stderr();
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << " " << N1().Stderr();
+    EXPECT_TRUE(Clean(N1().CleanExit(st)));
 
     // node1's state directory, served by a node at another address (in
-    // node2's namespace; node2 is stopped first when still running): the
+    // node2's namespace; node2 is stopped first): the
     // workspace, its files and its ref carry over, because the records,
     // the directories and the key all moved together.
-    if (N2().Alive()) {
-        int s2 = N2().Stop();
-        EXPECT_TRUE(WIFEXITED(s2) && WEXITSTATUS(s2) == 0) << N2().Stderr();
-    }
+    EXPECT_TRUE(Clean(N2().Drain(Ms(60000))));
     auto moved = MakeNode("node2", N1().state_dir());
     ASSERT_EQ(moved->Start(), "");
     auto alice_moved = Dial(*moved, kAlice);
@@ -935,8 +955,7 @@ TEST_F(Multinode, HealthTurnsNotServingWhileANodeDrainsThenTheNodeExits)
     // Still bob's to never see.
     EXPECT_WS_ERROR(Resolve(Dial(*moved, kBob), w.token), StatusCode::NOT_FOUND,
                     "NO_SUCH_WORKSPACE");
-    int ms = moved->Stop(SIGTERM, Ms(60000));
-    EXPECT_TRUE(WIFEXITED(ms) && WEXITSTATUS(ms) == 0) << moved->Stderr();
+    EXPECT_TRUE(Clean(moved->Drain(Ms(60000))));
 }
 
 // ---- 5. the front with a node draining and a node killed ----
@@ -957,14 +976,6 @@ bool Eventually(int seconds, const std::function<bool()> &ok)
 
 TEST_F(Multinode, TheFrontTakesADrainingNodeOutAndAKilledNodeIsUnavailable)
 {
-    // The earlier tests stopped nodes: every node runs again here, on its
-    // own state directory.
-    for (Node *n : {&N1(), &N2(), &N3()}) {
-        if (!n->Alive()) {
-            ASSERT_EQ(n->Start(), "") << n->label();
-        }
-    }
-
     // A workspace on node-2 and one on node-3, opened through the front.
     auto front = DialFront(kAlice);
     std::map<std::string, wstest::Ws> on;
@@ -990,7 +1001,7 @@ TEST_F(Multinode, TheFrontTakesADrainingNodeOutAndAKilledNodeIsUnavailable)
         EXPECT_TRUE(n == "node-2" || n == "node-3") << n;
     }
     int st = N1().WaitExit(Ms(45000));
-    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st << " " << N1().Stderr();
+    EXPECT_TRUE(Clean(N1().CleanExit(st)));
 
     // node-2 is killed: calls pinned to it are UNAVAILABLE, node-3's
     // workspace keeps working, and Opens go to node-3.

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 extern char **environ;
 
 namespace wsdeploy
@@ -47,8 +49,35 @@ Node::Node(std::string label, std::string netns, std::string listen, std::string
 
 Node::~Node()
 {
-    if (pid_ > 0)
-        Stop(SIGTERM, 30000);
+    if (pid_ > 0) {
+        std::string why = Drain();
+        if (!why.empty())
+            ADD_FAILURE() << why << " (stopped when its test ended)";
+    }
+}
+
+std::string Node::Drain(int timeout_ms)
+{
+    return CleanExit(Stop(SIGTERM, timeout_ms));
+}
+
+std::string Node::CleanExit(int status) const
+{
+    if (status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        return "";
+    std::string how;
+    if (status == -2)
+        how = "did not exit in time and was killed";
+    else if (status < 0)
+        how = "is still running";
+    else if (WIFEXITED(status))
+        how = "exited " + std::to_string(WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        how = "was killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
+              strsignal(WTERMSIG(status)) + ")";
+    else
+        how = "ended with wait status " + std::to_string(status);
+    return label_ + " " + how + "; its stderr:\n" + Stderr();
 }
 
 std::string Node::Stderr() const

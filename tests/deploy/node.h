@@ -20,6 +20,8 @@ class Node
     // there; `args` go after --listen and --state-dir.
     Node(std::string label, std::string netns, std::string listen, std::string state_dir,
          std::vector<std::string> args);
+    // A node still running is drained (SIGTERM) and must exit 0; when it
+    // does not, the current test fails with how it ended and its stderr.
     ~Node();
 
     // Starts the server and waits for its "listening" line. "" on
@@ -28,7 +30,14 @@ class Node
     // Sends `sig` and waits for the exit (at most `timeout_ms`, then
     // SIGKILL); the status as from waitpid, -2 when it had to be killed.
     int Stop(int sig = SIGTERM, int timeout_ms = 60000);
-    // SIGKILL and reap: no drain, no cleanup of any kind.
+    // SIGTERM, and the exit checked: "" when the node drained and exited
+    // 0 within `timeout_ms`, else how it ended and its stderr.
+    std::string Drain(int timeout_ms = 60000);
+    // "" when `status` (as from Stop or WaitExit) is a clean exit (0), else
+    // how the node ended and its stderr.
+    std::string CleanExit(int status) const;
+    // SIGKILL and reap: no drain, no cleanup of any kind (and no check of
+    // how it ended: the test chose this end).
     void Kill();
     // Whether the process is still running (reaps it when it has ended).
     bool Alive();

@@ -194,8 +194,9 @@ TEST_F(ExecLoadTest, SlowReaderKeepsServerMemoryBounded)
         ASSERT_TRUE(rw->Finish().ok());
         ASSERT_EQ(log.out.data.size(), 8u << 20);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const long rss0 = wstest::StatsOf(srv_->pid()).rss_kb;
+    // The baseline once the warm-up's commands are reaped and the server's
+    // RSS has stopped moving.
+    const long rss0 = wstest::WaitStatsSettled(srv_->pid(), 1000, 20000, 1024).rss_kb;
     ASSERT_GT(rss0, 0);
 
     ClientContext ctx;
@@ -357,15 +358,9 @@ TEST_F(ExecLoadTest, FiveThousandCommandsLeakNothing)
     }
     ASSERT_EQ(bad, 0);
     auto settle = [&] {
-        // Wait for the cancelled commands' grace periods and reaping.
-        auto deadline = Clock::now() + std::chrono::seconds(30);
-        wstest::ProcStats st = wstest::StatsOf(srv_->pid());
-        while (st.children > 0 && Clock::now() < deadline) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(100));
-            st = wstest::StatsOf(srv_->pid());
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        return wstest::StatsOf(srv_->pid());
+        // The cancelled commands' grace periods and reaping are over, and
+        // the fd and thread counts stay put for a second.
+        return wstest::WaitStatsSettled(srv_->pid(), 1000, 30000);
     };
     wstest::ProcStats before = settle();
     ASSERT_GT(before.fds, 0);

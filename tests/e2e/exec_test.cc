@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -609,6 +610,34 @@ TEST_F(ExecTest, StartStreamsRandomBytesExactly)
     }
 }
 
+// Waits until process `pid` has exited (gone, or a zombie not reaped yet)
+// or sleeps writing to a full pipe: the kernel function it sleeps in
+// (wchan: pipe_write, anon_pipe_write), or where that is hidden, the
+// syscall it is in.
+bool WaitWroteAllItCan(pid_t pid, int timeout_ms)
+{
+    const std::string proc = "/proc/" + std::to_string(pid);
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    do {
+        std::string stat = wstest::ReadHostFile(proc + "/stat");
+        size_t close = stat.rfind(')');
+        if (close == std::string::npos || close + 2 >= stat.size())
+            return true; // gone
+        char state = stat[close + 2];
+        if (state == 'Z' || state == 'X')
+            return true;
+        if (state == 'S') {
+            std::string wchan = wstest::ReadHostFile(proc + "/wchan");
+            std::string sys = wstest::ReadHostFile(proc + "/syscall");
+            if (wchan.find("pipe_write") != std::string::npos ||
+                (!sys.empty() && strtol(sys.c_str(), nullptr, 10) == SYS_write))
+                return true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    } while (Clock::now() < deadline);
+    return false;
+}
+
 // A command can finish while its output still sits in the pipe, unread
 // because the client reads slowly: that output is still delivered, and
 // counted.
@@ -643,8 +672,10 @@ TEST_F(ExecTest, OutputLeftInThePipeWhenTheCommandExitsIsDelivered)
         EventLog log;
         ASSERT_TRUE(
             wstest::ReadEvents(rw.get(), &log, [](const EventLog &l) { return l.started; }));
-        // Long enough for the command to write everything it can and exit.
-        std::this_thread::sleep_for(std::chrono::seconds(3));
+        // The command writes everything it can (and exits, or blocks on the
+        // full pipe) before the reader goes on.
+        EXPECT_TRUE(WaitWroteAllItCan(static_cast<pid_t>(log.start.pid()), 30000))
+            << c.argv[0] << " neither exited nor blocked writing to its pipe";
         wstest::ReadEvents(rw.get(), &log, [&](const EventLog &) {
             std::this_thread::sleep_for(std::chrono::milliseconds(c.pause_ms));
             return false;

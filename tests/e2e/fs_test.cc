@@ -9,7 +9,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -561,9 +564,11 @@ TEST_F(HostileTest, NonUtf8NamesTravelAsBytes)
     EXPECT_EQ(resp.entries(0).path_bytes(), name);
 }
 
-// A thread swaps a real directory with a symlink to "/" (RENAME_EXCHANGE)
-// as fast as it can while every fs RPC goes through that path: no call may
-// ever reach outside the workspace.
+// A thread swaps a real directory with a symlink to the outside directory
+// (RENAME_EXCHANGE) as fast as it can while every fs RPC goes through that
+// path: no call may ever reach outside the workspace. Swaps are counted
+// around each call, so a run in which the swapper never raced the calls
+// fails instead of proving nothing.
 TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
 {
     std::string real = dir_ + "/d";
@@ -571,11 +576,35 @@ TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
     ASSERT_EQ(mkdir(real.c_str(), 0755), 0);
     wstest::WriteHostFile(real + "/secret", "inside");
     ASSERT_EQ(symlink(outside_.c_str(), link.c_str()), 0);
+    // Two swaps put everything back: probe that this kernel and file system
+    // can exchange at all.
+    for (int i = 0; i < 2; i++) {
+        if (syscall(SYS_renameat2, AT_FDCWD, real.c_str(), AT_FDCWD, link.c_str(),
+                    RENAME_EXCHANGE) != 0) {
+            int e = errno;
+            ASSERT_TRUE(i == 0 && (e == ENOSYS || e == EINVAL)) << strerror(e);
+            GTEST_SKIP() << "renameat2(RENAME_EXCHANGE) is not supported here (" << strerror(e)
+                         << "): the swap this race needs cannot be made";
+        }
+    }
     std::atomic<bool> stop{false};
+    std::atomic<long> swaps{0}, failed{0};
     std::thread swapper([&] {
-        while (!stop)
-            syscall(SYS_renameat2, AT_FDCWD, real.c_str(), AT_FDCWD, link.c_str(), RENAME_EXCHANGE);
+        while (!stop) {
+            if (syscall(SYS_renameat2, AT_FDCWD, real.c_str(), AT_FDCWD, link.c_str(),
+                        RENAME_EXCHANGE) == 0)
+                swaps++;
+            else
+                failed++;
+        }
     });
+    // The calls start once the swapper is running.
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+         swaps == 0 && std::chrono::steady_clock::now() < until;)
+        std::this_thread::yield();
+    ASSERT_GT(swaps.load(), 0) << "the swapper never swapped";
+    // Calls during which at least one swap landed.
+    int raced = 0, calls = 0;
     const std::set<std::string> allowed = {
         "",       "PATH_ESCAPE", "NO_SUCH_FILE", "SYMLINK_LEAF", "NOT_DIRECTORY",
         "EXISTS", "NOT_EMPTY",   "SYMLINK_LOOP", "IS_DIRECTORY"};
@@ -583,13 +612,20 @@ TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
         auto e = wstest::Decode(s);
         EXPECT_TRUE(allowed.count(e.reason)) << what << ": " << e.reason << " " << e.message;
     };
+    // Runs one call and counts it as raced when a swap landed meanwhile.
+    auto during = [&](const std::function<void()> &call) {
+        long before = swaps;
+        call();
+        calls++;
+        raced += swaps != before;
+    };
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
     int rounds = 0;
     while (std::chrono::steady_clock::now() < deadline) {
-        check(Stat("d/secret"), "stat");
-        check(ReadP("d/secret"), "read");
-        check(wstest::Write(fs_.get(), ws_.id, "d/new", "w"), "write");
-        {
+        during([&] { check(Stat("d/secret"), "stat"); });
+        during([&] { check(ReadP("d/secret"), "read"); });
+        during([&] { check(wstest::Write(fs_.get(), ws_.id, "d/new", "w"), "write"); });
+        during([&] {
             ClientContext ctx;
             MakeDirRequest req;
             MakeDirResponse resp;
@@ -597,8 +633,8 @@ TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
             req.set_path("d/sub");
             req.set_parents(true);
             check(fs_->MakeDir(&ctx, req, &resp), "mkdir");
-        }
-        {
+        });
+        during([&] {
             ClientContext ctx;
             MoveRequest req;
             MoveResponse resp;
@@ -607,16 +643,16 @@ TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
             req.set_to_path("d/moved");
             req.set_replace(true);
             check(fs_->Move(&ctx, req, &resp), "move");
-        }
-        {
+        });
+        during([&] {
             ClientContext ctx;
             RemoveRequest req;
             RemoveResponse resp;
             req.set_workspace_id(ws_.id);
             req.set_path("d/moved");
             check(fs_->Remove(&ctx, req, &resp), "remove");
-        }
-        {
+        });
+        during([&] {
             ClientContext ctx;
             ListDirRequest req;
             ListDirResponse resp;
@@ -625,8 +661,8 @@ TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
             check(fs_->ListDir(&ctx, req, &resp), "listdir");
             for (const auto &e : resp.entries())
                 EXPECT_NE(e.path(), "d/secret.outside");
-        }
-        {
+        });
+        during([&] {
             ClientContext ctx;
             EditFileRequest req;
             EditFileResponse resp;
@@ -637,12 +673,21 @@ TEST_F(HostileTest, RenameExchangeRaceNeverEscapes)
             auto s = fs_->EditFile(&ctx, req, &resp);
             auto e = wstest::Decode(s);
             EXPECT_TRUE(allowed.count(e.reason) || e.reason == "NO_MATCH") << e.reason;
-        }
+        });
         rounds++;
     }
     stop = true;
     swapper.join();
     EXPECT_GT(rounds, 10);
+    RecordProperty("calls", calls);
+    RecordProperty("raced_calls", raced);
+    RecordProperty("swaps", std::to_string(swaps.load()));
+    EXPECT_EQ(failed.load(), 0) << "swaps that failed (" << swaps.load() << " landed)";
+    // Most calls should see swaps land while they run; a few are enough to
+    // show the swapper raced the calls rather than ran before or after them.
+    EXPECT_GE(raced, 20) << "only " << raced << " of " << calls
+                         << " calls had a swap land while they ran (" << swaps.load()
+                         << " swaps): the race never happened";
 }
 
 } // namespace

@@ -2,19 +2,24 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/magic.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -641,12 +646,18 @@ std::string Problems(const EventLog &log)
 std::string UniqueSleep()
 {
     static std::atomic<unsigned> counter{0};
-    unsigned long long t = static_cast<unsigned long long>(
-        std::chrono::steady_clock::now().time_since_epoch().count());
-    // pid, a per-process counter and clock bits: unique across concurrent
-    // test processes on the host.
-    return "1000." + std::to_string(getpid()) + std::to_string(counter++) +
-           std::to_string(t % 1000000007ULL);
+    static const unsigned long long salt = [] {
+        std::random_device rd;
+        return (static_cast<unsigned long long>(rd()) << 32 | rd()) % 1000000000ULL;
+    }();
+    // The pid tells apart the test processes running now (the regular and
+    // sanitizer phases, parallel suites); the random part tells this run
+    // apart from an earlier one that had the same pid and left processes
+    // behind. Fixed widths keep one token from being a prefix of another.
+    char buf[64];
+    snprintf(buf, sizeof(buf), "1000.%07d%04u%09llu", static_cast<int>(getpid()),
+             counter++ % 10000u, salt);
+    return buf;
 }
 
 namespace
@@ -692,9 +703,9 @@ int CountEntries(const std::string &dir)
 
 } // namespace
 
-int CountProcsWithMarker(const std::string &marker)
+std::vector<pid_t> PidsWithMarker(const std::string &marker)
 {
-    int n = 0;
+    std::vector<pid_t> out;
     std::string self = std::to_string(getpid());
     ForEachPid([&](const std::string &pid) {
         if (pid == self)
@@ -708,9 +719,14 @@ int CountProcsWithMarker(const std::string &marker)
             if (c == '\0')
                 c = ' ';
         if (cmd.find(marker) != std::string::npos)
-            n++;
+            out.push_back(static_cast<pid_t>(std::stol(pid)));
     });
-    return n;
+    return out;
+}
+
+int CountProcsWithMarker(const std::string &marker)
+{
+    return static_cast<int>(PidsWithMarker(marker).size());
 }
 
 int WaitProcsAtMost(const std::string &marker, int at_most, int timeout_ms)
@@ -758,6 +774,32 @@ ProcStats StatsOf(pid_t pid)
     return st;
 }
 
+ProcStats WaitStatsSettled(pid_t pid, int quiet_ms, int timeout_ms, long rss_slack_kb)
+{
+    using Clock = std::chrono::steady_clock;
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    ProcStats first = StatsOf(pid), last = first;
+    auto since = Clock::now();
+    long rss_min = first.rss_kb, rss_max = first.rss_kb;
+    while (Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        last = StatsOf(pid);
+        rss_min = std::min(rss_min, last.rss_kb);
+        rss_max = std::max(rss_max, last.rss_kb);
+        bool same = last.children == 0 && last.fds == first.fds && last.threads == first.threads &&
+                    (rss_slack_kb < 0 || rss_max - rss_min <= rss_slack_kb);
+        if (!same) {
+            // A change starts the quiet period again from here.
+            first = last;
+            rss_min = rss_max = last.rss_kb;
+            since = Clock::now();
+        } else if (Clock::now() - since >= std::chrono::milliseconds(quiet_ms)) {
+            break;
+        }
+    }
+    return last;
+}
+
 std::string SelfExe()
 {
     char buf[4096];
@@ -798,6 +840,182 @@ int PeakWatcher::Stop()
     if (thread_.joinable())
         thread_.join();
     return peak_;
+}
+
+} // namespace wstest
+
+// ---- cgroups ----
+
+namespace wstest
+{
+
+namespace
+{
+
+struct Mount {
+    std::string root;  // the mount's root inside its hierarchy
+    std::string point; // where it is mounted
+    std::string type;  // "cgroup" or "cgroup2"
+    std::string super; // superblock options: the v1 controllers
+};
+
+std::vector<Mount> CgroupMounts()
+{
+    std::vector<Mount> out;
+    std::istringstream in(ReadHostFile("/proc/self/mountinfo"));
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream f(line);
+        std::vector<std::string> fields;
+        for (std::string x; f >> x;)
+            fields.push_back(x);
+        size_t dash = 0;
+        while (dash < fields.size() && fields[dash] != "-")
+            dash++;
+        if (dash < 5 || dash + 3 >= fields.size())
+            continue;
+        Mount m{fields[3], fields[4], fields[dash + 1], fields[dash + 3]};
+        // Escaped names (\040 for a blank) are not what the server uses.
+        if (m.point.find('\\') != std::string::npos || m.root.find('\\') != std::string::npos)
+            continue;
+        if (m.type == "cgroup" || m.type == "cgroup2")
+            out.push_back(m);
+    }
+    return out;
+}
+
+bool HasOption(const std::string &opts, const std::string &name)
+{
+    std::istringstream in(opts);
+    for (std::string o; std::getline(in, o, ',');)
+        if (o == name)
+            return true;
+    return false;
+}
+
+// This process's cgroup path in the v1 hierarchy with `controller`, or in
+// the cgroup2 hierarchy when `controller` is empty.
+bool OwnCgroup(const std::string &controller, std::string *ret)
+{
+    std::istringstream in(ReadHostFile("/proc/self/cgroup"));
+    std::string line;
+    while (std::getline(in, line)) {
+        size_t c1 = line.find(':'), c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
+        if (c2 == std::string::npos)
+            continue;
+        std::string ctls = line.substr(c1 + 1, c2 - c1 - 1);
+        if (controller.empty() ? (line.compare(0, c1, "0") == 0 && ctls.empty())
+                               : HasOption(ctls, controller)) {
+            *ret = line.substr(c2 + 1);
+            return true;
+        }
+    }
+    return false;
+}
+
+// The directory of cgroup `path` (as /proc/self/cgroup shows it) through
+// mount `m`, or "" when the mount does not reach it.
+std::string DirOf(const Mount &m, const std::string &path)
+{
+    if (m.root == "/")
+        return m.point + (path == "/" ? "" : path);
+    if (path.compare(0, m.root.size(), m.root) != 0 ||
+        (path.size() > m.root.size() && path[m.root.size()] != '/'))
+        return "";
+    return m.point + path.substr(m.root.size());
+}
+
+// Whether a cgroup can be made (and is then removed) in `dir`; with
+// `needs`, whether the new cgroup has that file writable too.
+bool CanMakeCgroupIn(const std::string &dir, const std::string &needs = "")
+{
+    static std::atomic<unsigned> n{0};
+    std::string probe =
+        dir + "/wstest-probe-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+    if (mkdir(probe.c_str(), 0755) != 0)
+        return false;
+    bool ok = needs.empty() || access((probe + "/" + needs).c_str(), W_OK) == 0;
+    rmdir(probe.c_str());
+    return ok;
+}
+
+CgroupHost Probe()
+{
+    CgroupHost h;
+    std::vector<Mount> mounts = CgroupMounts();
+    for (const Mount &m : mounts) {
+        if (m.type == "cgroup2") {
+            std::string own;
+            if (!OwnCgroup("", &own))
+                continue;
+            std::string dir = DirOf(m, own);
+            if (dir.empty() || h.v2)
+                continue;
+            h.v2 = true;
+            h.v2_own_dir = dir;
+            if (m.point == "/sys/fs/cgroup")
+                h.v2_unified = true;
+            h.v2_delegated = CanMakeCgroupIn(dir);
+            continue;
+        }
+        for (const char *ctl : {"pids", "memory", "cpu", "freezer"}) {
+            std::string own;
+            if (!HasOption(m.super, ctl) || !OwnCgroup(ctl, &own))
+                continue;
+            std::string dir = DirOf(m, own);
+            if (dir.empty() || access((dir + "/tasks").c_str(), W_OK) != 0 || !CanMakeCgroupIn(dir))
+                continue;
+            h.v1_own_dir[ctl] = dir;
+        }
+    }
+    // The server's containment uses <root>/workspaced/<its pid> with root
+    // /sys/fs/cgroup/freezer, and moves threads back to their own freezer
+    // cgroup, which must be on that same mount.
+    struct statfs sfs;
+    char real[PATH_MAX];
+    if (realpath("/sys/fs/cgroup/freezer", real) && statfs(real, &sfs) == 0 &&
+        sfs.f_type == CGROUP_SUPER_MAGIC) {
+        std::string own;
+        for (const Mount &m : mounts) {
+            if (m.type != "cgroup" || !HasOption(m.super, "freezer") || m.point != real ||
+                !OwnCgroup("freezer", &own))
+                continue;
+            std::string dir = DirOf(m, own);
+            if (dir.empty() || access((dir + "/tasks").c_str(), W_OK) != 0)
+                continue;
+            std::string hosts = std::string(real) + "/workspaced";
+            if (mkdir(hosts.c_str(), 0755) != 0 && errno != EEXIST)
+                continue;
+            h.v1_freezer = CanMakeCgroupIn(hosts, "freezer.state");
+        }
+    }
+    return h;
+}
+
+} // namespace
+
+std::string CgroupHost::Describe() const
+{
+    std::string s = v2_unified ? "cgroup v2 only (unified /sys/fs/cgroup)"
+                    : v2       ? "cgroup v1 with cgroup2 at " + v2_own_dir + " (hybrid)"
+                               : "cgroup v1";
+    if (v2)
+        s += v2_delegated ? ", cgroup2 subtree delegated and writable"
+                          : ", cgroup2 subtree not writable";
+    s += "; writable v1 controllers:";
+    if (v1_own_dir.empty())
+        s += " none";
+    for (const auto &kv : v1_own_dir)
+        s += " " + kv.first;
+    s += v1_freezer ? "; v1 freezer usable at /sys/fs/cgroup/freezer"
+                    : "; no usable v1 freezer at /sys/fs/cgroup/freezer";
+    return s;
+}
+
+const CgroupHost &ProbeCgroups()
+{
+    static const CgroupHost h = Probe();
+    return h;
 }
 
 } // namespace wstest

@@ -206,12 +206,17 @@ bool ReadEvents(grpc::internal::ReaderInterface<workspace::v1::ProcessEvent> *re
 std::string Problems(const EventLog &log);
 
 // A token unique to this call, usable as a sleep duration ("1000.<digits>"),
-// so the processes of one test can be told apart in /proc by their cmdline.
+// so the processes of one test can be told apart in /proc by their cmdline:
+// the test process's pid, a per-process counter and random digits, each of
+// fixed width, so no two runs (concurrent, earlier or later) share one and
+// no token is a prefix of another.
 std::string UniqueSleep();
 
 // Live (not zombie) processes, other than this one, whose cmdline (NULs read
 // as spaces) contains `marker`.
 int CountProcsWithMarker(const std::string &marker);
+// Their pids.
+std::vector<pid_t> PidsWithMarker(const std::string &marker);
 
 // Polls until CountProcsWithMarker(marker) <= at_most (or >= at_least when
 // at_least > 0) or `timeout_ms` passes; returns the last count.
@@ -248,7 +253,43 @@ struct ProcStats {
 };
 ProcStats StatsOf(pid_t pid);
 
+// Polls StatsOf(pid) until it has stopped changing for `quiet_ms`: no child
+// process, the same fd and thread counts, and RSS within `rss_slack_kb`
+// (not looked at when negative); or until `timeout_ms` passes. Returns the
+// last stats, for a baseline or for the check that follows.
+ProcStats WaitStatsSettled(pid_t pid, int quiet_ms, int timeout_ms, long rss_slack_kb = -1);
+
 // Path of the running test binary (for re-executing it as a helper).
 std::string SelfExe();
+
+// What the host's cgroups offer this test process (and so the servers it
+// starts, which inherit its cgroups), found by making and removing a probe
+// cgroup rather than assumed from the kernel: hosts are cgroup v1 (or
+// hybrid) or cgroup v2 only, and a container may mount cgroupfs read-only.
+struct CgroupHost {
+    // The cgroup v1 freezer hierarchy the server uses by default
+    // (/sys/fs/cgroup/freezer) takes a new cgroup, this process's own
+    // freezer cgroup is reachable through it, and its tasks file is
+    // writable: what the server's "cgroup-v1-freezer" containment needs.
+    bool v1_freezer = false;
+    // cgroup v1 controllers ("pids", "memory", "cpu", "freezer") whose
+    // hierarchy takes a new cgroup below this process's own cgroup there,
+    // with the directory of that own cgroup: where the server makes its
+    // local-sandbox groups.
+    std::map<std::string, std::string> v1_own_dir;
+    // A cgroup2 hierarchy is mounted (unified mode, or hybrid's
+    // /sys/fs/cgroup/unified), with this process's cgroup there.
+    bool v2 = false;
+    std::string v2_own_dir;
+    // /sys/fs/cgroup is itself cgroup2: no v1 hierarchy at all.
+    bool v2_unified = false;
+    // A child of this process's cgroup2 cgroup can be made (a delegated,
+    // writable subtree).
+    bool v2_delegated = false;
+    // One line for skip and failure messages.
+    std::string Describe() const;
+};
+// Probed once per process.
+const CgroupHost &ProbeCgroups();
 
 } // namespace wstest

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <sstream>
@@ -539,7 +540,8 @@ namespace
 {
 // ReadFile streams of `path` that their client never reads: `channels`
 // connections of their own, `per` streams on each, all started at once.
-// Cancel() tears them down and says how many ended within 30 s.
+// WaitServed() waits for the server to be sending on some of them; Cancel()
+// tears them down and says how many ended within 30 s.
 class UnreadStreams
 {
   public:
@@ -561,11 +563,15 @@ class UnreadStreams
             held_[i].ctx = std::make_unique<ClientContext>();
             held_[i].reader =
                 stubs_[i % stubs_.size()]->PrepareAsyncReadFile(held_[i].ctx.get(), req, &cq_);
-            held_[i].reader->StartCall((void *)(uintptr_t)(2 * i));
+            held_[i].reader->StartCall(Tag(i, kStart));
         }
     }
     ~UnreadStreams()
     {
+        // Cancelled first, so that no operation still waits on a stalled
+        // stream while the queue drains.
+        for (auto &h : held_)
+            h.ctx->TryCancel();
         cq_.Shutdown();
         void *tag;
         bool ok;
@@ -576,24 +582,63 @@ class UnreadStreams
     {
         return held_.size();
     }
+    // Waits until the responses of at least `n` streams have begun (their
+    // initial metadata arrived: the server is sending the file, and then
+    // stalls on the unread window), or 30 s pass. Returns how many have.
+    size_t WaitServed(size_t n)
+    {
+        if (!meta_asked_) {
+            for (size_t i = 0; i < held_.size(); i++)
+                held_[i].reader->ReadInitialMetadata(Tag(i, kMeta));
+            meta_asked_ = true;
+        }
+        void *tag;
+        bool ok;
+        auto end = std::chrono::system_clock::now() + std::chrono::seconds(30);
+        while (served_ < n && cq_.AsyncNext(&tag, &ok, end) == grpc::CompletionQueue::GOT_EVENT)
+            Count(tag, ok);
+        return served_;
+    }
     size_t Cancel()
     {
         for (auto &h : held_)
             h.ctx->TryCancel();
-        for (size_t i = 0; i < held_.size(); i++)
-            held_[i].reader->Finish(&held_[i].status, (void *)(uintptr_t)(2 * i + 1));
-        size_t finished = 0;
         void *tag;
         bool ok;
         auto end = std::chrono::system_clock::now() + std::chrono::seconds(30);
-        while (finished < held_.size() &&
+        // Finish asks for the initial metadata itself: every read of it
+        // asked before must have completed (the cancel completes them).
+        while (meta_asked_ && metas_done_ < held_.size() &&
                cq_.AsyncNext(&tag, &ok, end) == grpc::CompletionQueue::GOT_EVENT)
-            if ((uintptr_t)tag % 2 == 1)
-                finished++;
-        return finished;
+            Count(tag, ok);
+        if (meta_asked_ && metas_done_ < held_.size())
+            return 0;
+        for (size_t i = 0; i < held_.size(); i++)
+            held_[i].reader->Finish(&held_[i].status, Tag(i, kFinish));
+        while (finished_ < held_.size() &&
+               cq_.AsyncNext(&tag, &ok, end) == grpc::CompletionQueue::GOT_EVENT)
+            Count(tag, ok);
+        return finished_;
     }
 
   private:
+    enum { kStart, kMeta, kFinish };
+    static void *Tag(size_t i, int kind)
+    {
+        return (void *)(uintptr_t)(3 * i + kind);
+    }
+    void Count(void *tag, bool ok)
+    {
+        switch ((uintptr_t)tag % 3) {
+        case kMeta:
+            metas_done_++;
+            served_ += ok;
+            break;
+        case kFinish:
+            finished_++;
+            break;
+        }
+    }
     struct Held {
         std::unique_ptr<ClientContext> ctx;
         std::unique_ptr<grpc::ClientAsyncReader<ReadFileResponse>> reader;
@@ -602,12 +647,15 @@ class UnreadStreams
     grpc::CompletionQueue cq_;
     std::vector<std::unique_ptr<FileSystem::Stub>> stubs_;
     std::vector<Held> held_;
+    bool meta_asked_ = false;
+    size_t metas_done_ = 0, served_ = 0, finished_ = 0;
 };
 } // namespace
 
 TEST(ObservabilityTest, IdleStreamsOfOneClientDoNotStarveAnother)
 {
-    wstest::Server srv({"--max-streams-per-connection", "8"});
+    const int kChannels = 4, kPerChannel = 32, kMaxStreams = 8;
+    wstest::Server srv({"--max-streams-per-connection", std::to_string(kMaxStreams)});
     auto ws = srv.workspaces();
     auto fs = srv.fs();
     wstest::Ws w = wstest::Open(ws.get(), "memory");
@@ -615,9 +663,12 @@ TEST(ObservabilityTest, IdleStreamsOfOneClientDoNotStarveAnother)
     ASSERT_TRUE(wstest::Write(fs.get(), w.id, "big", big).ok());
     ASSERT_TRUE(wstest::Write(fs.get(), w.id, "small", "small file").ok());
 
-    UnreadStreams stuck(srv.address(), w.id, "big", 4, 32);
-    // Give the stuck streams time to fill their windows.
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    UnreadStreams stuck(srv.address(), w.id, "big", kChannels, kPerChannel);
+    // The other client comes once the server is sending on as many stuck
+    // streams as their connections allow at once (the rest wait for a
+    // stream of their own).
+    const size_t active = static_cast<size_t>(kChannels * std::min(kPerChannel, kMaxStreams));
+    ASSERT_GE(stuck.WaitServed(active), active) << "the stuck streams were never served";
 
     // Another client, its own connection: served within a generous bound.
     grpc::ChannelArguments args;
@@ -668,9 +719,9 @@ TEST(ObservabilityTest, MemoryOfABurstOfHeldStreamsGoesBackAfterIt)
     auto fs = srv.fs();
     wstest::Ws w = wstest::Open(ws.get(), "local-bash");
     ASSERT_TRUE(wstest::Write(fs.get(), w.id, "big", std::string(16 << 20, 'x')).ok());
-    // Settle: the write's own buffers come and go first.
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    long before = wstest::StatsOf(srv.pid()).rss_kb;
+    // The baseline once the write's own buffers have come and gone: RSS
+    // steady (within 1 MiB) for a second.
+    long before = wstest::WaitStatsSettled(srv.pid(), 1000, 20000, 1024).rss_kb;
     ASSERT_GT(before, 0);
 
     UnreadStreams held(srv.address(), w.id, "big", 4, 48);

@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # Runs the Python tour from README.md, as written, against a real server:
-# the README's example must keep working.
+# the README's example must keep working, and the server must then drain and
+# exit cleanly on SIGTERM.
 set -euo pipefail
 
 readme=README.md
 server=server/workspaced
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/readme.XXXXXX")
-trap 'kill "$pid" 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+pid=
+trap '[ -z "$pid" ] || { kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }' EXIT
 
 "$server" --listen 127.0.0.1:0 --state-dir "$tmp/state" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
-for _ in $(seq 1 100); do
+# Polled until the server says where it listens (it picks the port), or
+# 30 s pass.
+for _ in $(seq 1 300); do
   grep -q "listening on" "$tmp/out" 2>/dev/null && break
+  kill -0 "$pid" 2>/dev/null || break
   sleep 0.1
 done
 addr=$(sed -n 's/^workspaced listening on //p' "$tmp/out")
@@ -35,4 +40,24 @@ grep -qF "b'2 notes/plan.md\\n' EXIT_CAUSE_EXITED" <<<"$out" || { echo "FAIL: Ru
 grep -qF "stdout b'one\\n'" <<<"$out" || { echo "FAIL: Start did not stream the first line"; exit 1; }
 grep -q "^EXIT_CAUSE_TIMEOUT" <<<"$out" || { echo "FAIL: the timeout did not end the command"; exit 1; }
 grep -q "two" <<<"$out" && { echo "FAIL: the command outlived its timeout"; exit 1; }
+
+# SIGTERM drains; the exit status is 0, within 30 s (polled, then killed).
+kill -TERM "$pid"
+for _ in $(seq 1 300); do
+  kill -0 "$pid" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$pid" 2>/dev/null; then
+  cat "$tmp/err"
+  echo "FAIL: the server did not exit within 30 s of SIGTERM"
+  exit 1
+fi
+status=0
+wait "$pid" || status=$?
+pid=
+if [ "$status" -ne 0 ]; then
+  cat "$tmp/err"
+  echo "FAIL: the server exited with status $status after SIGTERM"
+  exit 1
+fi
 echo "README tour OK"

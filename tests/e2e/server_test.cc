@@ -1,6 +1,8 @@
 // The server process: flags, listen policy, state directory, providers,
 // health, Exec placeholder, drain on SIGTERM, crash safety.
+#include <dirent.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,7 +42,9 @@ TEST(Server, BadFlagsExitWithUsage)
     ASSERT_TRUE(WIFEXITED(st));
     EXPECT_EQ(WEXITSTATUS(st), 2);
     EXPECT_NE(err.find("--state-dir is required"), std::string::npos);
-    st = wstest::RunServerToExit({"--state-dir", "/tmp/x", "--max-workspaces", "-1"}, &err);
+    st = wstest::RunServerToExit(
+        {"--state-dir", wstest::MakeTempDir("bad") + "/s", "--max-workspaces", "-1"}, &err);
+    ASSERT_TRUE(WIFEXITED(st)) << "status " << st << ": " << err;
     EXPECT_EQ(WEXITSTATUS(st), 2);
 }
 
@@ -308,6 +312,40 @@ TEST(Server, KeepaliveFlagIsValidated)
     }
 }
 
+// Whether process `pid` comes to hold open, within 30 s, a file in `dir`
+// (named there, or an unnamed temporary file made in it) of at least
+// `size` bytes.
+bool WaitHoldsFileOfSize(pid_t pid, const std::string &dir, off_t size)
+{
+    char *canon = realpath(dir.c_str(), nullptr);
+    if (!canon)
+        return false;
+    const std::string prefix = std::string(canon) + "/";
+    free(canon);
+    const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+         std::chrono::steady_clock::now() < until;
+         std::this_thread::sleep_for(std::chrono::milliseconds(10))) {
+        DIR *d = opendir(fds.c_str());
+        if (!d)
+            return false;
+        bool found = false;
+        while (struct dirent *de = readdir(d)) {
+            std::string fd = fds + "/" + de->d_name;
+            char target[4096];
+            ssize_t n = readlink(fd.c_str(), target, sizeof(target));
+            struct stat st;
+            if (n > 0 && std::string(target, n).compare(0, prefix.size(), prefix) == 0 &&
+                stat(fd.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= size)
+                found = true;
+        }
+        closedir(d);
+        if (found)
+            return true;
+    }
+    return false;
+}
+
 // Killing the server in the middle of a streamed write leaves the old
 // content (the new bytes never become visible).
 TEST(Server, CrashMidWriteKeepsOldContent)
@@ -330,8 +368,10 @@ TEST(Server, CrashMidWriteKeepsOldContent)
         d.set_data(std::string(1 << 20, 'N'));
         for (int i = 0; i < 4; i++)
             ASSERT_TRUE(wr->Write(d));
-        // Let the server take the chunks in.
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        // The kill lands once the server has taken every chunk in: its
+        // temporary file in the workspace holds all of them.
+        EXPECT_TRUE(WaitHoldsFileOfSize(srv.pid(), srv.workspace_dir(w.id), 4 << 20))
+            << "the server never held the 4 MiB being written";
         srv.Kill();
         wr->WritesDone();
         EXPECT_FALSE(wr->Finish().ok());

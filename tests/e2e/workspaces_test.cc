@@ -312,7 +312,7 @@ TEST(Workspaces, VanishedDirectoryWhileDownIsEvictedAfterRestart)
         auto w = wstest::Open(ws.get(), "local-bash");
         token = w.token;
         id = w.id;
-        srv.Stop();
+        EXPECT_EQ(srv.Stop(), 0) << wstest::ReadHostFile(srv.stderr_path());
         ASSERT_EQ(system(("rm -rf '" + srv.workspace_dir(id) + "'").c_str()), 0);
     }
     Server srv({}, state);

@@ -30,6 +30,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/testutil/process.h"
+
 extern char **environ;
 
 namespace
@@ -60,47 +62,6 @@ std::string ReadFile(const std::string &path)
     return ss.str();
 }
 
-// "exit status N" or "killed by signal N (NAME)".
-std::string DescribeStatus(int status)
-{
-    if (WIFEXITED(status))
-        return "exit status " + std::to_string(WEXITSTATUS(status));
-    if (WIFSIGNALED(status))
-        return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-               strsignal(WTERMSIG(status)) + ")";
-    return "wait status " + std::to_string(status);
-}
-
-// Stops a child the suite started (a server, a front) with SIGTERM. Returns
-// "" when it exited 0, else what went wrong followed by its stderr: under
-// the sanitizer build a leak or a crash at shutdown makes the exit status
-// non-zero, and the report is on stderr. A child that had already ended
-// before it was stopped crashed under the tests and fails as well.
-std::string StopCleanly(pid_t pid, const std::string &what, const std::string &stderr_path)
-{
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid)
-        return what + " ended before the suite stopped it (" + DescribeStatus(status) +
-               "); its stderr:\n" + ReadFile(stderr_path);
-    kill(pid, SIGTERM);
-    // A drain is bounded by the server's grace periods; never hang the
-    // suite on one that is not.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (waitpid(pid, &status, WNOHANG) != pid) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return what + " did not exit within 60 s of SIGTERM; its stderr:\n" +
-                   ReadFile(stderr_path);
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return "";
-    return what + " did not exit cleanly after SIGTERM (" + DescribeStatus(status) +
-           "); its stderr:\n" + ReadFile(stderr_path);
-}
-
 // A loopback address where nothing listens, for as long as the test
 // process runs: the socket is bound but never listens, so a connection to
 // it is refused, and no other process can take the port meanwhile (a port
@@ -119,15 +80,6 @@ std::string DeadAddress()
         return "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
     }();
     return addr;
-}
-
-// A number no other run's `sleep` uses: this process's pid and a random
-// part, so that a host process found with it is this run's own, even
-// while another run of the suite (or its leftovers) is on the machine.
-std::string UniqueSleepSeconds()
-{
-    std::random_device rd;
-    return std::to_string(100000 + getpid()) + "." + std::to_string(100000 + rd() % 900000);
 }
 
 struct Result {
@@ -191,7 +143,7 @@ class Server
     // test (or, for the suite's server, the suite) fails.
     ~Server()
     {
-        std::string problem = StopCleanly(pid_, "workspaced", errpath_);
+        std::string problem = testutil::StopCleanly(pid_, "workspaced", errpath_);
         if (!problem.empty())
             ADD_FAILURE() << problem;
     }
@@ -647,7 +599,7 @@ void ExpectSignalCancelsRemoteTree(const std::string &ws, int sig)
 {
     std::string bin = Runfile("clients/cli/wsctl");
     std::string addr = server->addr();
-    const std::string secs = UniqueSleepSeconds();
+    const std::string secs = testutil::UniqueSleepArg();
     const std::string script = "sleep " + secs + " & sleep " + secs + "; wait";
     pid_t pid = fork();
     ASSERT_GE(pid, 0);
@@ -682,7 +634,7 @@ void ExpectSignalCancelsRemoteTree(const std::string &ws, int sig)
     }
     EXPECT_TRUE(exited) << "wsctl still ran 15 s after signal " << sig;
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + sig)
-        << DescribeStatus(status) << ", want exit status " << 128 + sig;
+        << testutil::DescribeStatus(status) << ", want exit status " << 128 + sig;
     EXPECT_TRUE(WaitForPs(
         ws,
         [](const std::string &ps) {
@@ -765,7 +717,7 @@ TEST_F(WsctlTest, PtySessionAndCtrlC)
     // ps lists commands, not their children: the shell's child is looked
     // for on the host (local-bash runs it there), by a duration no other
     // run uses.
-    const std::string secs = UniqueSleepSeconds();
+    const std::string secs = testutil::UniqueSleepArg();
     const std::string typed = "sleep " + secs + "\n";
     ASSERT_EQ(write(master, typed.data(), typed.size()), (ssize_t)typed.size());
     auto sleeping = [&] { return HostHasProcess({"sleep", secs}); };
@@ -1110,7 +1062,7 @@ class Front
     // front.sh exits with nginx's status: 0 only for a clean shutdown.
     ~Front()
     {
-        std::string problem = StopCleanly(pid_, "the front (front.sh, nginx)", errpath_);
+        std::string problem = testutil::StopCleanly(pid_, "the front (front.sh, nginx)", errpath_);
         if (!problem.empty())
             ADD_FAILURE() << problem;
     }

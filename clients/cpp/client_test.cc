@@ -26,6 +26,7 @@
 #include "clients/cpp/workspaced.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
+#include "tests/testutil/process.h"
 
 extern char **environ;
 
@@ -45,25 +46,6 @@ std::string TmpDir()
     if (!mkdtemp(&tmpl[0]))
         abort();
     return tmpl;
-}
-
-// Reads one line from `fd` within `timeout_ms`.
-bool ReadLine(int fd, std::string *line, int timeout_ms)
-{
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    line->clear();
-    while (std::chrono::steady_clock::now() < deadline) {
-        struct pollfd pfd = {fd, POLLIN, 0};
-        if (poll(&pfd, 1, 100) <= 0)
-            continue;
-        char c;
-        if (read(fd, &c, 1) != 1)
-            return false;
-        if (c == '\n')
-            return true;
-        line->push_back(c);
-    }
-    return false;
 }
 
 // Runs `argv` with stdout and stderr to a pipe; returns the exit status and
@@ -108,47 +90,6 @@ std::string ReadHostFile(const std::string &path)
     return ss.str();
 }
 
-// "exit status N" or "killed by signal N (NAME)".
-std::string DescribeStatus(int status)
-{
-    if (WIFEXITED(status))
-        return "exit status " + std::to_string(WEXITSTATUS(status));
-    if (WIFSIGNALED(status))
-        return "killed by signal " + std::to_string(WTERMSIG(status)) + " (" +
-               strsignal(WTERMSIG(status)) + ")";
-    return "wait status " + std::to_string(status);
-}
-
-// Stops a child the suite started (a server, a front) with SIGTERM. Returns
-// "" when it exited 0, else what went wrong followed by its stderr: under
-// the sanitizer build a leak or a crash at shutdown makes the exit status
-// non-zero, and the report is on stderr. A child that had already ended
-// before it was stopped crashed under the tests and fails as well.
-std::string StopCleanly(pid_t pid, const std::string &what, const std::string &stderr_path)
-{
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid)
-        return what + " ended before the suite stopped it (" + DescribeStatus(status) +
-               "); its stderr:\n" + ReadHostFile(stderr_path);
-    kill(pid, SIGTERM);
-    // A drain is bounded by the server's grace periods; never hang the
-    // suite on one that is not.
-    auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (waitpid(pid, &status, WNOHANG) != pid) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return what + " did not exit within 60 s of SIGTERM; its stderr:\n" +
-                   ReadHostFile(stderr_path);
-        }
-        std::this_thread::sleep_for(10ms);
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        return "";
-    return what + " did not exit cleanly after SIGTERM (" + DescribeStatus(status) +
-           "); its stderr:\n" + ReadHostFile(stderr_path);
-}
-
 // Spawns `args` with stdout to a pipe and stderr to `stderr_path`, and
 // waits for a stdout line starting with `prefix`; returns the rest of that
 // line. Aborts when the child does not get there: nothing can run without it.
@@ -176,7 +117,7 @@ std::string SpawnUntilLine(const std::vector<std::string> &args, const std::stri
         abort();
     }
     std::string line;
-    if (!ReadLine(p[0], &line, 20000) || line.compare(0, prefix.size(), prefix) != 0) {
+    if (!testutil::ReadLine(p[0], &line, 20000) || line.compare(0, prefix.size(), prefix) != 0) {
         fprintf(stderr, "%s did not start: '%s'; its stderr:\n%s\n", args[0].c_str(), line.c_str(),
                 ReadHostFile(stderr_path).c_str());
         abort();
@@ -203,7 +144,7 @@ class Server
     }
     ~Server()
     {
-        std::string problem = StopCleanly(pid_, "workspaced", stderr_path_);
+        std::string problem = testutil::StopCleanly(pid_, "workspaced", stderr_path_);
         if (!problem.empty())
             ADD_FAILURE() << problem;
     }
@@ -406,8 +347,9 @@ TEST(Exec, OutputArrivesBeforeExit)
         if (info.tag() == "held")
             running = info.running();
     EXPECT_TRUE(running) << "the command ended before its stdin was written";
+    // The line is all `read` needs: the command may end (and its stream
+    // close for writing) as soon as it arrives, so nothing more is sent.
     ASSERT_TRUE(p.WriteStdin("go\n"));
-    ASSERT_TRUE(p.CloseStdin());
     std::string rest;
     Drain(p, &rest);
     auto r = p.Wait();
@@ -1140,7 +1082,8 @@ class Front
     // front.sh exits with nginx's status: 0 only for a clean shutdown.
     ~Front()
     {
-        std::string problem = StopCleanly(pid_, "the front (front.sh, nginx)", stderr_path_);
+        std::string problem =
+            testutil::StopCleanly(pid_, "the front (front.sh, nginx)", stderr_path_);
         if (!problem.empty())
             ADD_FAILURE() << problem;
     }

@@ -1,5 +1,7 @@
 #include "tests/e2e/harness.h"
 
+#include "tests/testutil/process.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -122,30 +124,6 @@ pid_t Spawn(const std::vector<std::string> &args, const std::vector<std::string>
     return pid;
 }
 
-// Reads one line with a timeout; false on EOF/timeout.
-bool ReadLine(int fd, std::string *line, int timeout_ms)
-{
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-    line->clear();
-    for (;;) {
-        int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        deadline - std::chrono::steady_clock::now())
-                                        .count());
-        if (left <= 0)
-            return false;
-        struct pollfd pfd = {fd, POLLIN, 0};
-        if (poll(&pfd, 1, left) <= 0)
-            continue;
-        char c;
-        ssize_t n = read(fd, &c, 1);
-        if (n <= 0)
-            return false;
-        if (c == '\n')
-            return true;
-        line->push_back(c);
-    }
-}
-
 } // namespace
 
 std::string MakeTempDir(const std::string &prefix)
@@ -211,7 +189,7 @@ Server::Server(std::vector<std::string> args, std::string state_dir, std::vector
     int out = -1;
     pid_ = Spawn(full, env, stderr_path_, &out);
     std::string line;
-    bool ok = ReadLine(out, &line, 20000);
+    bool ok = testutil::ReadLine(out, &line, 20000);
     close(out);
     const std::string prefix = "workspaced listening on ";
     if (!ok || line.compare(0, prefix.size(), prefix) != 0) {
@@ -645,19 +623,7 @@ std::string Problems(const EventLog &log)
 
 std::string UniqueSleep()
 {
-    static std::atomic<unsigned> counter{0};
-    static const unsigned long long salt = [] {
-        std::random_device rd;
-        return (static_cast<unsigned long long>(rd()) << 32 | rd()) % 1000000000ULL;
-    }();
-    // The pid tells apart the test processes running now (the regular and
-    // sanitizer phases, parallel suites); the random part tells this run
-    // apart from an earlier one that had the same pid and left processes
-    // behind. Fixed widths keep one token from being a prefix of another.
-    char buf[64];
-    snprintf(buf, sizeof(buf), "1000.%07d%04u%09llu", static_cast<int>(getpid()),
-             counter++ % 10000u, salt);
-    return buf;
+    return testutil::UniqueSleepArg();
 }
 
 namespace

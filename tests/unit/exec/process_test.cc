@@ -27,73 +27,12 @@ extern "C" {
 #include "server/exec/process.h"
 }
 
+#include "tests/testutil/process.h"
+
 namespace
 {
 
 using Clock = std::chrono::steady_clock;
-
-std::string ReadProcFile(const std::string &path)
-{
-    std::string out;
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        out.append(buf, (size_t)n);
-    close(fd);
-    return out;
-}
-
-// A sleep argument no other test, test process or run uses: the pid tells
-// apart the processes running now (the regular and sanitizer phases, a
-// rerun), the random part an earlier run that had the same pid and left
-// processes behind. Fixed widths keep one marker from being a prefix of
-// another.
-std::string NewMarker()
-{
-    static std::atomic<unsigned> n{0};
-    static const unsigned long long salt = [] {
-        std::random_device rd;
-        return ((unsigned long long)rd() << 32 | rd()) % 1000000000ULL;
-    }();
-    char buf[64];
-    snprintf(buf, sizeof(buf), "1000.%07d%09llu%03u", (int)getpid(), salt, n++ % 1000);
-    return buf;
-}
-
-// Live (non-zombie) processes with `marker` as one of their arguments, from
-// /proc: the sleeps carrying it, not the shells whose scripts mention it.
-std::vector<pid_t> Marked(const std::string &marker)
-{
-    std::vector<pid_t> out;
-    DIR *d = opendir("/proc");
-    if (!d)
-        return out;
-    while (struct dirent *de = readdir(d)) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        std::string dir = std::string("/proc/") + de->d_name;
-        std::string cmd = ReadProcFile(dir + "/cmdline");
-        bool has = false;
-        for (size_t i = 0; i < cmd.size() && !has;) {
-            size_t z = cmd.find('\0', i);
-            if (z == std::string::npos)
-                z = cmd.size();
-            has = cmd.compare(i, z - i, marker) == 0;
-            i = z + 1;
-        }
-        std::string stat = ReadProcFile(dir + "/stat");
-        size_t rp = stat.rfind(')');
-        if (has && rp != std::string::npos && rp + 2 < stat.size() && stat[rp + 2] != 'Z')
-            out.push_back((pid_t)pid);
-    }
-    closedir(d);
-    return out;
-}
 
 // Polls `pred` every few milliseconds until it holds or `ms` pass.
 template <class Pred> bool WaitUntil(Pred pred, int ms = 30000)
@@ -333,7 +272,7 @@ TEST_F(ProcTest, LeftoversEndingDoNotReleaseHeldOutput)
 {
     // head starts only once the test has seen the sleep run (the flag), so
     // that "the sleep was ended" below is about a sleep that really ran.
-    const std::string m = NewMarker();
+    const std::string m = testutil::UniqueSleepArg();
     const char *tmp = getenv("TEST_TMPDIR");
     const std::string flag = std::string(tmp ? tmp : "/tmp") + "/leftovers." + m;
     const std::string script = "sleep " + m + " & while [ ! -e " + flag +
@@ -351,11 +290,12 @@ TEST_F(ProcTest, LeftoversEndingDoNotReleaseHeldOutput)
     int leader = PidFd(ws_proc_pid(p));
     // The subscriber comes only once head has written all of it and exited
     // and the sleep it left has been ended: the case under test.
-    EXPECT_TRUE(WaitUntil([&] { return !Marked(m).empty(); })) << "the sleep never ran";
+    EXPECT_TRUE(WaitUntil([&] { return !testutil::PidsWithArg(m).empty(); }))
+        << "the sleep never ran";
     int fd = open(flag.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
     ASSERT_GE(fd, 0) << flag << ": " << strerror(errno);
     close(fd);
-    EXPECT_TRUE(WaitUntil([&] { return Exited(leader) && Marked(m).empty(); }))
+    EXPECT_TRUE(WaitUntil([&] { return Exited(leader) && testutil::PidsWithArg(m).empty(); }))
         << "head did not exit or the sleep was not ended";
     if (leader >= 0)
         close(leader);
@@ -476,7 +416,7 @@ TEST_F(ProcTest, LateSubscriberGetsAnExactGap)
 
 TEST_F(ProcTest, TimeoutKillsATermIgnoringTreeAndKeepsOutput)
 {
-    const std::string m = NewMarker();
+    const std::string m = testutil::UniqueSleepArg();
     const std::string script = "trap '' TERM; echo before; sleep " + m + " & sleep " + m;
     struct ws_proc *p = Spawn({"/bin/sh", "-c", script.c_str()}, 4096, 4096, 200);
     ASSERT_NE(p, nullptr);
@@ -488,13 +428,13 @@ TEST_F(ProcTest, TimeoutKillsATermIgnoringTreeAndKeepsOutput)
     size_t n = ws_proc_capture(p, WS_STREAM_STDOUT, buf, sizeof(buf));
     EXPECT_EQ(std::string(buf, n), "before\n");
     // Done means the tree is gone: nothing of it may be left at this point.
-    EXPECT_TRUE(Marked(m).empty()) << "a sleep survived";
+    EXPECT_TRUE(testutil::PidsWithArg(m).empty()) << "a sleep survived";
     ws_proc_unref(p);
 }
 
 TEST_F(ProcTest, WhatTheLeaderLeftRunningIsEnded)
 {
-    const std::string m = NewMarker();
+    const std::string m = testutil::UniqueSleepArg();
     const std::string script = "setsid sleep " + m + " & echo hi; exit 7";
     auto t0 = Clock::now();
     struct ws_proc *p = Spawn({"/bin/sh", "-c", script.c_str()}, 4096, 4096);
@@ -504,13 +444,13 @@ TEST_F(ProcTest, WhatTheLeaderLeftRunningIsEnded)
     EXPECT_LT(Clock::now() - t0, std::chrono::seconds(10));
     EXPECT_EQ(r.cause, WS_CAUSE_EXITED);
     EXPECT_EQ(r.exit_code, 7);
-    EXPECT_TRUE(Marked(m).empty()) << "a sleep survived";
+    EXPECT_TRUE(testutil::PidsWithArg(m).empty()) << "a sleep survived";
     ws_proc_unref(p);
 }
 
 TEST_F(ProcTest, FirstCauseWinsAndSignalKillIsSignaled)
 {
-    const std::string m = NewMarker();
+    const std::string m = testutil::UniqueSleepArg();
     struct ws_proc *p = Spawn({"/bin/sleep", m.c_str()}, 4096, 0);
     ASSERT_NE(p, nullptr);
     ASSERT_EQ(ws_proc_signal(p, SIGKILL), 0);
@@ -618,16 +558,9 @@ bool WaitFrees(WrapLog *log, int want, int ms = 5000)
 std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string &comm)
 {
     std::vector<pid_t> out;
-    DIR *d = opendir("/proc");
-    if (!d)
-        return out;
-    while (struct dirent *de = readdir(d)) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (*end || pid <= 0)
-            continue;
-        std::string dir = std::string("/proc/") + de->d_name;
-        std::string stat = ReadProcFile(dir + "/stat");
+    for (pid_t pid : testutil::AllPids()) {
+        std::string dir = "/proc/" + std::to_string(pid);
+        std::string stat = testutil::ReadFile(dir + "/stat");
         size_t rp = stat.rfind(')');
         if (rp == std::string::npos)
             continue;
@@ -635,10 +568,9 @@ std::vector<pid_t> ChildrenNamed(pid_t parent, const std::string &comm)
         std::string state;
         long ppid = 0;
         rest >> state >> ppid;
-        if (ppid == parent && state != "Z" && ReadProcFile(dir + "/comm") == comm + "\n")
-            out.push_back((pid_t)pid);
+        if (ppid == parent && state != "Z" && testutil::ReadFile(dir + "/comm") == comm + "\n")
+            out.push_back(pid);
     }
-    closedir(d);
     return out;
 }
 
@@ -708,7 +640,7 @@ TEST_F(ProcTest, WrapperSignalHookReplacesTheTreeSignal)
     WrapLog log;
     // The wrapper waits for the command (a sleep) and reports 7 after it;
     // had the leader got SIGUSR1 itself, it would have died of it.
-    const std::string m = NewMarker();
+    const std::string m = testutil::UniqueSleepArg();
     const std::string wscript = "/bin/sleep " + m + "; exit 7";
     const char *wargv[] = {"/bin/sh", "-c", wscript.c_str(), nullptr};
     struct ws_proc_wrapper w = MakeWrapper(&log, wargv);
@@ -755,7 +687,7 @@ TEST_F(ProcTest, WrapperSignalHookReplacesTheTreeSignal)
         EXPECT_EQ(log2.signals[0].first, leader);
         EXPECT_EQ(log2.signals[0].second, SIGTERM);
     }
-    EXPECT_TRUE(Marked(m).empty()) << "a sleep survived";
+    EXPECT_TRUE(testutil::PidsWithArg(m).empty()) << "a sleep survived";
     ws_proc_unref(p);
     EXPECT_TRUE(WaitFrees(&log2, 1));
 }

@@ -45,6 +45,8 @@ extern "C" {
 #include "server/posix/tree.h"
 }
 
+#include "tests/testutil/process.h"
+
 namespace
 {
 
@@ -74,22 +76,9 @@ bool WaitFor(const std::function<bool()> &pred, int timeout_ms = 5000)
     }
 }
 
-// Whatever could be read; "" when the file is gone. Plain read(): a /proc
-// file of a process that exits meanwhile fails with ESRCH, which
-// std::ifstream turns into an exception.
-std::string ReadFile(const std::string &path)
-{
-    std::string out;
-    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return out;
-    char buf[4096];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) > 0)
-        out.append(buf, (size_t)n);
-    close(fd);
-    return out;
-}
+// Plain read(), not std::ifstream: a /proc file of a process that exits
+// meanwhile fails with ESRCH, which std::ifstream turns into an exception.
+using testutil::ReadFile;
 
 bool Exists(const std::string &path)
 {
@@ -192,41 +181,17 @@ bool ReadStat(pid_t pid, ProcStat *ret)
     return !state.empty();
 }
 
-std::vector<pid_t> AllPids()
-{
-    std::vector<pid_t> out;
-    DIR *d = opendir("/proc");
-    if (!d)
-        return out;
-    while (struct dirent *de = readdir(d)) {
-        char *end;
-        long pid = strtol(de->d_name, &end, 10);
-        if (!*end && pid > 0)
-            out.push_back((pid_t)pid);
-    }
-    closedir(d);
-    return out;
-}
+using testutil::AllPids;
 
 // Live (non-zombie) processes running `sleep <marker>`. Only sleep itself:
 // `setsid sleep <marker>` has the marker too until setsid execs sleep.
 std::vector<pid_t> Marked(const std::string &marker)
 {
     std::vector<pid_t> out;
-    for (pid_t pid : AllPids()) {
-        std::string cmd = ReadFile("/proc/" + std::to_string(pid) + "/cmdline");
-        std::vector<std::string> args;
-        for (size_t i = 0; i < cmd.size();) {
-            size_t z = cmd.find('\0', i);
-            if (z == std::string::npos)
-                z = cmd.size();
-            args.push_back(cmd.substr(i, z - i));
-            i = z + 1;
-        }
-        bool sleep = args.size() == 2 && args[1] == marker &&
-                     (args[0] == "sleep" || args[0] == "/bin/sleep" || args[0] == "/usr/bin/sleep");
-        ProcStat st;
-        if (sleep && ReadStat(pid, &st) && st.state != 'Z')
+    for (pid_t pid : testutil::PidsWithArg(marker)) {
+        std::vector<std::string> args = testutil::ProcArgv(pid);
+        if (args.size() == 2 && args[1] == marker &&
+            (args[0] == "sleep" || args[0] == "/bin/sleep" || args[0] == "/usr/bin/sleep"))
             out.push_back(pid);
     }
     return out;
@@ -261,21 +226,6 @@ unsigned long long PendingSignals(pid_t pid)
         if (line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0)
             out |= strtoull(line.c_str() + 7, nullptr, 16);
     return out;
-}
-
-// A sleep argument no other test, test process or run uses: the pid tells
-// apart the processes running now, the random part an earlier run that had
-// the same pid and left processes behind.
-std::string NewMarker()
-{
-    static std::atomic<int> n{0};
-    static const unsigned long long salt = [] {
-        std::random_device rd;
-        return ((unsigned long long)rd() << 32 | rd()) % 1000000000ULL;
-    }();
-    char buf[64];
-    snprintf(buf, sizeof(buf), "1000.%07d%09llu%05d", (int)getpid(), salt, 10000 + n++ % 90000);
-    return buf;
 }
 
 // Leaves the session and double-forks, the ways a command escapes its
@@ -482,7 +432,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, TreeTest, ::testing::Values(Mode::kCgroup, Mode:
 
 TEST_P(TreeTest, KillEndsEscapedDescendants)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     ws_child *c = Spawn(t, Escapees(m));
@@ -520,7 +470,7 @@ TEST_P(TreeTest, KillEndsEscapedDescendants)
 
 TEST_P(TreeTest, KillEndsWhatIgnoresSigterm)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     // The ignored disposition is inherited through fork and exec.
@@ -542,7 +492,7 @@ TEST_P(TreeTest, KillEndsWhatIgnoresSigterm)
 
 TEST_P(TreeTest, SignalReachesEveryProcessAndWakesStoppedOnes)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     ws_child *c =
@@ -599,7 +549,7 @@ TEST_P(TreeTest, CountSkipsTheZombieLeader)
 
 TEST_P(TreeTest, CountSeesEscapeesAfterTheLeaderIsReaped)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     ws_child *c = Spawn(t, "setsid sleep " + m + " & (setsid sleep " + m + " &) ; exit 0");
@@ -616,7 +566,7 @@ TEST_P(TreeTest, CountSeesEscapeesAfterTheLeaderIsReaped)
 
 TEST_P(TreeTest, ForkLoopIsKilledAtOnce)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     // 200 sleeps, each in its own session: bounded, and still forking
@@ -654,7 +604,7 @@ TEST_P(TreeTest, ConcurrentTreesStayApart)
     for (int i = 0; i < kThreads; i++)
         threads.emplace_back([&] {
             for (int j = 0; j < kPerThread; j++) {
-                std::string m = NewMarker();
+                std::string m = testutil::UniqueSleepArg();
                 ws_tree *t = NewTree();
                 ws_child *c =
                     t ? Spawn(t, "sleep " + m + " & setsid sleep " + m + " & sleep " + m) : nullptr;
@@ -717,7 +667,7 @@ TEST_P(TreeTest, ConcurrentTreesStayApart)
 
 TEST_P(TreeTest, FreeKillsWhatIsLeft)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     ws_child *c = Spawn(t, Escapees(m));
@@ -780,7 +730,7 @@ std::vector<pid_t> Sorted(std::vector<pid_t> v)
 
 TEST_P(TreeTest, SignalExceptSparesTheListedPids)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     ws_child *c = Spawn(t, "sleep " + m + " & sleep " + m + " & wait");
@@ -823,7 +773,9 @@ TEST_P(TreeTest, SignalExceptSparesTheListedPids)
     // Continued, it sleeps on.
     ASSERT_EQ(kill(spared, SIGCONT), 0);
     EXPECT_EQ(Marked(m), std::vector<pid_t>{spared});
-    EXPECT_EQ(ws_tree_count(t), 1);
+    // The killed sleep is counted until it is reaped (a subreaper reaps
+    // it after its death is noticed): wait for that, not for a time.
+    EXPECT_TRUE(WaitFor([&] { return ws_tree_count(t) == 1; })) << ws_tree_count(t);
 
     EXPECT_EQ(ws_tree_kill(t), 1);
     EXPECT_TRUE(WaitFor([&] { return Marked(m).empty() && ws_tree_count(t) == 0; }));
@@ -835,7 +787,7 @@ TEST_P(TreeTest, SignalExceptSparesTheListedPids)
 // runs and reports how that ended.
 TEST_P(TreeTest, SignalExceptSparesTheLeader)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     ws_child *c = Spawn(t, "sleep " + m + " & sleep " + m + " & wait; exit 7");
@@ -891,7 +843,7 @@ TEST_F(CgroupTest, DefaultRootIsTheFreezerMount)
     ws_child *c = nullptr;
     ASSERT_EQ(ws_tree_enter(t), 0);
     std::string inside = ThreadFreezer();
-    c = SpawnArgv({"/bin/sleep", NewMarker()});
+    c = SpawnArgv({"/bin/sleep", testutil::UniqueSleepArg()});
     ASSERT_EQ(ws_tree_leave(t), 0);
     ASSERT_NE(c, nullptr);
     ws_tree_set_leader(t, ws_child_pid(c));
@@ -1002,7 +954,7 @@ TEST_F(CgroupTest, StaleHostDirectoriesAreSwept)
     std::string live = hosts + "/1";
     ASSERT_EQ(mkdir(live.c_str(), 0755), 0);
 
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     std::vector<std::pair<ws_child *, std::string>> procs = {
         {SpawnArgv({"/bin/sleep", m}), stale + "/1"},
         {SpawnArgv({"/bin/sleep", m}), stale + "/1/nested"},
@@ -1034,7 +986,7 @@ TEST_F(CgroupTest, StaleHostDirectoriesAreSwept)
 // tree ends what is in them and removes them too.
 TEST_F(CgroupTest, FreeRemovesNestedCgroups)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     ws_child *c = Spawn(t, "sleep " + m);
@@ -1072,7 +1024,7 @@ TEST_F(CgroupTest, SweepDepthIsBounded)
     for (auto &dir : levels)
         ASSERT_EQ(mkdir(dir.c_str(), 0755), 0) << dir;
 
-    std::string m_shallow = NewMarker(), m_deep = NewMarker();
+    std::string m_shallow = testutil::UniqueSleepArg(), m_deep = testutil::UniqueSleepArg();
     ws_child *shallow = SpawnArgv({"/bin/sleep", m_shallow});
     ws_child *deep = SpawnArgv({"/bin/sleep", m_deep});
     ASSERT_NE(shallow, nullptr);
@@ -1170,7 +1122,7 @@ TEST_F(SubreaperTest, ForcedEvenWhereTheFreezerWorks)
 
 TEST_F(SubreaperTest, AdoptedZombiesAreReapedButLeadersAreNot)
 {
-    std::string m = NewMarker();
+    std::string m = testutil::UniqueSleepArg();
     ws_tree *t = NewTree();
     ASSERT_NE(t, nullptr);
     // A double-forked short sleep: adopted by this process, then a zombie.
@@ -1206,7 +1158,7 @@ TEST_F(SubreaperTest, AdoptedZombiesAreReapedButLeadersAreNot)
 
 TEST_F(SubreaperTest, SpawnInFlightIsNeitherReapedNorKilled)
 {
-    std::string m1 = NewMarker(), m2 = NewMarker();
+    std::string m1 = testutil::UniqueSleepArg(), m2 = testutil::UniqueSleepArg();
     ws_tree *t1 = NewTree();
     ASSERT_NE(t1, nullptr);
     ws_child *c1 = Spawn(t1, "sleep " + m1);

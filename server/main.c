@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -898,6 +899,15 @@ int main(int argc, char **argv)
     struct ws_metrics_http *metrics = NULL;
     sigset_t sigs;
     int port = 0, sig = 0, rc = 1, err;
+
+    /* Before any secret is read (the ref key, the tokens, TLS keys): no
+     * other process of this uid, a local-bash command among them, may
+     * ptrace this one or open its /proc/PID/mem, environ, fd or root. It
+     * also means no core dump, which would hold the same secrets. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+        fprintf(stderr, "workspaced: prctl(PR_SET_DUMPABLE): %s\n", strerror(errno));
+        return 1;
+    }
 
     err = parse_args(argc, argv, &o);
     if (err != 0) {

@@ -1,6 +1,8 @@
 // The server process: flags, listen policy, state directory, providers,
 // health, Exec placeholder, drain on SIGTERM, crash safety.
 #include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -14,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/e2e/harness.h"
+#include "tests/testutil/process.h"
 
 using grpc::ClientContext;
 using grpc::StatusCode;
@@ -95,6 +98,133 @@ TEST(Server, OneStateDirectoryServesOneServerAtATime)
     out.clear();
     ASSERT_TRUE(wstest::Read(bfs.get(), w.id, "kept", &out).ok());
     EXPECT_EQ(out, "data");
+}
+
+// A process of nobody's that tries what a command of the server's own uid
+// could try against `pid`: read its environment, list its descriptors and
+// open its memory. Returns the errno of each ("ok" for none), as
+// "environ=... fd=... mem=...".
+std::string ProbeProcAs(uid_t uid, gid_t gid, pid_t pid)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return "pipe failed";
+    std::string base = "/proc/" + std::to_string(pid);
+    std::string environ_path = base + "/environ", fd_path = base + "/fd", mem_path = base + "/mem";
+    pid_t child = fork();
+    if (child == 0) {
+        char out[256] = "";
+        if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0)
+            _exit(3);
+        const char *paths[] = {environ_path.c_str(), fd_path.c_str(), mem_path.c_str()};
+        const char *names[] = {"environ", "fd", "mem"};
+        size_t len = 0;
+        for (int i = 0; i < 3; i++) {
+            int fd = open(paths[i], (i == 1 ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+            int e = fd < 0 ? errno : 0;
+            if (fd >= 0)
+                close(fd);
+            len += (size_t)snprintf(out + len, sizeof(out) - len, "%s%s=%s", i ? " " : "", names[i],
+                                    e ? strerrorname_np(e) : "ok");
+        }
+        if (write(p[1], out, len) != (ssize_t)len)
+            _exit(4);
+        _exit(0);
+    }
+    close(p[1]);
+    std::string got;
+    char buf[256];
+    ssize_t n;
+    while ((n = read(p[0], buf, sizeof(buf))) > 0)
+        got.append(buf, (size_t)n);
+    close(p[0]);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return "probe failed: " + testutil::DescribeStatus(status);
+    return got;
+}
+
+// Spawns `argv` as uid:gid with stdout to a pipe and stderr to `err_path`.
+pid_t SpawnAs(uid_t uid, gid_t gid, const std::vector<std::string> &args,
+              const std::string &err_path, int *ret_stdout)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    std::vector<std::string> copy = args;
+    std::vector<char *> argv;
+    for (auto &a : copy)
+        argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (dup2(p[1], 1) < 0 || dup2(err, 2) < 0 || setgroups(0, nullptr) != 0 ||
+            setgid(gid) != 0 || setuid(uid) != 0)
+            _exit(127);
+        execv(argv[0], argv.data());
+        _exit(127);
+    }
+    close(p[1]);
+    close(err);
+    *ret_stdout = p[0];
+    return pid;
+}
+
+// The server holds secrets (the ref key, tokens, TLS keys) and a root fd
+// of every workspace; a local-bash command runs as the server's uid. No
+// process of that uid may read its environment, list its descriptors or
+// open its memory. Root would pass every /proc check, so the server runs
+// as nobody here, with a control: a plain process of nobody's is readable
+// by the same probe.
+TEST(Server, ProcessesOfItsUidCannotReachIntoIt)
+{
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root to run the server as another uid";
+    const uid_t uid = 65534;
+    const gid_t gid = 65534;
+    char tmpl[] = "/tmp/wsdumpable.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    std::string dir = tmpl;
+    // nobody must reach the binary: the runfiles are under root's home.
+    std::string bin = dir + "/workspaced";
+    wstest::WriteHostFile(bin, wstest::ReadHostFile("server/workspaced"));
+    ASSERT_EQ(chmod(bin.c_str(), 0755), 0);
+    ASSERT_EQ(chown(dir.c_str(), uid, gid), 0);
+    ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+
+    int out = -1;
+    std::string err_path = dir + "/stderr";
+    pid_t srv =
+        SpawnAs(uid, gid, {bin, "--state-dir", dir + "/state", "--listen", "unix:" + dir + "/sock"},
+                err_path, &out);
+    ASSERT_GT(srv, 0);
+    std::string line;
+    bool up = testutil::ReadLine(out, &line, 20000);
+    close(out);
+    ASSERT_TRUE(up && line.rfind("workspaced listening on ", 0) == 0)
+        << line << testutil::ReadFile(err_path);
+
+    int sout = -1;
+    pid_t plain = SpawnAs(uid, gid, {"/bin/sleep", testutil::UniqueSleepArg()}, "/dev/null", &sout);
+    ASSERT_GT(plain, 0);
+    close(sout);
+    // The control: the probe works against a process that allows it (the
+    // sleep has exec'd once it is readable).
+    std::string control;
+    for (int i = 0;
+         i < 200 && (control = ProbeProcAs(uid, gid, plain)) != "environ=ok fd=ok mem=ok"; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(control, "environ=ok fd=ok mem=ok");
+    kill(plain, SIGKILL);
+    waitpid(plain, nullptr, 0);
+
+    EXPECT_EQ(ProbeProcAs(uid, gid, srv), "environ=EACCES fd=EACCES mem=EACCES");
+
+    EXPECT_EQ(testutil::StopCleanly(srv, "workspaced (as nobody)", err_path), "");
+    std::string rm = "rm -rf " + dir;
+    EXPECT_EQ(system(rm.c_str()), 0);
 }
 
 TEST(Server, ListensOnUnixSocket)

@@ -17,12 +17,18 @@ packages=(
   # file's check), openssl for the test certificates
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
   procps systemd openssl
+  # the local-bash tests plant git configuration and run an allowed git
+  git
   # deployment tests: network namespaces, the Envoy example's YAML
   iproute2 python3-yaml
   # the nginx front of the routing tests (HTTP/2 and gRPC proxying)
   nginx-light
   # isolation backends probed by the server
   bubblewrap docker.io busybox-static
+  # user-mode networking for local-sandbox workspaces with network: their
+  # network namespace is never the host's, so slirp4netns connects it to the
+  # outside without the host's loopback (without it such Opens fail closed)
+  slirp4netns
   # clients: Go stubs and runtime (GOPATH mode against /usr/share/gocode)
   golang-go golang-google-grpc-dev golang-google-genproto-dev
   golang-github-golang-protobuf-1-3-dev protoc-gen-go-1-3 protoc-gen-go-grpc

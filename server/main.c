@@ -28,14 +28,16 @@
 #include "server/docker/endpoint.h"
 #include "server/exec/exec.h"
 #include "server/metrics/http.h"
+#include "server/policy/policy.h"
 #include "server/providers/probe.h"
 #include "server/providers/provider.h"
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
+#include "server/rpc/listen.h"
 #include "server/rpc/log.h"
 #include "server/rpc/services/services.h"
 
-#define DEFAULT_LISTEN   "127.0.0.1:7878"
+#define DEFAULT_LISTEN   WS_LISTEN_DEFAULT
 #define DEFAULT_GRACE_MS 10000
 /* gRPC message ceiling: a 4 MiB chunk plus its envelope. */
 #define MAX_MESSAGE_DEFAULT (4 * 1024 * 1024 + 64 * 1024)
@@ -64,6 +66,7 @@ enum {
     TLSKEY,
     TLSCA,
     PLAINTEXT,
+    INSECURE_LOOPBACK,
     TENANTWS,
     TENANTOPENS,
     TENANTCMDS,
@@ -78,6 +81,15 @@ enum {
     BWRAP,
     DOCKERHOST,
     DOCKERIMAGE,
+    /* The default policy ([policy]); see server/policy/policy.h. */
+    POL_PROVIDERS,
+    POL_NETWORK,
+    POL_BINDROOTS,
+    POL_PASSENV,
+    POL_COMMANDS,
+    POL_IMAGES,
+    POL_PULL,
+    POL_USERS,
     SETTINGS_END,
     /* Flags that are not settings. */
     CONFIG = SETTINGS_END,
@@ -105,6 +117,7 @@ static const struct setting {
     {TLSKEY, "tls-key", required_argument, "tls", "key"},
     {TLSCA, "tls-client-ca", required_argument, "tls", "client-ca"},
     {PLAINTEXT, "allow-plaintext", no_argument, "tls", "allow-plaintext"},
+    {INSECURE_LOOPBACK, "insecure-loopback", no_argument, "server", "insecure-loopback"},
     {MAXWS, "max-workspaces", required_argument, "limits", "max-workspaces"},
     {MAXSIZE, "max-file-size", required_argument, "limits", "max-file-size"},
     {MEMBYTES, "memory-workspace-bytes", required_argument, "limits", "memory-workspace-bytes"},
@@ -127,13 +140,22 @@ static const struct setting {
      "max-streams-per-connection"},
     {MEMQUOTA, "memory-quota-bytes", required_argument, "transport", "memory-quota-bytes"},
     {MAXCONNS, "max-connections", required_argument, "transport", "max-connections"},
+    {POL_PROVIDERS, "policy-providers", required_argument, "policy", "providers"},
+    {POL_NETWORK, "policy-network", no_argument, "policy", "network"},
+    {POL_BINDROOTS, "policy-bind-roots", required_argument, "policy", "bind-roots"},
+    {POL_PASSENV, "policy-pass-env", required_argument, "policy", "pass-env"},
+    {POL_COMMANDS, "policy-commands", required_argument, "policy", "commands"},
+    {POL_IMAGES, "policy-docker-images", required_argument, "policy", "docker-images"},
+    {POL_PULL, "policy-docker-pull", no_argument, "policy", "docker-pull"},
+    {POL_USERS, "policy-docker-users", required_argument, "policy", "docker-users"},
 };
 #define N_ROWS (sizeof(settings) / sizeof(settings[0]))
 
-/* The file's sections, in the order the example and the README use. */
+/* The file's sections, in the order the example and the README use.
+ * "policy." admits one [policy.TENANT] section per tenant. */
 static const char *const conf_sections[] = {
-    "server",    "auth",          "tls",    "limits",  "quotas",    "exec",
-    "providers", "local-sandbox", "docker", "metrics", "transport", NULL,
+    "server", "auth",    "tls",       "limits", "quotas",  "exec",  "providers", "local-sandbox",
+    "docker", "metrics", "transport", "policy", "policy.", "peers", NULL,
 };
 
 struct options {
@@ -154,6 +176,7 @@ struct options {
     const char *tls_key;
     const char *tls_client_ca;
     bool allow_plaintext;
+    bool insecure_loopback;
     unsigned long tenant_max_workspaces;
     unsigned long tenant_opens_per_minute;
     unsigned long tenant_max_commands;
@@ -172,6 +195,11 @@ struct options {
     const char *bwrap;
     const char *docker_host;
     const char *docker_image;
+    /* The policy sections and flags, and the [peers] map (built here,
+     * finished and handed to the registry at start; built again on
+     * SIGHUP). */
+    struct ws_policy_set *policy;
+    char policy_why[256];
     /* The configuration file, and the line each setting came from there
      * (0: a default or a flag); cross-option errors name that line. */
     const char *conf_path;
@@ -188,9 +216,15 @@ static void usage(FILE *f)
         "                         (the file's keys are in the README's Configuration section)\n"
         "  --check-config FILE    check FILE (and the flags with it) as a start would, start\n"
         "                         nothing: exit 0, or 2 with 'config: FILE:LINE: key ...: why'\n"
-        "  --listen ADDR          host:port or unix:PATH [" DEFAULT_LISTEN "]; a\n"
-        "                         non-loopback address needs --tokens-file or\n"
-        "                         --tls-client-ca, and TLS or --allow-plaintext\n"
+        "  --listen ADDR          unix:PATH or host:port [" DEFAULT_LISTEN "];\n"
+        "                         on a unix socket (0660, group workspaced when it exists)\n"
+        "                         a caller's tenant is its uid's in [peers] (root and\n"
+        "                         the server's own uid: default); a TCP address, loopback\n"
+        "                         included, needs --tokens-file or --tls-client-ca, and a\n"
+        "                         non-loopback one TLS or --allow-plaintext\n"
+        "  --insecure-loopback    development only: let a loopback TCP address serve\n"
+        "                         without authentication (refused as root; logs a\n"
+        "                         warning every minute)\n"
         "  --tokens-file PATH     bearer tokens, 'TENANT SHA256HEX' lines; re-read on SIGHUP\n"
         "  --tls-cert FILE --tls-key FILE  serve TLS (PEM)\n"
         "  --tls-client-ca FILE   require client certificates signed by this CA (mTLS);\n"
@@ -231,6 +265,19 @@ static void usage(FILE *f)
         "  --memory-quota-bytes N memory gRPC's transport may use in all [%lld]\n"
         "  --max-connections N    connections open at once; more are closed on accept\n"
         "                         [half the open-file limit, at least 64]\n"
+        "Default policy (the file's [policy]; [policy.TENANT] overrides it per tenant;\n"
+        "lists are comma-separated, 'none' for an empty one; re-read on SIGHUP):\n"
+        "  --policy-providers LIST    kinds a tenant may open [memory,local-sandbox,docker]\n"
+        "  --policy-network           an Open may ask NETWORK_ALLOW\n"
+        "  --policy-bind-roots DIRS   absolute canonical directories local-sandbox binds must\n"
+        "                             be or be under [none]\n"
+        "  --policy-pass-env NAMES    environment names pass_env may name [none]\n"
+        "  --policy-commands LIST     ceiling on allowed_commands, names or absolute paths\n"
+        "                             [no ceiling]\n"
+        "  --policy-docker-images PATTERNS  fnmatch patterns a docker image must match [*]\n"
+        "  --policy-docker-pull       the server may pull a missing image\n"
+        "  --policy-docker-users LIST uid:gid values a docker Open may ask for, neither 0\n"
+        "                             [none: only the server's default user]\n"
         "Precedence: a flag, then the environment (WORKSPACED_BWRAP, DOCKER_HOST), then\n"
         "the configuration file, then the default.\n",
         WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
@@ -273,41 +320,6 @@ static bool listen_port_ok(const char *addr)
     return strtoul(colon + 1, NULL, 10) <= 65535;
 }
 
-/* Without authentication only loopback and unix sockets may be bound: a
- * workspace server on a public address would hand a shell to anyone. The
- * host must be a literal loopback address or "localhost". */
-static bool listen_is_local(const char *addr)
-{
-    char host[256];
-    const char *end;
-    struct in_addr v4;
-    struct in6_addr v6;
-
-    if (strncmp(addr, "unix:", 5) == 0)
-        return addr[5] != '\0';
-    if (addr[0] == '[') {
-        end = strchr(addr, ']');
-        if (!end || end[1] != ':')
-            return false;
-        addr++;
-    } else {
-        end = strrchr(addr, ':');
-        if (!end)
-            return false;
-    }
-    if ((size_t)(end - addr) >= sizeof(host))
-        return false;
-    memcpy(host, addr, (size_t)(end - addr));
-    host[end - addr] = '\0';
-    if (strcmp(host, "localhost") == 0)
-        return true;
-    if (inet_pton(AF_INET, host, &v4) == 1)
-        return (ntohl(v4.s_addr) >> 24) == 127;
-    if (inet_pton(AF_INET6, host, &v6) == 1)
-        return IN6_IS_ADDR_LOOPBACK(&v6);
-    return false;
-}
-
 /* A comma-separated list of provider names (blanks around each allowed)
  * as a mask of 1 << WS_PROVIDER_*; false when a name is unknown or the
  * list names none. */
@@ -343,6 +355,14 @@ _Static_assert(WS_RPC_MEMORY_QUOTA_MIN == 16777216, "memory-quota-bytes range");
 _Static_assert(WS_RPC_MAX_CONNECTIONS_MAX == 1048576 && WS_RPC_MAX_CONNECTIONS_MIN == 64,
                "max-connections range");
 _Static_assert(WS_EXEC_GRACE_MS_MAX == 60000, "kill-grace-ms range");
+
+static const struct setting *setting_of(int id)
+{
+    for (size_t i = 0; i < N_ROWS; i++)
+        if (settings[i].id == id)
+            return &settings[i];
+    return NULL;
+}
 
 /* Sets setting `id` from its text, for a flag and a configuration key
  * alike (a switch's flag passes NULL; its key passes "true" or "false").
@@ -440,6 +460,9 @@ static const char *apply(struct options *o, int id, const char *v)
     case PLAINTEXT:
         o->allow_plaintext = on;
         return NULL;
+    case INSECURE_LOOPBACK:
+        o->insecure_loopback = on;
+        return NULL;
     case TENANTWS:
         if (!parse_ull(v, 1000000, &n))
             return "not a number in 0..1000000 (0: no quota)";
@@ -507,37 +530,55 @@ static const char *apply(struct options *o, int id, const char *v)
             return "not a valid image reference";
         o->docker_image = v;
         return NULL;
+    case POL_PROVIDERS:
+    case POL_NETWORK:
+    case POL_BINDROOTS:
+    case POL_PASSENV:
+    case POL_COMMANDS:
+    case POL_IMAGES:
+    case POL_PULL:
+    case POL_USERS:
+        /* The policy module checks and keeps its own copy. */
+        if (ws_policy_set_key(o->policy, NULL, setting_of(id)->key, v ? v : "true", o->policy_why,
+                              sizeof(o->policy_why)) < 0)
+            return o->policy_why;
+        return NULL;
     }
     return "unknown setting";
 }
 
-static const struct setting *setting_of(int id)
-{
-    for (size_t i = 0; i < N_ROWS; i++)
-        if (settings[i].id == id)
-            return &settings[i];
-    return NULL;
-}
+/* One reading of the file: the options it sets, and the values read
+ * (options point into them, so they live as long as the options do: the
+ * process's life at start, the reload's for a SIGHUP). */
+struct conf_read {
+    struct options *o;
+    char *values[WS_CONF_KEYS_MAX];
+    size_t n_values;
+};
 
-/* Values read from the file, kept for the process's life (options point
- * into them). */
-static char *conf_values[WS_CONF_KEYS_MAX];
-static size_t n_conf_values;
+static struct conf_read start_read;
 
 static int conf_set(void *ud, const char *section, const char *key, const char *value,
                     unsigned line, char *why, size_t why_size)
 {
-    struct options *o = ud;
+    struct conf_read *cr = ud;
+    struct options *o = cr->o;
 
+    /* [policy.TENANT] and [peers] are the policy module's: their keys
+     * are not settings with a flag. */
+    if (strncmp(section, "policy.", 7) == 0)
+        return ws_policy_set_key(o->policy, section + 7, key, value, why, why_size);
+    if (strcmp(section, "peers") == 0)
+        return ws_policy_set_peer(o->policy, key, value, why, why_size);
     for (size_t i = 0; i < N_ROWS; i++) {
         if (strcmp(settings[i].section, section) != 0 || strcmp(settings[i].key, key) != 0)
             continue;
-        char *copy = n_conf_values < WS_CONF_KEYS_MAX ? strdup(value) : NULL;
+        char *copy = cr->n_values < WS_CONF_KEYS_MAX ? strdup(value) : NULL;
         if (!copy) {
             snprintf(why, why_size, "out of memory");
             return -1;
         }
-        conf_values[n_conf_values++] = copy;
+        cr->values[cr->n_values++] = copy;
         const char *bad = apply(o, settings[i].id, copy);
         if (bad) {
             snprintf(why, why_size, "%s", bad);
@@ -550,11 +591,28 @@ static int conf_set(void *ud, const char *section, const char *key, const char *
     return -1;
 }
 
+static void conf_read_free(struct conf_read *cr)
+{
+    for (size_t i = 0; i < cr->n_values; i++)
+        free(cr->values[i]);
+    cr->n_values = 0;
+}
+
+/* The flags given, kept for the process's life: a reload reads the file
+ * again and then applies the policy flags over it, as the start did. */
+struct flag {
+    int id;
+    const char *value;
+};
+static struct flag *given_flags;
+static size_t n_given_flags;
+
 static void free_conf_values(void)
 {
-    for (size_t i = 0; i < n_conf_values; i++)
-        free(conf_values[i]);
-    n_conf_values = 0;
+    conf_read_free(&start_read);
+    free(given_flags);
+    given_flags = NULL;
+    n_given_flags = 0;
 }
 
 /* Reports a refused combination against what set setting `id`: its line
@@ -597,22 +655,18 @@ static int check_options(const struct options *o, bool quiet)
                "--tls-client-ca needs --tls-cert and --tls-key");
         return -1;
     }
-    /* A workspace server reachable from other hosts without authentication
-     * would hand a shell to anyone; one without TLS would hand the tokens
-     * to anyone on the path, unless the operator says the network is
-     * trusted. Loopback and unix sockets stay as they always were. */
-    if (!listen_is_local(o->listen)) {
-        if (!o->tokens_file && !o->tls_client_ca) {
-            snprintf(flag_msg, sizeof(flag_msg),
-                     "refusing to listen on '%s' without authentication: give --tokens-file or "
-                     "--tls-client-ca (loopback addresses and unix: sockets need none)",
-                     o->listen);
-            refuse(o, LISTEN,
-                   "not a loopback address or unix: socket, and no authentication is configured "
-                   "(auth.tokens-file or tls.client-ca)",
-                   flag_msg);
-            return -1;
-        }
+    /* A TCP listener carries no caller's uid: without tokens or client
+     * certificates anyone who reaches it (every local user, every box on
+     * the host's network) would be the default tenant. */
+    if (ws_listen_check(o->listen, o->tokens_file != NULL, o->tls_client_ca != NULL,
+                        o->insecure_loopback, geteuid(), flag_msg, sizeof(flag_msg)) < 0) {
+        refuse(o, o->insecure_loopback && geteuid() == 0 ? INSECURE_LOOPBACK : LISTEN, flag_msg,
+               flag_msg);
+        return -1;
+    }
+    /* One without TLS would hand the tokens to anyone on the path, unless
+     * the operator says the network is trusted. */
+    if (!ws_listen_is_unix(o->listen) && !ws_listen_is_loopback(o->listen)) {
         if (!o->tls_cert && !o->allow_plaintext) {
             snprintf(flag_msg, sizeof(flag_msg),
                      "refusing to listen on '%s' in plaintext: give --tls-cert and --tls-key, or "
@@ -653,16 +707,15 @@ static int check_options(const struct options *o, bool quiet)
 static int parse_args(int argc, char **argv, struct options *o)
 {
     struct option longopts[N_ROWS + 4];
-    struct {
-        int id;
-        const char *value;
-    } *flags = NULL;
+    struct flag *flags = NULL;
     size_t n_flags = 0, i;
     const char *check = NULL;
     char msg[WS_CONF_MSG_MAX];
     int c, rc = -1;
 
     *o = (struct options){.listen = DEFAULT_LISTEN, .grace_ms = DEFAULT_GRACE_MS};
+    if (ws_policy_set_new(&o->policy) < 0)
+        return -1;
     for (i = 0; i < N_ROWS; i++)
         longopts[i] = (struct option){settings[i].flag, settings[i].has_arg, NULL, settings[i].id};
     longopts[i++] = (struct option){"config", required_argument, NULL, CONFIG};
@@ -702,8 +755,9 @@ static int parse_args(int argc, char **argv, struct options *o)
         fprintf(stderr, "workspaced: unexpected argument '%s'\n", argv[optind]);
         goto out;
     }
+    start_read.o = o;
     if (o->conf_path &&
-        ws_conf_parse(o->conf_path, conf_sections, conf_set, o, msg, sizeof(msg)) < 0) {
+        ws_conf_parse(o->conf_path, conf_sections, conf_set, &start_read, msg, sizeof(msg)) < 0) {
         fprintf(stderr, "%s\n", msg);
         goto out;
     }
@@ -726,6 +780,10 @@ static int parse_args(int argc, char **argv, struct options *o)
         }
         o->line[flags[i].id - LISTEN] = 0;
     }
+    if (ws_policy_set_finish(o->policy) < 0) {
+        fprintf(stderr, "workspaced: out of memory\n");
+        goto out;
+    }
     if (check_options(o, check != NULL) < 0)
         goto out;
     if (check) {
@@ -740,8 +798,51 @@ static int parse_args(int argc, char **argv, struct options *o)
         setenv("DOCKER_HOST", o->docker_host, 1);
     rc = 0;
 out:
-    free(flags);
+    given_flags = flags;
+    n_given_flags = n_flags;
     return rc;
+}
+
+/* SIGHUP: reads the whole file again into fresh structures, applies the
+ * policy flags over it as the start did, and returns the new policy set
+ * (with the [peers] map). Settings other than the policy are checked but
+ * not applied: they need a restart. On any error the old set stays and
+ * msg says why. */
+static int reload_policy(const struct options *running, struct ws_policy_set **ret, char *msg,
+                         size_t msg_size)
+{
+    struct options fresh = {.listen = DEFAULT_LISTEN, .conf_path = running->conf_path};
+    struct conf_read cr = {.o = &fresh};
+    int err = -1;
+
+    if (ws_policy_set_new(&fresh.policy) < 0) {
+        snprintf(msg, msg_size, "out of memory");
+        return -1;
+    }
+    if (fresh.conf_path &&
+        ws_conf_parse(fresh.conf_path, conf_sections, conf_set, &cr, msg, msg_size) < 0)
+        goto out;
+    for (size_t i = 0; i < n_given_flags; i++) {
+        int id = given_flags[i].id;
+        if (id < POL_PROVIDERS || id > POL_USERS)
+            continue;
+        const char *why = apply(&fresh, id, given_flags[i].value);
+        if (why) {
+            snprintf(msg, msg_size, "--%s: %s", setting_of(id)->flag, why);
+            goto out;
+        }
+    }
+    if (ws_policy_set_finish(fresh.policy) < 0) {
+        snprintf(msg, msg_size, "out of memory");
+        goto out;
+    }
+    *ret = fresh.policy;
+    fresh.policy = NULL;
+    err = 0;
+out:
+    ws_policy_set_unref(fresh.policy);
+    conf_read_free(&cr);
+    return err;
 }
 
 /* gRPC's teardown (grpc_shutdown) joins its executor threads, and one of
@@ -890,6 +991,20 @@ static int make_state_dir(const char *dir)
     return 0;
 }
 
+_Static_assert(WS_POLICY_TENANT_MAX == WS_RPC_TENANT_MAX, "one tenant name length");
+
+/* [peers]: the tenant of a caller on the unix socket by its uid, from the
+ * policy set in force (swapped whole on SIGHUP, so a reload applies to the
+ * next call). */
+static bool peer_tenant_of(void *ud, uint32_t uid, char *ret)
+{
+    struct ws_policy_set *set = ws_registry_policy(ud);
+    bool found = ws_policy_peer_tenant(set, (uid_t)uid, ret);
+
+    ws_policy_set_unref(set);
+    return found;
+}
+
 int main(int argc, char **argv)
 {
     struct options o;
@@ -911,6 +1026,7 @@ int main(int argc, char **argv)
 
     err = parse_args(argc, argv, &o);
     if (err != 0) {
+        ws_policy_set_unref(o.policy);
         free_conf_values();
         return err > 0 ? 0 : 2;
     }
@@ -943,6 +1059,7 @@ int main(int argc, char **argv)
         .tenant_max_bytes = o.tenant_max_bytes,
         .providers_enabled = o.providers,
         .docker_default_image = o.docker_image,
+        .policy = o.policy,
     };
     err = ws_registry_new(&rc_cfg, &reg);
     if (err == -EBUSY) {
@@ -981,6 +1098,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "workspaced: --state-dir is too long\n");
         goto out;
     }
+    char home_root[PATH_MAX];
+    if (snprintf(home_root, sizeof(home_root), "%s/homes", o.state_dir) >= (int)sizeof(home_root)) {
+        fprintf(stderr, "workspaced: --state-dir is too long\n");
+        goto out;
+    }
     struct ws_services_config sc = {
         .kill_grace_ms = (int)o.kill_grace_ms,
         .force_subreaper = o.force_subreaper,
@@ -988,6 +1110,7 @@ int main(int argc, char **argv)
         .sandbox_dir = sandbox_dir,
         .server_id = server_id,
         .audit_dir = audit_dir,
+        .home_root = home_root,
         .tenant_max_commands = (unsigned)o.tenant_max_commands,
     };
     err = ws_services_new(reg, &sc, &svc);
@@ -1012,6 +1135,9 @@ int main(int argc, char **argv)
         .threads = (int)o.threads,
         .keepalive_ms = (int)o.keepalive_ms,
         .tokens_file = o.tokens_file,
+        .peer_tenant = peer_tenant_of,
+        .peer_ud = reg,
+        .insecure_loopback = o.insecure_loopback,
         .tls_cert = o.tls_cert,
         .tls_key = o.tls_key,
         .tls_client_ca = o.tls_client_ca,
@@ -1066,6 +1192,20 @@ int main(int argc, char **argv)
         if (sig == SIGHUP) {
             /* A bad file keeps the old table; the RPC layer logs either way. */
             ws_rpc_server_reload_tokens(server, why, sizeof(why));
+            /* The policy and [peers]: the whole file read again; a bad one
+             * keeps what is in force. The [peers] map rides in the same
+             * set (peer_tenant_of reads it at each call). */
+            struct ws_policy_set *fresh = NULL;
+            char pmsg[WS_CONF_MSG_MAX];
+            if (reload_policy(&o, &fresh, pmsg, sizeof(pmsg)) < 0) {
+                ws_log_msg(WS_RPC_LOG_ERROR, "policy.reload_failed",
+                           "the policy was not reloaded, the old one stays: %s", pmsg);
+            } else {
+                ws_registry_set_policy(reg, fresh);
+                ws_policy_set_unref(fresh);
+                ws_log_msg(WS_RPC_LOG_INFO, "policy.reloaded", "the policy was reloaded%s%s",
+                           o.conf_path ? " from " : "", o.conf_path ? o.conf_path : "");
+            }
             continue;
         }
         break;
@@ -1095,6 +1235,7 @@ out:
     ws_services_free(svc);
     ws_registry_free(reg);
     curl_global_cleanup();
+    ws_policy_set_unref(o.policy);
     free_conf_values();
     return rc;
 }

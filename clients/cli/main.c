@@ -13,7 +13,8 @@
 #include "clients/cli/cli.h"
 #include "clients/cli/output.h"
 
-#define ADDR_DEFAULT "127.0.0.1:7878"
+/* The server's default listener. gRPC dials unix:PATH targets itself. */
+#define ADDR_DEFAULT "unix:/run/workspaced/workspaced.sock"
 /* Largest PEM file wsctl reads: a long chain is a few tens of KiB. */
 #define PEM_MAX (1024 * 1024)
 
@@ -49,10 +50,11 @@ static const struct command {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: wsctl [--addr HOST:PORT] [--token T] [TLS options] [--node NAME] [--json]\n"
+    fprintf(f, "usage: wsctl [--addr ADDR] [--token T] [TLS options] [--node NAME] [--json]\n"
                "             COMMAND ...\n"
-               "  address and token default to $WORKSPACED_ADDR (else " ADDR_DEFAULT
-               ") and $WORKSPACED_TOKEN\n"
+               "  ADDR is HOST:PORT, or unix:/PATH for the server's unix socket\n"
+               "  address and token default to $WORKSPACED_ADDR (else " ADDR_DEFAULT ")\n"
+               "  and $WORKSPACED_TOKEN\n"
                "  --node NAME  behind a front proxy, send every call about a workspace to\n"
                "               this node (x-workspace-node; $WORKSPACED_NODE): the node\n"
                "               `open` printed after the id\n"

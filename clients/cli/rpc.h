@@ -72,10 +72,11 @@ struct wsc_tls {
     const char *server_name;
 };
 
-/* Calls grpc_init and connects lazily to `addr` ("host:port" or
- * "unix:PATH"). `token` may be NULL; `tls` NULL is plaintext. Returns 0,
- * -E2BIG for an oversized token, -EINVAL for half a key pair, or
- * -ENOMEM. */
+/* Calls grpc_init and connects lazily to `addr`, a gRPC target:
+ * "host:port", or "unix:/ABSOLUTE/PATH" (or "unix:///ABSOLUTE/PATH") for a
+ * unix socket, which gRPC's own resolver handles. `token` may be NULL;
+ * `tls` NULL is plaintext. Returns 0, -E2BIG for an oversized token,
+ * -EINVAL for half a key pair, or -ENOMEM. */
 int wsc_client_new(const char *addr, const char *token, const struct wsc_tls *tls,
                    struct wsc_client **ret_client);
 /* Accepts NULL. Every call must have been freed. */

@@ -1,6 +1,7 @@
 // End to end: drives the real wsctl binary against a real workspaced, the
 // way a person at a shell (or a script) would, including a pseudo-terminal
-// session for exec -t.
+// session for exec -t. The servers listen on unix sockets, except the TLS
+// tests' servers, whose point is TCP and which authenticate their callers.
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -97,20 +98,46 @@ struct RunOpts {
     bool use_addr_flag = true;
 };
 
+// A directory for unix sockets. A socket's path must fit in sun_path (108
+// bytes), which Bazel's TEST_TMPDIR is too deep for, so it is a short one
+// under /tmp; the Server that uses it removes it.
+std::string SocketDir()
+{
+    char tmpl[] = "/tmp/wsctl-sockXXXXXX";
+    if (!mkdtemp(tmpl))
+        abort();
+    return tmpl;
+}
+
+// Where a test server listens: a unix socket unless the test is about TCP
+// (TLS, tokens). The server refuses a TCP listener that does not
+// authenticate its callers, so a TCP server needs --tokens-file or
+// --tls-client-ca among its flags.
+enum class Listen { Unix, Tcp };
+
 class Server
 {
   public:
-    // Listens on 127.0.0.1:0; `extra` adds flags (TLS, tokens).
-    explicit Server(const std::vector<std::string> &extra = {})
+    // Listens on a unix socket of its own, or on 127.0.0.1:0; `extra` adds
+    // flags (TLS, tokens).
+    explicit Server(const std::vector<std::string> &extra = {}, Listen listen = Listen::Unix)
     {
         state_ = TempDir();
+        std::string listen_addr = "127.0.0.1:0";
+        if (listen == Listen::Unix) {
+            socket_dir_ = SocketDir();
+            listen_addr = "unix:" + socket_dir_ + "/ws.sock";
+        }
         int out[2];
         if (pipe(out) < 0)
             abort();
         std::string bin = Runfile("server/workspaced");
         errpath_ = state_ + ".stderr";
         const std::string &errpath = errpath_;
-        std::vector<std::string> args = {bin, "--listen", "127.0.0.1:0", "--state-dir", state_};
+        std::vector<std::string> args = {bin, "--listen", listen_addr, "--state-dir", state_};
+        // Every test server opens local-bash workspaces, which the default
+        // policy leaves out.
+        args.insert(args.end(), {"--policy-providers", "memory,local-bash,local-sandbox,docker"});
         args.insert(args.end(), extra.begin(), extra.end());
         std::vector<char *> argv;
         for (auto &a : args)
@@ -146,6 +173,10 @@ class Server
         std::string problem = testutil::StopCleanly(pid_, "workspaced", errpath_);
         if (!problem.empty())
             ADD_FAILURE() << problem;
+        if (!socket_dir_.empty()) {
+            unlink((socket_dir_ + "/ws.sock").c_str());
+            rmdir(socket_dir_.c_str());
+        }
     }
     const std::string &addr() const
     {
@@ -154,7 +185,7 @@ class Server
 
   private:
     pid_t pid_ = -1;
-    std::string state_, addr_, errpath_;
+    std::string state_, addr_, errpath_, socket_dir_;
 };
 
 Server *server;
@@ -432,6 +463,64 @@ TEST_F(WsctlTest, AddressFromEnvironment)
     Result bad = Wsctl({"providers"}, none);
     EXPECT_EQ(bad.code, 1);
     EXPECT_NE(bad.err.find("wsctl: UNAVAILABLE"), std::string::npos) << bad.err;
+}
+
+// The suite's server listens on a unix socket: the address it printed, and
+// the same path in gRPC's URI spelling, both reach it, by flag or by
+// variable. A path where nothing listens is the usual one-line UNAVAILABLE.
+TEST_F(WsctlTest, UnixSocketAddress)
+{
+    const std::string addr = server->addr();
+    ASSERT_EQ(addr.compare(0, 6, "unix:/"), 0) << addr;
+    for (const std::string &a : {addr, "unix://" + addr.substr(5)}) {
+        SCOPED_TRACE(a);
+        RunOpts o;
+        o.use_addr_flag = false;
+        Result ex = Wsctl({"--addr", a, "exec", ws_, "--", "echo", "over", "unix"}, o);
+        EXPECT_EQ(ex.code, 0) << ex.err;
+        EXPECT_EQ(ex.out, "over unix\n");
+        o.env = {"WORKSPACED_ADDR=" + a};
+        Result d = Wsctl({"describe", ws_}, o);
+        EXPECT_EQ(d.code, 0) << d.err;
+        EXPECT_NE(d.out.find(ws_), std::string::npos) << d.out;
+    }
+
+    std::string dir = SocketDir();
+    RunOpts o;
+    o.use_addr_flag = false;
+    Result dead = Wsctl({"--addr", "unix:" + dir + "/none.sock", "providers"}, o);
+    rmdir(dir.c_str());
+    EXPECT_EQ(dead.code, 1);
+    EXPECT_EQ(dead.err.compare(0, 20, "wsctl: UNAVAILABLE: "), 0) << dead.err;
+    EXPECT_NE(dead.err.find(dir + "/none.sock"), std::string::npos) << dead.err;
+}
+
+// Without --addr and WORKSPACED_ADDR, wsctl dials the server's default
+// listener, a unix socket; --addr comes before the variable.
+TEST_F(WsctlTest, DefaultAddressIsTheServersUnixSocket)
+{
+    const std::string def = "unix:/run/workspaced/workspaced.sock";
+    RunOpts o;
+    o.use_addr_flag = false;
+    Result help = Wsctl({"--help"}, o);
+    EXPECT_EQ(help.code, 0);
+    EXPECT_NE(help.out.find("(else " + def + ")"), std::string::npos) << help.out;
+
+    // The flag wins over a variable naming a dead address.
+    o.env = {"WORKSPACED_ADDR=" + DeadAddress()};
+    Result flag = Wsctl({"--addr", server->addr(), "describe", ws_}, o);
+    EXPECT_EQ(flag.code, 0) << flag.err;
+
+    // gRPC names the address it failed to reach; a server really listening
+    // there would answer instead, and then the test cannot tell.
+    struct stat st;
+    if (lstat("/run/workspaced/workspaced.sock", &st) == 0)
+        GTEST_SKIP() << "something exists at the default socket path on this machine";
+    o.env.clear();
+    Result none = Wsctl({"providers"}, o);
+    EXPECT_EQ(none.code, 1);
+    EXPECT_NE(none.err.find("wsctl: UNAVAILABLE: "), std::string::npos) << none.err;
+    EXPECT_NE(none.err.find(def), std::string::npos) << none.err;
 }
 
 TEST_F(WsctlTest, ExecExitCodesAndStreams)
@@ -835,7 +924,8 @@ TEST(WsctlTls, TokenOverTlsRunsTheWholeCycle)
 {
     std::string pki = MakePki();
     Server srv({"--tokens-file", pki + "/tokens", "--tls-cert", pki + "/server.pem", "--tls-key",
-                pki + "/server.key"});
+                pki + "/server.key"},
+               Listen::Tcp);
     const std::vector<std::string> tls = {"--tls-ca", pki + "/ca.pem"};
     auto with = [&](std::vector<std::string> pre, std::vector<std::string> cmd) {
         pre.insert(pre.end(), cmd.begin(), cmd.end());
@@ -967,7 +1057,8 @@ TEST(WsctlTls, MutualTlsNamesTheTenantByCertificate)
 {
     std::string pki = MakePki();
     Server srv({"--tokens-file", pki + "/tokens", "--tls-cert", pki + "/server.pem", "--tls-key",
-                pki + "/server.key", "--tls-client-ca", pki + "/ca.pem"});
+                pki + "/server.key", "--tls-client-ca", pki + "/ca.pem"},
+               Listen::Tcp);
     const std::vector<std::string> alice = {"--tls-ca",   pki + "/ca.pem",
                                             "--tls-cert", pki + "/alice.pem",
                                             "--tls-key",  pki + "/alice.key"};
@@ -1016,6 +1107,9 @@ TEST(WsctlTls, MutualTlsNamesTheTenantByCertificate)
 }
 
 // ---- behind a front proxy ----
+//
+// The nodes listen on unix sockets (nginx passes calls to them as to any
+// upstream); the front's TCP port is what wsctl meets, as across a network.
 
 // A real nginx (clients/testdata/front.sh) in front of `nodes`, named
 // node-1, node-2, ... in order; stopped (SIGTERM) when it goes.

@@ -1,6 +1,8 @@
 // The C++ client end to end: every test talks to the real workspaced binary
-// over a loopback socket. The only stand-in is the retry test's injected
-// sleep, which makes backoff delays observable without waiting for them.
+// over a unix socket, except the TLS tests, whose point is TCP (and whose
+// servers therefore authenticate callers). The only stand-in is the retry
+// test's injected sleep, which makes backoff delays observable without
+// waiting for them.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -126,6 +128,23 @@ std::string SpawnUntilLine(const std::vector<std::string> &args, const std::stri
     return line.substr(prefix.size());
 }
 
+// A directory for unix sockets. A socket's path must fit in sun_path (108
+// bytes), which Bazel's TEST_TMPDIR is too deep for, so it is a short one
+// under /tmp; the Server that uses it removes it.
+std::string SocketDir()
+{
+    char tmpl[] = "/tmp/wsd-sockXXXXXX";
+    if (!mkdtemp(tmpl))
+        abort();
+    return tmpl;
+}
+
+// Where a test server listens: a unix socket unless the test is about TCP
+// (TLS, tokens). The server refuses a TCP listener that does not
+// authenticate its callers, so a TCP server needs --tokens-file or
+// --tls-client-ca among its flags.
+enum class Listen { Unix, Tcp };
+
 // The real server, started once for the suite from the test's runfiles
 // (the TLS and front tests start their own, with `extra` flags). It must
 // exit 0 when it is stopped: the destructor fails the test (or, for the
@@ -133,12 +152,20 @@ std::string SpawnUntilLine(const std::vector<std::string> &args, const std::stri
 class Server
 {
   public:
-    explicit Server(const std::vector<std::string> &extra = {})
+    explicit Server(const std::vector<std::string> &extra = {}, Listen listen = Listen::Unix)
     {
         std::string dir = TmpDir();
         stderr_path_ = dir + "/server.stderr";
-        std::vector<std::string> args = {"server/workspaced", "--listen", "127.0.0.1:0",
-                                         "--state-dir", dir + "/state"};
+        std::string addr = "127.0.0.1:0";
+        if (listen == Listen::Unix) {
+            socket_dir_ = SocketDir();
+            addr = "unix:" + socket_dir_ + "/ws.sock";
+        }
+        std::vector<std::string> args = {"server/workspaced", "--listen", addr, "--state-dir",
+                                         dir + "/state"};
+        // Every test server opens local-bash workspaces, which the default
+        // policy leaves out.
+        args.insert(args.end(), {"--policy-providers", "memory,local-bash,local-sandbox,docker"});
         args.insert(args.end(), extra.begin(), extra.end());
         address_ = SpawnUntilLine(args, stderr_path_, "workspaced listening on ", &pid_);
     }
@@ -147,6 +174,10 @@ class Server
         std::string problem = testutil::StopCleanly(pid_, "workspaced", stderr_path_);
         if (!problem.empty())
             ADD_FAILURE() << problem;
+        if (!socket_dir_.empty()) {
+            unlink((socket_dir_ + "/ws.sock").c_str());
+            rmdir(socket_dir_.c_str());
+        }
     }
     const std::string &address() const
     {
@@ -155,7 +186,7 @@ class Server
 
   private:
     pid_t pid_ = -1;
-    std::string address_, stderr_path_;
+    std::string address_, stderr_path_, socket_dir_;
 };
 
 Server *server;
@@ -599,6 +630,31 @@ TEST(Errors, CapabilityMissing)
     EXPECT_THROW(ws.Run({"true"}), workspaced::CapabilityMissing);
 }
 
+// The operator's policy and the server's provider switch: a later
+// --policy-providers replaces the suite's, so local-bash is left out.
+TEST(Errors, PolicyDeniedAndProviderDisabled)
+{
+    Server srv(
+        {"--policy-providers", "memory,local-sandbox,docker", "--providers", "memory,local-bash"});
+    auto c = workspaced::Client::Connect(srv.address());
+    try {
+        c.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs().WithShell({"sh"}));
+        FAIL() << "local-bash opened outside the policy";
+    } catch (const workspaced::PolicyDenied &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::PERMISSION_DENIED);
+        EXPECT_EQ(e.reason(), "POLICY");
+        EXPECT_EQ(e.metadata().at("rule"), "providers");
+        EXPECT_EQ(e.metadata().at("provider"), "local-bash");
+    }
+    try {
+        c.Open(workspaced::LocalSandbox());
+        FAIL() << "a provider the server does not enable opened";
+    } catch (const workspaced::ProviderDisabled &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION);
+        EXPECT_EQ(e.metadata().at("provider"), "local-sandbox");
+    }
+}
+
 TEST(Errors, BadRefAndEvicted)
 {
     auto c = Connect();
@@ -873,6 +929,52 @@ TEST(Client, AddressFromEnvironment)
     EXPECT_EQ(c.Providers().size(), 4u);
 }
 
+// The suite's server listens on a unix socket: the address it printed, and
+// the same path in gRPC's URI spelling, both reach it. A path where nothing
+// listens fails like a dead port: UNAVAILABLE, transient.
+TEST(Client, UnixSocketAddress)
+{
+    const std::string &addr = server->address();
+    ASSERT_EQ(addr.compare(0, 6, "unix:/"), 0) << addr;
+    for (const std::string &a : {addr, "unix://" + addr.substr(5)}) {
+        SCOPED_TRACE(a);
+        auto c = workspaced::Client::Connect(a);
+        EXPECT_EQ(c.address(), a);
+        auto ws = OpenShell(c);
+        EXPECT_EQ(ws.Run({"echo", "over", "unix"}).out, "over unix\n");
+        EXPECT_FALSE(ws.Close());
+    }
+
+    std::string dir = SocketDir();
+    auto dead = workspaced::Client::Connect("unix:" + dir + "/none.sock");
+    try {
+        dead.List();
+        ADD_FAILURE() << "listed through a socket nobody listens on";
+    } catch (const workspaced::Error &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::UNAVAILABLE) << e.what();
+        EXPECT_TRUE(e.transient()) << e.what();
+        EXPECT_NE(std::string(e.what()).find(dir + "/none.sock"), std::string::npos) << e.what();
+    }
+    rmdir(dir.c_str());
+}
+
+// No address and no WORKSPACED_ADDR: the server's default listener. The
+// variable comes before the default, an explicit address before both.
+TEST(Client, DefaultAddressIsTheServersUnixSocket)
+{
+    const char *was = getenv("WORKSPACED_ADDR");
+    const std::string saved = was ? was : "";
+    unsetenv("WORKSPACED_ADDR");
+    EXPECT_EQ(workspaced::Client::Connect().address(), "unix:/run/workspaced/workspaced.sock");
+    setenv("WORKSPACED_ADDR", "unix:/elsewhere/ws.sock", 1);
+    EXPECT_EQ(workspaced::Client::Connect().address(), "unix:/elsewhere/ws.sock");
+    EXPECT_EQ(workspaced::Client::Connect(server->address()).address(), server->address());
+    if (was)
+        setenv("WORKSPACED_ADDR", saved.c_str(), 1);
+    else
+        unsetenv("WORKSPACED_ADDR");
+}
+
 // ---------------------------------------------------------------- example
 
 TEST(Example, AgentLoopRuns)
@@ -974,7 +1076,7 @@ template <typename F>::testing::AssertionResult Unauthenticated(F &&call)
 TEST(Tls, TokenOverTlsRunsTheWholeCycle)
 {
     std::string pki = MakePki();
-    Server srv(TlsServerFlags(pki, false));
+    Server srv(TlsServerFlags(pki, false), Listen::Tcp);
     auto alice = DialTls(srv, pki, "ca.pem", "", kAliceToken);
     std::string id;
     {
@@ -1042,7 +1144,7 @@ TEST(Tls, FromFilesRefusesWhatItCannotRead)
 TEST(Tls, MutualTlsNamesTheTenantByCertificate)
 {
     std::string pki = MakePki();
-    Server srv(TlsServerFlags(pki, true));
+    Server srv(TlsServerFlags(pki, true), Listen::Tcp);
     auto alice = DialTls(srv, pki, "ca.pem", "alice", "");
     auto ws = OpenShell(alice);
     ws.WriteFile("mine.txt", "alice's\n");
@@ -1097,7 +1199,9 @@ class Front
     std::string address_, stderr_path_;
 };
 
-// Two nodes of their own and a front before them.
+// Two nodes of their own and a front before them. The nodes listen on unix
+// sockets (nginx passes calls to them as to any upstream); the front's TCP
+// port is what the client meets, as across a network.
 struct TwoNodes {
     Server a, b;
     Front front{{a.address(), b.address()}};

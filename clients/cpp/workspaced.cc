@@ -89,6 +89,8 @@ const std::map<std::string, Thrower> &Throwers()
         {"ENV_DENIED", Throw<EnvDenied>},
         {"CWD_ESCAPE", Throw<CwdEscape>},
         {"ARG_LIMIT", Throw<ArgLimit>},
+        {"POLICY", Throw<PolicyDenied>},
+        {"PROVIDER_DISABLED", Throw<ProviderDisabled>},
         {"CANCELLED", Throw<Cancelled>},
         {"DEADLINE", Throw<Deadline>},
         {"UNIMPLEMENTED", Throw<Unimplemented>},
@@ -992,7 +994,7 @@ Client Client::Connect(const std::string &address, ConnectOptions opts)
     auto core = std::make_shared<Core>();
     core->address = !address.empty() ? address : Env("WORKSPACED_ADDR");
     if (core->address.empty())
-        core->address = "127.0.0.1:7878";
+        core->address = "unix:/run/workspaced/workspaced.sock";
     core->token = opts.token ? *opts.token : Env("WORKSPACED_TOKEN");
     core->call_timeout = opts.call_timeout;
 

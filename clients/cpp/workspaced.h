@@ -2,7 +2,7 @@
 // of proto/workspace/v1. The .proto comments are the specification of every
 // field and error; this header only says what the wrapper adds.
 //
-//   auto client = workspaced::Client::Connect("127.0.0.1:7878");
+//   auto client = workspaced::Client::Connect("unix:/run/workspaced/workspaced.sock");
 //   workspaced::Workspace ws = client.Open(workspaced::LocalBash(),
 //       workspaced::Capabilities().WithFs().WithShell({"sh", "cat"}));
 //   ws.WriteFile("hello.txt", "hi\n");
@@ -143,10 +143,15 @@ WORKSPACED_ERROR_TYPE(GlobRejected)      // GLOB
 WORKSPACED_ERROR_TYPE(EnvDenied)         // ENV_DENIED
 WORKSPACED_ERROR_TYPE(CwdEscape)         // CWD_ESCAPE
 WORKSPACED_ERROR_TYPE(ArgLimit)          // ARG_LIMIT
-WORKSPACED_ERROR_TYPE(Cancelled)         // CANCELLED
-WORKSPACED_ERROR_TYPE(Deadline)          // DEADLINE
-WORKSPACED_ERROR_TYPE(Unimplemented)     // UNIMPLEMENTED
-WORKSPACED_ERROR_TYPE(Internal)          // INTERNAL
+// POLICY: the operator's policy refuses what was asked (metadata "rule":
+// providers, network, bind-roots, pass-env, commands, docker-images,
+// docker-pull or docker-users; and the refused item).
+WORKSPACED_ERROR_TYPE(PolicyDenied)
+WORKSPACED_ERROR_TYPE(ProviderDisabled) // PROVIDER_DISABLED (metadata "provider")
+WORKSPACED_ERROR_TYPE(Cancelled)        // CANCELLED
+WORKSPACED_ERROR_TYPE(Deadline)         // DEADLINE
+WORKSPACED_ERROR_TYPE(Unimplemented)    // UNIMPLEMENTED
+WORKSPACED_ERROR_TYPE(Internal)         // INTERNAL
 // UNAUTHENTICATED with or without ErrorInfo: the server refuses credentials
 // with the bare code (a missing or unknown token, a client certificate
 // that names no tenant).
@@ -275,7 +280,8 @@ struct ConnectOptions {
     // Sent as "authorization: Bearer <token>" on every call. nullopt: from
     // WORKSPACED_TOKEN when set; "": none.
     std::optional<std::string> token;
-    // nullopt: plaintext (the server listens on loopback or a unix socket).
+    // nullopt: plaintext (the server listens on a unix socket, or on
+    // loopback TCP with tokens).
     std::optional<TlsOptions> tls;
     // Deadline of every unary call; 0: none.
     std::chrono::milliseconds call_timeout{0};
@@ -581,8 +587,13 @@ class Workspace
 class Client
 {
   public:
-    // `address` "" means WORKSPACED_ADDR, else the server's default
-    // 127.0.0.1:7878. Connecting is lazy: errors surface on the first call.
+    // `address` is a gRPC target: "host:port" for TCP, or
+    // "unix:/ABSOLUTE/PATH" (also spelled "unix:///ABSOLUTE/PATH") for a
+    // server's unix socket, which gRPC dials itself. "" means
+    // WORKSPACED_ADDR, else the server's default listener
+    // unix:/run/workspaced/workspaced.sock. On a unix socket the server
+    // names the caller's tenant from its uid unless a token is sent.
+    // Connecting is lazy: errors surface on the first call.
     static Client Connect(const std::string &address = "", ConnectOptions opts = {});
 
     // Behind a front proxy, the workspace is pinned to the node that

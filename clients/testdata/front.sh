@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # front.sh DIR NODE_ADDR...
 #
-# A real nginx in front of workspaced nodes on loopback, routing the way
-# server/deploy/nginx.conf does across a network: a call without
+# A real nginx in front of workspaced nodes on this machine, each at
+# HOST:PORT (loopback TCP) or unix:/ABSOLUTE/PATH (a unix socket), routing
+# the way server/deploy/nginx.conf does across a network: a call without
 # `x-workspace-node` (Open, ListProviders, Health) goes to any node, round
 # robin, and the response names the node that answered in
 # `x-workspace-node`; a call with `x-workspace-node: node-K` goes to node K
 # only; a name that is no node gets a gRPC UNAVAILABLE from the front
-# itself. Plaintext HTTP/2 on both sides (the nodes are on loopback). A
+# itself. Plaintext HTTP/2 on both sides (the nodes are on this machine). A
 # node that cannot be reached is UNAVAILABLE (HTTP 502) to the client
 # every time: the front neither retries elsewhere nor takes the node out.
 #
@@ -24,6 +25,12 @@ set -euo pipefail
 dir=${1:?usage: front.sh DIR NODE_ADDR...}
 shift
 [ "$#" -ge 1 ] || { echo "front.sh: no node addresses" >&2; exit 2; }
+for addr in "$@"; do
+  case $addr in
+    unix:/*) ;;
+    unix:*) echo "front.sh: $addr: a unix socket is unix:/ABSOLUTE/PATH" >&2; exit 2 ;;
+  esac
+done
 nginx=/usr/sbin/nginx
 [ -x "$nginx" ] || { echo "front.sh: $nginx is missing (bash bazel/setup.sh installs it)" >&2; exit 1; }
 for tool in python3 setpriv; do
@@ -33,7 +40,15 @@ done
 mkdir -p "$dir/tmp"
 cfg="$dir/nginx.conf"
 
+# regex TEXT: TEXT with the characters special to PCRE escaped, to match
+# it literally in an nginx map.
+regex() {
+  printf '%s' "$1" | sed 's/[][\\.^$*+?(){}|]/\\&/g'
+}
+
 # write_config PORT NODE_ADDR...: DIR/nginx.conf for a front on PORT.
+# nginx names a unix socket unix:/PATH in upstreams and in $upstream_addr,
+# as the nodes' addresses do.
 write_config() {
   local port=$1
   shift
@@ -72,7 +87,7 @@ EOF
 EOF
   i=1
   for addr in "$@"; do
-    echo "    \"~(^|\\s)${addr//./\\.}\$\" node-$i;"
+    echo "    \"~(^|\\s)$(regex "$addr")\$\" node-$i;"
     i=$((i + 1))
   done
   echo "  }"

@@ -48,6 +48,7 @@ enum {
     WS_ECWDESCAPE,    /* shell guard: cwd escapes the workspace */
     WS_EARGLIMIT,     /* shell guard: argument or environment limit exceeded */
     WS_EDISABLED,     /* the provider is not enabled on this server */
+    WS_EPOLICY,       /* refused by the operator's policy for the tenant */
     WS_ERR_END,
 };
 

@@ -14,7 +14,7 @@
 #define QUOTE_MAX 64
 
 struct seen {
-    char name[2 * WS_CONF_NAME_MAX + 2]; /* section.key */
+    char name[WS_CONF_SECTION_MAX + WS_CONF_NAME_MAX + 2]; /* section.key */
     unsigned line;
 };
 
@@ -42,6 +42,37 @@ static bool name_ok(const char *s)
 
     return n > 0 && n <= WS_CONF_NAME_MAX &&
            strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-_") == n;
+}
+
+/* The NAME of a "prefix.NAME" section. */
+static bool subname_ok(const char *s)
+{
+    size_t n = strlen(s);
+
+    return n > 0 && n <= WS_CONF_NAME_MAX &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyz"
+                     "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
+/* Whether `name` is one of `sections`, or a named section of one of its
+ * "prefix." entries; *ret_bad_name when the prefix matched but the NAME
+ * after it is not a valid one. */
+static bool section_known(const char *const *sections, const char *name, bool *ret_bad_name)
+{
+    *ret_bad_name = false;
+    for (const char *const *sec = sections; *sec; sec++) {
+        size_t n = strlen(*sec);
+        if (n && (*sec)[n - 1] == '.') {
+            if (strncmp(*sec, name, n) != 0)
+                continue;
+            if (subname_ok(name + n))
+                return true;
+            *ret_bad_name = true;
+        } else if (strcmp(*sec, name) == 0) {
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Up to QUOTE_MAX bytes of s for an error line, anything but printable
@@ -119,7 +150,7 @@ int ws_conf_parse(const char *path, const char *const *sections, ws_conf_fn fn, 
 {
     struct seen *seen = NULL;
     size_t n_seen = 0, len = 0;
-    char section[WS_CONF_NAME_MAX + 1] = "";
+    char section[WS_CONF_SECTION_MAX + 1] = "";
     char q[QUOTE_MAX + 4];
     char *buf = NULL;
     unsigned line_no = 0;
@@ -172,12 +203,13 @@ int ws_conf_parse(const char *path, const char *const *sections, ws_conf_fn fn, 
             s[n - 1] = '\0';
             size_t k = n - 2;
             char *name = trim(s + 1, &k);
-            bool known = false;
-            for (const char *const *sec = sections; *sec && !known; sec++)
-                known = strcmp(*sec, name) == 0;
-            if (!known) {
-                snprintf(msg, msg_size, "config: %s:%u: section \"%s\": unknown section", path,
-                         line_no, quote(name, q));
+            bool bad_name;
+            if (!section_known(sections, name, &bad_name)) {
+                snprintf(msg, msg_size,
+                         bad_name ? "config: %s:%u: section \"%s\": the name after the '.' must "
+                                    "be 1-64 of A-Z a-z 0-9 . _ -"
+                                  : "config: %s:%u: section \"%s\": unknown section",
+                         path, line_no, quote(name, q));
                 goto out;
             }
             snprintf(section, sizeof(section), "%s", name);

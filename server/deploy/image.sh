@@ -78,7 +78,7 @@ printf 'root:x:0:0:root:/root:/bin/sh\nworkspaced:x:10001:10001::/var/lib/worksp
   >"$root/etc/passwd"
 printf 'root:x:0:\nworkspaced:x:10001:\n' >"$root/etc/group"
 # The image's own settings over the example's, as in the Containerfile.
-sed "s/^listen = 127.0.0.1:7878$/listen = 0.0.0.0:7878/" "$here/workspaced.conf.example" \
+sed "s|^listen = unix:/run/workspaced/workspaced.sock$|listen = 0.0.0.0:7878|" "$here/workspaced.conf.example" \
   >"$root/etc/workspaced/workspaced.conf"
 grep -q "^listen = 0.0.0.0:7878$" "$root/etc/workspaced/workspaced.conf"
 

@@ -2,10 +2,18 @@
 #include "server/exec/exec.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "server/posix/fs.h"
 
 #define BUCKETS 256
 
@@ -52,6 +60,18 @@ struct ws_exec {
     struct table *closed_head;
     struct table **closed_tail;
     unsigned n_closed;
+    /* The home root, held open as a confined file system: homes are made
+     * and removed through it, never following a symlink out of it. */
+    struct ws_vfs *home_fs;
+    char *home_root;     /* canonical path */
+    bool home_root_temp; /* made by ws_exec_new: removed by ws_exec_free */
+};
+
+struct ws_exec_home {
+    struct ws_exec *e;
+    char name[32]; /* under the root */
+    char dir[WS_EXEC_HOME_PATH_MAX];
+    char run[WS_EXEC_HOME_PATH_MAX];
 };
 
 static unsigned hash(const char *s)
@@ -123,6 +143,211 @@ static void entry_stopped(struct ws_exec *e, struct table *t, struct entry *en)
     }
 }
 
+/* ---- homes ---- */
+
+/* Removes everything in the home root. */
+static int home_root_empty(struct ws_vfs *fs)
+{
+    struct ws_vfs_dir *dir = NULL;
+    struct ws_dirent ent;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int err;
+
+    err = fs->ops->opendir(fs, ".", &dir);
+    if (err < 0)
+        return err;
+    /* Collect first: removing while reading a directory skips entries. */
+    while ((err = fs->ops->readdir(dir, &ent)) > 0) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            char **tmp = realloc(names, ncap * sizeof(*names));
+            if (!tmp) {
+                err = -ENOMEM;
+                break;
+            }
+            names = tmp;
+            cap = ncap;
+        }
+        names[n] = strndup(ent.name, ent.name_len);
+        if (!names[n]) {
+            err = -ENOMEM;
+            break;
+        }
+        n++;
+    }
+    fs->ops->closedir(dir);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t removed;
+        int r = fs->ops->remove(fs, names[i], true, &removed);
+        if (r < 0 && r != -ENOENT && err == 0)
+            err = r;
+        free(names[i]);
+    }
+    free(names);
+    return err < 0 ? err : 0;
+}
+
+static int home_root_open(struct ws_exec *e, const char *root)
+{
+    char tmpl[PATH_MAX];
+    struct stat st;
+    int fd, err;
+
+    if (!root) {
+        const char *tmp = getenv("TMPDIR");
+
+        if (!tmp || tmp[0] != '/' ||
+            (size_t)snprintf(tmpl, sizeof(tmpl), "%s/workspaced-homes.XXXXXX", tmp) >= sizeof(tmpl))
+            snprintf(tmpl, sizeof(tmpl), "/tmp/workspaced-homes.XXXXXX");
+        if (!mkdtemp(tmpl))
+            return -errno;
+        root = tmpl;
+        e->home_root_temp = true;
+    } else if (mkdir(root, 0700) < 0 && errno != EEXIST) {
+        return -errno;
+    }
+    fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        err = -errno;
+        goto fail;
+    }
+    /* Another user's directory, or one others may enter, would let them
+     * into every command's home. */
+    err = 0;
+    if (fstat(fd, &st) < 0)
+        err = -errno;
+    else if (st.st_uid != geteuid())
+        err = -EPERM;
+    else if (fchmod(fd, 0700) < 0)
+        err = -errno;
+    if (err < 0) {
+        close(fd);
+        goto fail;
+    }
+    e->home_root = realpath(root, NULL);
+    err = e->home_root ? ws_posixfs_open(fd, ".", &e->home_fs) : -errno;
+    close(fd);
+    if (err < 0)
+        goto fail;
+    if (strlen(e->home_root) + 64 > WS_EXEC_HOME_PATH_MAX) {
+        err = -ENAMETOOLONG;
+        goto fail;
+    }
+    /* Homes of commands an earlier run did not see end. */
+    if (!e->home_root_temp) {
+        err = home_root_empty(e->home_fs);
+        if (err < 0)
+            goto fail;
+    }
+    return 0;
+fail:
+    if (e->home_fs)
+        e->home_fs->ops->destroy(e->home_fs);
+    e->home_fs = NULL;
+    free(e->home_root);
+    e->home_root = NULL;
+    if (e->home_root_temp)
+        (void)rmdir(tmpl);
+    e->home_root_temp = false;
+    return err;
+}
+
+/* After every command has ended. */
+static void home_root_close(struct ws_exec *e)
+{
+    if (!e->home_fs)
+        return;
+    if (e->home_root_temp) {
+        (void)home_root_empty(e->home_fs);
+        (void)rmdir(e->home_root);
+    }
+    e->home_fs->ops->destroy(e->home_fs);
+    e->home_fs = NULL;
+    free(e->home_root);
+    e->home_root = NULL;
+}
+
+int ws_exec_home_new(struct ws_exec *e, struct ws_exec_home **ret)
+{
+    static const char hex[] = "0123456789abcdef";
+    static atomic_ulong ctr;
+    struct ws_exec_home *h = calloc(1, sizeof(*h));
+    char sub[sizeof(h->name) + 8];
+    uint8_t r[12];
+    uint64_t removed;
+    int err;
+
+    if (!h)
+        return -ENOMEM;
+    pthread_mutex_lock(&e->lock);
+    err = e->home_fs ? 0 : home_root_open(e, NULL);
+    pthread_mutex_unlock(&e->lock);
+    if (err < 0) {
+        free(h);
+        return err;
+    }
+    h->e = e;
+    if (getrandom(r, sizeof(r), 0) != sizeof(r)) {
+        /* Not secret, only unique: a counter does. */
+        unsigned long v = atomic_fetch_add(&ctr, 1);
+        memset(r, 0, sizeof(r));
+        memcpy(r, &v, sizeof(v));
+    }
+    h->name[0] = 'c';
+    h->name[1] = '-';
+    for (size_t i = 0; i < sizeof(r); i++) {
+        h->name[2 + 2 * i] = hex[r[i] >> 4];
+        h->name[3 + 2 * i] = hex[r[i] & 15];
+    }
+    h->name[2 + 2 * sizeof(r)] = '\0';
+    snprintf(h->dir, sizeof(h->dir), "%s/%s/home", e->home_root, h->name);
+    snprintf(h->run, sizeof(h->run), "%s/%s/run", e->home_root, h->name);
+
+    err = e->home_fs->ops->mkdir(e->home_fs, h->name, false, 0700);
+    if (err < 0) {
+        free(h);
+        return err;
+    }
+    snprintf(sub, sizeof(sub), "%s/home", h->name);
+    err = e->home_fs->ops->mkdir(e->home_fs, sub, false, 0700);
+    if (err == 0) {
+        snprintf(sub, sizeof(sub), "%s/run", h->name);
+        err = e->home_fs->ops->mkdir(e->home_fs, sub, false, 0700);
+    }
+    if (err < 0) {
+        (void)e->home_fs->ops->remove(e->home_fs, h->name, true, &removed);
+        free(h);
+        return err;
+    }
+    *ret = h;
+    return 0;
+}
+
+const char *ws_exec_home_dir(const struct ws_exec_home *h)
+{
+    return h->dir;
+}
+
+const char *ws_exec_home_runtime_dir(const struct ws_exec_home *h)
+{
+    return h->run;
+}
+
+void ws_exec_home_free(struct ws_exec_home *h)
+{
+    uint64_t removed;
+
+    if (!h)
+        return;
+    /* Best effort: what cannot be removed now (a tree deeper than the
+     * confined remove descends) goes with the root at the next start. */
+    (void)h->e->home_fs->ops->remove(h->e->home_fs, h->name, true, &removed);
+    free(h);
+}
+
+/* ---- the exec layer ---- */
+
 int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
 {
     struct ws_exec *e = calloc(1, sizeof(*e));
@@ -148,6 +373,12 @@ int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
     err = ws_tree_host_new(&tc, &e->trees);
     if (err < 0)
         goto fail;
+    /* A configured root is opened (and emptied) now; the temporary one
+     * only when a first home needs it, so a server that runs no command
+     * on the host leaves nothing behind even when it is killed. */
+    err = cfg->home_root ? home_root_open(e, cfg->home_root) : 0;
+    if (err < 0)
+        goto fail;
     err = ws_pump_new(&e->pump);
     if (err < 0)
         goto fail;
@@ -155,6 +386,7 @@ int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
     *ret = e;
     return 0;
 fail:
+    home_root_close(e);
     ws_tree_host_free(e->trees);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
@@ -201,7 +433,16 @@ static void trim_finished(struct table *t, struct ws_proc **drop, size_t *n_drop
 struct done_ctx {
     struct ws_exec *e;
     char ws_id[64];
+    struct ws_exec_home *home; /* NULL: none */
 };
+
+/* Frees a done context that never reached its command, and its home. */
+static void done_ctx_free(struct done_ctx *dc)
+{
+    if (dc)
+        ws_exec_home_free(dc->home);
+    free(dc);
+}
 
 static void on_proc_done(void *arg, struct ws_proc *p)
 {
@@ -211,6 +452,9 @@ static void on_proc_done(void *arg, struct ws_proc *p)
     struct ws_proc *drop[4];
     size_t n_drop = 0;
 
+    /* The tree is empty: nothing of the command uses its home any more. */
+    ws_exec_home_free(dc->home);
+    dc->home = NULL;
     ws_proc_get_result(p, &r);
     if (e->cfg.on_finished)
         e->cfg.on_finished(e->cfg.ud, dc->ws_id, p, &r);
@@ -247,11 +491,12 @@ static void release_wrapper(const struct ws_proc_config *cfg)
 int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
                   struct ws_diag *d, struct ws_proc **ret)
 {
-    return ws_exec_start_for(e, NULL, ws_id, cfg, d, ret);
+    return ws_exec_start_for(e, NULL, ws_id, cfg, NULL, d, ret);
 }
 
 int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
-                      const struct ws_proc_config *cfg, struct ws_diag *d, struct ws_proc **ret)
+                      const struct ws_proc_config *cfg, struct ws_exec_home *home,
+                      struct ws_diag *d, struct ws_proc **ret)
 {
     struct entry *en = calloc(1, sizeof(*en));
     struct done_ctx *dc = calloc(1, sizeof(*dc));
@@ -259,15 +504,19 @@ int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
     struct ws_proc *p = NULL;
     int err;
 
+    if (!dc)
+        ws_exec_home_free(home);
+    else
+        dc->home = home;
     if (tenant && strlen(tenant) > WS_EXEC_TENANT_MAX) {
         free(en);
-        free(dc);
+        done_ctx_free(dc);
         release_wrapper(cfg);
         return -EINVAL;
     }
     if (!en || !dc) {
         free(en);
-        free(dc);
+        done_ctx_free(dc);
         release_wrapper(cfg);
         return -ENOMEM;
     }
@@ -345,13 +594,13 @@ int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
         pthread_cond_broadcast(&e->cond);
         pthread_mutex_unlock(&e->lock);
         free(en);
-        free(dc);
         if (err == 0) {
             /* Closed while spawning: the command never counts as started. */
             ws_proc_kill(p, WS_CAUSE_EVICTED, false);
             ws_proc_unref(p);
             err = -WS_ENOWORKSPACE;
         }
+        done_ctx_free(dc);
         return err;
     }
     en->p = p; /* the table's reference */
@@ -362,7 +611,7 @@ int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
     if (err < 0) {
         /* Without its done callback the slot would never be released. */
         ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
-        free(dc);
+        done_ctx_free(dc);
         pthread_mutex_lock(&e->lock);
         en->running = false;
         t->finished++;
@@ -377,7 +626,7 @@ unlock_fail:
     tenant_put(e, tr);
     pthread_mutex_unlock(&e->lock);
     free(en);
-    free(dc);
+    done_ctx_free(dc);
     release_wrapper(cfg);
     return err;
 }
@@ -565,6 +814,7 @@ void ws_exec_free(struct ws_exec *e)
     }
     /* The pump runs the posted frees before it stops. */
     ws_pump_free(e->pump);
+    home_root_close(e);
     ws_tree_host_free(e->trees);
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->lock);

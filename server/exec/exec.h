@@ -40,6 +40,13 @@ struct ws_exec_config {
     unsigned running_per_workspace; /* 0: default */
     unsigned running_total;         /* 0: default */
     unsigned running_per_tenant;    /* 0: no per-tenant quota */
+    /* Where commands' own home directories are made (ws_exec_home_new):
+     * a directory of the server's, outside every workspace. Created 0700
+     * when missing; it must be the server's own directory, not a symlink;
+     * whatever an earlier run left in it is removed at ws_exec_new. NULL:
+     * a new directory under $TMPDIR (absolute) or /tmp, made with the
+     * first home and removed with everything in it by ws_exec_free. */
+    const char *home_root;
     /* Called once per finished command, on the pump thread (audit). */
     void (*on_finished)(void *ud, const char *workspace_id, struct ws_proc *p,
                         const struct ws_proc_result *r);
@@ -59,11 +66,38 @@ size_t ws_exec_table_count(struct ws_exec *e);
 /* "cgroup-v1-freezer" or "subreaper". */
 const char *ws_exec_containment(const struct ws_exec *e);
 
+/* A command's own home, for a command that runs on the host itself: an
+ * empty 0700 directory for HOME (and the XDG base directories under it)
+ * and a second one for XDG_RUNTIME_DIR, both in a 0700 directory of their
+ * own under the home root, so nothing a client wrote into its workspace
+ * is any program's dotfile. Handed to ws_exec_start_for, it is removed,
+ * with whatever the command left in it, once the command is done: after
+ * its process tree is empty and before its done callbacks run, so a
+ * client that saw the command end finds it gone. */
+struct ws_exec_home;
+
+/* Longest path of either directory. */
+#define WS_EXEC_HOME_PATH_MAX 4096
+
+/* Makes a new home. Returns 0, -ENAMETOOLONG (the root's path is too
+ * long) or the error of mkdir. */
+int ws_exec_home_new(struct ws_exec *e, struct ws_exec_home **ret);
+/* HOME: an absolute path. */
+const char *ws_exec_home_dir(const struct ws_exec_home *h);
+/* XDG_RUNTIME_DIR: an absolute path. */
+const char *ws_exec_home_runtime_dir(const struct ws_exec_home *h);
+/* Removes the home now, with everything in it (not following symlinks),
+ * and frees it; for a home that was not handed to ws_exec_start_for.
+ * Accepts NULL. */
+void ws_exec_home_free(struct ws_exec_home *h);
+
 /* Longest tenant name counted; a longer one is -EINVAL. */
 #define WS_EXEC_TENANT_MAX 64
 
 /* Starts a command in workspace `ws_id` on behalf of `tenant` (the
- * workspace's owner; NULL or "": counted against no tenant). Errors:
+ * workspace's owner; NULL or "": counted against no tenant), with `home`
+ * (NULL: none) as its own home: taken in every case, removed when the
+ * command is done or at once when it does not start. Errors:
  * -EEXIST (tag in use, diag metadata "tag"), -WS_EQUOTA (metadata "quota"
  * = "processes", "tenant_running_commands" or "processes_total", and
  * "limit"), -WS_ENOWORKSPACE (the workspace is closing), or the spawn's
@@ -71,8 +105,9 @@ const char *ws_exec_containment(const struct ws_exec *e);
  * cfg->wrapper->arg in every case (freed through its free hook on
  * failure). */
 int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
-                      const struct ws_proc_config *cfg, struct ws_diag *d, struct ws_proc **ret);
-/* ws_exec_start_for with no tenant. */
+                      const struct ws_proc_config *cfg, struct ws_exec_home *home,
+                      struct ws_diag *d, struct ws_proc **ret);
+/* ws_exec_start_for with no tenant and no home. */
 int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_config *cfg,
                   struct ws_diag *d, struct ws_proc **ret);
 

@@ -114,6 +114,114 @@ static const struct {
     {"LUA_PATH", true},
     {"LUA_CPATH", true},
     {"TCLLIBPATH", false},
+    /* Option variables of tools that can run a program named in an
+     * option (tar --checkpoint-action=exec, make's and go's flags, zip
+     * -TT, less's +! command) and remote shells of copy tools. */
+    {"TAR_OPTIONS", false},
+    {"MAKEFLAGS", false},
+    {"MFLAGS", false},
+    {"GNUMAKEFLAGS", false},
+    {"GOFLAGS", false},
+    {"ZIPOPT", false},
+    {"LESS", false},
+    {"RSYNC_RSH", false},
+    {"RSYNC_CONNECT_PROG", false},
+    {"CVS_RSH", false},
+    {"BROWSER", false},
+};
+
+/* How the value of an allowlisted client variable must look: each class
+ * admits only what the variable's readers take as a name or a number,
+ * never a path they would open. */
+enum value_class {
+    /* A locale name or list (en_US.UTF-8, C, de_DE@euro, fr:en): no '/',
+     * because glibc loads a locale named by an absolute path from that
+     * path, and gettext catalogs found through it carry format strings. */
+    V_LOCALE,
+    /* A time zone rule or zoneinfo name (UTC, CET-1CEST, Europe/Berlin,
+     * :Europe/Paris): no absolute path and no "..", which would make libc
+     * parse a file of the client's choosing as a tzfile. */
+    V_TZ,
+    /* A word (xterm-256color, true, 1): terminfo names and flags. */
+    V_WORD,
+    /* Decimal digits. */
+    V_NUMBER,
+};
+
+/* What a client may set for a command on the host (policy->host): names
+ * that only shape output or formatting. None of them makes a tool load or
+ * run anything: no pager, editor, shell, option or flags variable, no
+ * loader, interpreter, proxy or git variable, nothing naming a directory
+ * a tool reads config or code from. Exact names, case-sensitive; a
+ * `prefix` entry matches every name that starts with it.
+ *   LANG, LANGUAGE, LC_*   the locale, by name (V_LOCALE);
+ *   TZ                     the time zone, by name or rule (V_TZ);
+ *   TERM, COLORTERM        the terminal type, looked up in the system's
+ *                          terminfo only (TERMINFO* are not allowed, and
+ *                          HOME holds no ~/.terminfo);
+ *   COLUMNS, LINES         the terminal size;
+ *   NO_COLOR, FORCE_COLOR, CLICOLOR, CLICOLOR_FORCE   colour on or off;
+ *   CI                     "running unattended": tools stop prompting;
+ *   SOURCE_DATE_EPOCH      the build time reproducible builds stamp.
+ * Left out on purpose, among others: TMPDIR (a directory tools write
+ * scripts to and may run them from), USER/LOGNAME (some tools find a home
+ * or config through them), PWD and OLDPWD, TERMINFO*, TZDIR, LOCPATH. */
+static const struct {
+    const char *name;
+    bool prefix;
+    enum value_class value;
+} host_allowlist[] = {
+    {"LANG", false, V_LOCALE},    {"LANGUAGE", false, V_LOCALE},
+    {"LC_", true, V_LOCALE},      {"TZ", false, V_TZ},
+    {"TERM", false, V_WORD},      {"COLORTERM", false, V_WORD},
+    {"COLUMNS", false, V_NUMBER}, {"LINES", false, V_NUMBER},
+    {"NO_COLOR", false, V_WORD},  {"FORCE_COLOR", false, V_WORD},
+    {"CLICOLOR", false, V_WORD},  {"CLICOLOR_FORCE", false, V_WORD},
+    {"CI", false, V_WORD},        {"SOURCE_DATE_EPOCH", false, V_NUMBER},
+};
+
+/* git, for a command on the host: configuration from the command line's
+ * scope (GIT_CONFIG_COUNT/KEY_n/VALUE_n), which wins over a repository's
+ * own .git/config, against settings that make an ordinary git command run
+ * a program named in that file. The client can write .git/config (and
+ * .git/hooks) like any other workspace file. */
+static const struct {
+    const char *key;
+    const char *value;
+} git_overrides[] = {
+    /* git status, diff, add...: runs the monitor command. */
+    {"core.fsmonitor", "false"},
+    /* Every hook of every command. */
+    {"core.hooksPath", "/dev/null"},
+    /* fetch/push over ssh. */
+    {"core.sshCommand", "ssh"},
+    /* Credential helpers ("!cmd"): an empty value empties the list. */
+    {"credential.helper", ""},
+    /* Signing and showing signatures run the signing program. */
+    {"gpg.format", "openpgp"},
+    {"gpg.program", "gpg"},
+    {"commit.gpgSign", "false"},
+    {"tag.gpgSign", "false"},
+    {"log.showSignature", "false"},
+    /* ext:: URLs run a command; a repository may allow them. */
+    {"protocol.ext.allow", "never"},
+    /* A bare repository planted inside the workspace is not entered
+     * (and its config not read) unless named with --git-dir. */
+    {"safe.bareRepository", "explicit"},
+};
+
+/* Plain variables git looks at before any configuration. */
+static const struct {
+    const char *name;
+    const char *value;
+} git_env[] = {
+    {"GIT_CONFIG_NOSYSTEM", "1"},       /* no /etc/gitconfig */
+    {"GIT_CONFIG_GLOBAL", "/dev/null"}, /* no ~/.gitconfig, no XDG git config */
+    {"GIT_PAGER", "cat"},               /* over core.pager and pager.<cmd> */
+    {"GIT_EDITOR", ":"},                /* over core.editor: no editor at all */
+    {"GIT_SEQUENCE_EDITOR", ":"},       /* over sequence.editor */
+    {"GIT_ASKPASS", ""},                /* empty: no core.askPass program */
+    {"GIT_PROXY_COMMAND", ""},          /* empty: no core.gitProxy command */
 };
 
 enum quote {
@@ -628,13 +736,44 @@ static int env_set(struct strv *env, const char *name, const char *value)
     return strv_push(env, entry);
 }
 
-static bool is_base(const char *name)
+/* The allowlist entry for `name`, or -1. */
+static int host_allowed(const char *name)
 {
-    return strcmp(name, "PATH") == 0 || strcmp(name, "HOME") == 0 || strcmp(name, "LANG") == 0;
+    size_t i;
+
+    for (i = 0; i < sizeof(host_allowlist) / sizeof(host_allowlist[0]); i++) {
+        size_t n = strlen(host_allowlist[i].name);
+
+        if (host_allowlist[i].prefix ? strncmp(name, host_allowlist[i].name, n) == 0
+                                     : strcmp(name, host_allowlist[i].name) == 0)
+            return (int)i;
+    }
+    return -1;
 }
 
-static int check_client_env(const struct ws_guard_request *r, const struct limits *lim,
-                            struct ws_diag *d)
+static bool value_ok(enum value_class c, const char *v)
+{
+    const char *extra = c == V_LOCALE ? "_.@+-:"
+                        : c == V_TZ   ? "_.+-,:<>/"
+                        : c == V_WORD ? "_.+-"
+                                      : "";
+    const char *p;
+
+    for (p = v; *p; p++) {
+        unsigned char ch = (unsigned char)*p;
+        bool alnum =
+            (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+
+        if (c == V_NUMBER ? !(ch >= '0' && ch <= '9') : !(alnum || in_set(ch, extra)))
+            return false;
+    }
+    if (c == V_TZ && (v[0] == '/' || (v[0] == ':' && v[1] == '/') || strstr(v, "..")))
+        return false;
+    return true;
+}
+
+static int check_client_env(const struct ws_guard_policy *p, const struct ws_guard_request *r,
+                            const struct limits *lim, struct ws_diag *d)
 {
     size_t i, j, total = 0;
 
@@ -663,6 +802,17 @@ static int check_client_env(const struct ws_guard_request *r, const struct limit
         if (is_function(value))
             return refuse_str(d, -WS_EENVDENIED, "function_value", name,
                               "environment value looks like a shell function");
+        if (p->host) {
+            int k = host_allowed(name);
+
+            if (k < 0)
+                return refuse_str(d, -WS_EENVDENIED, "env_allowlist", name,
+                                  "environment variable not on the allowlist of a command "
+                                  "on the host");
+            if (!value_ok(host_allowlist[k].value, value))
+                return refuse_str(d, -WS_EENVDENIED, "env_value", name,
+                                  "environment value not allowed for this variable");
+        }
         for (j = 0; j < i; j++)
             if (strcmp(r->env[j].name, name) == 0)
                 return refuse_str(d, -WS_EMALFORMED, "env_duplicate", name,
@@ -672,6 +822,55 @@ static int check_client_env(const struct ws_guard_request *r, const struct limit
             return refuse_limit(d, "env_bytes", name, lim->env_bytes, "environment too large");
     }
     return 0;
+}
+
+static bool env_has(const struct strv *env, const char *name)
+{
+    size_t name_len = strlen(name), i;
+
+    for (i = 0; i < env->n; i++)
+        if (strncmp(env->v[i], name, name_len) == 0 && env->v[i][name_len] == '=')
+            return true;
+    return false;
+}
+
+/* HOME's XDG base directories where the specification puts them by
+ * default, and git locked down (the tables above). */
+static int host_env(const struct ws_guard_policy *p, struct strv *env)
+{
+    static const struct {
+        const char *name;
+        const char *sub;
+    } xdg[] = {
+        {"XDG_CONFIG_HOME", "/.config"},
+        {"XDG_CACHE_HOME", "/.cache"},
+        {"XDG_DATA_HOME", "/.local/share"},
+        {"XDG_STATE_HOME", "/.local/state"},
+    };
+    char buf[PATH_MAX + 64], name[32];
+    size_t i, n = sizeof(git_overrides) / sizeof(git_overrides[0]);
+    int e = 0;
+
+    for (i = 0; e >= 0 && i < sizeof(xdg) / sizeof(xdg[0]); i++) {
+        if ((size_t)snprintf(buf, sizeof(buf), "%s%s", p->home, xdg[i].sub) >= sizeof(buf))
+            return -EINVAL;
+        e = env_set(env, xdg[i].name, buf);
+    }
+    if (e >= 0 && p->runtime_dir)
+        e = env_set(env, "XDG_RUNTIME_DIR", p->runtime_dir);
+    for (i = 0; e >= 0 && i < sizeof(git_env) / sizeof(git_env[0]); i++)
+        e = env_set(env, git_env[i].name, git_env[i].value);
+    snprintf(buf, sizeof(buf), "%zu", n);
+    if (e >= 0)
+        e = env_set(env, "GIT_CONFIG_COUNT", buf);
+    for (i = 0; e >= 0 && i < n; i++) {
+        snprintf(name, sizeof(name), "GIT_CONFIG_KEY_%zu", i);
+        e = env_set(env, name, git_overrides[i].key);
+        snprintf(name, sizeof(name), "GIT_CONFIG_VALUE_%zu", i);
+        if (e >= 0)
+            e = env_set(env, name, git_overrides[i].value);
+    }
+    return e;
 }
 
 static int build_env(const struct ws_guard_policy *p, const struct ws_guard_request *r,
@@ -686,10 +885,15 @@ static int build_env(const struct ws_guard_policy *p, const struct ws_guard_requ
         e = env_set(&env, "HOME", p->home);
     if (e >= 0)
         e = env_set(&env, "LANG", WS_GUARD_LANG);
+    if (e >= 0 && r->pty)
+        e = env_set(&env, "TERM", WS_GUARD_TERM);
+    if (e >= 0 && p->host)
+        e = host_env(p, &env);
+    /* The operator's names never replace the base. */
     for (i = 0; e >= 0 && i < p->n_pass_env; i++) {
         const char *name = p->pass_env[i], *value;
 
-        if (!name || !valid_name(name) || is_base(name) || denied(name))
+        if (!name || !valid_name(name) || env_has(&env, name) || denied(name))
             continue;
         value = getenv(name);
         if (value)
@@ -792,7 +996,7 @@ int ws_guard_check(const struct ws_guard_policy *p, const struct ws_guard_reques
     args.v[0] = exe;
     exe = NULL;
 
-    e = check_client_env(r, &lim, d);
+    e = check_client_env(p, r, &lim, d);
     if (e < 0)
         goto out;
 

@@ -56,22 +56,58 @@
  *     programs (env, sh, find -exec, xargs), extends the allowlist to
  *     whatever it can run: that is the operator's choice.
  *
- * Environment of the child (envp of the result):
- *   - PATH = policy->path, HOME = policy->home, LANG = C.UTF-8;
- *   - then each variable named in policy->pass_env that is set on the host
- *     (getenv), unless it is a base name, on the denylist or not a valid
- *     name: the denylist holds for the operator's names too;
- *   - then the client's variables. Names must be 1..WS_GUARD_ENV_NAME_MAX
+ * Environment of the child (envp of the result): built from nothing (the
+ * sudo env_reset model), never from the server's own environment.
+ *   - The base: PATH = policy->path, HOME = policy->home, LANG = C.UTF-8,
+ *     and TERM = WS_GUARD_TERM when the request has a terminal.
+ *   - For a command on the host (policy->host, local-bash), also:
+ *     XDG_CONFIG_HOME, XDG_CACHE_HOME, XDG_DATA_HOME and XDG_STATE_HOME at
+ *     HOME/.config, HOME/.cache, HOME/.local/share and HOME/.local/state
+ *     (the specification's defaults, spelled out so nothing of the
+ *     server's own reaches the child); XDG_RUNTIME_DIR =
+ *     policy->runtime_dir (left unset when NULL); and git locked down:
+ *     GIT_CONFIG_NOSYSTEM=1 and GIT_CONFIG_GLOBAL=/dev/null (no system or
+ *     user config), GIT_PAGER=cat, GIT_EDITOR=: and GIT_SEQUENCE_EDITOR=:
+ *     (they win over core.pager, pager.<cmd>, core.editor and
+ *     sequence.editor), empty GIT_ASKPASS and GIT_PROXY_COMMAND (no
+ *     core.askPass, no core.gitProxy), and command-line scope config
+ *     through GIT_CONFIG_COUNT / GIT_CONFIG_KEY_n / GIT_CONFIG_VALUE_n,
+ *     which wins over a repository's own .git/config: core.fsmonitor=false,
+ *     core.hooksPath=/dev/null, core.sshCommand=ssh, credential.helper=
+ *     (empty: no helper), gpg.format=openpgp, gpg.program=gpg,
+ *     commit.gpgSign=false, tag.gpgSign=false, log.showSignature=false,
+ *     protocol.ext.allow=never, safe.bareRepository=explicit. The list is
+ *     guard.c's `git_overrides`. What git still runs from a repository's
+ *     config (drivers named by .gitattributes: filter.*.clean/smudge,
+ *     diff.*.command/textconv, merge.*.driver; diff.external;
+ *     remote.*.uploadpack/receivepack; submodule.*.update; aliases) is not
+ *     reachable this way: names are the repository's to choose. An
+ *     allowed git also takes -c, --upload-pack and --exec-path from argv:
+ *     allowing git on the host is allowing what it can run.
+ *   - Then each variable named in policy->pass_env that is set on the host
+ *     (getenv), unless it is already in the base, on the denylist or not a
+ *     valid name: the denylist holds for the operator's names too.
+ *   - Then the client's variables. Names must be 1..WS_GUARD_ENV_NAME_MAX
  *     bytes without '=' (-WS_EMALFORMED); names on the denylist are
- *     -WS_EENVDENIED; the remaining names must match [A-Za-z_][A-Za-z0-9_]*
- *     (-WS_EMALFORMED). The denylist is matched case-insensitively on the
- *     name with surrounding blanks stripped, so "ld_preload" and
- *     "LD_PRELOAD " are denied, not merely malformed. PATH and HOME are on
- *     it (the client cannot move command lookup or the home directory);
- *     LANG and LC_* may be set by the client and replace the base value.
- *     A value starting with "()" (an exported shell function, after
- *     leading blanks) is -WS_EENVDENIED. A name given twice is
- *     -WS_EMALFORMED. A client variable replaces a pass_env one.
+ *     -WS_EENVDENIED (rule "denylist"); the remaining names must match
+ *     [A-Za-z_][A-Za-z0-9_]* (-WS_EMALFORMED). The denylist is matched
+ *     case-insensitively on the name with surrounding blanks stripped, so
+ *     "ld_preload" and "LD_PRELOAD " are denied, not merely malformed.
+ *     PATH and HOME are on it. A value starting with "()" (an exported
+ *     shell function, after leading blanks) is -WS_EENVDENIED (rule
+ *     "function_value"). For a command on the host, a name must moreover
+ *     be on the allowlist (-WS_EENVDENIED, rule "env_allowlist"), and its
+ *     value of the form the allowlist gives it (-WS_EENVDENIED, rule
+ *     "env_value"): LANG, LANGUAGE, LC_* a locale name (letters, digits,
+ *     _ . @ + - :), TZ a zone name or rule (no absolute path, no ".."),
+ *     TERM, COLORTERM, NO_COLOR, FORCE_COLOR, CLICOLOR, CLICOLOR_FORCE, CI
+ *     a word (letters, digits, _ . + -), COLUMNS, LINES, SOURCE_DATE_EPOCH
+ *     digits. Why each is harmless, and what is left out on purpose:
+ *     guard.c, `host_allowlist`. The isolated providers (a sandbox, a
+ *     container) keep the denylist alone: what a variable could make a
+ *     tool run there runs inside the same box. A name given twice is
+ *     -WS_EMALFORMED. A client variable replaces a base (LANG, TERM) or
+ *     pass_env one.
  *   The denylist: guard.c, `denylist`.
  *
  * cwd: NULL or "" means "."; otherwise it must pass ws_vfs_check_path()
@@ -120,6 +156,8 @@
 
 /* The child's LANG unless the client sets one. */
 #define WS_GUARD_LANG "C.UTF-8"
+/* The child's TERM when it has a terminal, unless the client sets one. */
+#define WS_GUARD_TERM "xterm-256color"
 
 struct ws_guard_limits {
     size_t args;          /* 0: WS_GUARD_ARGS_MAX */
@@ -137,7 +175,17 @@ struct ws_guard_policy {
     const char *const *pass_env; /* host variable names */
     size_t n_pass_env;
     const char *path; /* fixed PATH, e.g. "/usr/local/bin:/usr/bin:/bin" */
-    const char *home; /* the child's HOME (the workspace directory) */
+    const char *home; /* the child's HOME */
+    /* The command runs on the host, with the server's uid and file system
+     * (local-bash): client variables must be on the allowlist, the XDG
+     * base directories are set under `home` and git is locked down (see
+     * above). `home` is then an empty directory of the command's own,
+     * never the workspace: a file the client wrote in the workspace is
+     * nobody's ~/.gitconfig, ~/.bashrc or ~/.config. */
+    bool host;
+    /* With `host`: XDG_RUNTIME_DIR, an empty 0700 directory of the
+     * command's own; NULL leaves it unset. */
+    const char *runtime_dir;
     /* The command runs in a file system the server cannot look into (a
      * container): argv[0] passes only when an allowlist entry is spelled
      * exactly like it (a name matches the same name, which the runner
@@ -164,6 +212,7 @@ struct ws_guard_request {
     const struct ws_guard_env *env;
     size_t n_env;
     const char *cwd; /* workspace-relative; NULL or "" is "." */
+    bool pty;        /* the command gets a terminal: TERM in the base */
 };
 
 /* The vetted command, owned by the caller (ws_guard_result_free). */

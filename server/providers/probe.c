@@ -20,6 +20,10 @@
 /* Where bwrap is looked for first; the server's PATH is the fallback. */
 static const char *const bwrap_fixed_paths[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap"};
 
+/* Where slirp4netns is looked for first; the server's PATH is the fallback. */
+static const char *const usernet_fixed_paths[] = {"/usr/bin/slirp4netns",
+                                                  "/usr/local/bin/slirp4netns"};
+
 static const char *find_in_path(const char *name, char *buf, size_t size)
 {
     const char *path = getenv("PATH");
@@ -52,6 +56,34 @@ const char *ws_probe_bwrap_path(void)
         if (access(bwrap_fixed_paths[i], X_OK) == 0)
             return bwrap_fixed_paths[i];
     return find_in_path("bwrap", found, sizeof(found));
+}
+
+const char *ws_probe_usernet_path(void)
+{
+    static _Thread_local char found[4096];
+    const char *forced = getenv(WS_USERNET_ENV);
+
+    /* As for bwrap: an explicit choice that is not usable means there is
+     * none, never a fallback. */
+    if (forced && forced[0])
+        return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
+    for (size_t i = 0; i < sizeof(usernet_fixed_paths) / sizeof(usernet_fixed_paths[0]); i++)
+        if (access(usernet_fixed_paths[i], X_OK) == 0)
+            return usernet_fixed_paths[i];
+    return find_in_path(WS_USERNET_NAME, found, sizeof(found));
+}
+
+void ws_probe_usernet(struct ws_probe *ret)
+{
+    struct ws_probe r = {0};
+
+    if (ws_probe_usernet_path())
+        r.available = true;
+    else
+        snprintf(r.reason, sizeof(r.reason),
+                 "sandboxes with network need " WS_USERNET_NAME
+                 " (user-mode networking), which is not installed");
+    *ret = r;
 }
 
 const char *ws_probe_server_program(const char *env, const char *name, const char *subdir,
@@ -231,7 +263,12 @@ void ws_probe_bwrap(struct ws_probe *ret)
     if (r.reason[0])
         goto out;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        struct ws_probe net;
+
         r.available = true;
+        ws_probe_usernet(&net);
+        if (!net.available)
+            snprintf(r.reason, sizeof(r.reason), "%s", net.reason);
         goto out;
     }
     first_line(err);

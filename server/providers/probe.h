@@ -11,7 +11,10 @@
 #define WS_PROBE_TIMEOUT_MS 5000
 
 /* bubblewrap found (fixed path, then PATH) and a probe sandbox with every
- * namespace unshared ran /bin/true successfully. */
+ * namespace unshared ran /bin/true successfully. When it did but the
+ * user-mode network tool is missing, the provider stays available (for
+ * workspaces without network) and the reason says that sandboxes with
+ * network cannot be made, so a command failing for it can tell why. */
 void ws_probe_bwrap(struct ws_probe *ret);
 
 /* The Docker daemon (DOCKER_HOST unix:// or tcp://, default the local
@@ -26,6 +29,21 @@ void ws_probe_docker(struct ws_probe *ret);
  * fixed path, else the server's PATH), or NULL if none; the string is
  * static. */
 const char *ws_probe_bwrap_path(void);
+
+/* Environment variable naming the slirp4netns binary (absolute path) that
+ * gives a sandbox with network its user-mode network; when set, nothing
+ * else is searched. */
+#define WS_USERNET_ENV  "WORKSPACED_SLIRP4NETNS"
+#define WS_USERNET_NAME "slirp4netns"
+
+/* Path of the slirp4netns binary (WORKSPACED_SLIRP4NETNS, else a fixed
+ * path, else the server's PATH), or NULL if none; the string is
+ * thread-local or static. */
+const char *ws_probe_usernet_path(void);
+
+/* Whether a sandbox with network can be made: slirp4netns is found. The
+ * reason names the missing tool. */
+void ws_probe_usernet(struct ws_probe *ret);
 
 /* The sandbox's init: WORKSPACED_SANDBOX_INIT (absolute; nothing else is
  * looked at when set), else WS_SANDBOX_INIT_NAME next to the server

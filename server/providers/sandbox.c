@@ -12,11 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/pidfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <linux/nsfs.h>
 #include <linux/openat2.h>
 
 #include <jansson.h>
@@ -26,10 +31,12 @@
 #include "server/posix/seccomp.h"
 #include "server/providers/probe.h"
 
-/* The fds bwrap and init get, in this order, as 3, 4, 5. */
+/* The fds bwrap and init get, in this order, as 3, 4, 5, then (with
+ * network) 6; the binds' follow. */
 #define FD_SECCOMP 3
 #define FD_INFO    4
 #define FD_STATUS  5
+#define FD_NET_GO  6
 /* How long a signal waits for bwrap to say which pid init has. */
 #define INFO_WAIT_MS 1000
 /* Longest status line init writes, and longest info document bwrap does. */
@@ -37,6 +44,32 @@
 #define INFO_MAX   1024
 /* Upper bound on bwrap's arguments before the command's. */
 #define FIXED_ARGS_MAX 160
+/* Where binds of host paths appear inside: host path P at BIND_PREFIX + P,
+ * never over the sandbox's own /proc, /dev, /tmp or /workspace. */
+#define BIND_PREFIX "/mnt"
+
+/* User-mode network of a sandbox with network: slirp4netns attaches a tap
+ * device to the sandbox's own network namespace and NATs its traffic
+ * through sockets of the host's. Its gateway alias for the host's loopback
+ * is disabled, so nothing listening on the host's loopback (the server,
+ * metrics, a database) is reachable; its DNS forwarder (NET_DNS) relays to
+ * the host's resolver. */
+#define NET_TAP "tap0"
+#define NET_MTU "--mtu=65520"
+#define NET_DNS "10.0.2.3"
+/* How long a command's start waits for bwrap's child and then for the
+ * network to come up before the command is failed instead. */
+#define NET_WAIT_MS 5000
+/* The fds slirp4netns gets: the sandbox's network and user namespaces,
+ * its ready pipe (it writes "1" there once the device is configured) and
+ * its exit pipe (it exits when that reaches EOF: the server went away). */
+#define NET_FD_NETNS  3
+#define NET_FD_USERNS 4
+#define NET_FD_READY  5
+#define NET_FD_EXIT   6
+#define NET_FD_COUNT  4
+/* Longest reason the server hands init when the network failed. */
+#define NET_REASON_MAX 128
 
 /* Top-level system directories next to /usr: bound read-only when they are
  * directories, recreated as the same symlink when they are links into /usr
@@ -56,7 +89,9 @@ static const char *const etc_entries[] = {
     "localtime", "timezone", "alternatives",  "ssl/certs",   "ssl/openssl.cnf", "hosts",
     "host.conf", "gai.conf", "os-release",    "mime.types",
 };
-/* Bound over the snapshot's empty placeholder, and only with network. */
+/* Bound over the snapshot's empty placeholder, and only with network: the
+ * user-mode network's DNS forwarder (a file next to the snapshot), or
+ * without a snapshot the host's own. */
 #define ETC_RESOLV "/etc/resolv.conf"
 /* Bounds on what the snapshot copies (the entries above are small). */
 #define ETC_DEPTH_MAX   4
@@ -80,7 +115,8 @@ struct group {
 
 struct ws_sandbox {
     struct ws_seccomp *seccomp;
-    char etc[PATH_MAX]; /* the /etc snapshot; "" when none could be made */
+    char etc[PATH_MAX];    /* the /etc snapshot; "" when none could be made */
+    char resolv[PATH_MAX]; /* resolv.conf for network, beside it; "" when none */
     struct ws_limits_host *limits;
     struct root_entry roots[N_ROOT_DIRS];
     pthread_mutex_t lock;
@@ -94,12 +130,22 @@ struct run {
     size_t cap;
     bool oom;
     /* Given to bwrap as 3, 4, ...: the seccomp memfd, the info and status
-     * write ends, then one O_PATH fd per extra bind. */
-    int child_fds[3 + 2 * WS_SANDBOX_BINDS_MAX];
+     * write ends, with network the read end of init's go pipe, then one
+     * O_PATH fd per extra bind. */
+    int child_fds[4 + 2 * WS_SANDBOX_BINDS_MAX];
     size_t n_child_fds;
     int info_fd; /* read ends */
     int status_fd;
     pid_t init_pid; /* 0 until bwrap said */
+    /* With network: the server's end of the socket to init (init says
+     * "r" there once the sandbox is built, and starts the command only
+     * once it reads "1"), and slirp4netns once started (pid, pidfd, and
+     * the write end of its exit pipe). */
+    bool network;
+    int net_go_fd;
+    pid_t net_pid;
+    int net_pidfd;
+    int net_exit_fd;
     struct ws_sandbox *sb;
     struct group *group; /* NULL: no caps */
     uint64_t oom_kills;  /* the group's count when the command started */
@@ -280,6 +326,36 @@ static int make_etc_snapshot(const char *dir, char *ret, size_t size)
     return 0;
 }
 
+/* Makes dir/etc.<pid>.resolv.conf, the sandbox's resolv.conf with network:
+ * the host's may name a resolver on the host's loopback (a local caching
+ * daemon), which the sandbox's own loopback does not have; the user-mode
+ * network's forwarder relays to whichever the host uses. Removed with the
+ * snapshots by a later server (same prefix). */
+static int make_resolv(const char *dir, char *ret, size_t size)
+{
+    static const char content[] = "nameserver " NET_DNS "\n";
+    char path[PATH_MAX];
+    int fd, r = 0;
+
+    if (snprintf(path, sizeof(path), "%s/etc.%d.resolv.conf", dir, (int)getpid()) >=
+        (int)sizeof(path))
+        return -ENAMETOOLONG;
+    (void)unlink(path);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return -errno;
+    errno = 0;
+    if (fchmod(fd, 0644) < 0 || write(fd, content, sizeof(content) - 1) != sizeof(content) - 1)
+        r = errno ? -errno : -EIO;
+    close(fd);
+    if (r < 0) {
+        (void)unlink(path);
+        return r;
+    }
+    snprintf(ret, size, "%s", path);
+    return 0;
+}
+
 int ws_sandbox_new(const char *dir, struct ws_sandbox **ret)
 {
     struct ws_sandbox *sb = calloc(1, sizeof(*sb));
@@ -300,6 +376,11 @@ int ws_sandbox_new(const char *dir, struct ws_sandbox **ret)
     }
     if (dir) {
         r = make_etc_snapshot(dir, sb->etc, sizeof(sb->etc));
+        if (r == 0) {
+            r = make_resolv(dir, sb->resolv, sizeof(sb->resolv));
+            if (r < 0)
+                (void)nftw(sb->etc, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        }
         if (r < 0) {
             ws_limits_host_free(sb->limits);
             ws_seccomp_free(sb->seccomp);
@@ -345,6 +426,8 @@ void ws_sandbox_free(struct ws_sandbox *sb)
     ws_seccomp_free(sb->seccomp);
     if (sb->etc[0])
         (void)nftw(sb->etc, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    if (sb->resolv[0])
+        (void)unlink(sb->resolv);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
 }
@@ -425,13 +508,34 @@ const char *ws_sandbox_seccomp_summary(const struct ws_sandbox *sb)
 
 const char *ws_sandbox_namespaces(bool network)
 {
-    return network ? "user,pid,ipc,uts,cgroup,mount" : "user,pid,ipc,uts,cgroup,mount,net";
+    /* With network too: it is the sandbox's own namespace, connected
+     * through the user-mode network, never the host's. */
+    (void)network;
+    return "user,pid,ipc,uts,cgroup,mount,net";
+}
+
+/* Ends slirp4netns, if started, and reaps it: through its pidfd only, so
+ * a pid recycled after someone else reaped it is never hit. Its exit pipe
+ * closes too. Quick: SIGKILL cannot be caught. */
+static void net_stop(struct run *r)
+{
+    ws_close_fd(&r->net_exit_fd);
+    if (r->net_pidfd >= 0) {
+        siginfo_t si;
+        (void)pidfd_send_signal(r->net_pidfd, SIGKILL, NULL, 0);
+        while (waitid((idtype_t)P_PIDFD, (id_t)r->net_pidfd, &si, WEXITED) < 0 && errno == EINTR)
+            ;
+        ws_close_fd(&r->net_pidfd);
+    }
+    r->net_pid = 0;
 }
 
 static void run_free(struct run *r)
 {
     if (!r)
         return;
+    net_stop(r);
+    ws_close_fd(&r->net_go_fd);
     if (r->argv)
         for (size_t i = 0; i < r->argc; i++)
             free(r->argv[i]);
@@ -570,6 +674,10 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
     char buf[STATUS_MAX], word[16] = "", core[8] = "";
     int v = -1;
 
+    /* bwrap ends after the sandbox's pid 1, so the namespace is gone and
+     * its network has nothing left to serve: end it now, before the exec
+     * layer looks for what the command left running. */
+    net_stop(r);
     if (r->status_fd < 0)
         return;
     /* Exactly one line, as init writes it; anything else (nothing: the
@@ -597,6 +705,282 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
     }
 }
 
+/* A pipe whose read end (ours) is non-blocking and whose ends are both
+ * close-on-exec (spawn gives the write end to bwrap under a fixed fd). */
+static int make_pipe(int *ret_read, int *ret_write)
+{
+    int p[2];
+
+    if (pipe2(p, O_CLOEXEC) < 0)
+        return -errno;
+    if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
+        int r = -errno;
+        close(p[0]);
+        close(p[1]);
+        return r;
+    }
+    *ret_read = p[0];
+    *ret_write = p[1];
+    return 0;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits until fd is readable or the deadline passed; true when readable
+ * (or at EOF). */
+static bool wait_readable(int fd, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        if (left <= 0)
+            return false;
+        int n = poll(&pfd, 1, (int)left);
+        if (n < 0 && errno == EINTR)
+            continue;
+        return n > 0;
+    }
+}
+
+/* init's host pid, read from bwrap's whole info document by the deadline:
+ * bwrap writes it in pieces, and the write end stays open in the sandbox,
+ * so the end of the document is where it parses. */
+static pid_t read_init_pid(struct run *r, int64_t deadline)
+{
+    char buf[INFO_MAX];
+    size_t have = 0;
+
+    while (r->info_fd >= 0 && have + 1 < sizeof(buf) && wait_readable(r->info_fd, deadline)) {
+        ssize_t n = read(r->info_fd, buf + have, sizeof(buf) - 1 - have);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        buf[have] = '\0';
+        json_t *doc = json_loads(buf, 0, NULL);
+        json_t *v = doc ? json_object_get(doc, "child-pid") : NULL;
+        if (json_is_integer(v) && json_integer_value(v) > 0 && json_integer_value(v) < INT_MAX)
+            r->init_pid = (pid_t)json_integer_value(v);
+        json_decref(doc);
+        if (doc)
+            break;
+    }
+    ws_close_fd(&r->info_fd);
+    return r->init_pid;
+}
+
+/* fd of a namespace of pid, refusing the server's own: configuring that
+ * would put the tap device on the host. */
+static int open_ns(pid_t pid, const char *kind, int *ret)
+{
+    char path[64];
+    struct stat mine, theirs;
+    int fd;
+
+    snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, kind);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    snprintf(path, sizeof(path), "/proc/self/ns/%s", kind);
+    if (stat(path, &mine) < 0 || fstat(fd, &theirs) < 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    if (mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino) {
+        close(fd);
+        return -EPERM;
+    }
+    *ret = fd;
+    return 0;
+}
+
+/* Starts slirp4netns on the sandbox's network namespace (that of init's
+ * pid) and waits for it to say the device is up. On failure says why in
+ * reason. */
+static int net_start(struct run *r, int64_t deadline, char *reason, size_t size)
+{
+    const char *tool = ws_probe_usernet_path();
+    int fds[NET_FD_COUNT] = {-1, -1, -1, -1}; /* netns, userns, ready w, exit r */
+    int ready_r = -1, root = -1, err;
+    char arg_ready[32], arg_exit[32], arg_userns[48], arg_netns[32];
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, all;
+    pid_t pid = 0;
+
+    if (!tool) {
+        snprintf(reason, size, WS_USERNET_NAME " is not installed");
+        return -ENOENT;
+    }
+    if (read_init_pid(r, deadline) <= 0) {
+        snprintf(reason, size, "the sandbox did not start");
+        return -ESRCH;
+    }
+    /* Only once init runs: bwrap configures the namespace's loopback
+     * device while it builds the sandbox, and slirp4netns configuring its
+     * device at the same moment makes bwrap's request fail. */
+    char c = 0;
+    while (wait_readable(r->net_go_fd, deadline)) {
+        ssize_t n = read(r->net_go_fd, &c, 1);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        break;
+    }
+    if (c != 'r') {
+        snprintf(reason, size, "the sandbox did not start");
+        return -ESRCH;
+    }
+    err = open_ns(r->init_pid, "net", &fds[0]);
+    if (err < 0) {
+        snprintf(reason, size, "its network namespace cannot be opened: %s", strerror(-err));
+        goto out;
+    }
+    /* The namespace's owner, not init's user namespace of the moment:
+     * bwrap nests another one (--disable-userns), which holds no
+     * capability over the network namespace. */
+    fds[1] = ioctl(fds[0], NS_GET_USERNS);
+    if (fds[1] < 0) {
+        err = -errno;
+        snprintf(reason, size, "its user namespace cannot be opened: %s", strerror(-err));
+        goto out;
+    }
+    (void)fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    err = make_pipe(&ready_r, &fds[2]);
+    if (err == 0) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0)
+            err = -errno;
+        else {
+            fds[3] = p[0];
+            r->net_exit_fd = p[1];
+        }
+    }
+    root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (err == 0 && root < 0)
+        err = -errno;
+    if (err < 0) {
+        snprintf(reason, size, "%s", strerror(-err));
+        goto out;
+    }
+    /* Above the fds the child gets, so no dup2 below overwrites a source
+     * before it was copied. */
+    for (int i = 0; i < NET_FD_COUNT; i++) {
+        int hi = fcntl(fds[i], F_DUPFD_CLOEXEC, NET_FD_EXIT + 1);
+        if (hi < 0) {
+            err = -errno;
+            snprintf(reason, size, "%s", strerror(-err));
+            goto out;
+        }
+        close(fds[i]);
+        fds[i] = hi;
+    }
+    snprintf(arg_ready, sizeof(arg_ready), "--ready-fd=%d", NET_FD_READY);
+    snprintf(arg_exit, sizeof(arg_exit), "--exit-fd=%d", NET_FD_EXIT);
+    snprintf(arg_userns, sizeof(arg_userns), "--userns-path=/proc/self/fd/%d", NET_FD_USERNS);
+    snprintf(arg_netns, sizeof(arg_netns), "/proc/self/fd/%d", NET_FD_NETNS);
+    /* --disable-host-loopback: no gateway alias for the host's loopback.
+     * --enable-sandbox and --enable-seccomp: it parses the sandbox's
+     * packets, so it runs in an empty mount namespace without
+     * capabilities, its system calls filtered. */
+    char *const argv[] = {
+        (char *)tool,
+        "--configure",
+        NET_MTU,
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+        arg_ready,
+        arg_exit,
+        arg_userns,
+        "--netns-type=path",
+        arg_netns,
+        NET_TAP,
+        NULL,
+    };
+    char *const envp[] = {NULL};
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addfchdir_np(&fa, root);
+    for (int i = 0; i < NET_FD_COUNT; i++)
+        posix_spawn_file_actions_adddup2(&fa, fds[i], NET_FD_NETNS + i);
+    posix_spawn_file_actions_addclosefrom_np(&fa, NET_FD_EXIT + 1);
+    posix_spawnattr_init(&attr);
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+    int rc = posix_spawn(&pid, tool, &fa, &attr, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0) {
+        err = -rc;
+        snprintf(reason, size, WS_USERNET_NAME " cannot be started: %s", strerror(rc));
+        goto out;
+    }
+    r->net_pid = pid;
+    r->net_pidfd = pidfd_open(pid, 0);
+    if (r->net_pidfd < 0) {
+        err = -errno;
+        /* Without a pidfd it is ended by pid, while it is surely still our
+         * unreaped child. */
+        (void)kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        r->net_pid = 0;
+        snprintf(reason, size, "%s", strerror(-err));
+        goto out;
+    }
+    ws_close_fd(&fds[2]);
+    ws_close_fd(&fds[3]);
+    /* "1" on the ready pipe; EOF means it exited first. */
+    c = 0;
+    while (wait_readable(ready_r, deadline)) {
+        ssize_t n = read(ready_r, &c, 1);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        break;
+    }
+    if (c != '1') {
+        err = -EIO;
+        snprintf(reason, size, WS_USERNET_NAME " %s",
+                 mono_ms() >= deadline ? "did not come up in time" : "failed to start");
+        goto out;
+    }
+    err = 0;
+out:
+    for (int i = 0; i < NET_FD_COUNT; i++)
+        ws_close_fd(&fds[i]);
+    ws_close_fd(&ready_r);
+    ws_close_fd(&root);
+    return err;
+}
+
+/* Hands init the outcome: "1" lets the command start; anything else (a
+ * "0" and the reason) makes init refuse to. */
+static void net_go(struct run *r, bool ok, const char *reason)
+{
+    char buf[NET_REASON_MAX + 8];
+    int n = ok ? snprintf(buf, sizeof(buf), "1") : snprintf(buf, sizeof(buf), "0%s", reason);
+
+    /* Without init there is no reader (the spawn failed): nothing to say. */
+    if (n > 0 && r->net_go_fd >= 0 && r->init_pid > 0)
+        (void)!send(r->net_go_fd, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1,
+                    MSG_NOSIGNAL);
+    ws_close_fd(&r->net_go_fd);
+}
+
 static void hook_spawned(void *arg)
 {
     struct run *r = arg;
@@ -604,6 +988,25 @@ static void hook_spawned(void *arg)
     for (size_t i = 0; i < r->n_child_fds; i++)
         ws_close_fd(&r->child_fds[i]);
     r->n_child_fds = 0;
+    if (r->network) {
+        /* Once bwrap built the sandbox, its network comes up: init waits
+         * for it. A failed spawn shows here as no pid: nothing is started. */
+        char reason[NET_REASON_MAX] = "";
+        int err = net_start(r, mono_ms() + NET_WAIT_MS, reason, sizeof(reason));
+        if (err < 0)
+            net_stop(r);
+        net_go(r, err == 0, reason);
+    }
+}
+
+/* The tree is being SIGKILLed: slirp4netns is not in it under every tree
+ * mechanism, so it is ended here too (reaped when the command ends). */
+static void hook_kill(void *arg)
+{
+    struct run *r = arg;
+
+    if (r->net_pidfd >= 0)
+        (void)pidfd_send_signal(r->net_pidfd, SIGKILL, NULL, 0);
 }
 
 static void hook_free(void *arg)
@@ -627,25 +1030,6 @@ static int open_bind(const char *path, int *ret)
     return 0;
 }
 
-/* A pipe whose read end (ours) is non-blocking and whose ends are both
- * close-on-exec (spawn gives the write end to bwrap under a fixed fd). */
-static int make_pipe(int *ret_read, int *ret_write)
-{
-    int p[2];
-
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return -errno;
-    if (fcntl(p[0], F_SETFL, O_NONBLOCK) < 0) {
-        int r = -errno;
-        close(p[0]);
-        close(p[1]);
-        return r;
-    }
-    *ret_read = p[0];
-    *ret_write = p[1];
-    return 0;
-}
-
 int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
                     struct ws_proc_wrapper *ret)
 {
@@ -657,8 +1041,10 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
 
     if (!spec || !spec->workspace_dir || !spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
         return -EINVAL;
-    /* Fail closed: no bwrap or no init means no sandbox, never less. */
-    if (!bwrap || !init)
+    /* Fail closed: no bwrap or no init means no sandbox, never less; and
+     * no user-mode network means no sandbox with network (never one with
+     * the host's). */
+    if (!bwrap || !init || (spec->network && !ws_probe_usernet_path()))
         return -ENOENT;
     r = calloc(1, sizeof(*r));
     if (!r)
@@ -667,6 +1053,8 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
         r->child_fds[i] = -1;
     r->n_child_fds = 3;
     r->info_fd = r->status_fd = -1;
+    r->net_go_fd = r->net_pidfd = r->net_exit_fd = -1;
+    r->network = spec->network;
     r->sb = sb;
     r->group = group_get(sb, spec->workspace_id, &spec->limits);
     if (r->group)
@@ -682,13 +1070,29 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     err = make_pipe(&r->status_fd, &r->child_fds[2]);
     if (err < 0)
         goto fail;
+    if (spec->network) {
+        /* init's end is blocking (it reads to the end), ours is not. */
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+            err = -errno;
+            goto fail;
+        }
+        r->net_go_fd = sv[0];
+        r->child_fds[3] = sv[1];
+        r->n_child_fds = 4;
+        if (fcntl(r->net_go_fd, F_SETFL, O_NONBLOCK) < 0) {
+            err = -errno;
+            goto fail;
+        }
+    }
 
     add(r, bwrap);
     /* --unshare-user explicitly: --unshare-all only tries it, and a
-     * sandbox without its own user namespace is not the one asked for. */
+     * sandbox without its own user namespace is not the one asked for.
+     * The network namespace is the sandbox's own with network too (never
+     * --share-net: the host's loopback holds the control plane). */
     add2(r, "--unshare-all", "--unshare-user");
-    if (spec->network)
-        add(r, "--share-net");
+    add(r, "--unshare-net");
     add(r, "--disable-userns");
     add2(r, "--die-with-parent", "--new-session");
     add(r, "--as-pid-1");
@@ -715,7 +1119,9 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
             add3(r, "--ro-bind-try", buf, buf);
         }
     }
-    if (spec->network)
+    if (spec->network && sb->resolv[0])
+        add3(r, "--ro-bind", sb->resolv, ETC_RESOLV);
+    else if (spec->network)
         add3(r, "--ro-bind-try", ETC_RESOLV, ETC_RESOLV);
     add2(r, "--proc", "/proc");
     add2(r, "--dev", "/dev");
@@ -734,12 +1140,17 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     for (size_t k = 0; k < spec->n_rw + spec->n_ro; k++) {
         bool ro = k >= spec->n_rw;
         const char *path = ro ? spec->ro_paths[k - spec->n_rw] : spec->rw_paths[k];
+        if (path[0] != '/' ||
+            snprintf(buf, sizeof(buf), "%s%s", BIND_PREFIX, path) >= (int)sizeof(buf)) {
+            err = path[0] != '/' ? -EINVAL : -ENAMETOOLONG;
+            goto fail;
+        }
         err = open_bind(path, &r->child_fds[r->n_child_fds]);
         if (err < 0)
             goto fail;
         snprintf(num, sizeof(num), "%zu", FD_SECCOMP + r->n_child_fds);
         r->n_child_fds++;
-        add3(r, ro ? "--ro-bind-fd" : "--bind-fd", num, path);
+        add3(r, ro ? "--ro-bind-fd" : "--bind-fd", num, buf);
     }
     add3(r, "--ro-bind", init, WS_SANDBOX_INIT_PATH);
     /* After every bind: the root itself (bwrap's tmpfs) becomes read-only,
@@ -761,9 +1172,27 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
      * as one of bwrap's options. */
     add(r, "--");
     add(r, WS_SANDBOX_INIT_PATH);
+    if (spec->network) {
+        snprintf(buf, sizeof(buf), "--wait-fd=%d", FD_NET_GO);
+        add(r, buf);
+    }
     snprintf(num, sizeof(num), "%d", FD_STATUS);
     add(r, num);
-    for (const char *const *a = spec->argv; *a; a++)
+    /* The guard resolved the program on the host: one found in a bound
+     * directory is at that bind's place inside. */
+    const char *bound = NULL;
+    for (size_t k = 0; k < spec->n_rw + spec->n_ro && !bound; k++) {
+        const char *path = k < spec->n_rw ? spec->rw_paths[k] : spec->ro_paths[k - spec->n_rw];
+        size_t len = strlen(path);
+        if (strncmp(spec->argv[0], path, len) == 0 && spec->argv[0][len] == '/')
+            bound = spec->argv[0];
+    }
+    if (bound && snprintf(buf, sizeof(buf), "%s%s", BIND_PREFIX, bound) >= (int)sizeof(buf)) {
+        err = -ENAMETOOLONG;
+        goto fail;
+    }
+    add(r, bound ? buf : spec->argv[0]);
+    for (const char *const *a = spec->argv + 1; *a; a++)
         add(r, *a);
     if (r->oom) {
         err = -ENOMEM;
@@ -776,6 +1205,7 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
         .n_keep_fds = r->n_child_fds,
         .pty_noctty = spec->pty,
         .signal = hook_signal,
+        .kill = hook_kill,
         .exited = hook_exited,
         .enter = hook_enter,
         .leave = hook_leave,

@@ -3,17 +3,26 @@
  * small init of ours as the sandbox's pid 1.
  *
  * What a command sees (the shell guard has already vetted it host-side):
- *   - new user, pid, ipc, uts, cgroup and network namespaces (the network
- *     one shared with the host only with network: allow); no nested user
+ *   - new user, pid, ipc, uts, cgroup and network namespaces, always: with
+ *     network: allow the network namespace is still the sandbox's own,
+ *     connected by a user-mode network (slirp4netns, started for each
+ *     command, gone with it) that reaches what the host reaches except the
+ *     host's loopback, so loopback services (the server itself, metrics,
+ *     a database) stay out of reach; without slirp4netns a command with
+ *     network fails rather than run with less; no nested user
  *     namespaces (--disable-userns), no capabilities, no_new_privs, its
  *     own session (--new-session: no terminal injection into the server's);
  *   - a read-only root holding only /usr (and the /bin, /lib... links or
  *     dirs next to it), an /etc that is a snapshot taken at server start
  *     of a few entries (passwd, group, nsswitch, the loader cache,
- *     alternatives, certificates, time zone; the host's resolv.conf only
- *     with network), a fresh /proc, a minimal /dev, a private /tmp tmpfs;
+ *     alternatives, certificates, time zone; with network a resolv.conf
+ *     naming the user-mode network's DNS forwarder), a fresh /proc, a
+ *     minimal /dev, a private /tmp tmpfs;
  *   - the workspace read-write at /workspace (cwd and HOME), plus the
- *     workspace's extra read-write / read-only binds at their host paths.
+ *     workspace's extra read-write / read-only binds: host path P at
+ *     /mnt + P (/srv/data at /mnt/srv/data), so a bind never lands on the
+ *     sandbox's own /proc, /dev, /tmp or /workspace; a program the guard
+ *     found in a bound directory is run from its place under /mnt.
  * Nothing else of the host: no home directories, /run, sockets, or the
  * server's state directory.
  *
@@ -21,7 +30,11 @@
  * execs our init as pid 1 (--as-pid-1), init forks the command and reports
  * its exact exit (code, or signal) on a status pipe before it ends the
  * namespace. Signals for the command spare bwrap and init so they can
- * report; kills go to the whole tree as for any command.
+ * report; kills go to the whole tree as for any command. With network,
+ * init tells the server (on a socket) once the sandbox is built, the
+ * server starts slirp4netns on the namespace of init's pid (which bwrap
+ * names), and init starts the command only once the server says the
+ * network is up; slirp4netns is ended when bwrap is reaped.
  *
  * Thread safety: a struct ws_sandbox is immutable after ws_sandbox_new and
  * may be used from any thread.
@@ -57,7 +70,8 @@ void ws_sandbox_free(struct ws_sandbox *sb);
 
 /* "x86_64 only; ..." for Describe. */
 const char *ws_sandbox_seccomp_summary(const struct ws_sandbox *sb);
-/* The namespaces a command gets, comma-separated. */
+/* The namespaces a command gets, comma-separated: all of them, network
+ * or not. */
 const char *ws_sandbox_namespaces(bool network);
 
 #define WS_SANDBOX_ID_MAX 64
@@ -82,8 +96,9 @@ struct ws_sandbox_spec {
 };
 
 /* Fills *ret with the wrapper that runs spec->argv sandboxed. Returns 0;
- * -ENOENT when bwrap or init is missing (the sandbox must not run: fail
- * closed); -ESTALE when a bind path has become a symlink or is gone;
+ * -ENOENT when bwrap or init is missing, or slirp4netns for a spec with
+ * network (the sandbox must not run: fail closed; ws_probe_bwrap's reason
+ * says which); -ESTALE when a bind path has become a symlink or is gone;
  * -E2BIG over WS_SANDBOX_BINDS_MAX binds; -ENOMEM, -EMFILE...
  * Handed to the exec layer (ws_exec_start / ws_proc_spawn), the wrapper
  * is theirs: its spawned hook closes the child's fds, its free hook the

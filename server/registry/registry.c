@@ -83,6 +83,10 @@ struct ws_registry {
     uint64_t tenant_max_bytes;
     unsigned providers_enabled;
     char *docker_default_image;
+    /* The operator's policy: swapped whole on reload under policy_lock;
+     * an Open holds its own reference for its whole check. */
+    pthread_mutex_t policy_lock;
+    struct ws_policy_set *policy;
     struct tenant_use *tenants;
     struct ws_ref_key key;
     int state_fd;
@@ -587,6 +591,33 @@ bool ws_registry_provider_enabled(const struct ws_registry *r, enum ws_provider_
     return !r->providers_enabled || (r->providers_enabled & (1u << kind));
 }
 
+unsigned ws_registry_providers_enabled(const struct ws_registry *r)
+{
+    return r->providers_enabled;
+}
+
+void ws_registry_set_policy(struct ws_registry *r, struct ws_policy_set *set)
+{
+    struct ws_policy_set *old;
+
+    ws_policy_set_ref(set);
+    pthread_mutex_lock(&r->policy_lock);
+    old = r->policy;
+    r->policy = set;
+    pthread_mutex_unlock(&r->policy_lock);
+    ws_policy_set_unref(old);
+}
+
+struct ws_policy_set *ws_registry_policy(struct ws_registry *r)
+{
+    struct ws_policy_set *set;
+
+    pthread_mutex_lock(&r->policy_lock);
+    set = ws_policy_set_ref(r->policy);
+    pthread_mutex_unlock(&r->policy_lock);
+    return set;
+}
+
 long ws_registry_live(struct ws_registry *r)
 {
     long n;
@@ -712,8 +743,9 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
         with_image.docker = &docker_req;
         req = &with_image;
     }
-    const char *own[] = {r->state_path, r->root_path};
-    err = ws_config_check(req, own, 2, d, &p);
+    /* The request's own checks; the server's directories are kept out
+     * of binds by the policy check below, which refuses them by name. */
+    err = ws_config_check(req, NULL, 0, d, &p);
     if (err < 0)
         return err;
     if (!ws_registry_provider_enabled(r, p->kind)) {
@@ -721,6 +753,17 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
         ws_diag_meta(d, "provider", "%s", p->name);
         return -WS_EDISABLED;
     }
+    /* One snapshot of the policy for the whole check: a reload meanwhile
+     * applies to the next Open. */
+    const char *own[] = {r->state_path, r->root_path};
+    struct ws_policy_set *pset = ws_registry_policy(r);
+    const struct ws_policy *pol = ws_policy_for(pset, tenant_or_default(tenant));
+    bool pulls_off = !pol->docker_pull;
+    err = ws_policy_check_open(pol, req, p->kind == WS_PROVIDER_DOCKER ? req->docker->image : NULL,
+                               own, 2, d);
+    ws_policy_set_unref(pset);
+    if (err < 0)
+        return err;
 
     /* No capability declared at all means the least useful one: fs. */
     bool want_fs = !want || want->fs || !want->shell;
@@ -747,6 +790,19 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     err = probe_backend(p, d);
     if (err < 0)
         return err;
+    /* A sandbox with network needs its user-mode network: without the
+     * tool it would fail every command, so the Open fails closed now. */
+    if (p->kind == WS_PROVIDER_LOCAL_SANDBOX && req->local_sandbox &&
+        req->local_sandbox->network == WORKSPACE__V1__NETWORK__NETWORK_ALLOW) {
+        struct ws_probe pr;
+
+        ws_probe_usernet(&pr);
+        if (!pr.available) {
+            ws_diag_set(d, "local-sandbox with network unavailable: %s", pr.reason);
+            ws_diag_meta(d, "transient", "false");
+            return -WS_EFAILED;
+        }
+    }
 
     pthread_mutex_lock(&r->lock);
     if (r->live >= r->max_workspaces) {
@@ -799,6 +855,11 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
         docker = *req->docker;
         if (docker.pids_limit == 0)
             docker.pids_limit = DEFAULT_PIDS_LIMIT;
+        /* Without pulls by policy nothing may reach a registry, now or
+         * when the container is made again after a restart: the record
+         * says never. */
+        if (pulls_off)
+            docker.pull_policy = WORKSPACE__V1__PULL_POLICY__PULL_NEVER;
         rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER;
         rec.docker = &docker;
         break;
@@ -816,6 +877,17 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     pthread_mutex_lock(&ws->lock);
     err = attach_locked(r, ws, d);
     pthread_mutex_unlock(&ws->lock);
+    /* A missing image with pulls off: say that it is the operator's
+     * policy, not the client's pull_policy, that kept it from a pull. */
+    if (err == -WS_EFAILED && pulls_off && p->kind == WS_PROVIDER_DOCKER && d &&
+        req->docker->pull_policy != WORKSPACE__V1__PULL_POLICY__PULL_NEVER &&
+        strstr(d->message, "is not present")) {
+        ws_diag_set(d,
+                    "image %.128s is not present and pulls are off by policy (docker-pull); the "
+                    "operator must load it",
+                    req->docker->image);
+        ws_diag_meta(d, "rule", "docker-pull");
+    }
     if (err < 0)
         goto out;
     ws->opened_at_ms = now_ms();
@@ -1390,6 +1462,21 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
         return -ENOMEM;
     r->state_fd = r->records_fd = r->root_fd = r->lock_fd = -1;
     pthread_mutex_init(&r->lock, NULL);
+    pthread_mutex_init(&r->policy_lock, NULL);
+    if (cfg->policy) {
+        r->policy = ws_policy_set_ref(cfg->policy);
+    } else {
+        err = ws_policy_set_new(&r->policy);
+        if (err == 0)
+            err = ws_policy_set_finish(r->policy);
+        if (err < 0) {
+            ws_policy_set_unref(r->policy);
+            pthread_mutex_destroy(&r->policy_lock);
+            pthread_mutex_destroy(&r->lock);
+            free(r);
+            return err;
+        }
+    }
     r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
     r->tenant_max_workspaces = cfg->tenant_max_workspaces;
     r->tenant_opens_per_minute = cfg->tenant_opens_per_minute;
@@ -1471,6 +1558,8 @@ void ws_registry_free(struct ws_registry *r)
     free(r->state_path);
     free(r->root_path);
     free(r->docker_default_image);
+    ws_policy_set_unref(r->policy);
+    pthread_mutex_destroy(&r->policy_lock);
     pthread_mutex_destroy(&r->lock);
     free(r);
 }

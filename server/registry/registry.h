@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "server/base/errors.h"
+#include "server/policy/policy.h"
 #include "server/providers/provider.h"
 #include "server/vfs/ops.h"
 #include "workspace/v1/workspaces.pb-c.h"
@@ -76,6 +77,9 @@ struct ws_registry_config {
      * the caller with ws_docker_image_valid; copied); NULL: none, such an
      * Open is malformed. */
     const char *docker_default_image;
+    /* The operator's policy (finished; the registry takes its own
+     * reference). NULL: the default policy with nothing configured. */
+    struct ws_policy_set *policy;
 };
 
 enum ws_state {
@@ -102,8 +106,19 @@ void ws_registry_free(struct ws_registry *r);
  * providers_enabled). */
 bool ws_registry_provider_enabled(const struct ws_registry *r, enum ws_provider_kind kind);
 
+/* Replaces the policy every later Open is checked against (a reload);
+ * takes its own reference to `set` (finished). An Open in flight keeps
+ * the set it started with. */
+void ws_registry_set_policy(struct ws_registry *r, struct ws_policy_set *set);
+/* The policy now, as a new reference (ws_policy_set_unref). */
+struct ws_policy_set *ws_registry_policy(struct ws_registry *r);
+/* The server-wide provider mask (providers_enabled; 0: all). */
+unsigned ws_registry_providers_enabled(const struct ws_registry *r);
+
 /* Errors: -WS_EMALFORMED (no provider config, invalid config),
  * -WS_EDISABLED (the provider is not enabled),
+ * -WS_EPOLICY (the tenant's policy refuses it: metadata "rule" and the
+ * item; a docker Open without pulls allowed is made PULL_NEVER),
  * -WS_ECAPABILITY (metadata "capability"), -WS_ELIMIT, -WS_EFAILED (backend
  * missing; diag->transient), -WS_EQUOTA (metadata "quota"). */
 int ws_registry_open(struct ws_registry *r, const char *tenant,

@@ -15,11 +15,19 @@
  * between that removed the token makes that second look fail, and the call
  * is refused the same way.
  *
+ * On a unix socket a caller without a token (or whose token the server
+ * has no tokens file to check) is named by its uid: the tenant the
+ * operator mapped it to, else `default` for root and the server's own uid,
+ * else refused. The processor never sees the connection's peer, so it lets
+ * such a call through and the call layer decides, before any handler runs,
+ * from the call's peer string (conncap.h says how the uid gets there).
+ *
  * Health checks are not exempt: the processor is one gate with no list of
  * exceptions to get wrong, and a probe of a server that demands
  * credentials should prove they work; give the probe its own tenant's
  * token (a tenant with no workspaces sees nothing).
  */
+#include "server/rpc/conncap.h"
 #include "server/rpc/internal.h"
 
 #include <errno.h>
@@ -27,8 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
@@ -54,6 +64,11 @@ struct ws_rpc_auth {
     struct token_table *table; /* NULL: no tokens file */
     char *tokens_path;
     bool client_certs;
+    /* A unix listener: callers without a token are named by their uid. */
+    bool peer_uids;
+    ws_rpc_peer_fn peer_tenant; /* NULL: no uid is mapped */
+    void *peer_ud;
+    uid_t self; /* the server's effective uid */
 };
 
 bool ws_rpc_tenant_valid(const char *s, size_t len)
@@ -272,36 +287,72 @@ static bool cert_tenant(const grpc_auth_context *ctx, char *ret)
     return true;
 }
 
+enum verdict {
+    REFUSED,
+    NAMED,   /* the tenant is in ret */
+    BY_PEER, /* the caller's uid decides */
+};
+
 /* The rule: a token, when one is sent, decides (a bad one is refused even
- * over a verified certificate); without one a verified client certificate
- * names the tenant by its CN (mTLS only). Two authorization entries are
- * refused rather than picking one. */
-static bool tenant_of(struct ws_rpc_auth *a, const grpc_auth_context *ctx, const grpc_metadata *md,
-                      size_t n, char *ret)
+ * over a verified certificate), unless the server has nothing to check it
+ * against but uids (a unix socket without a tokens file: the token is
+ * ignored, as it always was without one); without one a verified client
+ * certificate names the tenant by its CN (mTLS only); else, on a unix
+ * socket, the caller's uid. Two authorization entries are refused rather
+ * than picking one. */
+static enum verdict tenant_of(struct ws_rpc_auth *a, const grpc_auth_context *ctx,
+                              const grpc_metadata *md, size_t n, char *ret)
 {
     const grpc_metadata *authz = NULL;
 
     for (size_t i = 0; i < n; i++)
         if (grpc_slice_str_cmp(md[i].key, "authorization") == 0) {
             if (authz)
-                return false;
+                return REFUSED;
             authz = &md[i];
         }
-    if (authz)
+    if (authz && (a->tokens_path || a->client_certs || !a->peer_uids))
         return token_tenant(a, (const char *)GRPC_SLICE_START_PTR(authz->value),
-                            GRPC_SLICE_LENGTH(authz->value), ret);
-    return a->client_certs && cert_tenant(ctx, ret);
+                            GRPC_SLICE_LENGTH(authz->value), ret)
+                   ? NAMED
+                   : REFUSED;
+    if (a->client_certs && cert_tenant(ctx, ret))
+        return NAMED;
+    return a->peer_uids ? BY_PEER : REFUSED;
+}
+
+/* The tenant of the caller at the other end of `call` by its uid. */
+static bool peer_tenant(struct ws_rpc_auth *a, grpc_call *call, char *ret)
+{
+    char *peer = grpc_call_get_peer(call);
+    uint32_t uid;
+    bool known = ws_conncap_peer_uid(peer, &uid);
+
+    gpr_free(peer);
+    if (!known) {
+        ws_rpc_log(WS_RPC_LOG_INFO, "rpc.unauthenticated", "\"uid\":null");
+        return false;
+    }
+    if (a->peer_tenant && a->peer_tenant(a->peer_ud, uid, ret) &&
+        ws_rpc_tenant_valid(ret, strnlen(ret, WS_RPC_TENANT_MAX + 1)))
+        return true;
+    if (uid == 0 || uid == (uint32_t)a->self) {
+        snprintf(ret, WS_RPC_TENANT_MAX + 1, "%s", WS_RPC_TENANT_DEFAULT);
+        return true;
+    }
+    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.unauthenticated", "\"uid\":%u", uid);
+    return false;
 }
 
 bool ws_rpc_auth_tenant(struct ws_rpc_auth *a, grpc_call *call, const grpc_metadata_array *md,
                         char ret[WS_RPC_TENANT_MAX + 1])
 {
     grpc_auth_context *ctx = grpc_call_auth_context(call);
-    bool ok = tenant_of(a, ctx, md->metadata, md->count, ret);
+    enum verdict v = tenant_of(a, ctx, md->metadata, md->count, ret);
 
     if (ctx)
         grpc_auth_context_release(ctx);
-    return ok;
+    return v == NAMED || (v == BY_PEER && peer_tenant(a, call, ret));
 }
 
 static void process(void *state, grpc_auth_context *ctx, const grpc_metadata *md, size_t n,
@@ -309,13 +360,22 @@ static void process(void *state, grpc_auth_context *ctx, const grpc_metadata *md
 {
     char tenant[WS_RPC_TENANT_MAX + 1];
 
-    /* One message whatever was wrong: missing, unknown, malformed. */
-    if (!tenant_of(state, ctx, md, n, tenant)) {
+    /* One message whatever was wrong: missing, unknown, malformed. A call
+     * left to the caller's uid is decided when it is accepted. */
+    if (tenant_of(state, ctx, md, n, tenant) == REFUSED) {
         ws_rpc_log(WS_RPC_LOG_INFO, "rpc.unauthenticated", NULL);
         cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED, WS_RPC_UNAUTHENTICATED);
         return;
     }
     cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_OK, NULL);
+}
+
+void ws_rpc_auth_use_peers(struct ws_rpc_auth *a, ws_rpc_peer_fn fn, void *ud)
+{
+    a->peer_uids = true;
+    a->peer_tenant = fn;
+    a->peer_ud = ud;
+    a->self = geteuid();
 }
 
 void ws_rpc_auth_install(struct ws_rpc_auth *a, grpc_server_credentials *creds)

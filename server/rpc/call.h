@@ -140,8 +140,17 @@ int64_t ws_call_deadline_remaining_ms(struct ws_call *call);
 
 /* ---- server ---- */
 
+/* Names the tenant of a caller on the unix socket by its uid: writes the
+ * name (at most WS_RPC_TENANT_MAX bytes, terminated) to ret and returns
+ * true, or returns false when the uid is not mapped. Called on gRPC's
+ * threads, several at once, for every call that sends no token. */
+typedef bool (*ws_rpc_peer_fn)(void *ud, uint32_t uid, char *ret);
+
 struct ws_rpc_config {
-    /* "host:port" or "unix:PATH". */
+    /* "host:port" or "unix:PATH". A unix socket's directory is made 0750
+     * when missing, the socket is 0660, both given to the group
+     * "workspaced" when it exists (server/rpc/listen.h). Which addresses
+     * need authentication is the caller's check (ws_listen_check). */
     const char *listen;
     /* Completion-queue threads; 0 = number of CPUs, at least 2. */
     int threads;
@@ -157,9 +166,19 @@ struct ws_rpc_config {
     int keepalive_ms;
     /* Bearer tokens: "TENANT SHA256HEX" lines (NULL: none). With it or
      * with tls_client_ca every call must authenticate, else the call is
-     * UNAUTHENTICATED before any handler runs; without both every caller
-     * is WS_RPC_TENANT_DEFAULT. */
+     * UNAUTHENTICATED before any handler runs; without both, on TCP, every
+     * caller is WS_RPC_TENANT_DEFAULT. On a unix socket every call is
+     * authenticated: by its token when it sends one and there is a tokens
+     * file, else by the caller's uid (SO_PEERCRED): the tenant peer_tenant
+     * names, else WS_RPC_TENANT_DEFAULT for uid 0 and the server's own
+     * effective uid, else UNAUTHENTICATED. */
     const char *tokens_file;
+    /* Unix socket: uid to tenant (NULL: no uid is mapped). */
+    ws_rpc_peer_fn peer_tenant;
+    void *peer_ud;
+    /* TCP without authentication was allowed by --insecure-loopback: a
+     * warning goes to the log at start and once a minute while serving. */
+    bool insecure_loopback;
     /* PEM files. cert and key: serve TLS; client_ca: also require and
      * verify client certificates (mTLS), whose subject CN names the tenant
      * of a call that sends no token. */

@@ -6,8 +6,11 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -21,26 +24,48 @@
 /* At most one log line about refusals per this many seconds. */
 #define LOG_EVERY_S 10
 
+/* The directory part of the peer addresses written for connections on a
+ * guarded unix listener; the rest is a secret of this process and the
+ * caller's uid (see conncap.h). */
+#define PEER_DIR  "/workspaced-peer/"
+#define NONCE_HEX 32
+
 struct sock {
     int fd;
     ino_t ino;
+    /* Connections on a unix listener: the peer's uid by SO_PEERCRED, or
+     * -1 when it could not be read (the call layer then refuses it). */
+    int64_t uid;
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct sock listeners[LISTENERS_MAX];
 static size_t n_listeners;
-static struct sock *conns; /* admitted connections, at most `cap` */
+static bool listeners_unix; /* the guarded listeners are a unix socket */
+static struct sock *conns;  /* admitted connections, at most `cap` */
 static size_t n_conns, cap;
 static uint64_t refused, refused_logged;
 static time_t logged_at;
 
 typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
+typedef int (*getpeername_fn)(int, struct sockaddr *, socklen_t *);
 static accept4_fn next_accept4;
+static getpeername_fn next_getpeername;
 static pthread_once_t next_once = PTHREAD_ONCE_INIT;
+
+/* The secret in peer addresses, as lowercase hex; "" when the kernel gave
+ * no random bytes, and then no peer address names a uid. */
+static char nonce[NONCE_HEX + 1];
 
 static void find_next(void)
 {
+    uint8_t rnd[NONCE_HEX / 2];
+
     next_accept4 = (accept4_fn)dlsym(RTLD_NEXT, "accept4");
+    next_getpeername = (getpeername_fn)dlsym(RTLD_NEXT, "getpeername");
+    if (getrandom(rnd, sizeof(rnd), 0) == (ssize_t)sizeof(rnd))
+        for (size_t i = 0; i < sizeof(rnd); i++)
+            snprintf(nonce + 2 * i, 3, "%02x", rnd[i]);
 }
 
 /* Whether fd is open and is the socket with inode `ino`. */
@@ -112,6 +137,7 @@ int ws_conncap_guard(int port, const char *unix_path, unsigned max)
     pthread_mutex_lock(&mu);
     memcpy(listeners, found, n * sizeof(found[0]));
     n_listeners = n;
+    listeners_unix = port == 0;
     /* Connections admitted under an earlier bound still count. */
     size_t keep = n_conns < max ? n_conns : max;
     if (conns)
@@ -128,6 +154,7 @@ void ws_conncap_release(void)
 {
     pthread_mutex_lock(&mu);
     n_listeners = 0;
+    listeners_unix = false;
     free(conns);
     conns = NULL;
     n_conns = cap = 0;
@@ -173,6 +200,92 @@ static bool guarded(int lfd)
     return false;
 }
 
+/* The uid of the process that connected unix socket c, or -1 (also for a
+ * TCP listener, where no uid is recorded). mu held. */
+static int64_t peer_uid(int c)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+
+    if (!listeners_unix || getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0 ||
+        len != sizeof(cred))
+        return -1;
+    return (int64_t)cred.uid;
+}
+
+/* The admitted connection with fd c, or NULL. mu held. */
+static const struct sock *admitted(int c)
+{
+    for (size_t i = 0; i < n_conns; i++)
+        if (conns[i].fd == c)
+            return same_socket(c, conns[i].ino) ? &conns[i] : NULL;
+    return NULL;
+}
+
+/* The peer address of connection c when it came in on a guarded unix
+ * listener: PEER_DIR, the nonce, '/', the uid ("none" when unknown). Its
+ * length (with the terminating NUL) in *len. False for any other socket. */
+static bool peer_address(int c, struct sockaddr_un *un, socklen_t *len)
+{
+    const struct sock *k;
+    char uid[24] = "none";
+
+    pthread_mutex_lock(&mu);
+    k = listeners_unix ? admitted(c) : NULL;
+    if (k && k->uid >= 0)
+        snprintf(uid, sizeof(uid), "%lld", (long long)k->uid);
+    pthread_mutex_unlock(&mu);
+    if (!k)
+        return false;
+    memset(un, 0, sizeof(*un));
+    un->sun_family = AF_UNIX;
+    snprintf(un->sun_path, sizeof(un->sun_path), "%s%s/%s", PEER_DIR, nonce,
+             nonce[0] ? uid : "none");
+    *len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(un->sun_path) + 1);
+    return true;
+}
+
+/* Copies a made-up address into the caller's buffer of `room` bytes as
+ * the kernel would: truncated to it, *addrlen set to the full length. */
+static void put_address(const struct sockaddr_un *un, socklen_t len, struct sockaddr *addr,
+                        socklen_t room, socklen_t *addrlen)
+{
+    memcpy(addr, un, len < room ? len : room);
+    *addrlen = len;
+}
+
+bool ws_conncap_peer_uid(const char *peer, uint32_t *uid)
+{
+    static const char prefix[] = "unix:" PEER_DIR;
+    unsigned char diff = 0;
+    unsigned long long v = 0;
+    const char *p;
+    size_t n;
+
+    pthread_once(&next_once, find_next);
+    if (!peer || !nonce[0] || strncmp(peer, prefix, sizeof(prefix) - 1) != 0)
+        return false;
+    p = peer + sizeof(prefix) - 1;
+    if (strnlen(p, NONCE_HEX + 1) < NONCE_HEX + 1)
+        return false;
+    /* Every byte compared, whatever the first difference: how long a
+     * refusal takes says nothing about how much of a guess was right. */
+    for (size_t i = 0; i < NONCE_HEX; i++)
+        diff |= (unsigned char)(p[i] ^ nonce[i]);
+    if (diff || p[NONCE_HEX] != '/')
+        return false;
+    p += NONCE_HEX + 1;
+    n = strspn(p, "0123456789");
+    if (n == 0 || n > 10 || p[n] != '\0' || (n > 1 && p[0] == '0'))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        v = v * 10 + (unsigned)(p[i] - '0');
+    if (v > UINT32_MAX)
+        return false;
+    *uid = (uint32_t)v;
+    return true;
+}
+
 /* Decides on connection `c`, accepted on `lfd`: true to hand it on. */
 static bool admit(int lfd, int c)
 {
@@ -202,7 +315,7 @@ static bool admit(int lfd, int c)
         }
         goto out;
     }
-    conns[n_conns++] = (struct sock){.fd = c, .ino = st.st_ino};
+    conns[n_conns++] = (struct sock){.fd = c, .ino = st.st_ino, .uid = peer_uid(c)};
 out:;
     size_t limit = cap;
     pthread_mutex_unlock(&mu);
@@ -224,11 +337,41 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
     }
     for (;;) {
         int c = next_accept4(fd, addr, addrlen, flags);
-        if (c < 0 || admit(fd, c))
+        if (c >= 0 && admit(fd, c)) {
+            struct sockaddr_un un;
+            socklen_t len;
+            if (addr && addrlen && peer_address(c, &un, &len))
+                put_address(&un, len, addr, len0, addrlen);
+            return c;
+        }
+        if (c < 0)
             return c;
         /* Refused: closed before anyone saw it; take the next in line. */
         close(c);
         if (addrlen)
             *addrlen = len0;
     }
+}
+
+/* The definition gRPC's getpeername calls reach: for a connection on a
+ * guarded unix listener it answers with the peer address made for it
+ * (gRPC 1.51 names the peer of a unix connection by getpeername, not by
+ * what accept4 returned), so a path the client bound its own socket to
+ * never becomes the peer. Every other socket passes through. */
+int getpeername(int fd, struct sockaddr *addr, socklen_t *addrlen)
+{
+    socklen_t room = addrlen ? *addrlen : 0, len;
+    struct sockaddr_un un;
+    int r;
+
+    pthread_once(&next_once, find_next);
+    if (!next_getpeername) {
+        errno = ENOSYS;
+        return -1;
+    }
+    r = next_getpeername(fd, addr, addrlen);
+    if (r == 0 && addr && room >= sizeof(sa_family_t) && addr->sa_family == AF_UNIX &&
+        peer_address(fd, &un, &len))
+        put_address(&un, len, addr, room, addrlen);
+    return r;
 }

@@ -19,11 +19,30 @@
  * has another). The list is swept when it is full, so a connection is
  * never refused because of one that has gone.
  *
+ * The peer of a connection on a guarded unix listener. A caller's tenant
+ * there comes from its uid (SO_PEERCRED), but gRPC hands the per-call
+ * check nothing of the connection except its peer string, which gRPC 1.51
+ * builds from getpeername(2) on the accepted socket ("unix:" + the path
+ * the client's socket is bound to; empty when unbound). So the module also
+ * defines getpeername, and for such a connection answers with an address
+ * of its own making: "/workspaced-peer/NONCE/UID", UID read with
+ * SO_PEERCRED when the connection was accepted ("none" when it could not
+ * be). Three things keep a client from passing for another uid: its own
+ * path never shows, since every connection on the listener gets the
+ * made-up address; to produce that form by a path of its own it would have
+ * to bind under /workspaced-peer, which only root can make; and NONCE, 128
+ * random bits drawn once per process and sent to no client (the peer
+ * string stays in the server; gRPC logs it only with its tracing on).
+ * ws_conncap_peer_uid reads the uid back from the peer string. The same
+ * address is also written into what accept4 returns, so the scheme holds
+ * for a gRPC that names the peer from it.
+ *
  * Thread safety: all functions, any thread (one mutex).
  */
 #ifndef WS_RPC_CONNCAP_H
 #define WS_RPC_CONNCAP_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Largest bound. */
@@ -44,5 +63,10 @@ unsigned ws_conncap_open(void);
 
 /* Connections refused since the start. */
 uint64_t ws_conncap_refused(void);
+
+/* The uid of the process at the other end of a connection accepted on the
+ * guarded unix listener, from the call's peer string (grpc_call_get_peer);
+ * false for any other peer string, a forged one included. */
+bool ws_conncap_peer_uid(const char *peer, uint32_t *uid);
 
 #endif

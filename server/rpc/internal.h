@@ -96,6 +96,9 @@ struct ws_rpc_server {
     void **registered;
     int max_message_bytes;
     bool is_unix;
+    /* Serving TCP without authentication (--insecure-loopback): the
+     * trimmer thread repeats the warning. */
+    bool insecure;
     /* NULL when the server runs without authentication. */
     struct ws_rpc_auth *auth;
 
@@ -141,6 +144,9 @@ void ws_rpc_auth_free(struct ws_rpc_auth *a);
 /* Swaps in a re-read table; on failure the old one stays. Returns the
  * number of tokens or -errno. */
 int ws_rpc_auth_reload(struct ws_rpc_auth *a, char *why, size_t why_len);
+/* Unix listener: a caller without a token is named by its uid (fn may be
+ * NULL: only root and the server's own uid, as the default tenant). */
+void ws_rpc_auth_use_peers(struct ws_rpc_auth *a, ws_rpc_peer_fn fn, void *ud);
 /* Makes creds check every call's metadata before it is matched. */
 void ws_rpc_auth_install(struct ws_rpc_auth *a, grpc_server_credentials *creds);
 /* The tenant of an accepted call from its metadata and connection; false

@@ -9,6 +9,7 @@
 #include "server/metrics/metrics.h"
 #include "server/rpc/conncap.h"
 #include "server/rpc/internal.h"
+#include "server/rpc/listen.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -311,10 +312,12 @@ static int make_creds(struct ws_rpc_server *s, const struct ws_rpc_config *cfg,
     grpc_server_credentials *creds = NULL;
     int r = 0;
 
-    if (cfg->tokens_file || cfg->tls_client_ca) {
+    if (cfg->tokens_file || cfg->tls_client_ca || s->is_unix) {
         r = ws_rpc_auth_new(cfg->tokens_file, cfg->tls_client_ca != NULL, &s->auth, why, why_len);
         if (r < 0)
             return r;
+        if (s->is_unix)
+            ws_rpc_auth_use_peers(s->auth, cfg->peer_tenant, cfg->peer_ud);
     }
     if (cfg->tls_cert) {
         grpc_ssl_pem_key_cert_pair pair;
@@ -451,6 +454,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     if (s->n_threads > THREADS_MAX)
         s->n_threads = THREADS_MAX;
     s->is_unix = strncmp(cfg->listen, "unix", 4) == 0;
+    s->insecure = !s->is_unix && cfg->insecure_loopback && !cfg->tokens_file && !cfg->tls_client_ca;
 
     gpr_set_log_function(gpr_log_to_json);
     grpc_init();
@@ -536,6 +540,11 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     r = make_creds(s, cfg, &creds, why, why_len);
     if (r < 0)
         goto fail;
+    if (s->is_unix &&
+        (r = ws_listen_prepare_unix(unix_path(cfg->listen), NULL, why, why_len)) < 0) {
+        grpc_server_credentials_release(creds);
+        goto fail;
+    }
     port = grpc_server_add_http2_port(s->server, cfg->listen, creds);
     grpc_server_credentials_release(creds);
     if (port <= 0) {
@@ -543,6 +552,10 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
         r = -EADDRNOTAVAIL;
         goto fail;
     }
+    /* Bound under the process's umask; nobody connects before the server
+     * starts, so the modes are right before the first accept. */
+    if (s->is_unix && (r = ws_listen_secure_unix(unix_path(cfg->listen), NULL, why, why_len)) < 0)
+        goto fail;
 
     unsigned max_conns = cfg->max_connections ? cfg->max_connections : default_max_connections();
     r = ws_conncap_guard(s->is_unix ? 0 : port, s->is_unix ? unix_path(cfg->listen) : NULL,
@@ -583,10 +596,25 @@ fail:
 #define TRIM_BURST_CALLS 64
 #define TRIM_TICK_MS     1000
 
+/* How often a server without authentication on TCP says so again; the
+ * trimmer's tick repeats it. */
+#define INSECURE_WARN_MS 60000
+
+/* At the error level, the one every log shows: a warning an operator can
+ * turn off by configuration would not do its job. */
+static void warn_insecure(void)
+{
+    ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.insecure_loopback",
+               "\"message\":\"serving TCP without authentication (--insecure-loopback): every "
+               "local user and every box sharing this host's network can act as the default "
+               "tenant; for development only\"");
+}
+
 static void *trim_thread(void *arg)
 {
     struct ws_rpc_server *s = arg;
     bool tail = false; /* trimmed with calls of the burst still live */
+    int64_t warn_at = ws_rpc_now_ms() + INSECURE_WARN_MS;
 
     pthread_mutex_lock(&s->mu);
     while (!s->shutdown_called) {
@@ -595,6 +623,12 @@ static void *trim_thread(void *arg)
             ;
         if (s->shutdown_called)
             break;
+        if (s->insecure && ws_rpc_now_ms() >= warn_at) {
+            warn_at += INSECURE_WARN_MS;
+            pthread_mutex_unlock(&s->mu);
+            warn_insecure();
+            pthread_mutex_lock(&s->mu);
+        }
         long live = s->live_calls, peak = s->burst_peak;
         bool trim = (peak >= TRIM_BURST_CALLS && live <= peak / 4) || (tail && live == 0);
         if (!trim)
@@ -625,6 +659,8 @@ int ws_rpc_server_start(struct ws_rpc_server *s)
         return -ENOMEM;
     grpc_server_start(s->server);
     s->started = true;
+    if (s->insecure)
+        warn_insecure();
 
     for (i = 0; i <= s->n_methods; i++)
         for (k = 0; k < WS_RPC_REQUESTS_PER_METHOD; k++)

@@ -75,6 +75,8 @@ static const struct errmap {
     {-WS_EENVDENIED, GRPC_STATUS_PERMISSION_DENIED, "ENV_DENIED"},
     {-WS_ECWDESCAPE, GRPC_STATUS_PERMISSION_DENIED, "CWD_ESCAPE"},
     {-WS_EARGLIMIT, GRPC_STATUS_PERMISSION_DENIED, "ARG_LIMIT"},
+    /* The operator's policy for the caller's tenant (server/policy). */
+    {-WS_EPOLICY, GRPC_STATUS_PERMISSION_DENIED, "POLICY"},
     {-ECANCELED, GRPC_STATUS_CANCELLED, "CANCELLED"},
     {-ETIMEDOUT, GRPC_STATUS_DEADLINE_EXCEEDED, "DEADLINE"},
     {-ENOSYS, GRPC_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED"},
@@ -123,6 +125,7 @@ static const struct {
     {"ENV_DENIED", "environment variable not allowed"},
     {"CWD_ESCAPE", "working directory escapes the workspace"},
     {"ARG_LIMIT", "argument or environment limit exceeded"},
+    {"POLICY", "refused by the operator's policy"},
     {"CANCELLED", "cancelled"},
     {"DEADLINE", "deadline exceeded"},
     {"UNIMPLEMENTED", "not implemented"},

@@ -1,7 +1,14 @@
 /*
  * workspaced-sandbox-init: pid 1 of a local-sandbox command's pid namespace.
  *
- *     workspaced-sandbox-init STATUS_FD PROGRAM [ARGS...]
+ *     workspaced-sandbox-init [--wait-fd=FD] STATUS_FD PROGRAM [ARGS...]
+ *
+ * With --wait-fd, FD is a socket to the server: init first writes "r" there (the sandbox is
+ * built: bubblewrap is done with its network namespace, so the server may attach the network
+ * now without racing bubblewrap's own setup of the loopback device), then reads FD to its end:
+ * the server writes "1" once the sandbox's network is up, or "0" and a reason when it could not
+ * be set up, and closes it. Anything but "1" (the server gone: nothing at all) means no command
+ * is started: a sandbox that asked for a network never runs without the one it was given.
  *
  * bwrap --as-pid-1 execs this; it forks PROGRAM (an absolute path, argv[0] = PROGRAM) as the
  * command, reaps every orphan the command leaves, and when the command itself ends writes
@@ -36,6 +43,8 @@
 #define STATUS_FD_LIMIT 65535 /* "small": a pipe end the server dup2'd into place */
 #define EXIT_MISUSE     127
 #define EXIT_INTERNAL   125
+#define WAIT_FD_OPT     "--wait-fd="
+#define WAIT_MSG_MAX    160
 
 extern char **environ;
 
@@ -150,14 +159,67 @@ static int wait_command(pid_t child, const sigset_t *all)
     }
 }
 
+/* Reads the server's word on wait_fd to its end; returns 0 when it is "1", else -1 after saying
+ * why on stderr. */
+static int wait_for_server(int wait_fd)
+{
+    char buf[WAIT_MSG_MAX + 1];
+    size_t have = 0;
+
+    if (write_all(wait_fd, "r", 1) < 0) {
+        say("cannot tell the server the sandbox is up", errno);
+        return -1;
+    }
+    for (;;) {
+        ssize_t n = read(wait_fd, buf + have, have < WAIT_MSG_MAX ? WAIT_MSG_MAX - have : 1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            say("cannot read the server's word on the sandbox's network", errno);
+            return -1;
+        }
+        if (n == 0)
+            break;
+        /* Past the limit the rest is read and dropped, to the end. */
+        if (have < WAIT_MSG_MAX)
+            have += (size_t)n;
+    }
+    (void)close(wait_fd);
+    if (have == 1 && buf[0] == '1')
+        return 0;
+    /* Printable ASCII only: the reason is the server's, but it goes to the client's stream. */
+    size_t len = 0;
+    for (size_t i = have > 0 ? 1 : 0; i < have; i++)
+        if (buf[i] >= 0x20 && buf[i] < 0x7f)
+            buf[len++] = buf[i];
+    buf[len] = '\0';
+    char line[WAIT_MSG_MAX + 64];
+    snprintf(line, sizeof(line), "the sandbox's network could not be set up%s%s", len ? ": " : "",
+             len ? buf : "");
+    say(line, 0);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
     sigset_t all;
     struct sigaction dfl = {.sa_handler = SIG_DFL};
+    int wait_fd = -1;
 
+    if (argc >= 2 && strncmp(argv[1], WAIT_FD_OPT, strlen(WAIT_FD_OPT)) == 0) {
+        wait_fd = parse_fd(argv[1] + strlen(WAIT_FD_OPT));
+        if (wait_fd < 0) {
+            say("usage: --wait-fd=FD(>=3)", 0);
+            return EXIT_MISUSE;
+        }
+        argv++;
+        argc--;
+    }
     int status_fd = argc >= 3 ? parse_fd(argv[1]) : -1;
-    if (status_fd < 0 || argv[2][0] != '/') {
-        say("usage: workspaced-sandbox-init STATUS_FD(>=3) /ABSOLUTE/PROGRAM [ARGS...]", 0);
+    if (status_fd < 0 || argv[2][0] != '/' || status_fd == wait_fd) {
+        say("usage: workspaced-sandbox-init [--wait-fd=FD] STATUS_FD(>=3) /ABSOLUTE/PROGRAM "
+            "[ARGS...]",
+            0);
         return EXIT_MISUSE;
     }
     if (fcntl(status_fd, F_SETFD, FD_CLOEXEC) < 0) {
@@ -182,6 +244,8 @@ int main(int argc, char **argv)
         say("cannot make init undumpable", errno);
         return EXIT_INTERNAL;
     }
+    if (wait_fd >= 0 && wait_for_server(wait_fd) < 0)
+        return EXIT_INTERNAL;
     pid_t child = fork();
     if (child < 0) {
         say("cannot fork", errno);

@@ -345,8 +345,19 @@ class Server
         if (pipe2(p, O_CLOEXEC) < 0)
             Die("pipe: %s", strerror(errno));
         err_path_ = state_dir + ".stderr";
-        std::vector<std::string> argv = {binary, "--listen", "127.0.0.1:0", "--state-dir",
-                                         state_dir};
+        // TCP needs authentication: a side without any is served on a unix
+        // socket (the server's default), the others on loopback TCP. The
+        // operator's policy must allow local-bash, which is off by default.
+        bool auth = false;
+        for (const auto &a : extra)
+            auth = auth || a == "--tokens-file" || a == "--tls-client-ca";
+        std::vector<std::string> argv = {binary,
+                                         "--listen",
+                                         auth ? "127.0.0.1:0" : "unix:" + state_dir + ".sock",
+                                         "--state-dir",
+                                         state_dir,
+                                         "--policy-providers",
+                                         "memory,local-bash,local-sandbox,docker"};
         argv.insert(argv.end(), extra.begin(), extra.end());
         std::vector<char *> args;
         for (auto &a : argv)
@@ -846,7 +857,7 @@ void BenchAuth(Run &run)
     mtls.pem_private_key = ReadHostFile(run.pki + "/alice.key");
     mtls.pem_cert_chain = ReadHostFile(run.pki + "/alice.pem");
     std::vector<Side> sides;
-    sides.push_back({"plaintext, no auth", {}, nullptr, "", nullptr, nullptr, ""});
+    sides.push_back({"unix socket, no auth", {}, nullptr, "", nullptr, nullptr, ""});
     sides.push_back({"plaintext + bearer token",
                      {"--tokens-file", tokens},
                      nullptr,

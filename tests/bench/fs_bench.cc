@@ -247,8 +247,11 @@ class Server
         if (pipe2(p, O_CLOEXEC) < 0)
             Die("pipe: %s", strerror(errno));
         std::string err_path = state_dir + ".stderr";
-        std::vector<std::string> argv = {binary, "--listen", "127.0.0.1:0", "--state-dir",
-                                         state_dir};
+        // A unix socket: a TCP listener needs authentication, and the
+        // operator's policy must allow local-bash, which is off by default.
+        std::vector<std::string> argv = {
+            binary,    "--listen",           "unix:" + state_dir + ".sock",           "--state-dir",
+            state_dir, "--policy-providers", "memory,local-bash,local-sandbox,docker"};
         if (threads > 0) {
             argv.push_back("--threads");
             argv.push_back(std::to_string(threads));

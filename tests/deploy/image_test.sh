@@ -45,6 +45,9 @@ state-dir = /var/lib/workspaced
 tokens-file = /etc/workspaced/tokens
 [tls]
 allow-plaintext = true
+# local-bash is off unless the operator's policy allows it.
+[policy]
+providers = memory, local-bash, local-sandbox
 EOF
 chmod 0755 "$tmp/etc"
 chmod 0644 "$tmp/etc/tokens" "$tmp/etc/workspaced.conf"

@@ -140,9 +140,12 @@ std::unique_ptr<Node> MakeNode(const std::string &host, const std::string &state
                                std::vector<std::string> extra = {})
 {
     const Cluster &c = *g_cluster;
-    std::vector<std::string> args = {"--tokens-file",       c.tokens,    "--tls-cert",
-                                     c.pki + "/server.pem", "--tls-key", c.pki + "/server.key",
-                                     "--drain-grace-ms",    "60000"};
+    std::vector<std::string> args = {"--tokens-file", c.tokens, "--tls-cert", c.pki + "/server.pem",
+                                     "--tls-key", c.pki + "/server.key", "--drain-grace-ms",
+                                     "60000",
+                                     // The workflow runs commands on the host: the operator
+                                     // allows local-bash (off by default).
+                                     "--policy-providers", "memory,local-bash,local-sandbox"};
     args.insert(args.end(), extra.begin(), extra.end());
     return std::make_unique<Node>(host, g_net->host(host).name,
                                   g_net->host(host).address + ":" + kPort, state, args);

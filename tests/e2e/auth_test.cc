@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,7 +104,8 @@ grpc::Status CallRaw(const std::shared_ptr<grpc::Channel> &ch, const std::string
 
 TEST(Auth, EveryRpcRefusesMissingWrongAndMalformedTokensAlike)
 {
-    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}})});
+    wstest::Server srv(
+        std::vector<std::string>({"--tokens-file", TokensFile({{"alice", kAlice}})}));
     const std::vector<std::pair<std::string, std::shared_ptr<grpc::Channel>>> bad = {
         {"none", srv.Channel("")},
         {"unknown", srv.Channel("tok-mallory")},
@@ -127,7 +129,8 @@ TEST(Auth, EveryRpcRefusesMissingWrongAndMalformedTokensAlike)
 
 TEST(Auth, AWrongSchemeOrTwoTokensAreRefused)
 {
-    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}})});
+    wstest::Server srv(
+        std::vector<std::string>({"--tokens-file", TokensFile({{"alice", kAlice}})}));
     auto ch = srv.Channel("");
     auto stub = Providers::NewStub(ch);
     for (const auto &v : std::vector<std::vector<std::string>>{
@@ -156,7 +159,8 @@ wstest::Ws OpenMemory(const std::shared_ptr<grpc::Channel> &ch)
 
 TEST(Auth, AnotherTenantsWorkspaceIsNotFoundOnEveryRpc)
 {
-    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}})});
+    wstest::Server srv(std::vector<std::string>(
+        {"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}})}));
     auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
     auto aws = Workspaces::NewStub(alice);
     wstest::Ws a = wstest::OpenShell(aws.get(), {"sleep", "true"});
@@ -318,12 +322,12 @@ TEST(Auth, RefsAreBoundToTheirTenantAndListShowsOnlyYourOwn)
     std::string state = wstest::MakeTempDir("state");
     wstest::Ws a, b;
     {
-        wstest::Server srv({"--tokens-file", tokens}, state);
+        wstest::Server srv(std::vector<std::string>({"--tokens-file", tokens}), state);
         a = wstest::Open(Workspaces::NewStub(srv.Channel(kAlice)).get(), "local-bash");
         b = wstest::Open(Workspaces::NewStub(srv.Channel(kBob)).get(), "local-bash");
     }
     // After a restart the owners come from the records in the state dir.
-    wstest::Server srv({"--tokens-file", tokens}, state);
+    wstest::Server srv(std::vector<std::string>({"--tokens-file", tokens}), state);
     auto alice = Workspaces::NewStub(srv.Channel(kAlice));
     auto bob = Workspaces::NewStub(srv.Channel(kBob));
     auto resolve = [](Workspaces::Stub *s, const std::string &token, ResolveResponse *o) {
@@ -396,7 +400,7 @@ bool Authenticates(const std::shared_ptr<grpc::Channel> &ch)
 TEST(Auth, SighupReloadsTheTokensAndABadFileKeepsTheOldOnes)
 {
     std::string tokens = TokensFile({{"alice", kAlice}, {"bob", kBob}});
-    wstest::Server srv({"--tokens-file", tokens});
+    wstest::Server srv(std::vector<std::string>({"--tokens-file", tokens}));
     auto alice = srv.Channel(kAlice), carol = srv.Channel(kCarol);
     ASSERT_TRUE(Authenticates(alice));
     EXPECT_TRUE(IsUnauthenticated(CallRaw(carol, "/workspace.v1.Workspaces/List")));
@@ -463,15 +467,19 @@ TEST(Auth, ListeningRules)
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
     EXPECT_NE(err.find("plaintext"), std::string::npos) << err;
 
-    wstest::Server srv({"--listen", "0.0.0.0:0", "--tokens-file", tokens, "--allow-plaintext"});
+    wstest::Server srv(std::vector<std::string>(
+        {"--listen", "0.0.0.0:0", "--tokens-file", tokens, "--allow-plaintext"}));
     EXPECT_NE(wstest::ReadHostFile(srv.stderr_path()).find("warning"), std::string::npos);
     EXPECT_TRUE(Authenticates(srv.Channel(kAlice)));
     EXPECT_TRUE(IsUnauthenticated(CallRaw(srv.Channel(""), "/workspace.v1.Workspaces/List")));
 }
 
-TEST(Auth, LoopbackWithoutAuthIsOneImplicitTenant)
+// On the unix socket without a tokens file the caller's uid decides: root
+// (this test) is the default tenant, one tenant for every root client.
+TEST(Auth, UnixSocketWithoutTokensIsTheCallersUidsTenant)
 {
-    wstest::Server srv;
+    wstest::Server srv(std::vector<std::string>{});
+    ASSERT_EQ(srv.address().rfind("unix:", 0), 0u) << srv.address();
     wstest::Ws a = OpenMemory(srv.Channel(""));
     // Any token is ignored: there is nothing to check it against.
     auto other = Workspaces::NewStub(srv.Channel("whatever"));
@@ -559,8 +567,9 @@ std::shared_ptr<grpc::ChannelCredentials> Tls(const Pki &p, const std::string &c
 TEST(Tls, ServerTlsWithTokens)
 {
     Pki p = MakePki();
-    wstest::Server srv({"--listen", "0.0.0.0:0", "--tokens-file", TokensFile({{"alice", kAlice}}),
-                        "--tls-cert", p.Path("server.pem"), "--tls-key", p.Path("server.key")});
+    wstest::Server srv(std::vector<std::string>(
+        {"--listen", "0.0.0.0:0", "--tokens-file", TokensFile({{"alice", kAlice}}), "--tls-cert",
+         p.Path("server.pem"), "--tls-key", p.Path("server.key")}));
     EXPECT_EQ(wstest::ReadHostFile(srv.stderr_path()).find("plaintext"), std::string::npos);
     EXPECT_TRUE(Authenticates(srv.Channel(kAlice, Tls(p))));
     EXPECT_TRUE(
@@ -579,9 +588,9 @@ TEST(Tls, MutualTlsNamesTheTenantByCertificate)
 {
     Pki p = MakePki();
     std::string tokens = TokensFile({{"carol", kCarol}});
-    wstest::Server srv({"--listen", "0.0.0.0:0", "--tls-cert", p.Path("server.pem"), "--tls-key",
-                        p.Path("server.key"), "--tls-client-ca", p.Path("ca.pem"), "--tokens-file",
-                        tokens});
+    wstest::Server srv(std::vector<std::string>(
+        {"--listen", "0.0.0.0:0", "--tls-cert", p.Path("server.pem"), "--tls-key",
+         p.Path("server.key"), "--tls-client-ca", p.Path("ca.pem"), "--tokens-file", tokens}));
     auto alice = srv.Channel("", Tls(p, "alice"));
     auto bob = srv.Channel("", Tls(p, "bob"));
     wstest::Ws a = OpenMemory(alice);
@@ -632,8 +641,9 @@ TEST(Tls, MutualTlsNamesTheTenantByCertificate)
 TEST(Tls, MutualTlsAloneAllowsANonLoopbackAddress)
 {
     Pki p = MakePki();
-    wstest::Server srv({"--listen", "0.0.0.0:0", "--tls-cert", p.Path("server.pem"), "--tls-key",
-                        p.Path("server.key"), "--tls-client-ca", p.Path("ca.pem")});
+    wstest::Server srv(std::vector<std::string>(
+        {"--listen", "0.0.0.0:0", "--tls-cert", p.Path("server.pem"), "--tls-key",
+         p.Path("server.key"), "--tls-client-ca", p.Path("ca.pem")}));
     EXPECT_TRUE(Authenticates(srv.Channel("", Tls(p, "alice"))));
     // Without a tokens file a token cannot name anyone.
     EXPECT_TRUE(IsUnauthenticated(
@@ -646,12 +656,14 @@ TEST(Tls, BadFlagsAndFilesFailTheStart)
     std::string dir = wstest::MakeTempDir("tlsflags");
     std::string err;
     int st = wstest::RunServerToExit(
-        {"--state-dir", dir + "/s", "--tls-cert", p.Path("server.pem")}, &err);
+        std::vector<std::string>({"--state-dir", dir + "/s", "--tls-cert", p.Path("server.pem")}),
+        &err);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
     EXPECT_NE(err.find("--tls-key"), std::string::npos) << err;
-    st = wstest::RunServerToExit({"--state-dir", dir + "/s", "--tls-cert", p.Path("server.pem"),
-                                  "--tls-key", p.Path("nokey.key")},
-                                 &err);
+    st = wstest::RunServerToExit(
+        std::vector<std::string>({"--state-dir", dir + "/s", "--tls-cert", p.Path("server.pem"),
+                                  "--tls-key", p.Path("nokey.key")}),
+        &err);
     EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0);
     EXPECT_NE(err.find("nokey.key"), std::string::npos) << err;
 }
@@ -685,8 +697,9 @@ grpc::Status OpenOn(const std::shared_ptr<grpc::Channel> &ch, std::string *id = 
 
 TEST(Quota, OpenWorkspacesPerTenant)
 {
-    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
-                        "--tenant-max-workspaces", "2"});
+    wstest::Server srv(
+        std::vector<std::string>({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                                  "--tenant-max-workspaces", "2"}));
     auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
     std::string first;
     ASSERT_TRUE(OpenOn(alice, &first).ok());
@@ -706,8 +719,9 @@ TEST(Quota, OpenWorkspacesPerTenant)
 
 TEST(Quota, OpensPerMinutePerTenant)
 {
-    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
-                        "--tenant-opens-per-minute", "3"});
+    wstest::Server srv(
+        std::vector<std::string>({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                                  "--tenant-opens-per-minute", "3"}));
     auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
     for (int i = 0; i < 3; i++) {
         std::string id;
@@ -762,8 +776,9 @@ int ProcessCount(const std::shared_ptr<grpc::Channel> &ch, const std::string &id
 
 TEST(Quota, RunningCommandsPerTenant)
 {
-    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
-                        "--tenant-max-commands", "2"});
+    wstest::Server srv(
+        std::vector<std::string>({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                                  "--tenant-max-commands", "2"}));
     auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
     auto alice_ws = Workspaces::NewStub(alice);
     auto alice_exec = Exec::NewStub(alice);
@@ -874,8 +889,9 @@ grpc::Status RemoveOn(const std::shared_ptr<grpc::Channel> &ch, const std::strin
 
 TEST(Quota, BytesPerTenant)
 {
-    wstest::Server srv({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
-                        "--tenant-max-bytes", "1000000"});
+    wstest::Server srv(
+        std::vector<std::string>({"--tokens-file", TokensFile({{"alice", kAlice}, {"bob", kBob}}),
+                                  "--tenant-max-bytes", "1000000"}));
     auto alice = srv.Channel(kAlice), bob = srv.Channel(kBob);
     wstest::Ws disk = wstest::OpenShell(Workspaces::NewStub(alice).get(), {"sh", "true"});
     wstest::Ws mem = OpenMemory(alice);
@@ -937,8 +953,8 @@ TEST(Quota, BytesPerTenant)
 
 TEST(Quota, BytesOfAWorkspaceTooDeepToMeasureCountAsFull)
 {
-    wstest::Server srv(
-        {"--tokens-file", TokensFile({{"alice", kAlice}}), "--tenant-max-bytes", "1000000"});
+    wstest::Server srv(std::vector<std::string>(
+        {"--tokens-file", TokensFile({{"alice", kAlice}}), "--tenant-max-bytes", "1000000"}));
     auto alice = srv.Channel(kAlice);
     wstest::Ws ws = wstest::OpenShell(Workspaces::NewStub(alice).get(), {"mkdir"});
     std::string deep = "d";

@@ -1,9 +1,12 @@
 // workspaced --config and --check-config against the real binary: a good
 // file's settings are in force (listen address, tokens, limits, providers),
-// a flag overrides the file, every kind of bad file exits 2 with the exact
+// a flag overrides the file, every kind of bad file (an unauthenticated TCP
+// listener and bad policy and peer lines included) exits 2 with the exact
 // line naming the key and the line (and the server refuses to start with
-// it), and the deployment files in server/deploy stay valid.
+// it), and the deployment files in server/deploy stay valid, the example's
+// policy included.
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -14,6 +17,7 @@
 #include <cctype>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 #include "tests/e2e/harness.h"
 
@@ -44,6 +48,27 @@ bool Exited2(int status)
 {
     return WIFEXITED(status) && WEXITSTATUS(status) == 2;
 }
+
+// A fresh directory under /tmp, removed with everything in it when the
+// object goes: a unix socket path must fit 107 bytes, which the test's own
+// temporary directory may not leave room for, and a policy bind root may
+// not lie under /root, where that directory may be.
+struct ShortDir {
+    std::string path;
+    ShortDir()
+    {
+        char tmpl[] = "/tmp/wsconfXXXXXX";
+        if (!mkdtemp(tmpl))
+            throw std::runtime_error("mkdtemp /tmp");
+        char real[PATH_MAX];
+        path = realpath(tmpl, real) ? real : tmpl;
+    }
+    ~ShortDir()
+    {
+        std::string cmd = "rm -rf '" + path + "'";
+        EXPECT_EQ(system(cmd.c_str()), 0);
+    }
+};
 
 // Starts the server with exactly `args` (no --listen or --state-dir added),
 // returns its first stdout line ("workspaced listening on ...") or, when
@@ -108,6 +133,9 @@ grpc::Status OpenProvider(Workspaces::Stub *ws, const std::string &provider,
 TEST(ConfigTest, FileSettingsAreInForceAndFlagsOverrideThem)
 {
     std::string dir = wstest::MakeTempDir("good");
+    // A TCP listener, loopback included, is served only with authentication.
+    std::string tokens = dir + "/tokens";
+    wstest::WriteHostFile(tokens, "alice " + wstest::Sha256Hex("tok-config-listen-0123") + "\n");
     // Blanks around keys and values, comments of both kinds, CRLF endings.
     std::string conf = WriteConf("# a comment\r\n"
                                  "; another\r\n"
@@ -121,7 +149,10 @@ TEST(ConfigTest, FileSettingsAreInForceAndFlagsOverrideThem)
                                  "[ limits ]\r\n"
                                  "max-workspaces = 1   \r\n"
                                  "[exec]\r\n"
-                                 "path = /usr/bin:/bin\r\n");
+                                 "path = /usr/bin:/bin\r\n"
+                                 "[auth]\r\n"
+                                 "tokens-file = " +
+                                 tokens + "\r\n");
     std::string err;
     EXPECT_EQ(wstest::RunServerToExit({"--check-config", conf}, &err), 0) << err;
 
@@ -133,13 +164,21 @@ TEST(ConfigTest, FileSettingsAreInForceAndFlagsOverrideThem)
     // The flag may come first: the file is still read before the flags.
     EXPECT_EQ(host(FirstLine({"--listen", "127.0.0.3:0", "--config", conf})),
               "workspaced listening on 127.0.0.3:");
+    // A unix socket given as a flag replaces the file's TCP address.
+    {
+        ShortDir sock_dir;
+        const std::string sock = sock_dir.path + "/ws.sock";
+        EXPECT_EQ(FirstLine({"--config", conf, "--listen", "unix:" + sock}),
+                  "workspaced listening on unix:" + sock);
+    }
     // state-dir came from the file (with its blanks trimmed).
     struct stat st;
     EXPECT_EQ(stat((dir + "/state/ref.key").c_str(), &st), 0);
 
-    // A limit from the file is enforced ...
+    // A limit from the file is enforced (the harness's unix socket in
+    // place of the file's address) ...
     {
-        wstest::Server srv({"--config", conf, "--listen", "127.0.0.1:0"});
+        wstest::Server srv({"--config", conf});
         auto ws = srv.workspaces();
         EXPECT_TRUE(OpenProvider(ws.get(), "memory").ok());
         grpc::Status s = OpenProvider(ws.get(), "memory");
@@ -148,7 +187,7 @@ TEST(ConfigTest, FileSettingsAreInForceAndFlagsOverrideThem)
     }
     // ... and a flag overrides it.
     {
-        wstest::Server srv({"--config", conf, "--listen", "127.0.0.1:0", "--max-workspaces", "2"});
+        wstest::Server srv({"--config", conf, "--max-workspaces", "2"});
         auto ws = srv.workspaces();
         EXPECT_TRUE(OpenProvider(ws.get(), "memory").ok());
         EXPECT_TRUE(OpenProvider(ws.get(), "memory").ok());
@@ -162,7 +201,8 @@ TEST(ConfigTest, TokensFileFromTheFileIsEnforced)
     std::string tokens = wstest::MakeTempDir("tokens") + "/tokens";
     wstest::WriteHostFile(tokens, "alice " + wstest::Sha256Hex(token) + "\n");
     std::string conf = WriteConf("[auth]\ntokens-file = " + tokens + "\n");
-    wstest::Server srv({"--config", conf});
+    // Over TCP: on a unix socket the caller's uid may name a tenant too.
+    wstest::Server srv({"--config", conf, "--listen", "127.0.0.1:0"});
 
     auto none = Providers::NewStub(srv.Channel(""));
     ListProvidersRequest req;
@@ -181,7 +221,9 @@ TEST(ConfigTest, TokensFileFromTheFileIsEnforced)
 
 TEST(ConfigTest, DisabledProviderIsRefusedAndListedUnavailable)
 {
-    std::string conf = WriteConf("[providers]\nenabled = memory\n");
+    // The policy allows every provider: what is refused is the server's.
+    std::string conf = WriteConf("[providers]\nenabled = memory\n[policy]\nproviders = memory, "
+                                 "local-bash, local-sandbox, docker\n");
     {
         wstest::Server srv({"--config", conf});
         auto ws = srv.workspaces();
@@ -257,7 +299,7 @@ struct Bad {
 
 TEST(ConfigTest, BadFilesExit2NamingKeyAndLine)
 {
-    const std::vector<Bad> table = {
+    std::vector<Bad> table = {
         {"unknown key", "[server]\nlisten = 127.0.0.1:1\nlisten-port = 9\n",
          "3: key \"server.listen-port\": unknown key"},
         {"key of another section", "[limits]\nthreads = 2\n",
@@ -328,9 +370,23 @@ TEST(ConfigTest, BadFilesExit2NamingKeyAndLine)
          "3: key \"tls.cert\": tls.cert and tls.key go together"},
         {"client ca without cert", "[tls]\nclient-ca = /etc/ws/ca.pem\n",
          "2: key \"tls.client-ca\": needs tls.cert and tls.key"},
+        // Loopback is no boundary: every local user and every box sharing
+        // the host's network reaches it.
+        {"loopback listen without authentication", "[server]\nlisten = 127.0.0.1:7878\n",
+         "2: key \"server.listen\": refusing to listen on '127.0.0.1:7878' without "
+         "authentication: any local user or box sharing the host's network could reach it; give "
+         "--tokens-file or --tls-client-ca, listen on a unix: socket (the default), or for "
+         "development only, as a user other than root, --insecure-loopback"},
+        {"IPv6 loopback listen without authentication",
+         "[server]\nlisten = [::1]:0\ninsecure-loopback = false\n",
+         "2: key \"server.listen\": refusing to listen on '[::1]:0' without authentication: any "
+         "local user or box sharing the host's network could reach it; give --tokens-file or "
+         "--tls-client-ca, listen on a unix: socket (the default), or for development only, as a "
+         "user other than root, --insecure-loopback"},
         {"public listen without authentication", "[server]\nlisten = 0.0.0.0:7878\n",
-         "2: key \"server.listen\": not a loopback address or unix: socket, and no "
-         "authentication is configured (auth.tokens-file or tls.client-ca)"},
+         "2: key \"server.listen\": refusing to listen on '0.0.0.0:7878' without "
+         "authentication: give --tokens-file or --tls-client-ca (unix: sockets need none; "
+         "--insecure-loopback covers loopback addresses only)"},
         {"public listen in plaintext",
          "[server]\nlisten = 0.0.0.0:7878\n[auth]\ntokens-file = /etc/ws/tokens\n",
          "2: key \"server.listen\": not a loopback address or unix: socket, and neither TLS "
@@ -338,7 +394,68 @@ TEST(ConfigTest, BadFilesExit2NamingKeyAndLine)
         {"public metrics", "[metrics]\nlisten = 0.0.0.0:9464\nallow-remote = false\n",
          "2: key \"metrics.listen\": not a loopback address (127.0.0.1, [::1], localhost) and "
          "metrics.allow-remote is not true"},
+        // The policy sections, checked like every other (the cases of
+        // policy_test.cc are not repeated here).
+        {"unknown policy provider", "[policy]\nproviders = memory, podman\n",
+         "2: key \"policy.providers\": not a comma-separated list of memory, local-bash, "
+         "local-sandbox, docker"},
+        {"relative bind root", "[policy]\nnetwork = false\nbind-roots = srv\n",
+         "3: key \"policy.bind-roots\": \"srv\" is not an absolute path"},
+        {"bind root that is not canonical", "[policy]\nbind-roots = /tmp/\n",
+         "2: key \"policy.bind-roots\": \"/tmp/\" is not canonical (a symlink, '.', '..', '//' "
+         "or a trailing '/')"},
+        {"bad image pattern", "[policy]\ndocker-images = busybox:[1\n",
+         "2: key \"policy.docker-images\": \"busybox:[1\": a '[' without its ']'"},
+        {"docker user without a gid", "[policy]\ndocker-users = 1000\n",
+         "2: key \"policy.docker-users\": \"1000\" is not uid:gid (decimal numbers)"},
+        {"command with a blank", "[policy]\ncommands = ls, rm -rf\n",
+         "2: key \"policy.commands\": an entry with a blank or a byte that is not printable "
+         "ASCII"},
+        {"tenant switch that is not true or false",
+         "[policy]\nnetwork = false\n[policy.bob]\ndocker-pull = yes\n",
+         "4: key \"policy.bob.docker-pull\": not true or false"},
+        {"empty entry in a tenant's list", "[policy.alice]\nproviders = memory,,docker\n",
+         "2: key \"policy.alice.providers\": an empty entry in the comma-separated list"},
+        {"duplicate key in a tenant's section",
+         "[policy.alice]\nnetwork = true\n[policy]\n[policy.alice]\nnetwork = false\n",
+         "5: key \"policy.alice.network\": duplicate, first set on line 2"},
+        {"tenant section without a name", "[policy.]\nnetwork = true\n",
+         "1: section \"policy.\": the name after the '.' must be 1-64 of A-Z a-z 0-9 . _ -"},
+        {"peer that is not a uid", "[peers]\nalice = 1000\n",
+         "2: key \"peers.alice\": not a decimal uid"},
+        {"negative peer uid", "[peers]\n1000 = alice\n-1 = bob\n",
+         "3: key \"peers.-1\": not a decimal uid"},
+        {"peer uid beyond 32 bits", "[peers]\n4294967296 = alice\n",
+         "2: key \"peers.4294967296\": not a decimal uid"},
+        {"peer that is not a tenant name", "[peers]\n1000 = no way\n",
+         "2: key \"peers.1000\": not a tenant name ([A-Za-z0-9._-], 1-64 characters)"},
+        {"peer mapped twice", "[peers]\n1000 = alice\n01000 = bob\n",
+         "3: key \"peers.01000\": uid 1000 is mapped twice"},
+        {"duplicate peer", "[peers]\n1000 = alice\n\n1000 = bob\n",
+         "4: key \"peers.1000\": duplicate, first set on line 2"},
     };
+    // Development's unauthenticated loopback listener, never for a root
+    // server: as another user it is accepted.
+    const std::string insecure = "[server]\nlisten = 127.0.0.1:7878\ninsecure-loopback = true\n";
+    if (geteuid() == 0) {
+        table.push_back({"insecure-loopback as root", insecure,
+                         "3: key \"server.insecure-loopback\": refusing --insecure-loopback as "
+                         "root: every local user, and every box that shares the host's network, "
+                         "could run commands as root through it; run the server as an "
+                         "unprivileged user, or use a unix: socket or --tokens-file"});
+        table.push_back({"insecure-loopback as root on a unix socket",
+                         "[server]\ninsecure-loopback = true\nlisten = unix:/tmp/ws.sock\n",
+                         "2: key \"server.insecure-loopback\": refusing --insecure-loopback as "
+                         "root: every local user, and every box that shares the host's network, "
+                         "could run commands as root through it; run the server as an "
+                         "unprivileged user, or use a unix: socket or --tokens-file"});
+    } else {
+        std::string err;
+        EXPECT_EQ(wstest::RunServerToExit(
+                      {"--check-config", WriteConf(insecure), "--state-dir", "/nonexistent"}, &err),
+                  0)
+            << err;
+    }
     for (const auto &b : table) {
         std::string conf = WriteConf(b.text);
         std::string err;
@@ -377,10 +494,18 @@ TEST(ConfigTest, FlagsAndFileShareChecksAndRules)
                    "of memory, local-bash, local-sandbox, docker\n");
 
     // A flag can mend what the file breaks: the public listen address of
-    // the file replaced by a loopback one.
+    // the file replaced by a unix socket ...
     std::string pub = WriteConf("[server]\nlisten = 0.0.0.0:7878\nstate-dir = /nonexistent\n");
     EXPECT_TRUE(Exited2(wstest::RunServerToExit({"--check-config", pub}, &err)));
-    EXPECT_EQ(wstest::RunServerToExit({"--check-config", pub, "--listen", "127.0.0.1:0"}, &err), 0)
+    EXPECT_EQ(wstest::RunServerToExit(
+                  {"--check-config", pub, "--listen", "unix:/nonexistent/ws.sock"}, &err),
+              0)
+        << err;
+    // ... and the file's unauthenticated loopback address given tokens.
+    std::string lo = WriteConf("[server]\nlisten = 127.0.0.1:7878\nstate-dir = /nonexistent\n");
+    EXPECT_TRUE(Exited2(wstest::RunServerToExit({"--check-config", lo}, &err)));
+    EXPECT_EQ(
+        wstest::RunServerToExit({"--check-config", lo, "--tokens-file", "/nonexistent/t"}, &err), 0)
         << err;
     // And break what the file has right: the blame is the flag's.
     std::string tls = WriteConf("[server]\nstate-dir = /nonexistent\n[tls]\ncert = /a\nkey = /b\n");
@@ -388,8 +513,29 @@ TEST(ConfigTest, FlagsAndFileShareChecksAndRules)
     st = wstest::RunServerToExit({"--check-config", tls, "--listen", "0.0.0.0:7878"}, &err);
     EXPECT_TRUE(Exited2(st));
     EXPECT_EQ(err, "workspaced: refusing to listen on '0.0.0.0:7878' without authentication: give "
-                   "--tokens-file or --tls-client-ca (loopback addresses and unix: sockets need "
-                   "none)\n");
+                   "--tokens-file or --tls-client-ca (unix: sockets need none; --insecure-loopback "
+                   "covers loopback addresses only)\n");
+    // A loopback address is no exception any more.
+    st = wstest::RunServerToExit({"--check-config", tls, "--listen", "127.0.0.1:0"}, &err);
+    EXPECT_TRUE(Exited2(st));
+    EXPECT_EQ(err, "workspaced: refusing to listen on '127.0.0.1:0' without authentication: any "
+                   "local user or box sharing the host's network could reach it; give "
+                   "--tokens-file or --tls-client-ca, listen on a unix: socket (the default), or "
+                   "for development only, as a user other than root, --insecure-loopback\n");
+    if (geteuid() == 0) {
+        // The switch that allows it is the flag's fault as root, whatever
+        // the address.
+        for (const char *addr : {"127.0.0.1:0", "unix:/nonexistent/ws.sock"}) {
+            st = wstest::RunServerToExit(
+                {"--check-config", tls, "--listen", addr, "--insecure-loopback"}, &err);
+            EXPECT_TRUE(Exited2(st)) << addr;
+            EXPECT_EQ(err, "workspaced: refusing --insecure-loopback as root: every local user, "
+                           "and every box that shares the host's network, could run commands as "
+                           "root through it; run the server as an unprivileged user, or use a "
+                           "unix: socket or --tokens-file\n")
+                << addr;
+        }
+    }
 
     // The state directory is required, here or as a flag.
     std::string none = WriteConf("[server]\nthreads = 1\n");
@@ -483,6 +629,116 @@ TEST(ConfigTest, ExampleFileValidatesAndNamesEveryFlag)
     }
 }
 
+std::vector<std::string> Strings(const google::protobuf::RepeatedPtrField<std::string> &f)
+{
+    return std::vector<std::string>(f.begin(), f.end());
+}
+
+// Whether `line` is a commented-out setting, "# [section]" or
+// "# key = value", rather than prose; the setting goes to *setting.
+bool CommentedSetting(const std::string &line, std::string *setting)
+{
+    if (line.compare(0, 2, "# ") != 0)
+        return false;
+    std::string rest = line.substr(2);
+    auto name_char = [](char c, bool dot) {
+        return islower((unsigned char)c) || isdigit((unsigned char)c) || c == '-' ||
+               (dot && (c == '.' || c == '_'));
+    };
+    size_t n = 0;
+    if (rest.size() > 2 && rest[0] == '[' && rest.back() == ']') {
+        for (n = 1; n + 1 < rest.size() && name_char(rest[n], true); n++)
+            ;
+        if (n + 1 != rest.size())
+            return false;
+    } else {
+        while (n < rest.size() && name_char(rest[n], false))
+            n++;
+        if (n == 0 || rest.compare(n, 3, " = ") != 0 || rest.size() == n + 3)
+            return false;
+    }
+    *setting = rest;
+    return true;
+}
+
+// The example's [policy] values are the documented defaults, and the
+// server started with the example holds them; its commented-out policy
+// lines ([policy.TENANT], [peers], lists) validate once uncommented.
+TEST(ConfigTest, ExamplePolicyValidatesAndIsInForce)
+{
+    const std::string example =
+        wstest::ReadHostFile(Runfile("server/deploy/workspaced.conf.example"));
+    size_t policy_at = example.find("\n[policy]\n");
+    ASSERT_NE(policy_at, std::string::npos) << "the example has no [policy] section";
+
+    {
+        // The harness's state directory and unix socket replace the
+        // example's, which belong to an installed server.
+        wstest::Server srv({"--config", Runfile("server/deploy/workspaced.conf.example")});
+        ListProvidersRequest req;
+        ListProvidersResponse r;
+        grpc::ClientContext ctx;
+        ASSERT_TRUE(srv.providers()->ListProviders(&ctx, req, &r).ok());
+        EXPECT_EQ(r.policy().tenant(), "default");
+        EXPECT_EQ(Strings(r.policy().providers()),
+                  (std::vector<std::string>{"memory", "local-sandbox", "docker"}));
+        EXPECT_FALSE(r.policy().network());
+        EXPECT_TRUE(r.policy().bind_roots().empty());
+        EXPECT_TRUE(r.policy().pass_env().empty());
+        EXPECT_FALSE(r.policy().commands_ceiling());
+        EXPECT_EQ(Strings(r.policy().docker_images()), std::vector<std::string>{"*"});
+        EXPECT_FALSE(r.policy().docker_pull());
+        EXPECT_TRUE(r.policy().docker_users().empty());
+        bool bash_listed = false;
+        for (const auto &p : r.providers())
+            if (p.kind() == "local-bash") {
+                bash_listed = true;
+                EXPECT_FALSE(p.available());
+                EXPECT_EQ(p.reason(), "POLICY: not allowed for this tenant");
+            }
+        EXPECT_TRUE(bash_listed);
+    }
+
+    // Uncomment every "# key = value" and "# [section]" line from [policy]
+    // on. Bind roots must be existing directories outside the host's own
+    // ones: each example root is made under a fresh directory in /tmp and
+    // the line points there.
+    ShortDir roots;
+    std::istringstream in(example.substr(policy_at + 1));
+    std::string out = example.substr(0, policy_at + 1), line;
+    int uncommented = 0, bind_lines = 0;
+    while (std::getline(in, line)) {
+        if (CommentedSetting(line, &line)) {
+            uncommented++;
+            if (line.compare(0, 13, "bind-roots = ") == 0) {
+                std::string list, item;
+                std::istringstream items(line.substr(13));
+                while (std::getline(items, item, ',')) {
+                    item.erase(0, item.find_first_not_of(' '));
+                    item.erase(item.find_last_not_of(' ') + 1);
+                    std::string dir = roots.path + item;
+                    std::string cmd = "mkdir -p '" + dir + "'";
+                    EXPECT_EQ(system(cmd.c_str()), 0);
+                    list += (list.empty() ? "" : ", ") + dir;
+                }
+                line = "bind-roots = " + list;
+                bind_lines++;
+            }
+        }
+        out += line + "\n";
+    }
+    // bind-roots and commands of [policy], the [policy.TENANT] header and
+    // its three keys, [peers] and its line: a rewrite of the example's
+    // comments must not make this check vacuous.
+    EXPECT_GE(uncommented, 8) << out;
+    EXPECT_GE(bind_lines, 1) << out;
+    EXPECT_NE(out.find("\n[peers]\n"), std::string::npos) << out;
+    EXPECT_NE(out.find("\n[policy."), std::string::npos) << out;
+    std::string conf = WriteConf(out);
+    std::string err;
+    EXPECT_EQ(wstest::RunServerToExit({"--check-config", conf}, &err), 0) << err;
+}
+
 // The unit's Exec lines, without the "Exec...=" and with the program
 // replaced by the built one and the installed configuration by the
 // example.
@@ -559,7 +815,7 @@ TEST(ConfigTest, UnitAndContainerfileUseValidFlags)
     EXPECT_EQ(entry[1], "--config");
     EXPECT_EQ(entry[2], "/etc/workspaced/workspaced.conf");
     EXPECT_NE(wstest::ReadHostFile(Runfile("server/deploy/workspaced.conf.example"))
-                  .find("\nlisten = 127.0.0.1:7878\n"),
+                  .find("\nlisten = unix:/run/workspaced/workspaced.sock\n"),
               std::string::npos);
 
     // systemd's own verdict. bazel/setup.sh installs it: without it the

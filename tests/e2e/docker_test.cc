@@ -4,9 +4,13 @@
 // them), the real in-container init and relay, and a real client. What the
 // server claims is checked against what the daemon itself reports
 // (inspect, top), not against the server's own answers.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -708,6 +712,155 @@ TEST_F(DockerTest, NetworkOffCannotReachTheHost)
     EXPECT_EQ(r.stdout(), "1\nlo\n");
 }
 
+// A TCP listener of this test on the host at ip (port chosen by the kernel)
+// that answers every connection with kGreeting and counts them.
+class TcpListener
+{
+  public:
+    static constexpr const char *kGreeting = "hello from the host";
+
+    explicit TcpListener(const std::string &ip) : ip_(ip)
+    {
+        sockaddr_in a{};
+        socklen_t len = sizeof(a);
+        a.sin_family = AF_INET;
+        fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd_ < 0 || inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1 ||
+            bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0 || listen(fd_, 16) != 0 ||
+            getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &len) != 0 ||
+            pipe2(stop_, O_CLOEXEC) != 0) {
+            ADD_FAILURE() << "listen on " << ip << ": " << strerror(errno);
+            return;
+        }
+        port_ = std::to_string(ntohs(a.sin_port));
+        thread_ = std::thread([this] { Serve(); });
+    }
+    ~TcpListener()
+    {
+        if (thread_.joinable()) {
+            (void)!write(stop_[1], "x", 1);
+            thread_.join();
+        }
+        close(fd_);
+        close(stop_[0]);
+        close(stop_[1]);
+    }
+    const std::string &port() const
+    {
+        return port_;
+    }
+    int accepted() const
+    {
+        return accepted_.load();
+    }
+
+  private:
+    void Serve()
+    {
+        for (;;) {
+            pollfd p[2] = {{fd_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+            if (poll(p, 2, -1) < 0 && errno != EINTR)
+                return;
+            if (p[1].revents)
+                return;
+            if (!(p[0].revents & POLLIN))
+                continue;
+            int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0)
+                continue;
+            accepted_++;
+            std::string line = std::string(kGreeting) + "\n";
+            (void)!write(c, line.data(), line.size());
+            close(c);
+        }
+    }
+
+    std::string ip_, port_;
+    int fd_ = -1;
+    int stop_[2] = {-1, -1};
+    std::atomic<int> accepted_{0};
+    std::thread thread_;
+};
+
+// connect(2) from this process to ip:port: 0 or the errno.
+int ConnectTcp(const std::string &ip, const std::string &port)
+{
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+    inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return errno;
+    int err = connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0 ? 0 : errno;
+    close(fd);
+    return err;
+}
+
+// The IPv4 gateway of a /proc/net/route table's default route ("" if none).
+std::string DefaultGateway(const std::string &route)
+{
+    std::istringstream in(route);
+    std::string line;
+    while (std::getline(in, line)) {
+        std::istringstream f(line);
+        std::string iface, dest, gw;
+        if (!(f >> iface >> dest >> gw) || dest != "00000000")
+            continue;
+        in_addr a{};
+        a.s_addr = static_cast<in_addr_t>(strtoul(gw.c_str(), nullptr, 16)); // network order
+        char buf[INET_ADDRSTRLEN];
+        if (a.s_addr && inet_ntop(AF_INET, &a, buf, sizeof(buf)))
+            return buf;
+    }
+    return "";
+}
+
+// A container with network sits on a bridge whose host side (the gateway)
+// is an address of the host. The control plane listens on a unix socket or
+// on loopback only, so neither it nor any loopback service of the host is
+// reachable through the gateway; a listener bound on the gateway address
+// itself is (the network works, and binding there is what would expose a
+// service).
+TEST_F(DockerTest, NetworkAllowCannotReachTheControlPlane)
+{
+    srv_ = std::make_unique<Server>(std::vector<std::string>{"--policy-network"});
+    ws_ = srv_->workspaces();
+    const std::string tokens = wstest::MakeTempDir("tokens") + "/tokens";
+    wstest::WriteHostFile(tokens, "default " + wstest::Sha256Hex("tok-docker-test") + "\n");
+    Server control({"--listen", "127.0.0.1:0", "--tokens-file", tokens});
+    ASSERT_EQ(control.address().compare(0, 10, "127.0.0.1:"), 0) << control.address();
+    const std::string cp_port = control.address().substr(control.address().rfind(':') + 1);
+    TcpListener loopback("127.0.0.1");
+    // From the host itself both answer.
+    ASSERT_EQ(ConnectTcp("127.0.0.1", cp_port), 0);
+
+    DockerOptions o;
+    o.network = true;
+    o.allowed.push_back("busybox");
+    wstest::Ws w = Open(o);
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"cat", "/proc/net/route"}));
+    const std::string gw = DefaultGateway(r.stdout());
+    ASSERT_FALSE(gw.empty()) << "a container with network has no default route: " << r.stdout();
+    TcpListener bridge(gw);
+
+    auto connect = [&](const std::string &port) {
+        return RunIn(
+            *srv_, w.id,
+            ArgvProcess(
+                {"sh", "-c", "busybox nc -w 5 " + gw + " " + port + " </dev/null; echo rc=$?"}));
+    };
+    r = connect(bridge.port());
+    EXPECT_EQ(r.stdout(), std::string(TcpListener::kGreeting) + "\nrc=0\n") << r.stderr();
+    EXPECT_EQ(bridge.accepted(), 1);
+    for (const std::string &port : {cp_port, loopback.port()}) {
+        r = connect(port);
+        EXPECT_EQ(r.stdout(), "rc=1\n") << gw << ":" << port << " answered: " << r.stderr();
+        EXPECT_NE(r.stderr().find("can't connect"), std::string::npos) << r.stderr();
+    }
+    EXPECT_EQ(loopback.accepted(), 0) << "a container reached a host loopback service";
+}
+
 // ---- failure modes ----
 
 TEST_F(DockerTest, PullNeverWithAMissingImageFailsClosed)
@@ -723,13 +876,19 @@ TEST_F(DockerTest, PullNeverWithAMissingImageFailsClosed)
     ASSERT_EQ(server_id.size(), 16u);
     EXPECT_TRUE(ContainersLabelled("dev.workspaced.server", server_id).empty());
 
-    // if-not-present: the pull is tried and its failure reported (no
+    // if-not-present: without the operator allowing pulls the image is not
+    // pulled; with it the pull is tried and its failure reported (no
     // registry is reachable here).
     o.pull_never = false;
     s = OpenDocker(ws_.get(), o, nullptr);
     EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
-    EXPECT_NE(s.error_message().find("pulling image"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("docker-pull"), std::string::npos) << s.error_message();
     EXPECT_TRUE(ContainersLabelled("dev.workspaced.server", server_id).empty());
+    Server pulls({"--policy-docker-pull"});
+    auto stub = pulls.workspaces();
+    s = OpenDocker(stub.get(), o, nullptr);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("pulling image"), std::string::npos) << s.error_message();
 }
 
 TEST_F(DockerTest, CloseRemovesTheContainerAndIsIdempotent)

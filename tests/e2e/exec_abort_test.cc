@@ -19,13 +19,16 @@
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -59,24 +62,24 @@ double SecondsSince(Clock::time_point t)
 
 const int kSurvivorWaitMs = 10000;
 
-// A TCP relay between a client and the server that can go silent: after
+// A relay between a client and the server's unix socket that can go
+// silent: after
 // Blackhole() it neither forwards nor closes anything, as when the client's
 // host vanished (no FIN, no RST). Only the server's keepalive can notice.
 class BlackholeProxy
 {
   public:
-    explicit BlackholeProxy(const std::string &target) : target_port_(PortOf(target))
+    // `target` is "unix:PATH"; the relay listens next to it.
+    explicit BlackholeProxy(const std::string &target)
+        : target_(Addr(target.substr(strlen("unix:")))),
+          path_(target.substr(strlen("unix:")) + ".proxy")
     {
-        listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        socklen_t len = sizeof(a);
-        if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr *>(&a), len) != 0 ||
-            listen(listen_fd_, 8) != 0 ||
-            getsockname(listen_fd_, reinterpret_cast<sockaddr *>(&a), &len) != 0)
+        listen_fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_un a = Addr(path_);
+        if (listen_fd_ < 0 || bind(listen_fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0 ||
+            listen(listen_fd_, 8) != 0)
             ADD_FAILURE() << "proxy listen: " << strerror(errno);
-        address_ = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+        address_ = "unix:" + path_;
         thread_ = std::thread([this] { Run(); });
     }
     ~BlackholeProxy()
@@ -86,6 +89,7 @@ class BlackholeProxy
         for (int fd : fds_)
             close(fd);
         close(listen_fd_);
+        unlink(path_.c_str());
     }
     const std::string &address() const
     {
@@ -97,9 +101,12 @@ class BlackholeProxy
     }
 
   private:
-    static int PortOf(const std::string &addr)
+    static sockaddr_un Addr(const std::string &path)
     {
-        return std::stoi(addr.substr(addr.rfind(':') + 1));
+        sockaddr_un a{};
+        a.sun_family = AF_UNIX;
+        snprintf(a.sun_path, sizeof(a.sun_path), "%s", path.c_str());
+        return a;
     }
 
     // One thread relays every connection with poll(); silent, it only
@@ -122,13 +129,10 @@ class BlackholeProxy
                 continue;
             if (p[0].revents & POLLIN) {
                 int c = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-                int u = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-                sockaddr_in a{};
-                a.sin_family = AF_INET;
-                a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-                a.sin_port = htons(static_cast<uint16_t>(target_port_));
+                int u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
                 if (c >= 0 && u >= 0 &&
-                    connect(u, reinterpret_cast<sockaddr *>(&a), sizeof(a)) == 0) {
+                    connect(u, reinterpret_cast<const sockaddr *>(&target_), sizeof(target_)) ==
+                        0) {
                     pairs.emplace_back(c, u);
                     fds_.push_back(c);
                     fds_.push_back(u);
@@ -152,7 +156,8 @@ class BlackholeProxy
         }
     }
 
-    int target_port_;
+    sockaddr_un target_;
+    std::string path_;
     int listen_fd_ = -1;
     std::string address_;
     std::vector<int> fds_;
@@ -168,7 +173,7 @@ class ExecAbortTest : public ::testing::TestWithParam<std::string>
         std::vector<std::string> args;
         if (GetParam() == "subreaper")
             args = {"--process-containment=subreaper"};
-        srv_ = std::make_unique<Server>(args);
+        srv_ = std::make_unique<Server>(std::vector<std::string>(args));
         wsstub_ = srv_->workspaces();
         exec_ = srv_->exec();
         ws_ = wstest::OpenShell(wsstub_.get(), {"sh", "sleep", "setsid", "echo", "true"});

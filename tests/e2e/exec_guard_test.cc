@@ -502,10 +502,23 @@ TEST(Guard, EnvironmentDenylistAndNames)
     // A name one byte over the limit.
     EXPECT_TRUE(g.Refused(WithEnv(touch, std::string(129, 'N'), "v"), StatusCode::INVALID_ARGUMENT,
                           "MALFORMED"));
-    // Ordinary ones pass.
+    // On the host, a name off the allowlist is refused however harmless it
+    // looks, and so are the ones the old denylist missed.
+    for (const std::string &name :
+         {std::string(128, 'N'), std::string("FOO"), std::string("TAR_OPTIONS"),
+          std::string("GOFLAGS"), std::string("MAKEFLAGS"), std::string("XDG_CONFIG_HOME"),
+          std::string("GIT_TRACE"), std::string("https_proxy"), std::string("TMPDIR")}) {
+        wstest::Error e;
+        EXPECT_TRUE(
+            g.Refused(WithEnv(touch, name, "x"), StatusCode::PERMISSION_DENIED, "ENV_DENIED", &e))
+            << "'" << name << "'";
+        EXPECT_EQ(e.metadata["token"], TokenAsReported(name));
+    }
+    // Allowlisted ones pass, a 128-byte name included.
     RunResponse r;
-    ASSERT_TRUE(g.Run(WithEnv(ArgvProcess({"env"}), std::string(128, 'N'), "long"), &r).ok());
-    EXPECT_NE(r.stdout().find(std::string(128, 'N') + "=long"), std::string::npos);
+    const std::string lc = "LC_" + std::string(125, 'N');
+    ASSERT_TRUE(g.Run(WithEnv(ArgvProcess({"env"}), lc, "C"), &r).ok());
+    EXPECT_NE(r.stdout().find(lc + "=C\n"), std::string::npos) << r.stdout();
 }
 
 TEST(Guard, CwdMustStayInsideTheWorkspace)

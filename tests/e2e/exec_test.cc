@@ -4,9 +4,13 @@
 // exec_abort_test.cc, the shell guard in exec_guard_test.cc, volume and
 // leaks in exec_load_test.cc.
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -449,14 +453,16 @@ TEST_F(ExecTest, RunInCwdInsideTheWorkspace)
     EXPECT_WS_ERROR(Run(p, &r), StatusCode::NOT_FOUND, "NO_SUCH_FILE");
 }
 
-// The child's environment is exactly the base, the operator's pass_env
-// (minus the denylist) and the client's variables; the audit log records
+// The child's environment is exactly the base (HOME and the XDG dirs the
+// command's own, git locked down), the operator's pass_env (minus the
+// denylist) and the client's allowlisted variables; the audit log records
 // the command but never an environment value.
 TEST(ExecEnv, EnvironmentIsExactlyBasePassEnvAndClient)
 {
-    Server srv(
-        {}, "",
-        {"WS_E2E_PASSED=from-host", "WS_E2E_NOT_PASSED=hidden", "GCONV_PATH=/nonexistent-gconv"});
+    Server srv({"--policy-pass-env", "WS_E2E_PASSED,WS_E2E_UNSET,GCONV_PATH"}, "",
+               {"WS_E2E_PASSED=from-host", "WS_E2E_NOT_PASSED=hidden",
+                "GCONV_PATH=/nonexistent-gconv", "XDG_CONFIG_HOME=/server/config",
+                "TAR_OPTIONS=--server-own"});
     auto wsstub = srv.workspaces();
     auto exec = srv.exec();
     // GCONV_PATH is on the denylist: naming it in pass_env does not let it
@@ -464,8 +470,8 @@ TEST(ExecEnv, EnvironmentIsExactlyBasePassEnvAndClient)
     wstest::Ws ws = wstest::OpenShell(wsstub.get(), {"env", "sh"},
                                       {"WS_E2E_PASSED", "WS_E2E_UNSET", "GCONV_PATH"});
     ProcessConfig p = ArgvProcess({"env"});
-    (*p.mutable_env())["CLIENT_VAR"] = "client value";
-    (*p.mutable_env())["SECRET_TOKEN"] = "hunter2-marker";
+    (*p.mutable_env())["TZ"] = "UTC";
+    (*p.mutable_env())["CI"] = "hunter2-marker";
     RunResponse r;
     grpc::Status s = wstest::RunProcess(exec.get(), ws.id, p, &r);
     ASSERT_TRUE(s.ok()) << s.error_message();
@@ -473,26 +479,70 @@ TEST(ExecEnv, EnvironmentIsExactlyBasePassEnvAndClient)
 
     std::multiset<std::string> got;
     std::istringstream lines(r.stdout());
-    std::string line;
-    std::string home;
+    std::string line, home, run;
     while (std::getline(lines, line)) {
-        if (line.compare(0, 5, "HOME=") == 0) {
+        if (line.compare(0, 5, "HOME=") == 0)
             home = line.substr(5);
-            line = "HOME=" + RealPath(home);
-        }
+        if (line.compare(0, 16, "XDG_RUNTIME_DIR=") == 0)
+            run = line.substr(16);
         got.insert(line);
     }
+    ASSERT_FALSE(home.empty()) << r.stdout();
+    ASSERT_FALSE(run.empty()) << r.stdout();
+    // HOME is a directory of the command's own, outside the workspace and
+    // the state directory (where the workspaces are).
+    EXPECT_EQ(home[0], '/');
+    EXPECT_NE(RealPath(home), RealPath(srv.workspace_dir(ws.id)));
+    EXPECT_NE(home.rfind(srv.state_dir() + "/workspaces", 0), 0u) << home;
+    EXPECT_NE(run, home);
     std::multiset<std::string> want = {
         "PATH=/usr/local/bin:/usr/bin:/bin",
-        "HOME=" + RealPath(srv.workspace_dir(ws.id)),
+        "HOME=" + home,
         "LANG=C.UTF-8",
+        "XDG_CONFIG_HOME=" + home + "/.config",
+        "XDG_CACHE_HOME=" + home + "/.cache",
+        "XDG_DATA_HOME=" + home + "/.local/share",
+        "XDG_STATE_HOME=" + home + "/.local/state",
+        "XDG_RUNTIME_DIR=" + run,
+        "GIT_CONFIG_NOSYSTEM=1",
+        "GIT_CONFIG_GLOBAL=/dev/null",
+        "GIT_PAGER=cat",
+        "GIT_EDITOR=:",
+        "GIT_SEQUENCE_EDITOR=:",
+        "GIT_ASKPASS=",
+        "GIT_PROXY_COMMAND=",
+        "GIT_CONFIG_COUNT=11",
+        "GIT_CONFIG_KEY_0=core.fsmonitor",
+        "GIT_CONFIG_VALUE_0=false",
+        "GIT_CONFIG_KEY_1=core.hooksPath",
+        "GIT_CONFIG_VALUE_1=/dev/null",
+        "GIT_CONFIG_KEY_2=core.sshCommand",
+        "GIT_CONFIG_VALUE_2=ssh",
+        "GIT_CONFIG_KEY_3=credential.helper",
+        "GIT_CONFIG_VALUE_3=",
+        "GIT_CONFIG_KEY_4=gpg.format",
+        "GIT_CONFIG_VALUE_4=openpgp",
+        "GIT_CONFIG_KEY_5=gpg.program",
+        "GIT_CONFIG_VALUE_5=gpg",
+        "GIT_CONFIG_KEY_6=commit.gpgSign",
+        "GIT_CONFIG_VALUE_6=false",
+        "GIT_CONFIG_KEY_7=tag.gpgSign",
+        "GIT_CONFIG_VALUE_7=false",
+        "GIT_CONFIG_KEY_8=log.showSignature",
+        "GIT_CONFIG_VALUE_8=false",
+        "GIT_CONFIG_KEY_9=protocol.ext.allow",
+        "GIT_CONFIG_VALUE_9=never",
+        "GIT_CONFIG_KEY_10=safe.bareRepository",
+        "GIT_CONFIG_VALUE_10=explicit",
         "WS_E2E_PASSED=from-host",
-        "CLIENT_VAR=client value",
-        "SECRET_TOKEN=hunter2-marker",
+        "TZ=UTC",
+        "CI=hunter2-marker",
     };
     EXPECT_EQ(got, want) << r.stdout();
     EXPECT_EQ(r.stdout().find("hidden"), std::string::npos);
     EXPECT_EQ(r.stdout().find("GCONV_PATH"), std::string::npos);
+    EXPECT_EQ(r.stdout().find("/server/config"), std::string::npos);
+    EXPECT_EQ(r.stdout().find("--server-own"), std::string::npos);
 
     // The client may set LANG; it replaces the base value.
     p = ArgvProcess({"env"});
@@ -501,9 +551,16 @@ TEST(ExecEnv, EnvironmentIsExactlyBasePassEnvAndClient)
     EXPECT_NE(r.stdout().find("\nLANG=C\n"), std::string::npos) << r.stdout();
     EXPECT_EQ(r.stdout().find("LANG=C.UTF-8"), std::string::npos) << r.stdout();
 
+    // A name off the allowlist is refused, named, and nothing runs.
+    p = ArgvProcess({"sh", "-c", "exit 9"});
+    (*p.mutable_env())["CLIENT_VAR"] = "client value";
+    s = wstest::RunProcess(exec.get(), ws.id, p, &r);
+    EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "ENV_DENIED");
+    EXPECT_EQ(wstest::Decode(s).metadata["token"], "CLIENT_VAR");
+
     // A command ending with a known exit code, to find its audit line.
     p = ArgvProcess({"sh", "-c", "exit 7"});
-    (*p.mutable_env())["SECRET_TOKEN"] = "hunter2-marker";
+    (*p.mutable_env())["CI"] = "hunter2-marker";
     ASSERT_TRUE(wstest::RunProcess(exec.get(), ws.id, p, &r).ok());
     ASSERT_EQ(r.exited().exit_code(), 7);
 
@@ -528,6 +585,268 @@ TEST(ExecEnv, EnvironmentIsExactlyBasePassEnvAndClient)
     EXPECT_TRUE(found) << "no audit line with the argv and exit_code 7: " << audit.back();
     EXPECT_EQ(wstest::ReadHostFile(srv.stderr_path()).find("hunter2-marker"), std::string::npos)
         << "an environment value reached the server's log";
+}
+
+// ---- local-bash narrowed: planted config does not turn an allowed
+// command into another one ----
+
+bool Exists(const std::string &path)
+{
+    struct stat st;
+    return lstat(path.c_str(), &st) == 0;
+}
+
+// Whether `prog` is an executable in the server's PATH.
+bool OnPath(const std::string &prog)
+{
+    for (const char *dir : {"/usr/local/bin/", "/usr/bin/", "/bin/"})
+        if (access((dir + prog).c_str(), X_OK) == 0)
+            return true;
+    return false;
+}
+
+// Runs argv on the host directly (not through the server) with `env` added
+// to this test's environment; returns the exit status (-1: not run).
+int HostRun(const std::vector<std::string> &argv, const std::vector<std::string> &env,
+            const std::string &cwd)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        if (chdir(cwd.c_str()) < 0)
+            _exit(126);
+        for (const auto &e : env)
+            putenv(strdup(e.c_str()));
+        std::vector<char *> args;
+        for (const auto &a : argv)
+            args.push_back(const_cast<char *>(a.c_str()));
+        args.push_back(nullptr);
+        int fd = open("/dev/null", O_RDWR);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execvp(args[0], args.data());
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+class ExecHost : public ::testing::Test
+{
+  protected:
+    void SetUp() override
+    {
+        srv_ = std::make_unique<Server>();
+        wsstub_ = srv_->workspaces();
+        exec_ = srv_->exec();
+        fs_ = srv_->fs();
+        outside_ = wstest::MakeTempDir("outside");
+    }
+
+    RunResponse RunOk(const wstest::Ws &ws, const ProcessConfig &p)
+    {
+        RunResponse r;
+        grpc::Status s = wstest::RunProcess(exec_.get(), ws.id, p, &r);
+        EXPECT_TRUE(s.ok()) << s.error_code() << " " << s.error_message();
+        return r;
+    }
+
+    std::unique_ptr<Server> srv_;
+    std::unique_ptr<Workspaces::Stub> wsstub_;
+    std::unique_ptr<Exec::Stub> exec_;
+    std::unique_ptr<FileSystem::Stub> fs_;
+    std::string outside_;
+};
+
+// HOME and XDG_RUNTIME_DIR are empty 0700 directories made for the command,
+// not the workspace, a new pair per command, gone once it has ended.
+TEST_F(ExecHost, HomeIsAnEmptyDirectoryOfTheCommandsOwn)
+{
+    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"sh"});
+    const std::string script =
+        "printf '%s\\n' \"$HOME\" \"$XDG_RUNTIME_DIR\"; "
+        "ls -A \"$HOME\" \"$XDG_RUNTIME_DIR\"; "
+        "stat -c %a \"$HOME\" \"$XDG_RUNTIME_DIR\"; "
+        "echo made > \"$HOME/file\"; test -d \"$XDG_CONFIG_HOME\" || echo noconfig";
+    RunResponse r = RunOk(ws, ArgvProcess({"sh", "-c", script}));
+    ASSERT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    std::istringstream lines(r.stdout());
+    std::vector<std::string> out;
+    for (std::string l; std::getline(lines, l);)
+        out.push_back(l);
+    // HOME, the runtime dir, the two (empty) listings with their headers
+    // and a blank line between them, the two modes, "noconfig".
+    ASSERT_EQ(out.size(), 8u) << r.stdout();
+    const std::string home = out[0], run = out[1];
+    EXPECT_EQ(out[2], home + ":");
+    EXPECT_EQ(out[3], "");
+    EXPECT_EQ(out[4], run + ":");
+    EXPECT_EQ(out[5], "700");
+    EXPECT_EQ(out[6], "700");
+    EXPECT_EQ(out[7], "noconfig");
+    const std::string wsdir = RealPath(srv_->workspace_dir(ws.id));
+    EXPECT_NE(RealPath(home).rfind(wsdir, 0), 0u) << home << " is in the workspace";
+    EXPECT_NE(RealPath(run).rfind(wsdir, 0), 0u) << run << " is in the workspace";
+    // Gone by the time the client saw the command end.
+    EXPECT_FALSE(Exists(home)) << home;
+    EXPECT_FALSE(Exists(run)) << run;
+
+    RunResponse again = RunOk(ws, ArgvProcess({"sh", "-c", "printf '%s' \"$HOME\""}));
+    EXPECT_NE(again.stdout(), home);
+    EXPECT_FALSE(again.stdout().empty());
+}
+
+// While a background command runs its home is there; when it ends, it goes.
+TEST_F(ExecHost, BackgroundCommandKeepsItsHomeUntilItEnds)
+{
+    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"sh"});
+    ProcessConfig p =
+        ArgvProcess({"sh", "-c", "printf '%s' \"$HOME\" > home.txt; exec sleep 1000.6161"});
+    p.set_background(true);
+    p.set_tag("bg");
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto rw = wstest::StartStream(exec_.get(), &ctx, ws.id, p);
+    EventLog log;
+    ASSERT_TRUE(wstest::ReadEvents(rw.get(), &log, [](const EventLog &l) { return l.started; }));
+    std::string home;
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (home.empty() && Clock::now() < deadline) {
+        home = wstest::ReadHostFile(srv_->workspace_dir(ws.id) + "/home.txt");
+        if (home.empty())
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_FALSE(home.empty());
+    EXPECT_TRUE(Exists(home));
+    ClientContext sctx;
+    SendSignalRequest req;
+    SendSignalResponse resp;
+    req.set_workspace_id(ws.id);
+    req.set_tag("bg");
+    req.set_signal(SIGKILL);
+    ASSERT_TRUE(exec_->SendSignal(&sctx, req, &resp).ok());
+    wstest::ReadEvents(rw.get(), &log);
+    rw->Finish();
+    EXPECT_TRUE(log.exited) << wstest::Problems(log);
+    EXPECT_FALSE(Exists(home)) << home;
+}
+
+// A ~/.gitconfig written into the workspace (which was HOME) made an
+// allowed `git status` run its core.fsmonitor command.
+TEST_F(ExecHost, PlantedGitconfigDoesNotRun)
+{
+    if (!OnPath("git"))
+        GTEST_SKIP() << "git is not installed on this host";
+    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"git"});
+    ASSERT_EQ(RunOk(ws, ArgvProcess({"git", "init", "-q"})).exited().exit_code(), 0);
+    const std::string marker = outside_ + "/gitconfig-ran";
+    const std::string plant = "[core]\n\tfsmonitor = \"touch " + marker + ";:\"\n";
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws.id, ".gitconfig", plant).ok());
+    const std::string wsdir = srv_->workspace_dir(ws.id);
+    // The plant works where HOME is the workspace: run by hand here.
+    HostRun({"git", "status"}, {"HOME=" + wsdir}, wsdir);
+    ASSERT_TRUE(Exists(marker)) << "the planted fsmonitor did not run even outside the server";
+    ASSERT_EQ(unlink(marker.c_str()), 0);
+
+    RunResponse r = RunOk(ws, ArgvProcess({"git", "status"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    EXPECT_FALSE(Exists(marker)) << "the planted ~/.gitconfig ran its fsmonitor";
+}
+
+// The same command in the repository's own config, which git reads
+// whatever HOME is: the command-line scope override wins over it.
+TEST_F(ExecHost, PlantedRepositoryConfigDoesNotRun)
+{
+    if (!OnPath("git"))
+        GTEST_SKIP() << "git is not installed on this host";
+    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"git"});
+    ASSERT_EQ(RunOk(ws, ArgvProcess({"git", "init", "-q"})).exited().exit_code(), 0);
+    const std::string marker = outside_ + "/repo-config-ran";
+    const std::string hook_marker = outside_ + "/hook-ran";
+    const std::string plant = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n"
+                              "\tbare = false\n\tfsmonitor = \"touch " +
+                              marker + ";:\"\n\tpager = \"touch " + marker + ";cat\"\n";
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws.id, ".git/config", plant).ok());
+    // A hook too: .git/hooks is the repository's, written like any file.
+    WriteFileResponse wr;
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws.id, ".git/hooks/pre-commit",
+                              "#!/bin/sh\ntouch " + hook_marker + "\n", &wr)
+                    .ok());
+    ASSERT_EQ(chmod((srv_->workspace_dir(ws.id) + "/.git/hooks/pre-commit").c_str(), 0755), 0);
+    const std::string wsdir = srv_->workspace_dir(ws.id);
+    HostRun({"git", "status"}, {}, wsdir);
+    ASSERT_TRUE(Exists(marker)) << "the planted fsmonitor did not run even outside the server";
+    ASSERT_EQ(unlink(marker.c_str()), 0);
+
+    RunResponse r = RunOk(ws, ArgvProcess({"git", "status"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    EXPECT_FALSE(Exists(marker)) << "the repository's core.fsmonitor ran";
+    // A commit runs no hook.
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws.id, "f.txt", "x").ok());
+    ASSERT_EQ(RunOk(ws, ArgvProcess({"git", "add", "f.txt"})).exited().exit_code(), 0);
+    r = RunOk(ws, ArgvProcess({"git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                               "-m", "x"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    // A terminal makes git start its pager: not the planted one.
+    ProcessConfig p = ArgvProcess({"git", "log", "--oneline", "-1"});
+    p.mutable_pty()->set_rows(24);
+    p.mutable_pty()->set_cols(80);
+    r = RunOk(ws, p);
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stdout();
+    EXPECT_NE(r.stdout().find(" x"), std::string::npos) << r.stdout();
+    EXPECT_FALSE(Exists(hook_marker)) << "the planted pre-commit hook ran";
+    EXPECT_FALSE(Exists(marker));
+}
+
+// TAR_OPTIONS=--checkpoint-action=exec=... made an allowed tar run any
+// command: the name is refused, named, and nothing runs.
+TEST_F(ExecHost, TarOptionsIsRefused)
+{
+    if (!OnPath("tar"))
+        GTEST_SKIP() << "tar is not installed on this host";
+    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"tar"});
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws.id, "f.txt", "data").ok());
+    const std::string marker = outside_ + "/tar-ran";
+    // tar splits TAR_OPTIONS at blanks: the command is a script of one word.
+    const std::string script = outside_ + "/mark.sh";
+    wstest::WriteHostFile(script, "#!/bin/sh\ntouch " + marker + "\n");
+    ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+    const std::string opts = "--checkpoint=1 --checkpoint-action=exec=" + script;
+    const std::string wsdir = srv_->workspace_dir(ws.id);
+    // The variable does run a command with this tar.
+    HostRun({"tar", "-cf", "/dev/null", "f.txt"}, {"TAR_OPTIONS=" + opts}, wsdir);
+    ASSERT_TRUE(Exists(marker)) << "TAR_OPTIONS did not run its command even outside the server";
+    ASSERT_EQ(unlink(marker.c_str()), 0);
+
+    ProcessConfig p = ArgvProcess({"tar", "-cf", "out.tar", "f.txt"});
+    (*p.mutable_env())["TAR_OPTIONS"] = opts;
+    RunResponse r;
+    grpc::Status s = wstest::RunProcess(exec_.get(), ws.id, p, &r);
+    EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "ENV_DENIED");
+    EXPECT_EQ(wstest::Decode(s).metadata["token"], "TAR_OPTIONS");
+    EXPECT_FALSE(Exists(marker));
+    EXPECT_FALSE(Exists(wsdir + "/out.tar")) << "tar ran";
+}
+
+// Variables on the allowlist go through to the command.
+TEST_F(ExecHost, AllowlistedVariablesPass)
+{
+    wstest::Ws ws = wstest::OpenShell(wsstub_.get(), {"sh"});
+    ProcessConfig p =
+        ArgvProcess({"sh", "-c", "printf '%s|%s|%s' \"$TZ\" \"$COLUMNS\" \"$LC_ALL\""});
+    (*p.mutable_env())["TZ"] = "Europe/Berlin";
+    (*p.mutable_env())["COLUMNS"] = "132";
+    (*p.mutable_env())["LC_ALL"] = "C";
+    RunResponse r = RunOk(ws, p);
+    EXPECT_EQ(r.stdout(), "Europe/Berlin|132|C");
+    // And a value of the wrong form is refused, naming the variable.
+    p = ArgvProcess({"sh", "-c", "true"});
+    (*p.mutable_env())["TZ"] = ":" + srv_->workspace_dir(ws.id) + "/zone";
+    grpc::Status s = wstest::RunProcess(exec_.get(), ws.id, p, &r);
+    EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "ENV_DENIED");
+    EXPECT_EQ(wstest::Decode(s).metadata["token"], "TZ");
 }
 
 TEST_F(ExecTest, RunWithPtyGivesATerminal)

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -172,17 +173,56 @@ std::string ReadHostFile(const std::string &path)
     return ss.str();
 }
 
+namespace
+{
+
+// A directory for the server's socket: under the test's temporary
+// directory when the path fits a sockaddr_un (108 bytes with its NUL),
+// else a fresh one under /tmp.
+std::string SocketDir()
+{
+    std::string dir = MakeTempDir("sock");
+    if (dir.size() + sizeof("/ws.sock") <= sizeof(sockaddr_un::sun_path))
+        return dir;
+    rmdir(dir.c_str());
+    char tmpl[] = "/tmp/wssockXXXXXX";
+    if (!mkdtemp(tmpl))
+        throw std::runtime_error("mkdtemp /tmp");
+    return tmpl;
+}
+
+} // namespace
+
 Server::Server(std::vector<std::string> args, std::string state_dir, std::vector<std::string> env)
     : state_dir_(state_dir.empty() ? MakeTempDir("state") : state_dir)
 {
-    bool has_listen = false;
-    for (const auto &a : args)
+    bool has_listen = false, has_policy = false, has_auth = false;
+    for (const auto &a : args) {
         if (a == "--listen")
             has_listen = true;
+        if (a == "--policy-providers" || a == "--config")
+            has_policy = true;
+        if (a == "--tokens-file" || a == "--tls-client-ca")
+            has_auth = true;
+    }
     std::vector<std::string> full = {"--state-dir", state_dir_};
-    if (!has_listen) {
+    // A server that authenticates its callers is about TCP (tokens, client
+    // certificates): loopback. Any other gets a unix socket, where the
+    // caller's uid (root here) names the tenant: a TCP listener without
+    // authentication is refused.
+    if (!has_listen && has_auth) {
         full.push_back("--listen");
         full.push_back("127.0.0.1:0");
+    } else if (!has_listen) {
+        socket_dir_ = SocketDir();
+        full.push_back("--listen");
+        full.push_back("unix:" + socket_dir_ + "/ws.sock");
+    }
+    // The suites open every provider; the default policy leaves
+    // local-bash out, and a test that checks that passes its own.
+    if (!has_policy) {
+        full.push_back("--policy-providers");
+        full.push_back("memory,local-bash,local-sandbox,docker");
     }
     full.insert(full.end(), args.begin(), args.end());
     stderr_path_ = state_dir_ + ".stderr";
@@ -211,6 +251,10 @@ Server::~Server()
         EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
             << "workspaced did not exit cleanly (status " << status
             << "): " << ReadHostFile(stderr_path_);
+    }
+    if (!socket_dir_.empty()) {
+        unlink((socket_dir_ + "/ws.sock").c_str());
+        rmdir(socket_dir_.c_str());
     }
 }
 

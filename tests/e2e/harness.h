@@ -1,4 +1,4 @@
-// Starts the real workspaced binary on a loopback port (or unix socket)
+// Starts the real workspaced binary on a unix socket (or a TCP address)
 // and gives tests gRPC stubs and decoded error details.
 #pragma once
 
@@ -41,7 +41,9 @@ class Server
 {
   public:
     // Starts workspaced with --state-dir `state_dir` (a new one when empty),
-    // --listen 127.0.0.1:0 unless `args` has a --listen, plus `args`.
+    // --listen unix:<a new temporary directory>/ws.sock unless `args` has a
+    // --listen, --policy-providers memory,local-bash,local-sandbox,docker
+    // unless `args` has --policy-providers or --config, plus `args`.
     explicit Server(std::vector<std::string> args = {}, std::string state_dir = "",
                     std::vector<std::string> env = {});
     ~Server();
@@ -55,6 +57,8 @@ class Server
         return pid_ > 0;
     }
 
+    // The address clients dial: "unix:/PATH", or "HOST:PORT" for a TCP
+    // --listen (a wildcard address as loopback).
     const std::string &address() const
     {
         return address_;
@@ -93,6 +97,7 @@ class Server
     pid_t pid_ = -1;
     std::string address_;
     std::string state_dir_;
+    std::string socket_dir_;
     std::string stderr_path_;
     std::shared_ptr<grpc::Channel> channel_;
 };

@@ -7,13 +7,15 @@ set -euo pipefail
 readme=README.md
 server=server/workspaced
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/readme.XXXXXX")
+# The socket's own directory: a unix socket's path has at most 107 bytes,
+# and the test's temporary directory can be longer.
+sock=$(mktemp -d /tmp/readme-sock.XXXXXX)
 pid=
-trap '[ -z "$pid" ] || { kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }' EXIT
+trap '[ -z "$pid" ] || { kill -KILL "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }; rm -rf "$sock"' EXIT
 
-"$server" --listen 127.0.0.1:0 --state-dir "$tmp/state" >"$tmp/out" 2>"$tmp/err" &
+"$server" --listen "unix:$sock/ws.sock" --state-dir "$tmp/state" >"$tmp/out" 2>"$tmp/err" &
 pid=$!
-# Polled until the server says where it listens (it picks the port), or
-# 30 s pass.
+# Polled until the server says where it listens, or 30 s pass.
 for _ in $(seq 1 300); do
   grep -q "listening on" "$tmp/out" 2>/dev/null && break
   kill -0 "$pid" 2>/dev/null || break
@@ -29,7 +31,7 @@ mkdir -p "$tmp/client"
   --plugin=protoc-gen-grpc=/usr/bin/grpc_python_plugin \
   $(ls workspace/v1/*.proto google/rpc/*.proto))
 sed -n "/^PYTHONPATH=.*python3 - <<'PY'$/,/^PY$/p" "$readme" | sed '1d;$d' \
-  | sed "s/127.0.0.1:7878/$addr/" > "$tmp/tour.py"
+  | sed "s|unix:/run/workspaced/workspaced.sock|$addr|" > "$tmp/tour.py"
 [ -s "$tmp/tour.py" ] || { echo "no Python tour found in the README"; exit 1; }
 
 out=$(PYTHONPATH="$tmp/client" /usr/bin/python3 "$tmp/tour.py")

@@ -13,15 +13,23 @@
 // server searches first (--exec-path) and that each workspace binds
 // read-only. Not under TEST_TMPDIR: that lives in /root/.cache, and binding
 // it would make /root show up inside the sandbox.
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -143,10 +151,15 @@ void RemoveTree(const std::string &path)
         FTW_DEPTH | FTW_PHYS);
 }
 
-// A fresh canonical directory under the host's /tmp, removed by the fixture.
+// Where HostTempDir makes its directories: the host's /tmp, or once the
+// fixture made one, its bind root there (the only directory the server's
+// policy lets a workspace bind from).
+std::string g_host_tmp = "/tmp";
+
+// A fresh canonical directory under g_host_tmp, removed by the fixture.
 std::string HostTempDir(const std::string &prefix, std::vector<std::string> *cleanup)
 {
-    std::string tmpl = "/tmp/" + prefix + "XXXXXX";
+    std::string tmpl = g_host_tmp + "/" + prefix + "XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
     if (!mkdtemp(buf.data()))
@@ -329,6 +342,151 @@ class UnixListener
     int fd_ = -1;
 };
 
+// A TCP listener on the host at ip (port chosen by the kernel) that answers
+// every connection with a small HTTP response and counts them.
+class TcpListener
+{
+  public:
+    explicit TcpListener(const std::string &ip) : ip_(ip)
+    {
+        sockaddr_in a{};
+        socklen_t len = sizeof(a);
+        a.sin_family = AF_INET;
+        fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd_ < 0 || inet_pton(AF_INET, ip.c_str(), &a.sin_addr) != 1 ||
+            bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof(a)) != 0 || listen(fd_, 16) != 0 ||
+            getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &len) != 0 ||
+            pipe2(stop_, O_CLOEXEC) != 0) {
+            ADD_FAILURE() << "listen on " << ip << ": " << strerror(errno);
+            return;
+        }
+        port_ = std::to_string(ntohs(a.sin_port));
+        thread_ = std::thread([this] { Serve(); });
+    }
+    ~TcpListener()
+    {
+        if (thread_.joinable()) {
+            (void)!write(stop_[1], "x", 1);
+            thread_.join();
+        }
+        close(fd_);
+        close(stop_[0]);
+        close(stop_[1]);
+    }
+    const std::string &port() const
+    {
+        return port_;
+    }
+    std::string addr() const
+    {
+        return ip_ + ":" + port_;
+    }
+    int accepted() const
+    {
+        return accepted_.load();
+    }
+    static constexpr const char *kBody = "hello from the host";
+
+  private:
+    void Serve()
+    {
+        for (;;) {
+            pollfd p[2] = {{fd_, POLLIN, 0}, {stop_[0], POLLIN, 0}};
+            if (poll(p, 2, -1) < 0 && errno != EINTR)
+                return;
+            if (p[1].revents)
+                return;
+            if (!(p[0].revents & POLLIN))
+                continue;
+            int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+            if (c < 0)
+                continue;
+            accepted_++;
+            // The request (if one comes soon), then the answer and EOF.
+            char buf[4096];
+            pollfd in = {c, POLLIN, 0};
+            if (poll(&in, 1, 2000) > 0)
+                (void)!read(c, buf, sizeof(buf));
+            std::string resp =
+                "HTTP/1.0 200 OK\r\nContent-Length: " + std::to_string(strlen(kBody)) +
+                "\r\nConnection: close\r\n\r\n" + kBody;
+            (void)!write(c, resp.data(), resp.size());
+            close(c);
+        }
+    }
+
+    std::string ip_, port_;
+    int fd_ = -1;
+    int stop_[2] = {-1, -1};
+    std::atomic<int> accepted_{0};
+    std::thread thread_;
+};
+
+// The host's first IPv4 address that is neither loopback nor inside the
+// user-mode network's own 10.0.2.0/24; "" when it has none.
+std::string HostGlobalIPv4()
+{
+    ifaddrs *all = nullptr;
+    std::string found;
+    if (getifaddrs(&all) != 0)
+        return "";
+    for (ifaddrs *i = all; i && found.empty(); i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_flags & IFF_LOOPBACK))
+            continue;
+        uint32_t a = ntohl(reinterpret_cast<sockaddr_in *>(i->ifa_addr)->sin_addr.s_addr);
+        if ((a >> 24) == 127 || (a & 0xffffff00u) == 0x0a000200u)
+            continue;
+        char buf[INET_ADDRSTRLEN];
+        if (inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(i->ifa_addr)->sin_addr, buf,
+                      sizeof(buf)))
+            found = buf;
+    }
+    freeifaddrs(all);
+    return found;
+}
+
+// Runs `script` with /bin/sh on the host (a control), up to 60 s; its stdout,
+// and its exit code in *rc (-1: did not end normally).
+std::string HostSh(const std::string &script, int *rc)
+{
+    std::string out;
+    FILE *f = popen(("timeout 60 sh -c '" + script + "'").c_str(), "r");
+    *rc = -1;
+    if (!f)
+        return out;
+    char buf[4096];
+    for (size_t n; (n = fread(buf, 1, sizeof(buf), f)) > 0;)
+        out.append(buf, n);
+    int st = pclose(f);
+    if (st != -1 && WIFEXITED(st))
+        *rc = WEXITSTATUS(st);
+    return out;
+}
+
+// A gRPC call (Health/Check, an empty request in its 5-byte frame) spoken
+// over HTTP/2 cleartext with nothing but sh, printf and curl, to each of
+// `targets` (host:port): one line per target, "TARGET HTTP_CODE rc=CURL_EXIT".
+// A gRPC server that is reached answers HTTP 200, with or without a token.
+// No single quotes: it runs under sh -c '...' on the host too.
+std::string H2cScript(const std::vector<std::string> &targets)
+{
+    std::string s = "for t in";
+    for (const auto &t : targets)
+        s += " " + t;
+    s += "; do printf \"\\0\\0\\0\\0\\0\" | curl -s --connect-timeout 5 -m 10 "
+         "--http2-prior-knowledge -o /dev/null -w \"$t %{http_code} \" "
+         "-H \"content-type: application/grpc\" -H \"te: trailers\" --data-binary @- "
+         "http://$t/grpc.health.v1.Health/Check; echo rc=$?; done";
+    return s;
+}
+
+// HTTP GET of TcpListener's answer from `target`: "BODY rc=CURL_EXIT".
+std::string GetScript(const std::string &target)
+{
+    return "curl -s --connect-timeout 5 -m 10 http://" + target + "/; echo \" rc=$?\"";
+}
+
 // Removes a host file when it goes out of scope.
 struct ScopedUnlink {
     std::string path;
@@ -390,6 +548,12 @@ class SandboxTest : public ::testing::Test
   protected:
     void SetUp() override
     {
+        // Every directory a workspace binds is made under one root, which the
+        // server's policy lists; the root itself is removed first at the end.
+        g_host_tmp = "/tmp";
+        bind_root_ = HostTempDir("ws-sbx-root", &cleanup_);
+        g_host_tmp = bind_root_;
+        loopback_ = std::make_unique<TcpListener>("127.0.0.1");
         probe_dir_ = HostTempDir("ws-sbx-bin", &cleanup_);
         probe_ = probe_dir_ + "/escape_probe";
         CopyFile(kProbeRunfile, probe_, 0755);
@@ -410,13 +574,27 @@ class SandboxTest : public ::testing::Test
             EXPECT_EQ(st.zombies, 0) << "the server left zombie children";
         }
         srv_.reset();
+        loopback_.reset();
         for (const auto &d : cleanup_)
             RemoveTree(d);
+        g_host_tmp = "/tmp";
+    }
+
+    // The flags every server of these tests gets: the operator's policy
+    // that allows what the tests open (local-bash for the controls, network,
+    // binds from the bind root).
+    std::vector<std::string> PolicyArgs() const
+    {
+        return {"--policy-providers", "memory,local-bash,local-sandbox,docker", "--policy-network",
+                "--policy-bind-roots", bind_root_};
     }
 
     void StartServer()
     {
-        srv_ = std::make_unique<Server>(std::vector<std::string>{"--exec-path", exec_path_});
+        std::vector<std::string> args = {"--exec-path", exec_path_};
+        for (const auto &a : PolicyArgs())
+            args.push_back(a);
+        srv_ = std::make_unique<Server>(args);
         wsstub_ = srv_->workspaces();
         exec_ = srv_->exec();
         fs_ = srv_->fs();
@@ -439,9 +617,10 @@ class SandboxTest : public ::testing::Test
         return state_ + "/workspaces/" + ws.id;
     }
 
+    // A host TCP listener on loopback: what a sandbox must not reach.
     std::string Port() const
     {
-        return srv_->address().substr(srv_->address().rfind(':') + 1);
+        return loopback_->port();
     }
 
     grpc::Status Run(const wstest::Ws &ws, const ProcessConfig &p, RunResponse *r)
@@ -555,7 +734,8 @@ class SandboxTest : public ::testing::Test
     }
 
     std::vector<std::string> cleanup_;
-    std::string probe_dir_, probe_, exec_path_, state_;
+    std::string bind_root_, probe_dir_, probe_, exec_path_, state_;
+    std::unique_ptr<TcpListener> loopback_;
     std::unique_ptr<Server> srv_;
     std::unique_ptr<Workspaces::Stub> wsstub_;
     std::unique_ptr<Exec::Stub> exec_;
@@ -619,9 +799,9 @@ TEST_F(SandboxTest, EveryEscapeIsBlocked)
     EXPECT_EQ(by["af_vsock"].detail, "socket:EPERM");
     EXPECT_EQ(by["x32_syscall"].detail, "EPERM");
     // Only init and the probe in the pid namespace, init as pid 1 running the
-    // command given.
-    EXPECT_EQ(by["proc_host"].detail.rfind("pids=2 max=2 pid1=/.workspaced-init 5 " + probe_, 0),
-              0u)
+    // command given (the probe from its bound directory, under /mnt).
+    EXPECT_EQ(
+        by["proc_host"].detail.rfind("pids=2 max=2 pid1=/.workspaced-init 5 /mnt" + probe_, 0), 0u)
         << by["proc_host"].detail;
     EXPECT_EQ(by["read_planted"].detail,
               planted_state + ":ENOENT " + planted_home.path + ":ENOENT");
@@ -1159,31 +1339,234 @@ TEST_F(SandboxTest, TerminalInjectionIsBlockedUnderAPty)
 
 // ---- 2. network ----
 
-TEST_F(SandboxTest, NetworkAllowReachesLoopback)
+// The attack this boundary exists for: a command with network speaks gRPC
+// (h2c, with nothing but sh, printf and curl) to a control plane listening on
+// the host's loopback, and to any other loopback service. Its network
+// namespace is its own, so 127.0.0.1 is the sandbox's loopback, and the
+// user-mode network's alias for the host's loopback (10.0.2.2) is disabled.
+// The host-side control runs the same script and reaches both.
+TEST_F(SandboxTest, NetworkAllowNeverReachesTheHostsLoopback)
 {
+    // A server's control plane on loopback TCP, which TCP only serves with
+    // authentication: the call is answered (HTTP 200) either way.
+    const std::string tokens = HostTempDir("ws-sbx-tokens", &cleanup_) + "/tokens";
+    wstest::WriteHostFile(tokens, "default " + wstest::Sha256Hex("tok-sandbox-test") + "\n");
+    Server control({"--listen", "127.0.0.1:0", "--tokens-file", tokens});
+    ASSERT_EQ(control.address().compare(0, 10, "127.0.0.1:"), 0) << control.address();
+    const std::string cp = control.address();
+    const std::string cp_port = cp.substr(cp.rfind(':') + 1);
+    const std::string lo = loopback_->addr();
+
+    int rc = -1;
+    std::string host = HostSh(H2cScript({cp}), &rc);
+    ASSERT_EQ(host, cp + " 200 rc=0\n") << "the control plane is not reachable from the host";
+    host = HostSh(GetScript(lo), &rc);
+    ASSERT_EQ(host, std::string(TcpListener::kBody) + " rc=0\n");
+    ASSERT_EQ(loopback_->accepted(), 1);
+
     SandboxOptions allow;
     allow.network = true;
+    allow.allowed.push_back("curl");
     wstest::Ws on = OpenOk(allow);
-    wstest::Ws off = OpenOk();
+    const std::vector<std::string> targets = {cp, "10.0.2.2:" + cp_port, "localhost:" + cp_port, lo,
+                                              "10.0.2.2:" + loopback_->port()};
+    RunResponse r = Sh(on, H2cScript(targets));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    std::set<std::string> lines = Lines(r.stdout());
+    EXPECT_EQ(lines.size(), targets.size()) << r.stdout() << r.stderr();
+    for (const auto &t : targets) {
+        bool seen = false;
+        for (const auto &l : lines)
+            if (l.compare(0, t.size() + 1, t + " ") == 0) {
+                seen = true;
+                EXPECT_EQ(l.substr(t.size() + 1, 4), "000 ") << "reached " << t << ": " << l;
+                EXPECT_NE(l.substr(l.size() - 5), " rc=0") << "reached " << t << ": " << l;
+            }
+        EXPECT_TRUE(seen) << t << " not tried: " << r.stdout() << r.stderr();
+    }
+    r = Sh(on, GetScript(lo) + "; " + GetScript("10.0.2.2:" + loopback_->port()));
+    EXPECT_EQ(r.stdout().find(TcpListener::kBody), std::string::npos) << r.stdout();
+    EXPECT_EQ(loopback_->accepted(), 1) << "a sandboxed command connected to the host's loopback";
 
+    // The probe's own loopback check agrees, and the namespace is not the
+    // host's: it has the user-mode network's device, not the host's.
     ProbeCheck tcp = ProbeOnly(on, "tcp_loopback", {"--port", Port()});
-    EXPECT_FALSE(tcp.blocked) << tcp.detail;
-    EXPECT_EQ(tcp.detail, "127.0.0.1:" + Port() + ":ok");
-    ProbeCheck ifs = ProbeOnly(on, "interfaces");
-    EXPECT_FALSE(ifs.blocked) << ifs.detail;
-    EXPECT_NE(ifs.detail, "lo");
-
-    tcp = ProbeOnly(off, "tcp_loopback", {"--port", Port()});
     EXPECT_TRUE(tcp.blocked) << tcp.detail;
-    ifs = ProbeOnly(off, "interfaces");
+    ProbeCheck ifs = ProbeOnly(on, "interfaces");
+    EXPECT_EQ(ifs.detail, "lo tap0");
+    EXPECT_EQ(loopback_->accepted(), 1);
+
+    // Describe tells the truth: the network namespace is the sandbox's own.
+    ClientContext ctx;
+    DescribeRequest dreq;
+    DescribeResponse dresp;
+    dreq.set_workspace_id(on.id);
+    ASSERT_TRUE(wsstub_->Describe(&ctx, dreq, &dresp).ok());
+    std::string ns;
+    for (const auto &n : dresp.sandbox().namespaces())
+        ns += (ns.empty() ? "" : ",") + n;
+    EXPECT_EQ(ns, "user,pid,ipc,uts,cgroup,mount,net");
+}
+
+// With network the sandbox reaches what the host reaches beyond its
+// loopback: a listener on the host's own address, and names through DNS.
+// Without network it reaches nothing.
+TEST_F(SandboxTest, NetworkAllowReachesTheOutsideAndOffReachesNothing)
+{
+    const std::string ip = HostGlobalIPv4();
+    if (ip.empty())
+        GTEST_SKIP() << "this host has no IPv4 address besides loopback: nothing outside the "
+                        "sandbox to reach";
+    TcpListener outside(ip);
+    SandboxOptions allow;
+    allow.network = true;
+    allow.allowed.insert(allow.allowed.end(), {"curl", "getent"});
+    SandboxOptions off;
+    off.allowed = allow.allowed;
+    wstest::Ws on = OpenOk(allow);
+    wstest::Ws none = OpenOk(off);
+
+    RunResponse r = Sh(on, GetScript(outside.addr()));
+    EXPECT_EQ(r.stdout(), std::string(TcpListener::kBody) + " rc=0\n") << r.stderr();
+    EXPECT_EQ(outside.accepted(), 1);
+    // Every command gets its network afresh, and loses it when it ends.
+    r = Sh(on, GetScript(outside.addr()));
+    EXPECT_EQ(r.stdout(), std::string(TcpListener::kBody) + " rc=0\n") << r.stderr();
+    EXPECT_EQ(outside.accepted(), 2);
+
+    r = Sh(none, GetScript(outside.addr()) + "; " + GetScript(loopback_->addr()));
+    EXPECT_EQ(r.stdout().find(TcpListener::kBody), std::string::npos) << r.stdout();
+    EXPECT_EQ(outside.accepted(), 2) << "a command without network reached the host";
+    EXPECT_EQ(loopback_->accepted(), 0);
+    ProbeCheck ifs = ProbeOnly(none, "interfaces");
     EXPECT_TRUE(ifs.blocked) << ifs.detail;
     EXPECT_EQ(ifs.detail, "lo");
 
-    // Name resolution config follows the policy too.
-    RunResponse r = RunOk(on, ArgvProcess({"cat", "/etc/resolv.conf"}));
-    EXPECT_EQ(r.stdout(), wstest::ReadHostFile("/etc/resolv.conf"));
-    r = RunOk(off, ArgvProcess({"cat", "/etc/resolv.conf"}));
+    // Names: resolved through the user-mode network's forwarder, to what the
+    // host's resolver says. Only where the host resolves this one by DNS.
+    r = RunOk(on, ArgvProcess({"cat", "/etc/resolv.conf"}));
+    EXPECT_EQ(r.stdout(), "nameserver 10.0.2.3\n");
+    r = RunOk(none, ArgvProcess({"cat", "/etc/resolv.conf"}));
     EXPECT_EQ(r.stdout(), "");
+    const char *name = "deb.debian.org";
+    addrinfo hints{}, *res = nullptr;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (wstest::ReadHostFile("/etc/hosts").find(name) != std::string::npos ||
+        getaddrinfo(name, nullptr, &hints, &res) != 0) {
+        if (res)
+            freeaddrinfo(res);
+        GTEST_SKIP() << "this host does not resolve " << name << " through DNS";
+    }
+    std::set<std::string> want;
+    for (addrinfo *a = res; a; a = a->ai_next) {
+        char buf[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(a->ai_addr)->sin_addr, buf,
+                  sizeof(buf));
+        want.insert(buf);
+    }
+    freeaddrinfo(res);
+    r = RunOk(on, ArgvProcess({"getent", "ahostsv4", name}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    std::set<std::string> got;
+    for (const auto &l : Lines(r.stdout()))
+        got.insert(l.substr(0, l.find(' ')));
+    EXPECT_EQ(Join(got), Join(want));
+    r = RunOk(none, ArgvProcess({"getent", "ahostsv4", name}));
+    EXPECT_NE(r.exited().exit_code(), 0) << r.stdout();
+}
+
+// Every command with network gets its network, however its start races
+// bubblewrap's own setup of the namespace: here the device, its address and
+// the default route through the user-mode network's gateway.
+TEST_F(SandboxTest, EveryCommandWithNetworkGetsIt)
+{
+    SandboxOptions allow;
+    allow.network = true;
+    allow.probe_dir = false;
+    wstest::Ws on = OpenOk(allow);
+    for (int i = 0; i < 20; i++) {
+        RunResponse r = RunOk(on, ArgvProcess({"cat", "/proc/net/route"}));
+        ASSERT_EQ(r.exited().exit_code(), 0) << "run " << i << ": " << r.stderr();
+        EXPECT_EQ(r.stderr(), "") << "run " << i;
+        std::set<std::string> routes;
+        for (const auto &l : Lines(r.stdout())) {
+            std::istringstream f(l);
+            std::string iface, dest, gw;
+            if (f >> iface >> dest >> gw && iface != "Iface")
+                routes.insert(iface + " " + dest + " " + gw);
+        }
+        EXPECT_EQ(Join(routes), "tap0 00000000 0202000A tap0 0002000A 00000000") << "run " << i;
+    }
+}
+
+// Without the user-mode network tool a command with network fails closed,
+// WORKSPACE_FAILED naming the tool, and never runs (with the host's network
+// or none); commands of workspaces without network are unaffected.
+TEST_F(SandboxTest, NetworkFailsClosedWithoutTheUserModeNetwork)
+{
+    std::vector<std::string> args = PolicyArgs();
+    Server srv(args, "", {"WORKSPACED_SLIRP4NETNS=/nonexistent/slirp4netns"});
+    const std::string reason =
+        "sandboxes with network need slirp4netns (user-mode networking), which is not installed";
+    ProviderInfo info = SandboxProvider(srv);
+    EXPECT_TRUE(info.available());
+    EXPECT_EQ(info.reason(), reason);
+    auto stub = srv.workspaces();
+    auto exec = srv.exec();
+    SandboxOptions o;
+    o.probe_dir = false;
+    o.network = true;
+    wstest::Ws on, off;
+    // The Open fails closed ...
+    grpc::Status s = OpenSandbox(stub.get(), o, "", &on);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_EQ(s.error_message(), "local-sandbox with network unavailable: " + reason);
+    o.network = false;
+    ASSERT_TRUE(OpenSandbox(stub.get(), o, "", &off).ok());
+    RunResponse r;
+    ASSERT_TRUE(wstest::RunProcess(exec.get(), off.id, ArgvProcess({"true"}), &r).ok());
+    EXPECT_EQ(r.exited().exit_code(), 0);
+    EXPECT_EQ(srv.Stop(), 0);
+
+    // ... and so does a command of a workspace opened with network while
+    // the tool was there, once the server runs without it.
+    const std::string state = wstest::MakeTempDir("usernet-gone") + "/state";
+    {
+        Server with(args, state);
+        auto st = with.workspaces();
+        o.network = true;
+        ASSERT_TRUE(OpenSandbox(st.get(), o, "", &on).ok());
+        EXPECT_EQ(with.Stop(), 0);
+    }
+    Server without(args, state, {"WORKSPACED_SLIRP4NETNS=/nonexistent/slirp4netns"});
+    auto ex = without.exec();
+    const std::string wsdir = RealPath(without.workspace_dir(on.id));
+    s = wstest::RunProcess(ex.get(), on.id, ArgvProcess({"sh", "-c", "touch /workspace/ran"}), &r);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_EQ(s.error_message(), "the sandbox cannot be created: " + reason);
+    EXPECT_FALSE(Exists(wsdir + "/ran")) << "the command ran";
+}
+
+// A bind of host path P is at /mnt + P inside, never at P: a bind cannot
+// land on the sandbox's own /proc, /dev, /tmp or /workspace.
+TEST_F(SandboxTest, BindsLiveUnderMnt)
+{
+    const std::string dir = HostTempDir("ws-sbx-mnt", &cleanup_);
+    wstest::WriteHostFile(dir + "/file", "bound");
+    SandboxOptions o;
+    o.ro = {dir};
+    wstest::Ws ws = OpenOk(o);
+    RunResponse r = RunOk(ws, ArgvProcess({"cat", "/mnt" + dir + "/file"}));
+    EXPECT_EQ(r.stdout(), "bound") << r.stderr();
+    r = RunOk(ws, ArgvProcess({"ls", dir}));
+    EXPECT_NE(r.exited().exit_code(), 0) << "the bind is at its host path: " << r.stdout();
+    // A program found in a bound directory runs from its place inside.
+    r = RunOk(ws, ArgvProcess({"escape_probe", "--only", "proc_host"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    // /proc is the sandbox's own: its pid 1 is the sandbox's init.
+    r = RunOk(ws, ArgvProcess({"cat", "/proc/1/cmdline"}));
+    EXPECT_EQ(r.stdout().substr(0, r.stdout().find('\0')), "/.workspaced-init");
 }
 
 // ---- 3. what a command can write ----
@@ -1232,16 +1615,16 @@ TEST_F(SandboxTest, WorkspaceIsTheOnlyWritablePlace)
     EXPECT_EQ(r.exited().exit_code(), 1) << "the next command saw the previous one's /tmp";
     EXPECT_NE(r.stderr().find("No such file or directory"), std::string::npos) << r.stderr();
 
-    // A read_write_paths bind: at its host path, both ways.
-    r = Sh(ws, "cat " + rw_dir + "/host-file && echo from-sandbox > " + rw_dir + "/new");
+    // A read_write_paths bind: at /mnt + its host path, both ways.
+    r = Sh(ws, "cat /mnt" + rw_dir + "/host-file && echo from-sandbox > /mnt" + rw_dir + "/new");
     EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
     EXPECT_EQ(r.stdout(), "from-host");
     EXPECT_EQ(wstest::ReadHostFile(rw_dir + "/new"), "from-sandbox\n");
 
     // A read_only_paths bind: readable, not writable.
-    r = RunOk(ws, ArgvProcess({"ls", probe_dir_}));
+    r = RunOk(ws, ArgvProcess({"ls", "/mnt" + probe_dir_}));
     EXPECT_EQ(r.stdout(), "escape_probe\n");
-    r = Sh(ws, "echo x > " + probe_dir_ + "/nope");
+    r = Sh(ws, "echo x > /mnt" + probe_dir_ + "/nope");
     EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
     EXPECT_EQ(r.exited().exit_code(), 2);
     EXPECT_NE(r.stderr().find("Read-only file system"), std::string::npos) << r.stderr();
@@ -1261,9 +1644,10 @@ TEST_F(SandboxTest, WorkspaceIsTheOnlyWritablePlace)
         EXPECT_FALSE(Exists(dir + "/" + name)) << dir;
 
     // The root holds only what the sandbox gives: /usr and its neighbours,
-    // a few /etc files, /proc, /dev, /tmp, the workspace and init.
-    std::set<std::string> want_root = {".",   "..",  ".workspaced-init", "dev", "etc", "proc",
-                                       "tmp", "usr", "workspace"};
+    // a few /etc files, /proc, /dev, /tmp, the workspace, the binds' /mnt
+    // and init.
+    std::set<std::string> want_root = {
+        ".", "..", ".workspaced-init", "dev", "etc", "mnt", "proc", "tmp", "usr", "workspace"};
     for (const char *d : {"bin", "sbin", "lib", "lib32", "lib64", "libx32"})
         if (Exists(std::string("/") + d))
             want_root.insert(d);
@@ -1696,16 +2080,19 @@ TEST_F(SandboxTest, HostileBindsAreRefused)
     const std::string link = good + "/link";
     ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
     const std::string parent_of_state = state_.substr(0, state_.rfind('/'));
-    const std::string overlaps = "overlaps the server's own directories";
+    // Canonical paths the operator's policy refuses (PERMISSION_DENIED
+    // POLICY, rule bind-roots: which of its checks says so depends on where
+    // the state directory is); malformed ones are refused before policy.
+    const std::string policy = "";
     const std::string not_canonical = "must be an existing canonical absolute path (no symlinks)";
     struct {
         std::string path;
         const std::string &why;
     } cases[] = {
-        {state_, overlaps},
-        {state_ + "/workspaces", overlaps},
-        {parent_of_state, overlaps},
-        {"/", overlaps},
+        {state_, policy},
+        {state_ + "/workspaces", policy},
+        {parent_of_state, policy},
+        {"/", policy},
         {link, not_canonical},
         {link + "/", not_canonical},
         {"relative/path", not_canonical},
@@ -1729,11 +2116,23 @@ TEST_F(SandboxTest, HostileBindsAreRefused)
                 paths.push_back(c.path);
                 (strcmp(field, "read_write_paths") == 0 ? o.rw : o.ro) = paths;
                 grpc::Status s = OpenSandbox(wsstub_.get(), o, "", nullptr);
+                const std::string at = std::string(field) + "[" + std::to_string(index) + "] ";
+                if (&c.why == &policy) {
+                    EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "POLICY")
+                        << field << " '" << c.path << "'";
+                    EXPECT_EQ(s.error_message().rfind(
+                                  "policy rule bind-roots: " + at + "\"" + c.path + "\" ", 0),
+                              0u)
+                        << s.error_message();
+                    EXPECT_EQ(wstest::Decode(s).metadata["rule"], "bind-roots");
+                    // Metadata values are capped in length: the path's start.
+                    const std::string meta = wstest::Decode(s).metadata["path"];
+                    EXPECT_TRUE(!meta.empty() && c.path.rfind(meta, 0) == 0) << meta;
+                    continue;
+                }
                 EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED")
                     << field << " '" << c.path << "'";
-                EXPECT_EQ(s.error_message(),
-                          std::string(field) + "[" + std::to_string(index) + "] " + c.why)
-                    << c.path;
+                EXPECT_EQ(s.error_message(), at + c.why) << c.path;
                 EXPECT_EQ(wstest::Decode(s).metadata["field"], field);
             }
         }
@@ -1766,18 +2165,20 @@ TEST_F(SandboxTest, BindPathsSwappedAfterOpenStayOutOfTheStateDir)
     wstest::Ws b = OpenOk(ob);
     ASSERT_FALSE(a.id.empty());
     ASSERT_FALSE(b.id.empty());
-    RunResponse r = RunOk(b, ArgvProcess({"ls", "-a", host + "/a/b"}));
+    RunResponse r = RunOk(b, ArgvProcess({"ls", "-a", "/mnt" + host + "/a/b"}));
     EXPECT_EQ(r.stdout(), ".\n..\n");
 
     // Workspace a replaces b's bind path with a link to the state directory.
-    r = Sh(a, "rm -r " + host + "/a/b && ln -s " + state_ + " " + host + "/a/b");
+    // Binds are at /mnt + their host path inside; the link's target is the
+    // host's state directory, which is what bwrap would follow on the host.
+    r = Sh(a, "rm -r /mnt" + host + "/a/b && ln -s " + state_ + " /mnt" + host + "/a/b");
     ASSERT_EQ(r.exited().exit_code(), 0) << r.stderr();
     ScopedUnlink pwned{state_ + "/pwned-by-sandbox"};
-    grpc::Status s =
-        Run(b,
-            ArgvProcess({"sh", "-c",
-                         "ls -a " + host + "/a/b; echo pwned > " + host + "/a/b/pwned-by-sandbox"}),
-            &r);
+    grpc::Status s = Run(b,
+                         ArgvProcess({"sh", "-c",
+                                      "ls -a /mnt" + host + "/a/b; echo pwned > /mnt" + host +
+                                          "/a/b/pwned-by-sandbox"}),
+                         &r);
     // Failing closed would be fine; showing the state directory is not.
     if (s.ok()) {
         EXPECT_EQ(r.stdout().find("ref.key"), std::string::npos)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <thread>
 
 #include <grpcpp/generic/generic_stub.h>
@@ -55,7 +56,7 @@ TEST(Server, CreatesStateDirPrivate)
 {
     std::string parent = wstest::MakeTempDir("sd");
     std::string state = parent + "/nested-state";
-    Server srv({}, state);
+    Server srv(std::vector<std::string>({}), state);
     struct stat st;
     ASSERT_EQ(stat(state.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0700u);
@@ -69,7 +70,7 @@ TEST(Server, CreatesStateDirPrivate)
 // anything, and the directory is usable again once the first is gone.
 TEST(Server, OneStateDirectoryServesOneServerAtATime)
 {
-    Server a;
+    Server a(std::vector<std::string>{});
     auto ws = a.workspaces();
     auto fs = a.fs();
     wstest::Ws w = wstest::Open(ws.get(), "local-bash");
@@ -78,7 +79,7 @@ TEST(Server, OneStateDirectoryServesOneServerAtATime)
 
     std::string err;
     int st =
-        wstest::RunServerToExit({"--state-dir", a.state_dir(), "--listen", "127.0.0.1:0"}, &err);
+        wstest::RunServerToExit(std::vector<std::string>({"--state-dir", a.state_dir()}), &err);
     ASSERT_TRUE(WIFEXITED(st)) << err;
     EXPECT_NE(WEXITSTATUS(st), 0);
     EXPECT_NE(err.find("is in use by another workspaced"), std::string::npos) << err;
@@ -93,7 +94,7 @@ TEST(Server, OneStateDirectoryServesOneServerAtATime)
     // However it ended, the lock ends with it: a SIGKILLed server's
     // directory starts again at once, with the workspace.
     a.Kill();
-    Server b({}, a.state_dir());
+    Server b(std::vector<std::string>({}), a.state_dir());
     auto bfs = b.fs();
     out.clear();
     ASSERT_TRUE(wstest::Read(bfs.get(), w.id, "kept", &out).ok());
@@ -232,7 +233,7 @@ TEST(Server, ListensOnUnixSocket)
     // sun_path is short: the socket goes under /tmp.
     std::string sock = "/tmp/workspaced-test-" + std::to_string(getpid()) + ".sock";
     unlink(sock.c_str());
-    Server srv({"--listen", "unix:" + sock});
+    Server srv(std::vector<std::string>({"--listen", "unix:" + sock}));
     EXPECT_EQ(srv.address(), "unix:" + sock);
     auto ws = srv.workspaces();
     auto w = wstest::Open(ws.get(), "memory");
@@ -241,7 +242,7 @@ TEST(Server, ListensOnUnixSocket)
     srv.Kill();
     struct stat st;
     ASSERT_EQ(lstat(sock.c_str(), &st), 0);
-    Server again({"--listen", "unix:" + sock});
+    Server again(std::vector<std::string>({"--listen", "unix:" + sock}));
     auto ws2 = again.workspaces();
     EXPECT_FALSE(wstest::Open(ws2.get(), "memory").id.empty());
     // While that one runs, a second server on the same socket fails to start
@@ -257,7 +258,7 @@ TEST(Server, ListensOnUnixSocket)
 
 TEST(Server, ListProvidersReportsAllFourLive)
 {
-    Server srv;
+    Server srv(std::vector<std::string>{});
     auto p = srv.providers();
     ClientContext ctx;
     ListProvidersRequest req;
@@ -280,7 +281,7 @@ TEST(Server, ListProvidersReportsAllFourLive)
 
 TEST(Server, DockerUnreachableFailsClosedAndTransient)
 {
-    Server srv({}, "", {"DOCKER_HOST=unix:///nonexistent/docker.sock"});
+    Server srv(std::vector<std::string>({}), "", {"DOCKER_HOST=unix:///nonexistent/docker.sock"});
     auto p = srv.providers();
     ClientContext ctx;
     ListProvidersResponse resp;
@@ -304,7 +305,7 @@ TEST(Server, DockerUnreachableFailsClosedAndTransient)
 
 TEST(Server, DockerImageIsRequired)
 {
-    Server srv;
+    Server srv(std::vector<std::string>{});
     auto ws = srv.workspaces();
     OpenRequest req;
     req.mutable_docker();
@@ -317,7 +318,7 @@ TEST(Server, DockerImageIsRequired)
 
 TEST(Server, HealthServingThenNotServingOnDrain)
 {
-    Server srv;
+    Server srv(std::vector<std::string>{});
     auto h = srv.health();
     ClientContext ctx;
     grpc::health::v1::HealthCheckRequest req;
@@ -345,7 +346,7 @@ TEST(Server, HealthServingThenNotServingOnDrain)
 
 TEST(Server, InvalidUtf8AndNulInStringsAreMalformed)
 {
-    Server srv;
+    Server srv(std::vector<std::string>{});
     auto ws = srv.workspaces();
     auto w = wstest::Open(ws.get(), "memory");
     // Build a StatRequest by hand so the path can carry bytes the C++
@@ -481,7 +482,7 @@ bool WaitHoldsFileOfSize(pid_t pid, const std::string &dir, off_t size)
 TEST(Server, CrashMidWriteKeepsOldContent)
 {
     std::string state = wstest::MakeTempDir("crash");
-    Server srv({}, state);
+    Server srv(std::vector<std::string>({}), state);
     auto ws = srv.workspaces();
     auto fs = srv.fs();
     auto w = wstest::Open(ws.get(), "local-bash");
@@ -511,7 +512,7 @@ TEST(Server, CrashMidWriteKeepsOldContent)
     // No partial temp file is left behind in the workspace.
     auto snap = wstest::Snapshot(dir);
     EXPECT_EQ(snap.size(), 1u);
-    Server again({}, state);
+    Server again(std::vector<std::string>({}), state);
     auto fs2 = again.fs();
     auto ws2 = again.workspaces();
     grpc::ClientContext rc;
@@ -544,7 +545,7 @@ TEST(Server, StreamingLargeFileKeepsMemoryBounded)
     if (getenv("WORKSPACED_SANITIZED"))
         GTEST_SKIP() << "sanitizer builds hold freed memory in quarantine; the bound is asserted "
                         "by the regular build of this suite";
-    Server srv;
+    Server srv(std::vector<std::string>{});
     auto ws = srv.workspaces();
     auto fs = srv.fs();
     auto w = wstest::Open(ws.get(), "local-bash");
@@ -592,7 +593,7 @@ grpc::Status OpenSandbox(Server &srv, OpenResponse *resp)
 TEST(Server, LocalSandboxFailsClosedWithoutBwrap)
 {
     for (const char *bwrap : {"/nonexistent/bwrap", "/bin/false"}) {
-        Server srv({}, "", {std::string("WORKSPACED_BWRAP=") + bwrap});
+        Server srv(std::vector<std::string>({}), "", {std::string("WORKSPACED_BWRAP=") + bwrap});
         auto resp = Providers(srv);
         EXPECT_FALSE(resp.providers(2).available()) << bwrap;
         EXPECT_NE(resp.providers(2).reason().find(strcmp(bwrap, "/bin/false") == 0
@@ -617,7 +618,7 @@ TEST(Server, LocalSandboxResumeRedetectsBackend)
     std::string state = wstest::MakeTempDir("sbx");
     std::string id, token;
     {
-        Server srv({}, state);
+        Server srv(std::vector<std::string>({}), state);
         OpenResponse resp;
         ASSERT_TRUE(OpenSandbox(srv, &resp).ok());
         id = resp.workspace().id();
@@ -626,7 +627,7 @@ TEST(Server, LocalSandboxResumeRedetectsBackend)
         ASSERT_TRUE(wstest::Write(fs.get(), id, "kept.txt", "still here").ok());
     }
     {
-        Server srv({}, state, {"WORKSPACED_BWRAP=/bin/false"});
+        Server srv(std::vector<std::string>({}), state, {"WORKSPACED_BWRAP=/bin/false"});
         auto ws = srv.workspaces();
         ClientContext ctx;
         ResolveRequest req;
@@ -639,7 +640,7 @@ TEST(Server, LocalSandboxResumeRedetectsBackend)
         EXPECT_WS_ERROR(wstest::Read(fs.get(), id, "kept.txt", &got),
                         StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
     }
-    Server srv({}, state);
+    Server srv(std::vector<std::string>({}), state);
     auto ws = srv.workspaces();
     ClientContext ctx;
     ResolveRequest req;

@@ -326,30 +326,35 @@ TEST(Workspaces, VanishedDirectoryWhileDownIsEvictedAfterRestart)
 namespace
 {
 
-// Extra sandbox binds are checked at Open: canonical, existing, and never
-// overlapping the server's own state (the ref key, other workspaces).
+// Extra sandbox binds are checked at Open: canonical and existing, under a
+// bind root of the operator's policy, and never overlapping the server's
+// own state (the ref key, other workspaces) nor "/".
 TEST(Workspaces, SandboxBindPathsAreChecked)
 {
-    Server srv;
+    Server srv({"--policy-providers", "memory,local-bash,local-sandbox,docker",
+                "--policy-bind-roots", "/usr"});
     auto ws = srv.workspaces();
     std::string link = wstest::MakeTempDir("bind") + "/link";
     ASSERT_EQ(symlink("/usr", link.c_str()), 0);
     char *canon_state = realpath(srv.state_dir().c_str(), nullptr);
     std::string state = canon_state;
     free(canon_state);
+    // A malformed path is the request's fault (MALFORMED, field); a
+    // well-formed one the operator's policy does not allow is POLICY.
+    enum Want { OK, MALFORMED, POLICY };
     struct Case {
         std::string path;
-        bool ok;
+        Want want;
     } cases[] = {
-        {"/usr", true},
-        {"/", false},
-        {"usr", false},
-        {"/usr/../etc", false},
-        {"/nonexistent/dir", false},
-        {link, false},
-        {state, false},
-        {state + "/workspaces", false},
-        {state.substr(0, state.rfind('/')), false},
+        {"/usr", OK},
+        {"/", POLICY},
+        {"usr", MALFORMED},
+        {"/usr/../etc", MALFORMED},
+        {"/nonexistent/dir", MALFORMED},
+        {link, MALFORMED},
+        {state, POLICY},
+        {state + "/workspaces", POLICY},
+        {state.substr(0, state.rfind('/')), POLICY},
     };
     for (const auto &c : cases) {
         for (bool rw : {false, true}) {
@@ -361,12 +366,18 @@ TEST(Workspaces, SandboxBindPathsAreChecked)
             OpenResponse resp;
             ClientContext ctx;
             auto s = ws->Open(&ctx, req, &resp);
-            if (c.ok) {
+            if (c.want == OK) {
                 EXPECT_TRUE(s.ok()) << c.path << ": " << s.error_message();
-            } else {
+            } else if (c.want == MALFORMED) {
                 EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED") << c.path;
                 EXPECT_EQ(wstest::Decode(s).metadata["field"],
                           rw ? "read_write_paths" : "read_only_paths");
+            } else {
+                EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "POLICY") << c.path;
+                EXPECT_EQ(wstest::Decode(s).metadata["rule"], "bind-roots") << c.path;
+                // Metadata values are cut at 127 bytes (a deep test
+                // directory's state path can be longer).
+                EXPECT_EQ(wstest::Decode(s).metadata["path"], c.path.substr(0, 127));
             }
         }
     }

@@ -2,7 +2,10 @@
 // write a file, run a command whose output is printed as it arrives, read
 // the command's result back, and close (the Workspace destructor does).
 //
-//   agent_loop [ADDRESS]    (default: $WORKSPACED_ADDR)
+//   agent_loop [ADDRESS]
+//
+// ADDRESS is host:port or unix:/PATH; the default is $WORKSPACED_ADDR, else
+// the server's unix socket, unix:/run/workspaced/workspaced.sock.
 
 #include <iostream>
 

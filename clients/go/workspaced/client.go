@@ -8,7 +8,7 @@
 // Go-shaped handles for files and processes.
 //
 //	c, err := workspaced.Connect(ctx, "")  // WORKSPACED_ADDR, WORKSPACED_TOKEN
-//	ws, err := c.Open(ctx, workspaced.LocalBash(), &workspaced.Capabilities{
+//	ws, err := c.Open(ctx, workspaced.LocalSandbox(nil), &workspaced.Capabilities{
 //		Fs:    &workspaced.FsCapability{},
 //		Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh"}},
 //	})
@@ -20,6 +20,12 @@
 // that workspace sends it back so that the front routes it there (see
 // NodeHeader and Workspace.Node). Connected to one server directly, no
 // header is seen and none is sent.
+//
+// Addresses are "unix:/ABSOLUTE/PATH" (also written "unix:///ABSOLUTE/PATH")
+// for the server's unix socket, its default, or "host:port" for TCP. On the
+// socket the server knows the caller from the socket's peer credentials, so
+// no token is needed; a TCP listener always asks for a token or a client
+// certificate.
 package workspaced
 
 import (
@@ -62,6 +68,7 @@ type (
 	PtySize            = pb.PtySize
 	GrepMatch          = pb.GrepMatch
 	GrepSummary        = pb.GrepSummary
+	Policy             = pb.Policy
 )
 
 // Environment variables that supply defaults to Connect.
@@ -70,8 +77,8 @@ const (
 	EnvToken = "WORKSPACED_TOKEN"
 )
 
-// DefaultAddr is the server's own default listen address.
-const DefaultAddr = "127.0.0.1:7878"
+// DefaultAddr is the server's own default listen address: its unix socket.
+const DefaultAddr = "unix:/run/workspaced/workspaced.sock"
 
 // NodeHeader is the metadata key that pins a call to one node behind a
 // front proxy. The front names the node that answered Open or Resolve in
@@ -114,7 +121,7 @@ func WithTLS(cfg *tls.Config) Option {
 // WithTLSFiles uses TLS with PEM files: rootCA verifies the server (empty:
 // the system roots), certFile/keyFile is the client certificate (empty:
 // none), serverName overrides the name checked in the server's certificate
-// (empty: the host of the address).
+// (empty: the host of the address, "localhost" for a unix socket).
 func WithTLSFiles(rootCA, certFile, keyFile, serverName string) Option {
 	return func(o *options) {
 		cfg := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
@@ -167,8 +174,8 @@ type Client struct {
 }
 
 // bearer implements credentials.PerRPCCredentials. Plaintext is allowed on
-// purpose: the server listens on loopback or a unix socket, where TLS adds
-// nothing.
+// purpose: on the server's unix socket TLS adds nothing, and a front that
+// terminates TLS may forward plaintext to the client's own side.
 type bearer string
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
@@ -177,10 +184,21 @@ func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]strin
 
 func (bearer) RequireTransportSecurity() bool { return false }
 
-// Connect dials the server at addr ("host:port" or "unix:PATH"; empty:
-// $WORKSPACED_ADDR, else DefaultAddr). The connection is made lazily, as
-// gRPC does: an unreachable server shows up as an UNAVAILABLE error on the
-// first call, which Open retries.
+// Connect dials the server at addr; empty means $WORKSPACED_ADDR, else
+// DefaultAddr. addr is either
+//
+//   - "unix:/ABSOLUTE/PATH" or "unix:///ABSOLUTE/PATH": the server's unix
+//     socket (the server's default is DefaultAddr). The client dials the
+//     socket itself and names the server "localhost" in the :authority
+//     header, as gRPC does for unix targets; a TLS server on a socket is
+//     therefore checked for the name "localhost" unless WithTLS or
+//     WithTLSFiles names another. A relative path is refused: it would
+//     depend on the caller's working directory.
+//   - "host:port": TCP. The server refuses TCP callers without a token or a
+//     client certificate (WithToken, WithTLSFiles).
+//
+// The connection is made lazily, as gRPC does: an unreachable server shows
+// up as an UNAVAILABLE error on the first call, which Open retries.
 func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	o := options{openRetry: DefaultRetryPolicy()}
 	for _, opt := range opts {
@@ -198,6 +216,10 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	if !o.tokenSet {
 		o.token = os.Getenv(EnvToken)
 	}
+	target, sock, err := dialTarget(addr)
+	if err != nil {
+		return nil, err
+	}
 	dial := []grpc.DialOption{}
 	if o.tls != nil {
 		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
@@ -207,15 +229,13 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	if o.token != "" {
 		dial = append(dial, grpc.WithPerRPCCredentials(bearer(o.token)))
 	}
-	target := addr
-	if strings.HasPrefix(addr, "unix:") {
-		// Dial the socket ourselves so that every grpc-go version
-		// understands the target.
-		path := strings.TrimPrefix(strings.TrimPrefix(addr, "unix:"), "//")
-		target = "passthrough:///unix"
+	if sock != "" {
+		// Dialing the socket here, rather than handing gRPC a "unix:"
+		// target, works the same with every grpc-go version (the unix
+		// resolver and its target forms came and changed over releases).
 		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
+			return d.DialContext(ctx, "unix", sock)
 		}))
 	}
 	// The server accepts messages up to 4 MiB; a ListDir answer can come
@@ -237,6 +257,22 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	}, nil
 }
 
+// dialTarget returns the gRPC target for addr and, for a unix socket
+// address, the socket's path (else "").
+func dialTarget(addr string) (target, sock string, err error) {
+	if !strings.HasPrefix(addr, "unix:") {
+		return addr, "", nil
+	}
+	path := strings.TrimPrefix(addr, "unix:")
+	path = strings.TrimPrefix(path, "//")
+	if !strings.HasPrefix(path, "/") {
+		return "", "", fmt.Errorf("workspaced: address %q: a unix socket address is unix:/ABSOLUTE/PATH or unix:///ABSOLUTE/PATH", addr)
+	}
+	// The target only names the server for :authority; the dialer ignores
+	// it.
+	return "passthrough:///localhost", path, nil
+}
+
 // Close closes the connection. Workspaces stay open on the server (use
 // Workspace.Close for that); their refs can be resolved again later.
 func (c *Client) Close() error { return c.conn.Close() }
@@ -255,13 +291,27 @@ func (c *Client) Healthy(ctx context.Context) (bool, error) {
 	return r.GetStatus() == healthpb.HealthCheckResponse_SERVING, nil
 }
 
-// Providers lists the four provider kinds and whether each is usable now.
+// Providers lists the four provider kinds and whether each is usable now
+// by this caller: one the operator's policy does not allow the caller's
+// tenant is not available, with a reason starting "POLICY".
 func (c *Client) Providers(ctx context.Context) ([]*ProviderInfo, error) {
 	r, err := c.providers.ListProviders(ctx, &pb.ListProvidersRequest{})
 	if err != nil {
 		return nil, wrapErr(err)
 	}
 	return r.GetProviders(), nil
+}
+
+// Policy returns the operator's policy for the caller's tenant as the
+// server applies it to an Open now: the providers, network, bind roots,
+// pass_env names, command ceiling and docker images, pulls and users it
+// allows. Asking Open for more fails with *PolicyDenied.
+func (c *Client) Policy(ctx context.Context) (*Policy, error) {
+	r, err := c.providers.ListProviders(ctx, &pb.ListProvidersRequest{})
+	if err != nil {
+		return nil, wrapErr(err)
+	}
+	return r.GetPolicy(), nil
 }
 
 // List returns the server's workspaces.
@@ -291,7 +341,9 @@ func Memory() Provider {
 }
 
 // LocalBash is a host directory with host subprocesses, guarded at the
-// application layer only.
+// application layer only: it is not isolation, and the server offers it
+// only to tenants whose operator policy lists it (else Open fails with
+// *PolicyDenied). Untrusted agents belong in LocalSandbox or Docker.
 func LocalBash() Provider {
 	return providerFunc(func(r *pb.OpenRequest) {
 		r.Provider = &pb.OpenRequest_LocalBash{LocalBash: &pb.LocalBashConfig{}}

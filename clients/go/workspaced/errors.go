@@ -172,14 +172,25 @@ type (
 	Metachar struct{ *errorBase }
 	// GlobRejected: a glob, brace or tilde form in a command string.
 	GlobRejected struct{ *errorBase }
-	// EnvDenied: an environment variable on the denylist.
+	// EnvDenied: an environment variable the server does not pass: on the
+	// denylist, or, for a command on the host (local-bash), not on the
+	// allowlist or with a value of the wrong form (metadata "rule",
+	// "token").
 	EnvDenied struct{ *errorBase }
 	// CwdEscape: a working directory outside the workspace.
 	CwdEscape struct{ *errorBase }
 	// ArgLimit: too many or too long arguments or environment entries.
 	ArgLimit struct{ *errorBase }
-	// Unauthenticated: the token is missing or wrong.
+	// Unauthenticated: the token is missing or wrong, or the unix socket's
+	// peer is a user the server does not map to a tenant.
 	Unauthenticated struct{ *errorBase }
+	// PolicyDenied: the operator's policy for the caller's tenant does not
+	// allow what the request asked for. Metadata "rule" names the policy
+	// key (providers, network, bind-roots, pass-env, commands,
+	// docker-images, docker-pull, docker-users) and one of "provider",
+	// "path", "name", "command", "image", "user" what was refused. Asking
+	// again does not help; the operator decides.
+	PolicyDenied struct{ *errorBase }
 )
 
 // Unwrap methods make errors.As(err, &*Error) succeed for every type.
@@ -214,6 +225,7 @@ func (e *EnvDenied) Unwrap() error         { return e.errorBase }
 func (e *CwdEscape) Unwrap() error         { return e.errorBase }
 func (e *ArgLimit) Unwrap() error          { return e.errorBase }
 func (e *Unauthenticated) Unwrap() error   { return e.errorBase }
+func (e *PolicyDenied) Unwrap() error      { return e.errorBase }
 
 // byReason maps the server's reason strings (server/rpc/status.c) to their
 // typed form.
@@ -249,6 +261,7 @@ var byReason = map[string]func(*Error) error{
 	"CWD_ESCAPE":          func(e *Error) error { return &CwdEscape{e} },
 	"ARG_LIMIT":           func(e *Error) error { return &ArgLimit{e} },
 	"UNAUTHENTICATED":     func(e *Error) error { return &Unauthenticated{e} },
+	"POLICY":              func(e *Error) error { return &PolicyDenied{e} },
 }
 
 // wrapErr turns an error from a generated stub into the typed form. nil and

@@ -3,10 +3,13 @@ package workspaced
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // Output must reach the client while the command still runs. The command
@@ -163,9 +166,17 @@ func TestRun(t *testing.T) {
 	if err != nil || r.Exited.GetCause() != CauseExited || r.Exited.GetExitCode() != 1 {
 		t.Fatalf("Run false = %+v, %v", r, err)
 	}
-	r, err = ws.Run(ctx, Cmd{Argv: []string{"sh", "-c", "echo $GREETING; pwd"}, Env: map[string]string{"GREETING": "hi"}, Cwd: "."})
-	if err != nil || !strings.HasPrefix(string(r.Stdout), "hi\n") {
-		t.Fatalf("Run env = %q, %v", r.Stdout, err)
+	// A command on the host gets only variables on the server's
+	// allowlist (names that shape output, such as TZ); any other is
+	// refused by name.
+	r, err = ws.Run(ctx, Cmd{Argv: []string{"sh", "-c", "echo $TZ; pwd"}, Env: map[string]string{"TZ": "UTC"}, Cwd: "."})
+	if err != nil || !strings.HasPrefix(string(r.Stdout), "UTC\n") {
+		t.Fatalf("Run env = %+v, %v", r, err)
+	}
+	_, err = ws.Run(ctx, Cmd{Argv: []string{"sh", "-c", "echo $GREETING"}, Env: map[string]string{"GREETING": "hi"}})
+	var ed *EnvDenied
+	if !errors.As(err, &ed) || ed.Code != codes.PermissionDenied || ed.Metadata["token"] != "GREETING" {
+		t.Fatalf("Run with GREETING: %v, want *EnvDenied naming it", err)
 	}
 }
 

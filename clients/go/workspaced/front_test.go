@@ -23,8 +23,10 @@ import (
 // startFront runs the shared fixture ($WORKSPACED_TEST_FRONT,
 // clients/testdata/front.sh): a real nginx that balances the nodes round
 // robin, names them node-1, node-2, ... in the order given, and routes a
-// call that carries NodeHeader to that node only. It returns the front's
-// address.
+// call that carries NodeHeader to that node only. The nodes started by
+// startServer listen on unix sockets (nginx's `server unix:PATH`), so they
+// need no TCP listener and no credentials; the front itself listens on
+// loopback TCP. It returns the front's address.
 func startFront(t *testing.T, nodes ...*server) string {
 	t.Helper()
 	script := os.Getenv("WORKSPACED_TEST_FRONT")
@@ -100,7 +102,13 @@ func startFront(t *testing.T, nodes ...*server) string {
 // client of the front.
 func connectFront(t *testing.T) *Client {
 	t.Helper()
-	front := startFront(t, startServer(t), startServer(t))
+	nodes := []*server{startServer(t), startServer(t)}
+	for _, n := range nodes {
+		if !strings.HasPrefix(n.addr, "unix:/") {
+			t.Fatalf("a node listens on %q, want a unix socket", n.addr)
+		}
+	}
+	front := startFront(t, nodes...)
 	c, err := Connect(context.Background(), front)
 	if err != nil {
 		t.Fatal(err)

@@ -7,20 +7,55 @@ import (
 	"io/ioutil"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
+// bashPolicy is the operator policy that lets the default tenant open
+// local-bash, which a server refuses unless its policy lists it. Servers
+// whose tests open local-bash workspaces start with it.
+var bashPolicy = []string{"--policy-providers", "memory,local-bash,local-sandbox,docker"}
+
 // testCommands is the allowlist every test workspace gets.
 var testCommands = []string{"sh", "cat", "echo", "sleep", "wc", "head", "true", "false"}
 
-// server is a real workspaced process on a loopback port with a fresh
-// state directory.
+// server is a real workspaced process with a fresh state directory, on a
+// unix socket in a fresh directory unless the test asked for TCP.
 type server struct {
 	addr string
 	cmd  *exec.Cmd
+}
+
+// sockDir makes a directory for a server's unix socket. A socket's path
+// is limited to 107 bytes, which a deep temporary directory (a test
+// runner's) can exceed, so a long one is replaced by one in /tmp.
+func sockDir(t *testing.T) string {
+	t.Helper()
+	dir, err := ioutil.TempDir("", "wsd-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(filepath.Join(dir, "ws.sock")) > 100 {
+		os.RemoveAll(dir)
+		if dir, err = ioutil.TempDir("/tmp", "wsd-sock-"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// hasFlag reports whether args sets flag.
+func hasFlag(args []string, flag string) bool {
+	for _, a := range args {
+		if a == flag || strings.HasPrefix(a, flag+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // child is a process a test started (a server, a front) and waits for in
@@ -77,16 +112,21 @@ func (c *child) stop() error {
 	return nil
 }
 
-// startServer runs $WORKSPACED_BIN and waits for its "listening" line. The
-// binary is required: a client test that silently skips proves nothing.
-// The server is stopped with SIGTERM when the test ends, and the test
-// fails unless it then exits 0.
+// startServer runs $WORKSPACED_BIN with bashPolicy and waits for its
+// "listening" line. The binary is required: a client test that silently
+// skips proves nothing. The server is stopped with SIGTERM when the test
+// ends, and the test fails unless it then exits 0.
 func startServer(t *testing.T, env ...string) *server {
 	t.Helper()
-	return startServerArgs(t, nil, env...)
+	return startServerArgs(t, bashPolicy, env...)
 }
 
-// startServerArgs is startServer with more flags (TLS, tokens).
+// startServerArgs is startServer with the given flags instead of
+// bashPolicy (TLS, tokens, policy): with none of the policy flags the
+// server applies its default policy. Without a --listen among them the server listens on a unix socket, as it does by
+// default; a test that needs TCP passes --listen 127.0.0.1:0 together with
+// the authentication the server requires there (a tokens file or a client
+// CA).
 func startServerArgs(t *testing.T, args []string, env ...string) *server {
 	t.Helper()
 	bin := os.Getenv("WORKSPACED_BIN")
@@ -100,7 +140,11 @@ func startServerArgs(t *testing.T, args []string, env ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append([]string{"--listen", "127.0.0.1:0", "--state-dir", state, "--kill-grace-ms", "200"}, args...)
+	argv := []string{"--state-dir", state, "--kill-grace-ms", "200"}
+	if !hasFlag(args, "--listen") {
+		argv = append(argv, "--listen", "unix:"+filepath.Join(sockDir(t), "ws.sock"))
+	}
+	argv = append(argv, args...)
 	cmd := exec.Command(bin, argv...)
 	cmd.Env = append(os.Environ(), env...)
 	// The server logs every command to stderr: keep it out of the test

@@ -38,15 +38,17 @@ func makePKI(t *testing.T) string {
 	return dir
 }
 
-// tlsServer starts the server with TLS and the fixture's tokens; mutual
-// adds --tls-client-ca.
+// tlsServer starts the server on a loopback port with TLS and the
+// fixture's tokens (a TCP listener needs authentication); mutual adds
+// --tls-client-ca.
 func tlsServer(t *testing.T, pki string, mutual bool) *server {
 	t.Helper()
 	p := func(f string) string { return filepath.Join(pki, f) }
-	args := []string{"--tokens-file", p("tokens"), "--tls-cert", p("server.pem"), "--tls-key", p("server.key")}
+	args := []string{"--listen", "127.0.0.1:0", "--tokens-file", p("tokens"), "--tls-cert", p("server.pem"), "--tls-key", p("server.key")}
 	if mutual {
 		args = append(args, "--tls-client-ca", p("ca.pem"))
 	}
+	args = append(args, bashPolicy...)
 	return startServerArgs(t, args)
 }
 

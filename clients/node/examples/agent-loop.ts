@@ -1,15 +1,19 @@
-// A minimal agent step against workspaced: open a local-bash workspace,
-// write a file, run a command while printing its output as it arrives,
-// read the result back, and close the workspace (also on failure, through
-// `await using`).
+// A minimal agent step against workspaced: open a local-sandbox workspace
+// (bubblewrap namespaces plus seccomp, which a server offers by default: the
+// provider for untrusted agents when there is no Docker), write a file, run
+// a command while printing its output as it arrives, read the result back,
+// and close the workspace (also on failure, through `await using`).
 //
-//   node dist/examples/agent-loop.js [ADDRESS]     (default $WORKSPACED_ADDR)
+//   node dist/examples/agent-loop.js [ADDRESS]
+//
+// ADDRESS is unix:/ABSOLUTE/PATH or host:port; without one, $WORKSPACED_ADDR,
+// else the server's default socket, unix:/run/workspaced/workspaced.sock.
 import { connect, WorkspacedError } from '../src';
 
 async function main(): Promise<void> {
   const client = connect({ address: process.argv[2] });
   try {
-    await using ws = await client.open('local-bash', {
+    await using ws = await client.open('local-sandbox', {
       fs: {},
       shell: { allowedCommands: ['sh', 'cat', 'wc', 'sleep', 'echo'], maxDurationMs: 60_000 },
     });

@@ -10,6 +10,7 @@ import type { Capabilities } from '../gen/workspace/v1/Capabilities';
 import type { DockerConfig } from '../gen/workspace/v1/DockerConfig';
 import type { LocalSandboxConfig } from '../gen/workspace/v1/LocalSandboxConfig';
 import type { OpenRequest } from '../gen/workspace/v1/OpenRequest';
+import type { Policy__Output } from '../gen/workspace/v1/Policy';
 import type { ProviderInfo__Output } from '../gen/workspace/v1/ProviderInfo';
 import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
 import type { WorkspaceSummary__Output } from '../gen/workspace/v1/WorkspaceSummary';
@@ -18,12 +19,38 @@ export type { Capabilities, TlsFiles, TlsOptions };
 export { tlsFiles };
 export type ProviderInfo = ProviderInfo__Output;
 export type WorkspaceSummary = WorkspaceSummary__Output;
+/** The operator's policy for the caller's tenant: what an Open may ask for. */
+export type Policy = Policy__Output;
 
-/** The server's default listen address. */
-export const DEFAULT_ADDRESS = '127.0.0.1:7878';
+/** The server's default listen address: a unix socket. */
+export const DEFAULT_ADDRESS = 'unix:/run/workspaced/workspaced.sock';
+
+/**
+ * Checks the form of a `unix:` address and returns `address` as given.
+ * grpc-js would take `unix:relative/path` relative to the current directory
+ * and read `unix://name/path` as a host `name` and a path `/path`, so that
+ * a mistyped address would quietly dial another socket. Only an absolute
+ * path is accepted: `unix:/ABSOLUTE/PATH` or `unix:///ABSOLUTE/PATH`.
+ * Any other address (host:port, dns:..., ipv4:...) is left to grpc-js.
+ */
+export function checkAddress(address: string): string {
+  if (!address.startsWith('unix:')) return address;
+  const rest = address.slice('unix:'.length);
+  const path = rest.startsWith('//') ? rest.slice(2) : rest;
+  if (!path.startsWith('/') || path === '/') {
+    throw new TypeError(`address ${JSON.stringify(address)}: a unix socket is unix:/ABSOLUTE/PATH (or unix:///ABSOLUTE/PATH)`);
+  }
+  return address;
+}
 
 export interface ConnectOptions {
-  /** host:port or unix:PATH; default $WORKSPACED_ADDR, else 127.0.0.1:7878. */
+  /**
+   * Where the server listens: `unix:/ABSOLUTE/PATH` (a unix socket; the
+   * server names the caller's tenant from its uid) or `host:port` (TCP,
+   * which the server serves only with a token or a client certificate).
+   * Default $WORKSPACED_ADDR, else DEFAULT_ADDRESS
+   * (unix:/run/workspaced/workspaced.sock).
+   */
   address?: string;
   /** Bearer token; default $WORKSPACED_TOKEN. */
   token?: string;
@@ -89,7 +116,8 @@ export class Client {
   private readonly openRetry: RetryPolicy;
 
   constructor(opts: ConnectOptions = {}) {
-    this.address = opts.address ?? process.env.WORKSPACED_ADDR ?? DEFAULT_ADDRESS;
+    // An empty $WORKSPACED_ADDR counts as unset, like $WORKSPACED_TOKEN.
+    this.address = checkAddress(opts.address ?? (process.env.WORKSPACED_ADDR || DEFAULT_ADDRESS));
     const token = opts.token ?? (process.env.WORKSPACED_TOKEN || undefined);
     this.transport = new Transport({
       address: this.address,
@@ -135,6 +163,21 @@ export class Client {
   async providers(): Promise<ProviderInfo[]> {
     const t = this.transport;
     return (await t.unary(t.providers.ListProviders.bind(t.providers), {})).providers;
+  }
+
+  /**
+   * The operator's policy for the caller's tenant as the server applies it
+   * now: the tenant's name (on a unix socket, the one the server maps the
+   * caller's uid to), the providers it may open, and what an Open may ask
+   * of them. A request outside it fails with PolicyDenied.
+   */
+  async policy(): Promise<Policy> {
+    const t = this.transport;
+    const res = await t.unary(t.providers.ListProviders.bind(t.providers), {});
+    if (!res.policy) {
+      throw new WorkspacedError(grpc.status.UNIMPLEMENTED, '', 'the server reports no policy: it predates operator policies');
+    }
+    return res.policy;
   }
 
   /** Workspaces the server knows. */

@@ -82,9 +82,32 @@ export class CapabilityMissing extends WorkspacedError {
 }
 export class BadRef extends WorkspacedError {}
 /**
- * The server refused the credentials: a missing or unknown token, or a
- * client certificate that names no tenant. It says nothing more, so
- * `reason` may be "".
+ * The operator's policy for the caller's tenant does not allow what the
+ * request asked for (a provider, network, a bind, a pass_env name, a
+ * command, an image, pulls, a container user). Asking again does not help:
+ * the operator decides.
+ */
+export class PolicyDenied extends WorkspacedError {
+  /**
+   * The policy key that refused it: providers, network, bind-roots,
+   * pass-env, commands, docker-images, docker-pull or docker-users. The
+   * metadata names what was refused as well (provider, path, name,
+   * command, image or user).
+   */
+  get rule(): string | undefined {
+    return this.metadata.rule;
+  }
+}
+/** The server does not enable the provider asked for (its --providers); `metadata.provider` names it. */
+export class ProviderDisabled extends WorkspacedError {
+  get provider(): string | undefined {
+    return this.metadata.provider;
+  }
+}
+/**
+ * The server refused the credentials: a missing or unknown token, a
+ * client certificate that names no tenant, or on a unix socket a user the
+ * server maps to no tenant. It says nothing more, so `reason` may be "".
  */
 export class Unauthenticated extends WorkspacedError {}
 export class SymlinkLoop extends WorkspacedError {}
@@ -140,6 +163,8 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   NO_SUCH_PROCESS: NoSuchProcess,
   CAPABILITY_MISSING: CapabilityMissing,
   BAD_REF: BadRef,
+  POLICY: PolicyDenied,
+  PROVIDER_DISABLED: ProviderDisabled,
   UNAUTHENTICATED: Unauthenticated,
   SYMLINK_LOOP: SymlinkLoop,
   BAD_PATH: BadPath,

@@ -108,7 +108,8 @@ export class Transport {
 
     // The token rides as call metadata added by an interceptor rather than
     // as call credentials: grpc-js refuses call credentials on an insecure
-    // channel, and a loopback server is usually plain text.
+    // channel, and a token may well be sent in plain text over loopback TCP
+    // or a unix socket.
     const token = opts.token;
     const interceptors: grpc.Interceptor[] = token
       ? [

@@ -15,6 +15,8 @@ import {
   NoSuchFile,
   NoSuchWorkspace,
   PathEscape,
+  PolicyDenied,
+  ProviderDisabled,
   SizeCap,
   WorkspaceEvicted,
   Workspace,
@@ -150,6 +152,55 @@ describe('typed errors', () => {
       assert.equal(e.transient, e.metadata.transient === 'true');
       // Retried exactly when the server called it transient.
       assert.equal(attempts, e.transient ? 3 : 0);
+    }
+  });
+
+  test('ProviderDisabled names a provider the server does not enable', async () => {
+    const memoryOnly = await startServer({ args: ['--providers', 'memory'] });
+    const c = connect({ address: memoryOnly.address });
+    try {
+      const e = await rejectsWith(
+        c.open('local-bash', CAPS, { retry: { maxAttempts: 1 } }),
+        ProviderDisabled,
+        'PROVIDER_DISABLED',
+        GrpcStatus.FAILED_PRECONDITION,
+      );
+      assert.equal(e.provider, 'local-bash');
+      // The same server opens what it does enable.
+      const m = await c.open('memory', { fs: {} });
+      assert.equal(m.provider, 'memory');
+      await m.close();
+    } finally {
+      c.close();
+      await memoryOnly.stop();
+    }
+  });
+
+  test("PolicyDenied names the rule: local-bash outside the operator's default policy", async () => {
+    const byDefault = await startServer({ policy: [] });
+    const c = connect({ address: byDefault.address });
+    try {
+      let attempts = 0;
+      const e = await rejectsWith(
+        c.open('local-bash', CAPS, { retry: { onRetry: () => attempts++ } }),
+        PolicyDenied,
+        'POLICY',
+        GrpcStatus.PERMISSION_DENIED,
+      );
+      assert.equal(e.rule, 'providers');
+      assert.equal(e.metadata.provider, 'local-bash');
+      assert.equal(attempts, 0, 'a policy refusal is not retried');
+      // The policy the server reports is the one it applied.
+      const policy = await c.policy();
+      assert.ok(!policy.providers.includes('local-bash'), `providers ${policy.providers}`);
+      assert.ok(policy.providers.includes('memory'), `providers ${policy.providers}`);
+      // The same caller opens what the default policy allows.
+      const m = await c.open('memory', { fs: {} });
+      assert.equal(m.provider, 'memory');
+      await m.close();
+    } finally {
+      c.close();
+      await byDefault.stop();
     }
   });
 

@@ -8,7 +8,8 @@ import { connect } from '../src';
 import { startServer } from './server';
 
 test('examples/agent-loop streams output and closes its workspace', async () => {
-  const srv = await startServer();
+  // The operator's default policy: the example asks for nothing more.
+  const srv = await startServer({ policy: [] });
   const c = connect({ address: srv.address });
   try {
     const script = path.join(__dirname, '..', 'examples', 'agent-loop.js');
@@ -24,7 +25,7 @@ test('examples/agent-loop streams output and closes its workspace', async () => 
     assert.equal(code, 0, `example failed:\n${out}\n${err}`);
 
     const lines = out.split('\n');
-    const id = /^opened (ws_[0-9a-f]{32}) \(local-bash\)$/.exec(lines[0])?.[1];
+    const id = /^opened (ws_[0-9a-f]{32}) \(local-sandbox\)$/.exec(lines[0])?.[1];
     assert.ok(id, `unexpected first line: ${lines[0]}`);
     assert.ok(lines.includes('[stdout] 3 notes/todo.txt'), out);
     assert.ok(lines.includes('[stdout] finished'), out);

@@ -3,42 +3,27 @@
 // in these tests) so the schedule is checked without real waiting; the
 // failures themselves come from real sockets and a real server.
 import assert from 'node:assert/strict';
-import * as net from 'node:net';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
 import { describe, test } from 'node:test';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
 import { backoffDelayMs, CapabilityMissing, connect, DEFAULT_RETRY_POLICY, WorkspacedError } from '../src';
-import { CAPS, droppingPort, Server, startServer } from './server';
-
-/**
- * A port nothing listens on (bound, read, released), for a server to be
- * started on later. Another process may take it before the server does.
- */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { CAPS, droppingPort, Server, socketDir, startServer } from './server';
 
 // The channel's own reconnect backoff must not outlast the test's retries.
 const fastReconnect = { 'grpc.initial_reconnect_backoff_ms': 50, 'grpc.max_reconnect_backoff_ms': 100 };
 
-/** Thrown out of the retry's sleep when the port was taken before the server bound it. */
-class PortTaken extends Error {}
-
 /**
- * Open against `port` while nothing listens there, a server coming up on
- * it during the second backoff: the open must succeed, every delay
- * following the policy. Returns the server's bind failure when the port
- * was taken meanwhile (the test is then to be run again), else "".
+ * Open against a unix socket nothing listens on yet, a server coming up
+ * there during the second backoff: the open must succeed, every delay
+ * following the policy. The socket lives in a directory of its own, so no
+ * other process can take the address before the server binds it.
  */
-async function comesUpBetweenAttempts(port: number): Promise<string> {
-  const c = connect({ address: `127.0.0.1:${port}`, channelOptions: fastReconnect });
+async function comesUpBetweenAttempts(): Promise<void> {
+  const dir = socketDir();
+  const socket = path.join(dir, 'ws.sock');
+  const c = connect({ address: `unix:${socket}`, channelOptions: fastReconnect });
   const sleeps: number[] = [];
   let srv: Server | undefined;
   try {
@@ -50,14 +35,7 @@ async function comesUpBetweenAttempts(port: number): Promise<string> {
           sleeps.push(ms);
           // Bring the server up during the second backoff; afterwards give
           // the channel a moment (real time) to reconnect.
-          if (sleeps.length === 2) {
-            try {
-              srv = await startServer({ port });
-            } catch (e) {
-              if (/rpc\.bind_failed/.test(String(e))) throw new PortTaken(String(e));
-              throw e;
-            }
-          }
+          if (sleeps.length === 2) srv = await startServer({ socket });
           if (srv) await new Promise((r) => setTimeout(r, 150));
         },
       },
@@ -67,13 +45,13 @@ async function comesUpBetweenAttempts(port: number): Promise<string> {
     // Every delay follows the policy: 0.5 * min(5000, 200 * 2^n).
     assert.deepEqual(sleeps, sleeps.map((_, n) => 0.5 * Math.min(5000, 200 * 2 ** n)));
     await ws.close();
-    return '';
-  } catch (e) {
-    if (e instanceof PortTaken) return e.message;
-    throw e;
   } finally {
     c.close();
-    await srv?.stop();
+    try {
+      await srv?.stop();
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   }
 }
 
@@ -126,18 +104,7 @@ describe('open retry', () => {
     }
   });
 
-  test('succeeds once the server comes up between attempts', async () => {
-    // The server must come up on the very port the client dials, so that
-    // port is found free, released, and bound again by the server. Another
-    // process may take it in between: the server then fails to bind, and
-    // the scenario starts again on another port (a few times at most).
-    for (let attempt = 1; ; attempt++) {
-      const port = await freePort();
-      const taken = await comesUpBetweenAttempts(port);
-      if (!taken) return;
-      if (attempt === 3) assert.fail(`the server could not bind a free port 3 times running: ${taken}`);
-    }
-  });
+  test('succeeds once the server comes up between attempts', comesUpBetweenAttempts);
 
   test('a permanent error is thrown at once, never retried', async () => {
     const srv = await startServer();

@@ -1,4 +1,5 @@
-// Starts a real workspaced for a test file: fresh state dir, port 0, and
+// Starts a real workspaced for a test file: fresh state dir, a unix socket
+// (or TCP with authentication, for the tests whose point is TCP), and
 // SIGTERM at the end. The binary comes from $WORKSPACED_BIN; a missing one
 // is an error, never a skip, so a broken setup cannot pass silently.
 //
@@ -104,20 +105,80 @@ export function droppingPort(): Promise<{ port: number; close(): Promise<void> }
   });
 }
 
+/**
+ * Flags that let the server's tenants open every provider, local-bash
+ * included, which the operator's default policy leaves out.
+ */
+export const LOCAL_BASH_POLICY: readonly string[] = ['--policy-providers', 'memory,local-bash,local-sandbox,docker'];
+
+/**
+ * The longest path a unix socket may have: sun_path holds 108 bytes with
+ * the terminating NUL.
+ */
+const SUN_PATH_MAX = 107;
+
+/**
+ * A fresh directory for a unix socket named `name`, removed by the caller.
+ * $TEST_TMPDIR when the socket's path fits in sun_path there (Bazel's is
+ * usually too deep), else the system's temporary directory.
+ */
+export function socketDir(name = 'ws.sock'): string {
+  const fits = (base: string) => path.join(base, 'wsd-XXXXXX', name).length <= SUN_PATH_MAX;
+  const base = [process.env.TEST_TMPDIR, os.tmpdir(), '/tmp'].find((b) => b && fits(b));
+  if (!base) throw new Error(`no temporary directory short enough for a unix socket named ${name}`);
+  return fs.mkdtempSync(path.join(base, 'wsd-'));
+}
+
 export interface Server {
+  /** What a client dials: unix:/PATH, or 127.0.0.1:PORT for a TCP server. */
   address: string;
-  port: number;
+  /** The TCP port; undefined on a unix socket. */
+  port?: number;
   stateDir: string;
   proc: ChildProcess;
   stop(): Promise<void>;
 }
 
-/** Starts the server; `port` 0 lets it pick one (read back from its banner). */
-export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv; args?: string[] } = {}): Promise<Server> {
+export interface ServerOptions {
+  /**
+   * Listen on TCP 127.0.0.1 at this port (0: the server picks one, read
+   * back from its banner) instead of a unix socket. The server refuses a
+   * TCP listener without authentication, so `args` must then carry
+   * --tokens-file or --tls-client-ca.
+   */
+  port?: number;
+  /** The unix socket to listen on (its directory must exist); default ws.sock in a fresh directory. */
+  socket?: string;
+  env?: NodeJS.ProcessEnv;
+  /** The operator policy's flags; default LOCAL_BASH_POLICY. */
+  policy?: readonly string[];
+  args?: string[];
+}
+
+/**
+ * Starts the server, by default on a unix socket in a fresh directory
+ * (removed by stop()), with the policy that allows local-bash.
+ */
+export function startServer(opts: ServerOptions = {}): Promise<Server> {
   const bin = serverBin();
   const base = process.env.TEST_TMPDIR ?? os.tmpdir();
   const stateDir = fs.mkdtempSync(path.join(base, 'wsd-state-'));
-  const args = ['--listen', `127.0.0.1:${opts.port ?? 0}`, '--state-dir', stateDir, ...(opts.args ?? [])];
+  const tcp = opts.port !== undefined;
+  let sockDir: string | undefined;
+  let listen: string;
+  if (tcp) {
+    listen = `127.0.0.1:${opts.port}`;
+  } else if (opts.socket) {
+    listen = `unix:${opts.socket}`;
+  } else {
+    sockDir = socketDir();
+    listen = `unix:${path.join(sockDir, 'ws.sock')}`;
+  }
+  const cleanup = () => {
+    fs.rmSync(stateDir, { recursive: true, force: true });
+    if (sockDir) fs.rmSync(sockDir, { recursive: true, force: true });
+  };
+  const args = ['--listen', listen, '--state-dir', stateDir, ...(opts.policy ?? LOCAL_BASH_POLICY), ...(opts.args ?? [])];
   const proc = spawn(bin, args, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...opts.env },
@@ -127,23 +188,33 @@ export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv; args
   proc.stderr!.on('data', (d) => (stderr += d));
   return new Promise<Server>((resolve, reject) => {
     let out = '';
+    const fail = (why: string) => {
+      cleanup();
+      reject(new Error(`${why}; stderr:\n${stderr}`));
+    };
     const timer = setTimeout(() => {
       proc.kill('SIGKILL');
-      reject(new Error(`workspaced did not start within 15s; stderr:\n${stderr}`));
+      fail('workspaced did not start within 15s');
     }, 15000);
     proc.on('exit', (code, sig) => {
       clearTimeout(timer);
-      reject(new Error(`workspaced exited early (code ${code}, signal ${sig}); stderr:\n${stderr}`));
+      fail(`workspaced exited early (code ${code}, signal ${sig})`);
     });
     proc.stdout!.on('data', (d) => {
       out += d;
-      const m = /workspaced listening on (\S+):(\d+)/.exec(out);
+      const m = /workspaced listening on (\S+)\n/.exec(out);
       if (!m) return;
       clearTimeout(timer);
       proc.removeAllListeners('exit');
-      const port = Number(m[2]);
+      const address = m[1];
+      const port = tcp ? Number(/:(\d+)$/.exec(address)?.[1]) : undefined;
+      if (tcp ? !port : address !== listen) {
+        proc.kill('SIGKILL');
+        fail(`workspaced was asked to listen on ${listen} but says it listens on ${address}`);
+        return;
+      }
       resolve({
-        address: `${m[1]}:${port}`,
+        address,
         port,
         stateDir,
         proc,
@@ -153,7 +224,7 @@ export function startServer(opts: { port?: number; env?: NodeJS.ProcessEnv; args
           try {
             await stopCleanly(proc, 'workspaced', () => stderr);
           } finally {
-            fs.rmSync(stateDir, { recursive: true, force: true });
+            cleanup();
           }
         },
       });

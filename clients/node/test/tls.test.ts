@@ -1,5 +1,5 @@
-// The client over TLS, mutual TLS and bearer tokens against the real
-// server. Certificates and the tokens file come from the fixture shared by
+// The client over TCP against the real server: TLS, mutual TLS and bearer
+// tokens (the server serves TCP only with authentication). Certificates and the tokens file come from the fixture shared by
 // the clients' suites ($WORKSPACED_TEST_PKI, clients/testdata/pki.sh).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -59,7 +59,7 @@ describe('TLS with bearer tokens', () => {
     return c;
   };
   before(async () => {
-    srv = await startServer({ args: serverTls });
+    srv = await startServer({ port: 0, args: serverTls });
   });
   after(async () => {
     for (const c of clients) c.close();
@@ -120,7 +120,7 @@ describe('mutual TLS', () => {
     return c;
   };
   before(async () => {
-    srv = await startServer({ args: [...serverTls, '--tls-client-ca', p('ca.pem')] });
+    srv = await startServer({ port: 0, args: [...serverTls, '--tls-client-ca', p('ca.pem')] });
   });
   after(async () => {
     for (const c of clients) c.close();
@@ -150,5 +150,39 @@ describe('mutual TLS', () => {
     await rejectsUnavailable(dial(undefined).list());
     await rejectsUnavailable(dial(undefined, ALICE).list());
     await rejectsUnavailable(dial('stranger').list());
+  });
+});
+
+describe('bearer tokens over plaintext loopback TCP', () => {
+  let srv: Server;
+  const clients: Client[] = [];
+  const dial = (token: string) => {
+    const c = connect({ address: srv.address, token });
+    clients.push(c);
+    return c;
+  };
+  before(async () => {
+    srv = await startServer({ port: 0, args: ['--tokens-file', p('tokens')] });
+  });
+  after(async () => {
+    for (const c of clients) c.close();
+    await srv?.stop();
+  });
+
+  test('the token rides on a channel without TLS; each tenant sees its own workspaces', async () => {
+    const alice = dial(ALICE);
+    const ws = await alice.open('local-bash', CAPS);
+    try {
+      assert.equal((await ws.run(['echo', 'plain'])).stdout.toString(), 'plain\n');
+      assert.ok((await alice.list()).some((w) => w.id === ws.id));
+      assert.ok(!(await dial(BOB).list()).some((w) => w.id === ws.id));
+    } finally {
+      await ws.close();
+    }
+  });
+
+  test('no token or a wrong one is Unauthenticated', async () => {
+    await rejectsUnauthenticated(dial('').list());
+    await rejectsUnauthenticated(dial('tok-mallory').open('memory', undefined, { retry: { maxAttempts: 1 } }));
   });
 });

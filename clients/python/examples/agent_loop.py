@@ -6,10 +6,16 @@ file" tool), runs it with its output streamed as it arrives (the "shell"
 tool: an agent shows progress and can stop a command early), reads the file
 the command produced (the "read file" tool), and closes the workspace.
 
-    python3 agent_loop.py 127.0.0.1:7878    (or set WORKSPACED_ADDR)
+    python3 agent_loop.py [ADDRESS]
+
+ADDRESS is unix:/ABSOLUTE/PATH or host:port; without one, $WORKSPACED_ADDR,
+else the server's default socket, unix:/run/workspaced/workspaced.sock.
+local-bash runs commands as the server's own user with no isolation, so the
+server opens it only when the operator's policy lists it (for instance
+`--policy-providers memory,local-bash,local-sandbox,docker`); agents that are
+not trusted belong in local-sandbox or docker.
 """
 
-import os
 import sys
 
 import workspaced
@@ -22,9 +28,10 @@ echo "step 2: done"
 
 
 def main():
-    address = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("WORKSPACED_ADDR")
-    if not address:
-        sys.exit("usage: agent_loop.py ADDRESS (or set WORKSPACED_ADDR)")
+    if len(sys.argv) > 2:
+        sys.exit("usage: agent_loop.py [ADDRESS]")
+    # None: connect() takes $WORKSPACED_ADDR, else the default socket.
+    address = sys.argv[1] if len(sys.argv) > 1 else None
 
     capabilities = {
         "fs": {},

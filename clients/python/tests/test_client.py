@@ -1,8 +1,9 @@
 """End-to-end tests of the Python client against a real workspaced server.
 
 The server binary comes from $WORKSPACED_BIN (under Bazel: the one built
-from //server:workspaced). Each test class starts its own server on a free
-loopback port with a fresh state directory; nothing is mocked except the
+from //server:workspaced). Each test class starts its own server with a
+fresh state directory, listening on a unix socket (the server's default
+kind of listener) unless the test is about TCP; nothing is mocked except the
 clock of the retry-schedule test.
 """
 
@@ -28,6 +29,11 @@ EXAMPLE = os.path.join(os.path.dirname(HERE), "examples", "agent_loop.py")
 
 ALLOWED = ["sh", "cat", "echo", "sleep", "wc", "head", "true", "false"]
 CAPS = {"fs": {}, "shell": {"allowed_commands": ALLOWED}}
+
+# The operator's policy a server needs before it opens local-bash, which
+# runs commands as the server's own user without isolation and is off by
+# default.
+LOCAL_BASH_POLICY = ["--policy-providers", "memory,local-bash,local-sandbox,docker"]
 
 
 def server_binary():
@@ -91,23 +97,42 @@ def stop_all(*stoppables):
         raise AssertionError("\n\n".join(problems))
 
 
+# The longest path a unix socket address holds (sun_path is 108 bytes with
+# its terminating NUL).
+MAX_SOCKET_PATH = 107
+
+
 class Server:
-    """A workspaced process on 127.0.0.1:<free port>, stopped with SIGTERM.
+    """A workspaced process, stopped with SIGTERM.
 
-    extra_args: more flags (TLS, tokens). stop() raises AssertionError
-    unless the server exits 0 after the SIGTERM."""
+    It listens on the unix socket ws.sock in a fresh temporary directory,
+    or with tcp=True on 127.0.0.1:<free port>, which the server opens only
+    when extra_args give it authentication (--tokens-file or
+    --tls-client-ca). extra_args: more flags (TLS, tokens, policy). stop()
+    raises AssertionError unless the server exits 0 after the SIGTERM."""
 
-    def __init__(self, extra_args=()):
+    def __init__(self, extra_args=(), tcp=False):
         self.tmp = tempfile.mkdtemp(prefix="wsd-", dir=os.environ.get("TEST_TMPDIR"))
         self.state = os.path.join(self.tmp, "state")
         self.stopped = False
+        self.socket_dir = None
+        if tcp:
+            listen = "127.0.0.1:0"
+        else:
+            sock = os.path.join(self.tmp, "ws.sock")
+            if len(sock) > MAX_SOCKET_PATH:
+                # Bazel's temporary directories can be too deep for a
+                # socket path; the system's temporary directory is not.
+                self.socket_dir = tempfile.mkdtemp(prefix="wsd-", dir="/tmp")
+                sock = os.path.join(self.socket_dir, "ws.sock")
+            listen = "unix:" + sock
         # The server's log (one JSON line per command) goes to a file, shown
         # only when the server fails to start or to stop cleanly, so the
         # test output stays the unittest report.
         self.log_path = os.path.join(self.tmp, "server.log")
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen(
-            [server_binary(), "--listen", "127.0.0.1:0", "--state-dir", self.state, *extra_args],
+            [server_binary(), "--listen", listen, "--state-dir", self.state, *extra_args],
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
@@ -137,12 +162,19 @@ class Server:
                 self.stopped = True
                 self.proc.stdout.close()
                 self.log.close()
+                if self.socket_dir:
+                    shutil.rmtree(self.socket_dir, ignore_errors=True)
                 with open(self.log_path) as f:
                     raise RuntimeError(
                         "workspaced did not start (%s):\n%s" % (describe_returncode(self.proc.returncode), f.read())
                     )
             time.sleep(0.02)
         self.address = found["addr"]
+        # The banner names the listener: a server that fell back to another
+        # one would take the suite off the unix socket unnoticed.
+        if not tcp and self.address != listen:
+            self.stop()
+            raise AssertionError("workspaced listens on %s, not on %s" % (self.address, listen))
 
     def stop(self):
         """SIGTERM; AssertionError (with the server's stderr) unless it
@@ -154,6 +186,8 @@ class Server:
         self.proc.stdout.close()
         self.log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.socket_dir:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
         if problem:
             raise AssertionError(problem)
 
@@ -163,7 +197,7 @@ class ServerTestCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server()
+        cls.server = Server(LOCAL_BASH_POLICY)
         cls.client = workspaced.connect(cls.server.address, token="test-token")
 
     @classmethod
@@ -418,6 +452,21 @@ class ErrorTest(ServerTestCase):
         with self.assertRaises(workspaced.NoSuchWorkspace):
             ws.exec(["true"])
 
+    def test_local_bash_needs_the_operators_policy(self):
+        # The suite's servers open local-bash only because their policy
+        # lists it; by default the server refuses it, naming the rule.
+        server = Server()
+        self.addCleanup(server.stop)
+        with workspaced.connect(server.address) as client:
+            with self.assertRaises(workspaced.PolicyDenied) as cm:
+                client.open("local-bash", CAPS)
+            self.assertEqual(cm.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+            self.assertEqual(cm.exception.reason, "POLICY")
+            self.assertEqual(cm.exception.rule, "providers")
+            self.assertEqual(cm.exception.metadata.get("provider"), "local-bash")
+            self.assertFalse(cm.exception.transient)
+            self.assertEqual(client.list(), [])
+
     def test_capability_missing(self):
         with self.assertRaises(workspaced.CapabilityMissing) as cm:
             self.client.open("memory", {"fs": {}, "shell": {"allowed_commands": ["true"]}})
@@ -548,6 +597,20 @@ class RetryAgainstServerTest(ServerTestCase):
         self.assertEqual(cm.exception.reason, "")
         self.assertEqual(len(clock.sleeps), 2)
 
+    def test_missing_unix_socket_is_retried(self):
+        # A socket path nobody listens on is UNAVAILABLE as well, naming the
+        # path: a server that is down or not yet started.
+        missing = os.path.join(tempfile.mkdtemp(prefix="nosock-", dir="/tmp"), "ws.sock")
+        self.addCleanup(os.rmdir, os.path.dirname(missing))
+        clock = FakeClock()
+        with workspaced.connect("unix:" + missing) as dead:
+            with self.assertRaises(workspaced.WorkspacedError) as cm:
+                dead.open("memory", retry=RetryPolicy(max_attempts=3, sleep=clock.sleep))
+        self.assertIs(type(cm.exception), workspaced.WorkspacedError)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn(missing, cm.exception.message)
+        self.assertEqual(len(clock.sleeps), 2)
+
 
 class refused_port:
     """A loopback port that refuses connections for the duration of the
@@ -567,7 +630,48 @@ class refused_port:
         return False
 
 
+class without_environment:
+    """Removes the named environment variables for the with block."""
+
+    def __init__(self, *names):
+        self.names = names
+
+    def __enter__(self):
+        self.old = {k: os.environ.pop(k, None) for k in self.names}
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            if v is not None:
+                os.environ[k] = v
+        return False
+
+
 class ConnectTest(unittest.TestCase):
+    def test_unix_socket_address(self):
+        server = Server()
+        self.addCleanup(server.stop)
+        self.assertTrue(server.address.startswith("unix:/"), server.address)
+        path = server.address[len("unix:") :]
+        # gRPC's own spelling of an absolute path names the same socket.
+        for address in (server.address, "unix://" + path):
+            with self.subTest(address=address):
+                with workspaced.connect(address, token="") as client:
+                    self.assertEqual(client.health(), "SERVING")
+                    with client.open("memory") as ws:
+                        ws.write_file("f.txt", b"over a unix socket\n")
+                        self.assertEqual(ws.read_file("f.txt"), b"over a unix socket\n")
+                        self.assertIn(ws.id, [w.id for w in client.list()])
+
+    def test_malformed_unix_addresses_fail_at_connect(self):
+        # Without the check, "unix://tmp/ws.sock" fails only on the first
+        # call, as an UNKNOWN "Failed to create ... channel", and a relative
+        # path depends on the current directory.
+        for address in ("unix://tmp/ws.sock", "unix:ws.sock", "unix:", "unix:/", "unix://"):
+            with self.subTest(address=address):
+                with self.assertRaises(ValueError) as cm:
+                    workspaced.connect(address)
+                self.assertIn("unix:/ABSOLUTE/PATH", str(cm.exception))
+
     def test_address_and_token_from_environment(self):
         server = Server()
         self.addCleanup(server.stop)
@@ -587,14 +691,17 @@ class ConnectTest(unittest.TestCase):
             self.assertEqual(client._metadata, (("authorization", "Bearer abc"),))
             self.assertEqual(client.health(), "SERVING")
 
-    def test_no_address(self):
-        old = os.environ.pop("WORKSPACED_ADDR", None)
-        try:
-            with self.assertRaises(ValueError):
-                workspaced.connect()
-        finally:
-            if old is not None:
-                os.environ["WORKSPACED_ADDR"] = old
+    def test_default_address_is_the_servers_default_socket(self):
+        self.assertEqual(workspaced.DEFAULT_ADDRESS, "unix:/run/workspaced/workspaced.sock")
+        # The server's --help shows its default listener in brackets.
+        out = subprocess.run([server_binary(), "--help"], capture_output=True, text=True, timeout=30)
+        m = re.search(r"--listen ADDR\s.*?\[([^\]]+)\]", out.stdout + out.stderr, re.S)
+        self.assertIsNotNone(m, "no default in workspaced --help:\n" + out.stdout + out.stderr)
+        self.assertEqual(m.group(1), workspaced.DEFAULT_ADDRESS)
+        # Connecting is lazy: no server needs to listen there.
+        with without_environment("WORKSPACED_ADDR"):
+            with workspaced.connect() as client:
+                self.assertEqual(client.address, workspaced.DEFAULT_ADDRESS)
 
 
 class ExampleTest(ServerTestCase):
@@ -626,6 +733,17 @@ class ExampleTest(ServerTestCase):
         # It closed its workspace.
         opened = lines[0].split()[-1]
         self.assertNotIn(opened, [w.id for w in self.client.list()])
+
+    def test_agent_loop_example_takes_the_address_from_the_environment(self):
+        out = subprocess.run(
+            [sys.executable, EXAMPLE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, WORKSPACED_ADDR=self.server.address),
+        )
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("count.txt says: 3", out.stdout.splitlines())
 
 
 if __name__ == "__main__":

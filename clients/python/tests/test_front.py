@@ -20,7 +20,7 @@ import unittest
 import grpc
 
 import workspaced
-from test_client import CAPS, Server, describe_returncode, refused_port, stop_all, stop_cleanly
+from test_client import CAPS, LOCAL_BASH_POLICY, Server, describe_returncode, refused_port, stop_all, stop_cleanly
 from workspaced import ExitCause, RetryPolicy
 from workspaced._proto import filesystem_pb2
 
@@ -112,11 +112,13 @@ def close_quietly(ws):
 
 
 class FrontTest(unittest.TestCase):
-    """Two nodes behind one front; the client only knows the front."""
+    """Two nodes behind one front; the client only knows the front. The
+    nodes listen on unix sockets, which the front reaches as the server's
+    own user; the client reaches the front over TCP."""
 
     @classmethod
     def setUpClass(cls):
-        cls.servers = [Server(), Server()]
+        cls.servers = [Server(LOCAL_BASH_POLICY), Server(LOCAL_BASH_POLICY)]
         try:
             cls.front = Front([s.address for s in cls.servers])
         except BaseException:

@@ -13,7 +13,7 @@ import unittest
 import grpc
 
 import workspaced
-from test_client import CAPS, Server
+from test_client import CAPS, LOCAL_BASH_POLICY, Server
 
 ALICE = "tok-alice-0123456789"
 BOB = "tok-bob-9876543210"
@@ -40,7 +40,9 @@ class TLSTestCase(unittest.TestCase):
                 "--tls-key", cls.path("server.key")]
         if cls.mutual:
             args += ["--tls-client-ca", cls.path("ca.pem")]
-        cls.server = Server(args)
+        # TLS is about TCP; the tokens file is what lets the server open a
+        # TCP listener at all.
+        cls.server = Server(args + LOCAL_BASH_POLICY, tcp=True)
 
     @classmethod
     def tearDownClass(cls):

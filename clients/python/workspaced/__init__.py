@@ -3,10 +3,15 @@ commands) for AI agents, over gRPC.
 
     import workspaced
 
-    with workspaced.connect("127.0.0.1:7878") as client:
-        with client.open("local-bash", {"fs": {}, "shell": {"allowed_commands": ["echo"]}}) as ws:
+    with workspaced.connect("unix:/run/workspaced/workspaced.sock") as client:
+        with client.open("local-sandbox", {"fs": {}, "shell": {"allowed_commands": ["echo"]}}) as ws:
             ws.write_file("hello.txt", b"hi\\n")
             print(ws.run(["echo", "done"]).stdout)
+
+An address is "unix:/ABSOLUTE/PATH" (the server's default listener is
+DEFAULT_ADDRESS, the socket above, and connect() uses it when neither an
+address nor $WORKSPACED_ADDR is given) or "host:port", where the server
+wants a token or a client certificate (see connect()).
 
 Behind a front proxy over several nodes, a workspace is pinned to the node
 that opened it: `ws.node` names it (None on a direct connection), every
@@ -18,6 +23,7 @@ the typed errors.
 """
 
 from .client import (
+    DEFAULT_ADDRESS,
     Client,
     ExitCause,
     ExitResult,
@@ -43,6 +49,7 @@ from .errors import (
     NoSuchProcess,
     NoSuchWorkspace,
     PathEscape,
+    PolicyDenied,
     Quota,
     SizeCap,
     SymlinkLeaf,
@@ -63,6 +70,7 @@ __all__ = [
     "Client",
     "CommandNotAllowed",
     "Conflict",
+    "DEFAULT_ADDRESS",
     "EnvDenied",
     "ExitCause",
     "ExitResult",
@@ -75,6 +83,7 @@ __all__ = [
     "NoSuchWorkspace",
     "Output",
     "PathEscape",
+    "PolicyDenied",
     "Process",
     "Quota",
     "RetryPolicy",

@@ -83,6 +83,30 @@ def _wrap_iter(it):
 
 # ---------------------------------------------------------------- connection
 
+# The server's default listener: a unix socket, which only callers on this
+# machine whose uid the server accepts can use.
+DEFAULT_ADDRESS = "unix:/run/workspaced/workspaced.sock"
+
+
+def _check_address(address):
+    """Raises ValueError for a unix: address gRPC would misread.
+
+    gRPC takes "unix:PATH" and "unix:///PATH" itself, but reads
+    "unix://NAME/..." as an authority it refuses only on the first call
+    (UNKNOWN, "Failed to create ... channel"), and resolves a relative
+    PATH against the current directory, which is rarely the server's
+    socket. Both are caught here, where the address is given.
+    """
+    if not isinstance(address, str) or not address.startswith("unix:"):
+        return
+    path = address[len("unix:") :]
+    if path.startswith("//"):
+        path = path[2:]
+        if not path.startswith("/"):
+            raise ValueError("%r: a unix socket address is unix:/ABSOLUTE/PATH (or unix:///ABSOLUTE/PATH)" % address)
+    if not path.startswith("/") or path == "/":
+        raise ValueError("%r: a unix socket address needs an absolute path: unix:/ABSOLUTE/PATH" % address)
+
 
 @dataclasses.dataclass
 class TLSConfig:
@@ -129,18 +153,23 @@ class TLSConfig:
 def connect(address=None, token=None, tls=None, options=None, open_retry=None):
     """Connects to a workspaced server and returns a Client.
 
-    address: "host:port" or "unix:PATH"; default: $WORKSPACED_ADDR.
+    address: "unix:/ABSOLUTE/PATH" (a unix socket on this machine; gRPC's
+        "unix:///ABSOLUTE/PATH" means the same) or "host:port"; default:
+        $WORKSPACED_ADDR, else DEFAULT_ADDRESS, the server's own default
+        socket. A unix: address without an absolute path raises ValueError.
     token: sent as `authorization: Bearer <token>` on every call; default:
-        $WORKSPACED_TOKEN (none when unset).
-    tls: a TLSConfig (or True for system roots); None: plaintext, which the
-        server only offers on loopback and unix sockets.
+        $WORKSPACED_TOKEN (none when unset). On a unix socket the server
+        knows the caller from its uid and needs none; a TCP listener always
+        wants a token or a client certificate.
+    tls: a TLSConfig (or True for system roots); None: plaintext, right for
+        a unix socket and, with a token, for a loopback address.
     options: extra grpc channel options.
     open_retry: the default RetryPolicy of Client.open.
     """
     if address is None:
-        address = os.environ.get("WORKSPACED_ADDR")
+        address = os.environ.get("WORKSPACED_ADDR") or DEFAULT_ADDRESS
     if not address:
-        raise ValueError("no server address: pass one or set WORKSPACED_ADDR")
+        raise ValueError("no server address")
     if token is None:
         token = os.environ.get("WORKSPACED_TOKEN") or None
     return Client(address, token=token, tls=tls, options=options, open_retry=open_retry)
@@ -154,6 +183,7 @@ class Client:
     """
 
     def __init__(self, address, token=None, tls=None, options=None, open_retry=None):
+        _check_address(address)
         self.address = address
         opts = list(options or [])
         # Large file chunks and listings: match the server's 4 MiB limit.

@@ -106,9 +106,26 @@ class BadRef(WorkspacedError):
 
 
 class Unauthenticated(WorkspacedError):
-    """The server refused the credentials: a missing or unknown token, or a
-    client certificate that names no tenant. The server says nothing more
-    (no ErrorInfo), so `.reason` may be ""."""
+    """The server refused the credentials: a missing or unknown token, a
+    client certificate that names no tenant, or on a unix socket a user the
+    server maps to no tenant. The server says nothing more (no ErrorInfo),
+    so `.reason` may be ""."""
+
+
+class PolicyDenied(WorkspacedError):
+    """The operator's policy for the caller's tenant does not allow what the
+    request asked for (a provider, network, a bind, a pass_env name, a
+    command, an image, a pull, a container user). Asking again does not
+    help: the operator decides. `.rule` names the policy key; the metadata
+    also names what was refused ("provider", "path", "name", "command",
+    "image" or "user")."""
+
+    @property
+    def rule(self):
+        """The policy key that refused the request: "providers", "network",
+        "bind-roots", "pass-env", "commands", "docker-images",
+        "docker-pull" or "docker-users"."""
+        return self.metadata.get("rule")
 
 
 _BY_REASON = {
@@ -129,6 +146,7 @@ _BY_REASON = {
     "CAPABILITY_MISSING": CapabilityMissing,
     "BAD_REF": BadRef,
     "UNAUTHENTICATED": Unauthenticated,
+    "POLICY": PolicyDenied,
 }
 
 

@@ -44,7 +44,7 @@
 #define START_RING_DEFAULT (512 * 1024)
 #define START_RING_MAX     (1024 * 1024)
 #define START_RING_MIN     (4 * 1024)
-#define HOME_MAX           4096
+#define WS_DIR_MAX         4096
 
 /* ---- shared ---- */
 
@@ -86,9 +86,10 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     struct ws_guard_result *g = NULL;
     struct ws_guard_env *env = NULL;
     struct ws_diag d = {0};
-    char home[HOME_MAX];
+    char ws_dir[WS_DIR_MAX];
     struct ws_proc_wrapper wrap = {0};
-    bool sandboxed = false, docker = false;
+    struct ws_exec_home *own_home = NULL;
+    bool sandboxed = false, docker = false, host = false;
     int cwd_fd = -1;
     int err;
 
@@ -120,11 +121,24 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         err = -WS_EMALFORMED;
         goto fail;
     }
-    err = ws_registry_workspace_path(s->reg, ws, home, sizeof(home));
+    err = ws_registry_workspace_path(s->reg, ws, ws_dir, sizeof(ws_dir));
     if (err < 0)
         goto fail;
     sandboxed = ws_workspace_provider(ws)->kind == WS_PROVIDER_LOCAL_SANDBOX;
     docker = ws_workspace_provider(ws)->kind == WS_PROVIDER_DOCKER;
+    /* A command that is not in a box of its own runs on the host with the
+     * server's uid: it gets a home of its own (not the workspace, where
+     * the client writes files) and the guard's narrower environment. */
+    host = !sandboxed && !docker;
+    if (host) {
+        err = ws_exec_home_new(s->exec, &own_home);
+        if (err < 0) {
+            ws_diag_set(&d, "the command's home directory cannot be made: %s", strerror(-err));
+            if (err != -ENOMEM)
+                err = -WS_EFAILED;
+            goto fail;
+        }
+    }
 
     const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
     const Workspace__V1__ShellCapability *sh = caps->shell;
@@ -143,7 +157,9 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .path = docker ? WS_DOCKER_EXEC_PATH : s->exec_path,
         .home = sandboxed ? WS_SANDBOX_WORKSPACE
                 : docker  ? WS_DOCKER_WORKDIR
-                          : home,
+                          : ws_exec_home_dir(own_home),
+        .host = host,
+        .runtime_dir = host ? ws_exec_home_runtime_dir(own_home) : NULL,
         /* Commands of a container are found in its own file system. */
         .foreign_root = docker,
     };
@@ -155,6 +171,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .env = env,
         .n_env = pc->n_env,
         .cwd = pc->cwd,
+        .pty = pc->pty != NULL,
     };
     err = ws_guard_check(&policy, &greq, &d, &g);
     if (err < 0)
@@ -176,7 +193,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         const Workspace__V1__LocalSandboxConfig *sc = ws_workspace_sandbox_config(ws);
         struct ws_sandbox_spec spec = {
             .workspace_id = ws_workspace_id(ws),
-            .workspace_dir = home,
+            .workspace_dir = ws_dir,
             .cwd = g->cwd,
             .network = ws_workspace_network(ws) == WORKSPACE__V1__NETWORK__NETWORK_ALLOW,
             .rw_paths = sc ? (const char *const *)sc->read_write_paths : NULL,
@@ -245,10 +262,12 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .wait_for_subscriber = how->wait_for_subscriber,
         .wrapper = sandboxed || docker ? &wrap : NULL,
     };
-    err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, &d, ret);
-    /* The exec layer owns the wrapper now, whatever happened (and may
-     * already have freed it: a quick command is done by now). */
+    err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, own_home,
+                            &d, ret);
+    /* The exec layer owns the wrapper and the home now, whatever happened
+     * (and may already have freed them: a quick command is done by now). */
     wrap.arg = NULL;
+    own_home = NULL;
     if (err >= 0)
         ws_metrics_command_started(); /* metrics: ended in the audit below */
     if (err < 0) {
@@ -274,6 +293,7 @@ fail:
         ws_docker_rt_discard(&wrap);
     else if (wrap.arg)
         ws_sandbox_discard(&wrap);
+    ws_exec_home_free(own_home);
     ws_guard_result_free(g);
     free(env);
     ws_services_fail(call, ws, err, &d);

@@ -124,6 +124,7 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
         .grace_ms = cfg ? cfg->kill_grace_ms : 0,
         .containment = cfg && cfg->force_subreaper ? WS_TREE_FORCE_SUBREAPER : WS_TREE_AUTO,
         .running_per_tenant = cfg ? cfg->tenant_max_commands : 0,
+        .home_root = cfg ? cfg->home_root : NULL,
         .on_finished = ws_services_exec_audit,
         .ud = s,
     };

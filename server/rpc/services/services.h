@@ -34,6 +34,10 @@ struct ws_services_config {
     /* Where the per-workspace audit logs are kept (created 0700; outside
      * every workspace); NULL: no audit log. */
     const char *audit_dir;
+    /* Where local-bash commands get their own empty HOME (made 0700,
+     * outside every workspace; emptied at start); NULL: a temporary
+     * directory of the exec layer's. */
+    const char *home_root;
     /* Per-tenant quota, 0: none. Commands of one tenant running at once
      * across all its workspaces (background ones included); one more is
      * RESOURCE_EXHAUSTED QUOTA with quota=tenant_running_commands. */

@@ -16,6 +16,9 @@
 #include "workspace/v1/workspaces.pb-c.h"
 
 #define SANDBOX_BINDS_REPORTED WS_CONFIG_BINDS_MAX
+/* Where the sandbox shows a bind of host path P: at this prefix + P, never
+ * over its own /proc, /dev, /tmp or /workspace (server/providers/sandbox.h). */
+#define SANDBOX_BIND_PREFIX "/mnt"
 #include "workspace/v1/workspaces.pb-c.h"
 
 /* Fills `out` (and its ref) from a live workspace; strings stay owned by
@@ -219,6 +222,8 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     Workspace__V1__SandboxLimits sbl = WORKSPACE__V1__SANDBOX_LIMITS__INIT;
     Workspace__V1__SandboxBind bind_items[1 + 2 * SANDBOX_BINDS_REPORTED];
     Workspace__V1__SandboxBind *binds[1 + 2 * SANDBOX_BINDS_REPORTED];
+    char *targets[1 + 2 * SANDBOX_BINDS_REPORTED] = {NULL};
+    size_t n_targets = 0;
     char *ns[8], *enforced[3], version[32];
     char ns_buf[64];
     const Workspace__V1__LocalSandboxConfig *sc = ws_workspace_sandbox_config(ws);
@@ -250,16 +255,22 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
         bind_items[n].target = WS_SANDBOX_WORKSPACE;
         binds[n] = &bind_items[n];
         n++;
-        for (size_t i = 0; i < sc->n_read_write_paths && i < SANDBOX_BINDS_REPORTED; i++, n++) {
+        for (size_t i = 0; i < sc->n_read_write_paths + sc->n_read_only_paths; i++) {
+            bool ro = i >= sc->n_read_write_paths;
+            size_t k = ro ? i - sc->n_read_write_paths : i;
+            if (k >= SANDBOX_BINDS_REPORTED)
+                continue;
+            char *src = ro ? sc->read_only_paths[k] : sc->read_write_paths[k];
+            char *target = NULL;
+            if (asprintf(&target, "%s%s", SANDBOX_BIND_PREFIX, src) < 0)
+                continue;
+            targets[n_targets++] = target;
             bind_items[n] = (Workspace__V1__SandboxBind)WORKSPACE__V1__SANDBOX_BIND__INIT;
-            bind_items[n].source = bind_items[n].target = sc->read_write_paths[i];
+            bind_items[n].source = src;
+            bind_items[n].target = target;
+            bind_items[n].read_only = ro;
             binds[n] = &bind_items[n];
-        }
-        for (size_t i = 0; i < sc->n_read_only_paths && i < SANDBOX_BINDS_REPORTED; i++, n++) {
-            bind_items[n] = (Workspace__V1__SandboxBind)WORKSPACE__V1__SANDBOX_BIND__INIT;
-            bind_items[n].source = bind_items[n].target = sc->read_only_paths[i];
-            bind_items[n].read_only = true;
-            binds[n] = &bind_items[n];
+            n++;
         }
         sbi.binds = binds;
         sbi.n_binds = n;
@@ -319,7 +330,20 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     resp.last_success_at_unix_ms = info.last_success_at_ms;
     resp.last_error_at_unix_ms = info.last_error_at_ms;
     resp.last_error = info.last_error;
+    /* The caller's policy now, next to what this workspace was opened
+     * with above. */
+    struct ws_policy_set *pset = ws_registry_policy(s->reg);
+    const char *tenant = ws_call_tenant(call);
+    Workspace__V1__Policy policy;
+    char *policy_providers[WS_PROVIDER_COUNT];
+    ws_policy_to_proto(ws_policy_for(pset, tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT),
+                       ws_registry_providers_enabled(s->reg), &policy, policy_providers);
+    policy.tenant = (char *)(tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT);
+    resp.policy = &policy;
     ws_call_finish(call, &resp.base);
+    ws_policy_set_unref(pset);
+    for (size_t i = 0; i < n_targets; i++)
+        free(targets[i]);
     ws_workspace_unref(ws);
 }
 

@@ -37,6 +37,7 @@ namespace
 
 const char kPath[] = "/usr/local/bin:/usr/bin:/bin";
 const char kHome[] = "/srv/ws/home";
+const char kRun[] = "/srv/ws/run";
 
 // What ws_guard_check gives back, flattened for comparison.
 struct Outcome {
@@ -59,6 +60,10 @@ struct Input {
     std::vector<std::pair<std::string, std::string>> env;
     bool has_cwd = false;
     std::string cwd;
+    // A command on the host (local-bash), with kRun as XDG_RUNTIME_DIR;
+    // else the isolated providers' policy.
+    bool host = false;
+    bool pty = false;
 };
 
 Outcome Check(const Input &in)
@@ -81,6 +86,8 @@ Outcome Check(const Input &in)
     policy.n_pass_env = pass.size();
     policy.path = in.path.c_str();
     policy.home = kHome;
+    policy.host = in.host;
+    policy.runtime_dir = in.host ? kRun : nullptr;
     policy.limits = in.limits;
 
     struct ws_guard_request req = {};
@@ -93,6 +100,7 @@ Outcome Check(const Input &in)
     req.env = env.data();
     req.n_env = env.size();
     req.cwd = in.has_cwd ? in.cwd.c_str() : nullptr;
+    req.pty = in.pty;
 
     struct ws_diag d = {};
     auto *const sentinel = reinterpret_cast<struct ws_guard_result *>(0x1);
@@ -206,6 +214,8 @@ bool ParseCase(const std::string &file, Case *c, std::string *err)
     bool allowed_given = false;
     std::string line;
     int lineno = 0;
+    // The corpus runs under local-bash's policy (README).
+    c->in.host = true;
     while (std::getline(in, line)) {
         lineno++;
         if (line.empty() || line[0] == '#')
@@ -617,6 +627,260 @@ TEST(Guard, EnvNameLength)
     Outcome out = Check(in);
     EXPECT_EQ(out.err, -WS_EMALFORMED);
     EXPECT_EQ(out.meta["rule"], "env_name");
+}
+
+// ---- environment of a command on the host ----
+
+std::vector<std::string> HostBase(const std::string &lang = "C.UTF-8")
+{
+    return {std::string("PATH=") + kPath,
+            std::string("HOME=") + kHome,
+            "LANG=" + lang,
+            std::string("XDG_CONFIG_HOME=") + kHome + "/.config",
+            std::string("XDG_CACHE_HOME=") + kHome + "/.cache",
+            std::string("XDG_DATA_HOME=") + kHome + "/.local/share",
+            std::string("XDG_STATE_HOME=") + kHome + "/.local/state",
+            std::string("XDG_RUNTIME_DIR=") + kRun,
+            "GIT_CONFIG_NOSYSTEM=1",
+            "GIT_CONFIG_GLOBAL=/dev/null",
+            "GIT_PAGER=cat",
+            "GIT_EDITOR=:",
+            "GIT_SEQUENCE_EDITOR=:",
+            "GIT_ASKPASS=",
+            "GIT_PROXY_COMMAND=",
+            "GIT_CONFIG_COUNT=11",
+            "GIT_CONFIG_KEY_0=core.fsmonitor",
+            "GIT_CONFIG_VALUE_0=false",
+            "GIT_CONFIG_KEY_1=core.hooksPath",
+            "GIT_CONFIG_VALUE_1=/dev/null",
+            "GIT_CONFIG_KEY_2=core.sshCommand",
+            "GIT_CONFIG_VALUE_2=ssh",
+            "GIT_CONFIG_KEY_3=credential.helper",
+            "GIT_CONFIG_VALUE_3=",
+            "GIT_CONFIG_KEY_4=gpg.format",
+            "GIT_CONFIG_VALUE_4=openpgp",
+            "GIT_CONFIG_KEY_5=gpg.program",
+            "GIT_CONFIG_VALUE_5=gpg",
+            "GIT_CONFIG_KEY_6=commit.gpgSign",
+            "GIT_CONFIG_VALUE_6=false",
+            "GIT_CONFIG_KEY_7=tag.gpgSign",
+            "GIT_CONFIG_VALUE_7=false",
+            "GIT_CONFIG_KEY_8=log.showSignature",
+            "GIT_CONFIG_VALUE_8=false",
+            "GIT_CONFIG_KEY_9=protocol.ext.allow",
+            "GIT_CONFIG_VALUE_9=never",
+            "GIT_CONFIG_KEY_10=safe.bareRepository",
+            "GIT_CONFIG_VALUE_10=explicit"};
+}
+
+// The whole environment of a command on the host, in order: nothing of
+// the server's own, HOME and the XDG dirs the command's, git locked down.
+TEST(GuardHost, BaseEnvironmentIsExact)
+{
+    Input in = Cmd("ls");
+    in.host = true;
+    Outcome out = Check(in);
+    ASSERT_EQ(out.err, 0) << out.message;
+    EXPECT_EQ(out.envp, HostBase());
+}
+
+TEST(GuardHost, NoRuntimeDirLeavesItUnset)
+{
+    const char *allowed[] = {"ls"};
+    const char *argv[] = {"ls"};
+    struct ws_guard_policy p = {};
+    p.allowed = allowed;
+    p.n_allowed = 1;
+    p.path = kPath;
+    p.home = kHome;
+    p.host = true;
+    struct ws_guard_request r = {};
+    r.argv = argv;
+    r.argc = 1;
+    struct ws_guard_result *res = nullptr;
+    ASSERT_EQ(ws_guard_check(&p, &r, nullptr, &res), 0);
+    for (size_t i = 0; i < res->n_env; i++)
+        EXPECT_NE(std::string(res->envp[i]).rfind("XDG_RUNTIME_DIR=", 0), 0u) << res->envp[i];
+    ws_guard_result_free(res);
+}
+
+// A terminal gets TERM in every provider; the client's own replaces it.
+TEST(GuardHost, PtySetsTerm)
+{
+    for (bool host : {false, true}) {
+        Input in = Cmd("ls");
+        in.host = host;
+        in.pty = true;
+        Outcome out = Check(in);
+        ASSERT_EQ(out.err, 0) << out.message;
+        EXPECT_NE(std::find(out.envp.begin(), out.envp.end(), "TERM=" WS_GUARD_TERM),
+                  out.envp.end());
+        in.env = {{"TERM", "vt100"}};
+        out = Check(in);
+        ASSERT_EQ(out.err, 0) << out.message;
+        EXPECT_NE(std::find(out.envp.begin(), out.envp.end(), "TERM=vt100"), out.envp.end());
+        EXPECT_EQ(std::find(out.envp.begin(), out.envp.end(), "TERM=" WS_GUARD_TERM),
+                  out.envp.end());
+    }
+    Outcome out = Check(Cmd("ls"));
+    for (const auto &e : out.envp)
+        EXPECT_NE(e.rfind("TERM=", 0), 0u) << "TERM without a terminal";
+}
+
+TEST(GuardHost, AllowlistedNamesPass)
+{
+    Input in = Cmd("ls");
+    in.host = true;
+    in.env = {{"LANG", "de_DE@euro"},
+              {"LANGUAGE", "fr:en"},
+              {"LC_ALL", ""},
+              {"LC_TIME", "en_GB.UTF-8"},
+              {"TZ", "CET-1CEST,M3.5.0,M10.5.0/3"},
+              {"TERM", "xterm-256color"},
+              {"COLORTERM", "truecolor"},
+              {"COLUMNS", "132"},
+              {"LINES", "50"},
+              {"NO_COLOR", "1"},
+              {"FORCE_COLOR", "3"},
+              {"CLICOLOR", "0"},
+              {"CLICOLOR_FORCE", "1"},
+              {"CI", "true"},
+              {"SOURCE_DATE_EPOCH", "1700000000"}};
+    Outcome out = Check(in);
+    ASSERT_EQ(out.err, 0) << out.message << " " << out.meta["token"];
+    std::vector<std::string> want = HostBase("de_DE@euro");
+    for (size_t i = 1; i < in.env.size(); i++)
+        want.push_back(in.env[i].first + "=" + in.env[i].second);
+    EXPECT_EQ(out.envp, want);
+    for (const char *tz : {"UTC", "Europe/Berlin", ":Europe/Paris", "<+03>-3", ""}) {
+        in.env = {{"TZ", tz}};
+        EXPECT_EQ(Check(in).err, 0) << tz;
+    }
+}
+
+// Everything else is refused on the host, naming the variable: what makes
+// a tool run or load something, and any name not on the list.
+TEST(GuardHost, OtherNamesAreDenied)
+{
+    for (const char *name : {"FOO",
+                             "SECRET_TOKEN",
+                             "TAR_OPTIONS",
+                             "GOFLAGS",
+                             "MAKEFLAGS",
+                             "CFLAGS",
+                             "PAGER",
+                             "EDITOR",
+                             "LESSOPEN",
+                             "XDG_CONFIG_HOME",
+                             "XDG_RUNTIME_DIR",
+                             "XDG_CONFIG_DIRS",
+                             "GIT_DIR",
+                             "GIT_TRACE",
+                             "GIT_CONFIG_GLOBAL",
+                             "http_proxy",
+                             "HTTPS_PROXY",
+                             "ALL_PROXY",
+                             "no_proxy",
+                             "PYTHONDONTWRITEBYTECODE",
+                             "NODE_OPTIONS",
+                             "PERL5LIB",
+                             "BASH_ENV",
+                             "ENV",
+                             "TMPDIR",
+                             "TERMINFO",
+                             "TZDIR",
+                             "USER",
+                             "PWD",
+                             "npm_config_script_shell",
+                             "CARGO_HOME",
+                             "lang",
+                             "Tz",
+                             "LD_PRELOAD",
+                             "PATH",
+                             "HOME"}) {
+        Input in = Cmd("ls");
+        in.host = true;
+        in.env = {{name, "x"}};
+        Outcome out = Check(in);
+        EXPECT_EQ(out.err, -WS_EENVDENIED) << name;
+        EXPECT_EQ(out.meta["token"], name);
+        EXPECT_TRUE(out.meta["rule"] == "env_allowlist" || out.meta["rule"] == "denylist")
+            << name << ": " << out.meta["rule"];
+    }
+}
+
+TEST(GuardHost, ValuesMustHaveTheirForm)
+{
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"LANG", "/srv/ws/workspace/locale"},
+        {"LANG", "en_US.UTF-8/../../x"},
+        {"LANGUAGE", "fr:/tmp/x"},
+        {"LC_ALL", "C x"},
+        {"LC_CTYPE", "../x"},
+        {"TZ", "/etc/shadow"},
+        {"TZ", ":/srv/ws/workspace/z"},
+        {"TZ", "Europe/../../../tmp/z"},
+        {"TZ", "..x"},
+        {"TERM", "../evil"},
+        {"TERM", "a/b"},
+        {"COLORTERM", "x y"},
+        {"COLUMNS", "80x"},
+        {"LINES", "-1"},
+        {"SOURCE_DATE_EPOCH", "1e9"},
+        {"CI", "yes please"},
+        {"NO_COLOR", "$(id)"},
+    };
+    for (const auto &[name, value] : bad) {
+        Input in = Cmd("ls");
+        in.host = true;
+        in.env = {{name, value}};
+        Outcome out = Check(in);
+        EXPECT_EQ(out.err, -WS_EENVDENIED) << name << "=" << value;
+        EXPECT_EQ(out.meta["token"], name);
+        EXPECT_EQ(out.meta["rule"], "env_value") << name << "=" << value;
+    }
+}
+
+// The operator's pass_env names are not held to the client's allowlist,
+// but never replace the base (HOME, the XDG dirs, git's settings) and the
+// denylist still holds for them.
+TEST(GuardHost, PassEnvIsTheOperatorsButNeverTheBase)
+{
+    ASSERT_EQ(setenv("WS_GUARD_TEST_PASS", "host-value", 1), 0);
+    ASSERT_EQ(setenv("XDG_CONFIG_HOME", "/server/config", 1), 0);
+    ASSERT_EQ(setenv("GIT_PAGER", "less", 1), 0);
+    ASSERT_EQ(setenv("TAR_OPTIONS", "--checkpoint-action=exec=id", 1), 0);
+    Input in = Cmd("ls");
+    in.host = true;
+    in.pass_env = {"WS_GUARD_TEST_PASS", "XDG_CONFIG_HOME", "GIT_PAGER", "TAR_OPTIONS", "HOME"};
+    Outcome out = Check(in);
+    unsetenv("XDG_CONFIG_HOME");
+    unsetenv("GIT_PAGER");
+    unsetenv("TAR_OPTIONS");
+    ASSERT_EQ(out.err, 0) << out.message;
+    std::vector<std::string> want = HostBase();
+    want.push_back("WS_GUARD_TEST_PASS=host-value");
+    EXPECT_EQ(out.envp, want);
+}
+
+// The isolated providers keep the denylist alone: an ordinary name passes
+// there, the program-running ones do not.
+TEST(GuardIsolated, DenylistOnly)
+{
+    Input in = Cmd("ls");
+    in.env = {{"FOO", "bar"}, {"XDG_CONFIG_HOME", "/workspace/.config"}, {"LANG", "/x"}};
+    Outcome out = Check(in);
+    ASSERT_EQ(out.err, 0) << out.message;
+    EXPECT_EQ(out.envp, (std::vector<std::string>{
+                            std::string("PATH=") + kPath, std::string("HOME=") + kHome, "LANG=/x",
+                            "FOO=bar", "XDG_CONFIG_HOME=/workspace/.config"}));
+    for (const char *name :
+         {"TAR_OPTIONS", "GOFLAGS", "MAKEFLAGS", "LESS", "ZIPOPT", "RSYNC_RSH"}) {
+        in.env = {{name, "x"}};
+        out = Check(in);
+        EXPECT_EQ(out.err, -WS_EENVDENIED) << name;
+        EXPECT_EQ(out.meta["rule"], "denylist") << name;
+    }
 }
 
 // ---- limits ----

@@ -90,12 +90,28 @@ TEST(Ref, SignVerifyAndEveryDefectIsBadRef)
     free(token);
 }
 
+// A finished policy set whose default allows every provider.
+ws_policy_set *AllProviders()
+{
+    ws_policy_set *set = nullptr;
+    char why[256];
+    EXPECT_EQ(ws_policy_set_new(&set), 0);
+    EXPECT_EQ(ws_policy_set_key(set, nullptr, "providers", "memory,local-bash,local-sandbox,docker",
+                                why, sizeof(why)),
+              0)
+        << why;
+    EXPECT_EQ(ws_policy_set_finish(set), 0);
+    return set;
+}
+
 TEST(Registry, OpenCloseQuotaAndPersistence)
 {
     std::string dir = TempDir();
     struct ws_registry_config cfg = {};
     cfg.state_dir = dir.c_str();
     cfg.max_workspaces = 2;
+    ws_policy_set *policy = AllProviders();
+    cfg.policy = policy;
     struct ws_registry *reg = nullptr;
     ASSERT_EQ(ws_registry_new(&cfg, &reg), 0);
 
@@ -139,6 +155,62 @@ TEST(Registry, OpenCloseQuotaAndPersistence)
     EXPECT_EQ(std::string(ws_workspace_id(g)), id_b);
     ws_workspace_unref(g);
     EXPECT_EQ(ws_registry_get(reg, nullptr, id_a.c_str(), WS_CAP_FS, &d, &g), -WS_ENOWORKSPACE);
+    ws_registry_free(reg);
+    ws_policy_set_unref(policy);
+}
+
+std::string Meta(const ws_diag &d, const std::string &key)
+{
+    for (int i = 0; i < d.n_meta; i++)
+        if (key == d.key[i])
+            return d.value[i];
+    return "<none>";
+}
+
+// The policy is checked at Open, per tenant, against the set in force:
+// swapping the set changes the next Open's answer and leaves open
+// workspaces alone.
+TEST(Registry, PolicyIsCheckedPerTenantAndSwappedWhole)
+{
+    std::string dir = TempDir();
+    struct ws_registry_config cfg = {};
+    cfg.state_dir = dir.c_str();
+    struct ws_registry *reg = nullptr;
+    // No policy given: the default one, without local-bash.
+    ASSERT_EQ(ws_registry_new(&cfg, &reg), 0);
+    Workspace__V1__LocalBashConfig lb;
+    auto req = LocalBashRequest(&lb);
+    struct ws_diag d = {};
+    struct ws_workspace *ws = nullptr;
+    EXPECT_EQ(ws_registry_open(reg, nullptr, &req, &d, &ws), -WS_EPOLICY);
+    EXPECT_EQ(Meta(d, "rule"), "providers");
+    EXPECT_EQ(Meta(d, "provider"), "local-bash");
+
+    ws_policy_set *set = nullptr;
+    char why[256];
+    ASSERT_EQ(ws_policy_set_new(&set), 0);
+    ASSERT_EQ(ws_policy_set_key(set, "alice", "providers", "local-bash", why, sizeof(why)), 0);
+    ASSERT_EQ(ws_policy_set_finish(set), 0);
+    ws_registry_set_policy(reg, set);
+    ws_policy_set_unref(set);
+    d = {};
+    ASSERT_EQ(ws_registry_open(reg, "alice", &req, &d, &ws), 0) << d.message;
+    d = {};
+    struct ws_workspace *other = nullptr;
+    EXPECT_EQ(ws_registry_open(reg, "bob", &req, &d, &other), -WS_EPOLICY);
+
+    // Back to the default: alice's next Open is refused, her workspace
+    // stays usable.
+    ASSERT_EQ(ws_policy_set_new(&set), 0);
+    ASSERT_EQ(ws_policy_set_finish(set), 0);
+    ws_registry_set_policy(reg, set);
+    ws_policy_set_unref(set);
+    d = {};
+    EXPECT_EQ(ws_registry_open(reg, "alice", &req, &d, &other), -WS_EPOLICY);
+    struct ws_workspace *g = nullptr;
+    EXPECT_EQ(ws_registry_get(reg, "alice", ws_workspace_id(ws), WS_CAP_FS, &d, &g), 0);
+    ws_workspace_unref(g);
+    ws_workspace_unref(ws);
     ws_registry_free(reg);
 }
 

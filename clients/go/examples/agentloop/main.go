@@ -2,7 +2,12 @@
 // file, run a command over it with its output streamed as it arrives, read
 // the result back, and close the workspace.
 //
-// Usage: agentloop [ADDR]   (default: $WORKSPACED_ADDR)
+// It uses the local-sandbox provider (bubblewrap namespaces plus seccomp),
+// which a server offers by default: the provider for untrusted agents when
+// there is no Docker.
+//
+// Usage: agentloop [ADDR]   (default: $WORKSPACED_ADDR, else the server's
+// default socket unix:/run/workspaced/workspaced.sock)
 package main
 
 import (
@@ -35,7 +40,7 @@ func run(ctx context.Context, addr string) error {
 	}
 	defer c.Close()
 
-	ws, err := c.Open(ctx, workspaced.LocalBash(), &workspaced.Capabilities{
+	ws, err := c.Open(ctx, workspaced.LocalSandbox(nil), &workspaced.Capabilities{
 		Fs:    &workspaced.FsCapability{},
 		Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh", "wc"}},
 	})

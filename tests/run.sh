@@ -22,6 +22,9 @@ stamp=$(mktemp)
 trap 'rm -f "$log" "$skips" "$stamp"' EXIT
 status=0
 times=()
+# The mechanical style rules (formatting, no unbounded string calls).
+bash tests/style/check.sh 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 t1=$(date +%s)
 times+=("setup $((t1 - t0)) s")
 

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -55,7 +56,7 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, bool *ret_l
         return -EINVAL;
     memset(ss, 0, sizeof(*ss));
     if (strcmp(host, "localhost") == 0)
-        strcpy(host, "127.0.0.1");
+        snprintf(host, sizeof(host), "127.0.0.1");
     if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
         v4->sin_family = AF_INET;
         v4->sin_port = htons((uint16_t)port);

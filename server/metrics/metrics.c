@@ -138,7 +138,7 @@ static struct series *series_for(struct family *f, const char *const *values)
             return s;
         }
         for (k = 0; k < f->n_labels; k++)
-            strcpy(want[k], "overflow");
+            snprintf(want[k], sizeof(want[k]), "overflow");
     }
 }
 

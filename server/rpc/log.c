@@ -72,6 +72,8 @@ void ws_log_msg(int level, const char *event, const char *fmt, ...)
     va_end(ap);
     memcpy(esc, "{\"message\":\"", 12);
     ws_log_escape(esc + 12, sizeof(esc) - 14, text);
-    strcat(esc, "\"}");
+    /* The escape stops 2 bytes short of the end: room for the close. */
+    size_t n = strlen(esc);
+    memcpy(esc + n, "\"}", 3);
     ws_log_json(level, event, esc);
 }

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The project's mechanical style rules, checked on every tracked file (run
+# by tests/run.sh before the build, and by hand: bash tests/style/check.sh):
+#  - every C and C++ file is formatted by clang-format with .clang-format;
+#  - the server and wsctl call none of strcpy, strcat, sprintf, vsprintf,
+#    gets: each writes without a bound (snprintf, memcpy with a checked
+#    length, or the fs helpers instead).
+# Exits 1 naming each file and line that breaks a rule.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+command -v clang-format >/dev/null || {
+  echo "style: clang-format is missing (Debian package clang-format, which bazel/setup.sh installs)" >&2
+  exit 1
+}
+status=0
+mapfile -t sources < <(git ls-files '*.c' '*.h' '*.cc' | grep -v '^bazel/local/')
+if [ "${#sources[@]}" -eq 0 ]; then
+  echo "style: no C or C++ files found (not a git checkout?)" >&2
+  exit 1
+fi
+for f in "${sources[@]}"; do
+  if ! clang-format --dry-run --Werror "$f" >/dev/null 2>&1; then
+    echo "style: $f is not clang-formatted (clang-format -i $f)" >&2
+    status=1
+  fi
+done
+# A call is the name followed by '(' (comments saying "gets a" do not match).
+if git grep -nE '(^|[^A-Za-z0-9_])(strcpy|strcat|sprintf|vsprintf|gets)[[:space:]]*\(' \
+     -- 'server/*.c' 'server/*.h' 'clients/cli/*.c' 'clients/cli/*.h' >&2; then
+  echo "style: unbounded string calls above (use snprintf, or memcpy with a checked length)" >&2
+  status=1
+fi
+[ "$status" -eq 0 ] && echo "style: ${#sources[@]} files formatted, no unbounded string calls"
+exit "$status"

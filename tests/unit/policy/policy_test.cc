@@ -20,16 +20,26 @@ extern "C" {
 namespace
 {
 
+// A directory under /tmp, removed when the test ends: the test's own
+// temporary directory may lie under /root, which is never a bind root, and
+// be too deep for a socket's path.
 std::string TempDir()
 {
-    std::string t =
-        std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/polXXXXXX";
-    std::vector<char> buf(t.begin(), t.end());
-    buf.push_back('\0');
-    EXPECT_NE(mkdtemp(buf.data()), nullptr);
-    char *real = realpath(buf.data(), nullptr);
+    static struct Dirs {
+        std::vector<std::string> v;
+        ~Dirs()
+        {
+            for (const auto &d : v)
+                (void)system(("rm -rf '" + d + "'").c_str());
+        }
+    } dirs;
+    char tmpl[] = "/tmp/wspolXXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    char *real = realpath(tmpl, nullptr);
     std::string out = real ? real : "";
     free(real);
+    if (!out.empty())
+        dirs.v.push_back(out);
     return out;
 }
 
@@ -239,14 +249,7 @@ TEST(Policy, TenantsInheritUnsetKeysFromTheDefault)
 TEST(Policy, BindsNeedARootAndNeverReachTheHostsOwnTrees)
 {
     Set set;
-    // The socket's path must fit a sockaddr_un: under /tmp when the test's
-    // temporary directory is too deep.
     std::string root = TempDir();
-    if (root.size() + sizeof("/s.sock") > sizeof(sockaddr_un::sun_path)) {
-        char tmpl[] = "/tmp/polXXXXXX";
-        ASSERT_NE(mkdtemp(tmpl), nullptr);
-        root = tmpl;
-    }
     const std::string state = TempDir();
     ASSERT_EQ(mkdir((root + "/data").c_str(), 0755), 0);
     ASSERT_EQ(mkdir((state + "/workspaces").c_str(), 0755), 0);

@@ -467,15 +467,21 @@ std::string HostSh(const std::string &script, int *rc)
 // A gRPC call (Health/Check, an empty request in its 5-byte frame) spoken
 // over HTTP/2 cleartext with nothing but sh, printf and curl, to each of
 // `targets` (host:port): one line per target, "TARGET HTTP_CODE rc=CURL_EXIT".
-// A gRPC server that is reached answers HTTP 200, with or without a token.
+// The call carries `token`, so a server that is reached reads the whole
+// request and answers HTTP 200 with curl exiting 0. (Without one the server
+// may refuse before curl has sent its body, and curl then reports a stream
+// error with no HTTP code: reached, yet looking like "not reached".)
 // No single quotes: it runs under sh -c '...' on the host too.
-std::string H2cScript(const std::vector<std::string> &targets)
+std::string H2cScript(const std::vector<std::string> &targets, const std::string &token)
 {
     std::string s = "for t in";
     for (const auto &t : targets)
         s += " " + t;
     s += "; do printf \"\\0\\0\\0\\0\\0\" | curl -s --connect-timeout 5 -m 10 "
          "--http2-prior-knowledge -o /dev/null -w \"$t %{http_code} \" "
+         "-H \"authorization: Bearer " +
+         token +
+         "\" "
          "-H \"content-type: application/grpc\" -H \"te: trailers\" --data-binary @- "
          "http://$t/grpc.health.v1.Health/Check; echo rc=$?; done";
     return s;
@@ -1348,7 +1354,7 @@ TEST_F(SandboxTest, TerminalInjectionIsBlockedUnderAPty)
 TEST_F(SandboxTest, NetworkAllowNeverReachesTheHostsLoopback)
 {
     // A server's control plane on loopback TCP, which TCP only serves with
-    // authentication: the call is answered (HTTP 200) either way.
+    // authentication; the scripts carry its token.
     const std::string tokens = HostTempDir("ws-sbx-tokens", &cleanup_) + "/tokens";
     wstest::WriteHostFile(tokens, "default " + wstest::Sha256Hex("tok-sandbox-test") + "\n");
     Server control({"--listen", "127.0.0.1:0", "--tokens-file", tokens});
@@ -1358,7 +1364,7 @@ TEST_F(SandboxTest, NetworkAllowNeverReachesTheHostsLoopback)
     const std::string lo = loopback_->addr();
 
     int rc = -1;
-    std::string host = HostSh(H2cScript({cp}), &rc);
+    std::string host = HostSh(H2cScript({cp}, "tok-sandbox-test"), &rc);
     ASSERT_EQ(host, cp + " 200 rc=0\n") << "the control plane is not reachable from the host";
     host = HostSh(GetScript(lo), &rc);
     ASSERT_EQ(host, std::string(TcpListener::kBody) + " rc=0\n");
@@ -1370,7 +1376,8 @@ TEST_F(SandboxTest, NetworkAllowNeverReachesTheHostsLoopback)
     wstest::Ws on = OpenOk(allow);
     const std::vector<std::string> targets = {cp, "10.0.2.2:" + cp_port, "localhost:" + cp_port, lo,
                                               "10.0.2.2:" + loopback_->port()};
-    RunResponse r = Sh(on, H2cScript(targets));
+    // The command even holds a valid token: what stops it is the network.
+    RunResponse r = Sh(on, H2cScript(targets, "tok-sandbox-test"));
     EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
     std::set<std::string> lines = Lines(r.stdout());
     EXPECT_EQ(lines.size(), targets.size()) << r.stdout() << r.stderr();
@@ -1379,8 +1386,12 @@ TEST_F(SandboxTest, NetworkAllowNeverReachesTheHostsLoopback)
         for (const auto &l : lines)
             if (l.compare(0, t.size() + 1, t + " ") == 0) {
                 seen = true;
+                // 000 and curl's "could not connect" (7) or connect
+                // timeout (28): never an answer, nor a broken one.
+                const std::string rc_word = l.substr(l.rfind(' ') + 1);
                 EXPECT_EQ(l.substr(t.size() + 1, 4), "000 ") << "reached " << t << ": " << l;
-                EXPECT_NE(l.substr(l.size() - 5), " rc=0") << "reached " << t << ": " << l;
+                EXPECT_TRUE(rc_word == "rc=7" || rc_word == "rc=28")
+                    << "reached " << t << ": " << l;
             }
         EXPECT_TRUE(seen) << t << " not tried: " << r.stdout() << r.stderr();
     }

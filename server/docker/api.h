@@ -286,7 +286,7 @@ int ws_docker_create_body(const struct ws_docker_container_spec *spec, char **re
 
 /* --- exec ------------------------------------------------------------------- */
 
-/* Backstops behind the shell guard's own limits (server/posix/guard.h),
+/* Backstops behind the shell guard's own limits (server/guard/guard.h),
  * which are lower: these bound what this layer will serialize no matter
  * who calls it. */
 #define WS_DOCKER_ARGS_MAX       4096

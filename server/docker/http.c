@@ -21,7 +21,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "server/posix/pump.h"
+#include "server/events/pump.h"
 
 /* "https://" + host + ":65535" + NUL, with room to spare. */
 #define BASE_URL_MAX (WS_DOCKER_HTTP_HOST_MAX + 32)

@@ -1,5 +1,5 @@
 /* An HTTP client for the Docker Engine API whose transfers run on the
- * server's pump thread (server/posix/pump.h), through libcurl's multi
+ * server's pump thread (server/events/pump.h), through libcurl's multi
  * socket API: curl's sockets and one timerfd are pump watches, so a
  * thousand idle log streams cost no thread each and never block the loop.
  *

@@ -16,7 +16,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "server/posix/ring.h"
+#include "server/events/ring.h"
 #include "server/posix/spawn.h"
 
 /* Pipe buffer asked for the output pipes: fewer wakeups when the child

@@ -32,7 +32,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "server/posix/pump.h"
+#include "server/events/pump.h"
 #include "server/posix/spawn.h"
 #include "server/posix/tree.h"
 

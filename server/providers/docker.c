@@ -16,7 +16,7 @@
 
 #include "server/base/fd.h"
 #include "server/docker/http.h"
-#include "server/posix/pump.h"
+#include "server/events/pump.h"
 #include "server/providers/probe.h"
 
 /* Longest status line the relay writes ("signaled 64 core oom\n"). */
@@ -66,7 +66,7 @@ const char *ws_docker_rt_init_path(void)
 {
     static _Thread_local char found[PATH_MAX];
 
-    return ws_probe_server_program(WS_DOCKER_INIT_ENV, WS_DOCKER_INIT_NAME, "docker", found,
+    return ws_probe_server_program(WS_DOCKER_INIT_ENV, WS_DOCKER_INIT_NAME, "progs", found,
                                    sizeof(found));
 }
 
@@ -74,7 +74,7 @@ const char *ws_docker_rt_relay_path(void)
 {
     static _Thread_local char found[PATH_MAX];
 
-    return ws_probe_server_program(WS_DOCKER_RELAY_ENV, WS_DOCKER_RELAY_NAME, "docker", found,
+    return ws_probe_server_program(WS_DOCKER_RELAY_ENV, WS_DOCKER_RELAY_NAME, "progs", found,
                                    sizeof(found));
 }
 

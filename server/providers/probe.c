@@ -120,7 +120,7 @@ const char *ws_probe_sandbox_init_path(void)
 {
     static _Thread_local char found[PATH_MAX];
 
-    return ws_probe_server_program(WS_SANDBOX_INIT_ENV, WS_SANDBOX_INIT_NAME, "sandbox", found,
+    return ws_probe_server_program(WS_SANDBOX_INIT_ENV, WS_SANDBOX_INIT_NAME, "progs", found,
                                    sizeof(found));
 }
 

@@ -67,7 +67,7 @@ static const struct errmap {
     {-EEXIST, GRPC_STATUS_ALREADY_EXISTS, "EXISTS"},
     {-EACCES, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
     {-EPERM, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
-    /* The shell guard (server/posix/guard.h); its malformed input (a bad
+    /* The shell guard (server/guard/guard.h); its malformed input (a bad
      * env name, an unterminated quote) is -WS_EMALFORMED above. */
     {-WS_ENOTALLOWED, GRPC_STATUS_PERMISSION_DENIED, "COMMAND_NOT_ALLOWED"},
     {-WS_EMETACHAR, GRPC_STATUS_PERMISSION_DENIED, "METACHAR"},

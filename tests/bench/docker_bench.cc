@@ -79,7 +79,7 @@ constexpr uint64_t kMiB = 1024 * 1024;
 constexpr const char *kDefaultSocket = "/var/run/docker.sock";
 constexpr const char *kDefaultImage = "workspaced-test:busybox";
 // The server's in-container init and host-side relay, where it finds them
-// (beside itself, in docker/), and the variables that override that
+// (beside itself, in progs/), and the variables that override that
 // (server/providers/docker.h).
 constexpr const char *kInitName = "workspaced-docker-init";
 constexpr const char *kInitEnv = "WORKSPACED_DOCKER_INIT";
@@ -1827,7 +1827,7 @@ std::string PinInit(const std::string &server)
     if (forced && forced[0])
         return forced;
     std::string dir = server.substr(0, server.rfind('/') + 1);
-    for (const char *rel : {"", "docker/", "server/docker/"}) {
+    for (const char *rel : {"", "progs/", "server/progs/"}) {
         std::string p = dir + rel + kInitName;
         if (access(p.c_str(), X_OK) == 0) {
             setenv(kInitEnv, p.c_str(), 1);
@@ -1892,7 +1892,7 @@ int main(int argc, char **argv)
     std::string relay =
         forced_relay && forced_relay[0]
             ? forced_relay
-            : opt.server.substr(0, opt.server.rfind('/') + 1) + "docker/" + kRelayName;
+            : opt.server.substr(0, opt.server.rfind('/') + 1) + "progs/" + kRelayName;
     if (access(relay.c_str(), X_OK) != 0)
         relay.clear();
 

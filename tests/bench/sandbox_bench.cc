@@ -1079,7 +1079,7 @@ void Usage(FILE *f)
 {
     fprintf(f, "usage: sandbox_bench --server PATH [options]\n"
                "  --server PATH        the workspaced binary (required); the sandbox's init is\n"
-               "                       taken from beside it (sandbox/workspaced-sandbox-init)\n"
+               "                       taken from beside it (progs/workspaced-sandbox-init)\n"
                "                       unless WORKSPACED_SANDBOX_INIT is set\n"
                "  --server-threads N   pass --threads N to the server [its default]\n"
                "  --tmp DIR            where the state directory goes [$TMPDIR or /tmp]\n"

@@ -61,7 +61,7 @@ namespace
 using Clock = std::chrono::steady_clock;
 
 const char kProbeRunfile[] = "tests/sandbox/escape_probe";
-const char kInitRunfile[] = "server/sandbox/workspaced-sandbox-init";
+const char kInitRunfile[] = "server/progs/workspaced-sandbox-init";
 const int kSurvivorWaitMs = 10000;
 
 // Every check escape_probe makes, in the order it prints them (README.md).

@@ -28,7 +28,7 @@
 #include "server/exec/exec.h"
 #include "server/metrics/metrics.h"
 #include "server/posix/fs.h"
-#include "server/posix/guard.h"
+#include "server/guard/guard.h"
 #include "server/posix/spawn.h"
 #include "server/providers/docker.h"
 #include "server/providers/sandbox.h"

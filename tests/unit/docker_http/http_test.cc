@@ -26,7 +26,7 @@
 
 extern "C" {
 #include "server/docker/http.h"
-#include "server/posix/pump.h"
+#include "server/events/pump.h"
 }
 
 namespace

@@ -1,4 +1,4 @@
-// Tests for server/docker/init.c, the wrapper every Docker-provider command
+// Tests for server/progs/docker_init.c, the wrapper every Docker-provider command
 // runs under. The static binary is run directly on the host (it needs no
 // container: a subreaper, /proc and signals are all it uses), with its stdout
 // and stderr on pipes, and every property is checked from the exit record,
@@ -31,7 +31,7 @@ namespace
 
 using Clock = std::chrono::steady_clock;
 
-const char kInitRunfile[] = "server/docker/workspaced-docker-init";
+const char kInitRunfile[] = "server/progs/workspaced-docker-init";
 // Long enough for any noisy machine; a test only waits this long when the
 // feature under test is broken (something was left running).
 const int kFinishWaitMs = 60000;

@@ -1,4 +1,4 @@
-// Tests for server/posix/guard.c, the shell guard.
+// Tests for server/guard/guard.c, the shell guard.
 //
 // Hostile commands are data: tests/corpus/commands/*.case (format in its
 // README.md), each run through ws_guard_check with the README's policy and
@@ -27,7 +27,7 @@
 
 extern "C" {
 #include "server/base/errors.h"
-#include "server/posix/guard.h"
+#include "server/guard/guard.h"
 }
 
 namespace fs = std::filesystem;

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 extern "C" {
-#include "server/posix/ring.h"
+#include "server/events/ring.h"
 }
 
 namespace

@@ -1,5 +1,5 @@
 /* The shell guard; the rules and their reasons are in guard.h. */
-#include "server/posix/guard.h"
+#include "server/guard/guard.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -1,4 +1,4 @@
-#include "server/posix/ring.h"
+#include "server/events/ring.h"
 
 #include <sys/uio.h>
 

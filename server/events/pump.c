@@ -1,5 +1,5 @@
 /* One epoll loop on its own thread; see pump.h. */
-#include "server/posix/pump.h"
+#include "server/events/pump.h"
 
 #include <errno.h>
 #include <fcntl.h>

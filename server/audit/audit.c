@@ -8,13 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 #include <openssl/evp.h>
 
 #include "server/base/fd.h"
+#include "server/base/io.h"
+#include "server/base/time.h"
 #include "server/base/utf8.h"
 
 #define HEX_LEN 64
@@ -127,12 +128,9 @@ static int next_line(struct reader *r, char *out, size_t *ret_len, bool *ret_com
             if (r->left == 0)
                 break;
             size_t want = r->left < sizeof(r->buf) ? (size_t)r->left : sizeof(r->buf);
-            ssize_t got = read(r->fd, r->buf, want);
-            if (got < 0) {
-                if (errno == EINTR)
-                    continue;
+            ssize_t got = WS_RETRY_EINTR(read(r->fd, r->buf, want));
+            if (got < 0)
                 return -errno;
-            }
             if (got == 0) {
                 r->left = 0;
                 break;
@@ -206,14 +204,6 @@ static size_t json_cost(const char *s)
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         n += (*p < 0x20) ? 6 : (*p == '"' || *p == '\\') ? 2 : 1;
     return n;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static char *dump(const json_t *o)
@@ -304,7 +294,7 @@ static int append(struct ws_audit *a, const char *ws_id, json_t *o)
         goto out;
     err = -ENOMEM;
     if (json_object_set_new(o, "seq", json_integer((json_int_t)h->next_seq)) < 0 ||
-        json_object_set_new(o, "ts", json_integer(now_ms())) < 0 ||
+        json_object_set_new(o, "ts", json_integer(ws_wall_ms())) < 0 ||
         json_object_set_new(o, "prev", json_string(h->prev)) < 0)
         goto out;
     body = dump(o);

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/base/io.h"
+
 /* How much of an offending line or name an error quotes. */
 #define QUOTE_MAX 64
 
@@ -95,7 +97,7 @@ static int slurp(const char *path, char **ret, size_t *ret_len)
 {
     struct stat st;
     char *buf = NULL;
-    size_t n = 0;
+    ssize_t n;
     int fd, err;
 
     /* O_NONBLOCK: a FIFO named as the file must not hang the start before
@@ -118,26 +120,19 @@ static int slurp(const char *path, char **ret, size_t *ret_len)
     buf = malloc(WS_CONF_FILE_MAX + 2);
     if (!buf)
         goto out;
-    for (;;) {
-        ssize_t got = read(fd, buf + n, WS_CONF_FILE_MAX + 1 - n);
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            err = -errno;
-            goto out;
-        }
-        if (got == 0)
-            break;
-        n += (size_t)got;
-        if (n > WS_CONF_FILE_MAX) {
-            err = -EFBIG;
-            goto out;
-        }
+    n = ws_read_all(fd, buf, WS_CONF_FILE_MAX + 1);
+    if (n < 0) {
+        err = (int)n;
+        goto out;
+    }
+    if (n > WS_CONF_FILE_MAX) {
+        err = -EFBIG;
+        goto out;
     }
     buf[n] = '\0';
     *ret = buf;
     buf = NULL;
-    *ret_len = n;
+    *ret_len = (size_t)n;
     err = 0;
 out:
     free(buf);

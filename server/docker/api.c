@@ -9,6 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "server/base/macros.h"
 #include "server/base/utf8.h"
 
 /* --- character classes ------------------------------------------------------ */
@@ -272,7 +273,7 @@ static bool digest_valid(const char *s, size_t n)
         size_t hex;
     } known[] = {{"sha256:", 64}, {"sha384:", 96}, {"sha512:", 128}};
 
-    for (size_t k = 0; k < sizeof(known) / sizeof(known[0]); k++) {
+    for (size_t k = 0; k < WS_ELEMENTSOF(known); k++) {
         size_t a = strlen(known[k].algorithm);
 
         if (n != a + known[k].hex || strncmp(s, known[k].algorithm, a) != 0)

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/base/macros.h"
+#include "server/base/time.h"
 #include "server/posix/fs.h"
 
 #define BUCKETS 256
@@ -468,7 +470,7 @@ static void on_proc_done(void *arg, struct ws_proc *p)
                 entry_stopped(e, t, en);
                 break;
             }
-        trim_finished(t, drop, &n_drop, sizeof(drop) / sizeof(drop[0]));
+        trim_finished(t, drop, &n_drop, WS_ELEMENTSOF(drop));
     }
     pthread_cond_broadcast(&e->cond);
     pthread_mutex_unlock(&e->lock);
@@ -721,12 +723,7 @@ static void kill_and_wait(struct ws_exec *e, struct table *only, enum ws_cause c
         pthread_mutex_lock(&e->lock);
         /* Wait for one to end (or a spawn in progress to register). */
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000;
-        if (ts.tv_nsec >= 1000000000) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000;
-        }
+        ws_abstime_after_ms(50, &ts);
         pthread_cond_timedwait(&e->cond, &e->lock, &ts);
     }
 }

@@ -12,10 +12,12 @@
 #include <sys/random.h>
 #include <sys/timerfd.h>
 #include <termios.h>
-#include <time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "server/base/io.h"
+#include "server/base/macros.h"
+#include "server/base/time.h"
 #include "server/events/ring.h"
 #include "server/posix/spawn.h"
 
@@ -117,20 +119,6 @@ struct ws_proc {
     struct ws_proc_result result;
 };
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t unix_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 const char *ws_cause_name(enum ws_cause c)
 {
     static const char *const names[] = {
@@ -139,7 +127,7 @@ const char *ws_cause_name(enum ws_cause c)
         [WS_CAUSE_OOM] = "OOM",           [WS_CAUSE_CANCELLED] = "CANCELLED",
         [WS_CAUSE_EVICTED] = "EVICTED",
     };
-    return (unsigned)c < sizeof(names) / sizeof(names[0]) ? names[c] : "NONE";
+    return (unsigned)c < WS_ELEMENTSOF(names) ? names[c] : "NONE";
 }
 
 /* ---- references ---- */
@@ -208,13 +196,13 @@ static void arm_timer(struct ws_proc *p)
         at = p->phase_deadline;
     /* While ending, the tree's emptiness is polled. */
     if (p->phase == PHASE_TERMINATING || p->phase == PHASE_KILLED) {
-        int64_t tick = mono_ms() + WS_PROC_POLL_MS;
+        int64_t tick = ws_mono_ms() + WS_PROC_POLL_MS;
         if (!at || tick < at)
             at = tick;
     }
     struct itimerspec its = {0};
     if (at) {
-        int64_t d = at - mono_ms();
+        int64_t d = at - ws_mono_ms();
         if (d < 1)
             d = 1;
         its.it_value.tv_sec = d / 1000;
@@ -302,7 +290,7 @@ static void fill_result(struct ws_proc *p)
     } else if (!r->cause) {
         r->cause = WS_CAUSE_CANCELLED;
     }
-    r->wall_ms = (uint64_t)(mono_ms() - p->started_mono_ms);
+    r->wall_ms = (uint64_t)(ws_mono_ms() - p->started_mono_ms);
     for (int i = 0; i < WS_STREAM_COUNT; i++) {
         struct stream *st = &p->streams[i];
         struct ws_proc_stream_stats *ss = &r->streams[i];
@@ -331,7 +319,7 @@ static bool check_done(struct ws_proc *p)
     for (int i = 0; i < WS_STREAM_COUNT; i++)
         if (p->streams[i].present && !p->streams[i].eof && p->streams[i].paused)
             paused = true;
-    bool settled = p->phase == PHASE_KILLED && !paused && mono_ms() >= p->phase_deadline;
+    bool settled = p->phase == PHASE_KILLED && !paused && ws_mono_ms() >= p->phase_deadline;
     if (!all_eof(p) && !settled)
         return false;
     if (!settled && ws_tree_count(p->tree) > 0)
@@ -441,14 +429,14 @@ static void begin_kill(struct ws_proc *p, bool graceful, bool release_held)
          * so stopped members act on it): one delivery per process. */
         signal_tree(p, SIGTERM);
         p->phase = PHASE_TERMINATING;
-        p->phase_deadline = mono_ms() + p->grace_ms;
+        p->phase_deadline = ws_mono_ms() + p->grace_ms;
     } else {
         if (p->wrapper.kill)
             p->wrapper.kill(p->wrapper.arg);
         ws_tree_kill(p->tree);
         ws_child_signal(p->child, SIGKILL);
         p->phase = PHASE_KILLED;
-        p->phase_deadline = mono_ms() + WS_PROC_SETTLE_MS;
+        p->phase_deadline = ws_mono_ms() + WS_PROC_SETTLE_MS;
     }
     arm_timer(p);
 }
@@ -543,7 +531,7 @@ static void on_stream(void *arg, uint32_t events)
         st->total += (uint64_t)n;
         /* Still draining what the tree wrote: not the time to give up. */
         if (p->phase == PHASE_KILLED && p->leader_done)
-            p->phase_deadline = mono_ms() + WS_PROC_SETTLE_MS;
+            p->phase_deadline = ws_mono_ms() + WS_PROC_SETTLE_MS;
     } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
         /* EOF; a PTY master reads EIO once the last slave fd closed. */
         close_stream(p, st);
@@ -577,7 +565,7 @@ static void on_pidfd(void *arg, uint32_t events)
              * went to a process outside the tree. Give it the settle
              * time, then stop waiting. */
             p->phase = PHASE_KILLED;
-            p->phase_deadline = mono_ms() + p->grace_ms;
+            p->phase_deadline = ws_mono_ms() + p->grace_ms;
             arm_timer(p);
         }
         done = check_done(p);
@@ -596,7 +584,7 @@ static void on_timer(void *arg, uint32_t events)
     (void)events;
     (void)!read(p->timer_fd, &ticks, sizeof(ticks));
     pthread_mutex_lock(&p->lock);
-    int64_t now = mono_ms();
+    int64_t now = ws_mono_ms();
     switch (p->phase) {
     case PHASE_RUNNING:
         if (p->timeout_at && now >= p->timeout_at) {
@@ -640,13 +628,12 @@ static void on_stdin(void *arg, uint32_t events)
     (void)events;
     pthread_mutex_lock(&p->lock);
     while (p->in_off < p->in_len && p->stdin_fd >= 0) {
-        ssize_t n = write(p->stdin_fd, p->in_buf + p->in_off, p->in_len - p->in_off);
+        ssize_t n =
+            WS_RETRY_EINTR(write(p->stdin_fd, p->in_buf + p->in_off, p->in_len - p->in_off));
         if (n > 0) {
             p->in_off += (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
         if (n < 0 && errno == EAGAIN)
             break;
         /* EPIPE: the command closed its stdin; the rest is dropped. */
@@ -713,7 +700,7 @@ static void make_id(char *buf)
         /* getrandom on Linux does not fail for 8 bytes once seeded; a
          * counter keeps ids unique regardless. */
         static atomic_ulong ctr;
-        unsigned long v = atomic_fetch_add(&ctr, 1) ^ (unsigned long)mono_ms();
+        unsigned long v = atomic_fetch_add(&ctr, 1) ^ (unsigned long)ws_mono_ms();
         memcpy(r, &v, sizeof(r));
     }
     buf[0] = 'p';
@@ -809,8 +796,8 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
             goto fail;
         }
     }
-    p->started_mono_ms = mono_ms();
-    p->started_unix_ms = unix_ms();
+    p->started_mono_ms = ws_mono_ms();
+    p->started_unix_ms = ws_wall_ms();
     err = ws_spawn(&so, &p->child);
     if (w && w->leave)
         w->leave(w->arg);
@@ -1116,7 +1103,7 @@ static void maybe_resume(struct ws_proc *p, struct stream *st)
         /* The settle time counts from here: while held, the pipe could not
          * be drained, so it has not been waited for. */
         if (p->phase == PHASE_KILLED && p->leader_done)
-            p->phase_deadline = mono_ms() + WS_PROC_SETTLE_MS;
+            p->phase_deadline = ws_mono_ms() + WS_PROC_SETTLE_MS;
     }
 }
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/base/macros.h"
 #include "server/vfs/vfs.h"
 
 /* Unquoted, these would make a shell do something other than run one
@@ -686,7 +687,7 @@ static bool denied(const char *name)
     }
     while (len > 0 && is_blank(name[len - 1]))
         len--;
-    for (i = 0; i < sizeof(denylist) / sizeof(denylist[0]); i++) {
+    for (i = 0; i < WS_ELEMENTSOF(denylist); i++) {
         size_t n = strlen(denylist[i].name);
 
         if (denylist[i].prefix ? len >= n : len == n)
@@ -741,7 +742,7 @@ static int host_allowed(const char *name)
 {
     size_t i;
 
-    for (i = 0; i < sizeof(host_allowlist) / sizeof(host_allowlist[0]); i++) {
+    for (i = 0; i < WS_ELEMENTSOF(host_allowlist); i++) {
         size_t n = strlen(host_allowlist[i].name);
 
         if (host_allowlist[i].prefix ? strncmp(name, host_allowlist[i].name, n) == 0
@@ -848,17 +849,17 @@ static int host_env(const struct ws_guard_policy *p, struct strv *env)
         {"XDG_STATE_HOME", "/.local/state"},
     };
     char buf[PATH_MAX + 64], name[32];
-    size_t i, n = sizeof(git_overrides) / sizeof(git_overrides[0]);
+    size_t i, n = WS_ELEMENTSOF(git_overrides);
     int e = 0;
 
-    for (i = 0; e >= 0 && i < sizeof(xdg) / sizeof(xdg[0]); i++) {
+    for (i = 0; e >= 0 && i < WS_ELEMENTSOF(xdg); i++) {
         if ((size_t)snprintf(buf, sizeof(buf), "%s%s", p->home, xdg[i].sub) >= sizeof(buf))
             return -EINVAL;
         e = env_set(env, xdg[i].name, buf);
     }
     if (e >= 0 && p->runtime_dir)
         e = env_set(env, "XDG_RUNTIME_DIR", p->runtime_dir);
-    for (i = 0; e >= 0 && i < sizeof(git_env) / sizeof(git_env[0]); i++)
+    for (i = 0; e >= 0 && i < WS_ELEMENTSOF(git_env); i++)
         e = env_set(env, git_env[i].name, git_env[i].value);
     snprintf(buf, sizeof(buf), "%zu", n);
     if (e >= 0)

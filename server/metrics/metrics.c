@@ -10,11 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/base/macros.h"
+
 #define LABELS_MAX 2
 /* Upper bounds of the latency histograms, seconds (+Inf is implied). */
 static const double latency_bounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                         0.5,   1,     2.5,  5,     10,   30,  60};
-#define BUCKETS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
+#define BUCKETS WS_ELEMENTSOF(latency_bounds)
 /* First size of the rendering buffer; it grows by doubling. */
 #define RENDER_INITIAL 8192
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "server/base/macros.h"
 #include "server/providers/provider.h"
 
 /* Most [policy.TENANT] sections and [peers] entries. */
@@ -204,7 +205,7 @@ static const char *forbidden_tree(const char *p)
 {
     if (strcmp(p, "/") == 0)
         return "/";
-    for (size_t i = 0; i < sizeof(forbidden) / sizeof(forbidden[0]); i++)
+    for (size_t i = 0; i < WS_ELEMENTSOF(forbidden); i++)
         if (path_under(p, forbidden[i]))
             return forbidden[i];
     return NULL;
@@ -555,7 +556,7 @@ int ws_policy_set_finish(struct ws_policy_set *s)
             {WS_POLICY_DOCKER_IMAGES, &p->docker_images, &d->docker_images},
             {WS_POLICY_DOCKER_USERS, &p->docker_users, &d->docker_users},
         };
-        for (size_t k = 0; k < sizeof(lists) / sizeof(lists[0]); k++)
+        for (size_t k = 0; k < WS_ELEMENTSOF(lists); k++)
             if (!(p->set & 1u << lists[k].key) && list_copy(lists[k].dst, lists[k].src) < 0)
                 return -ENOMEM;
     }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "server/base/fd.h"
+#include "server/base/io.h"
 
 /* Lookups that may follow symlinks in the middle of a path, as long as they
  * stay beneath the directory fd. */
@@ -477,13 +478,8 @@ static ssize_t pfs_pread(struct ws_vfs_file *wf, void *buf, size_t len, uint64_t
     struct pfs_file *f = (struct pfs_file *)wf;
     if (offset > INT64_MAX)
         return -EINVAL;
-    for (;;) {
-        ssize_t n = pread(f->fd, buf, len, (off_t)offset);
-        if (n >= 0)
-            return n;
-        if (errno != EINTR)
-            return -errno;
-    }
+    ssize_t n = WS_RETRY_EINTR(pread(f->fd, buf, len, (off_t)offset));
+    return n < 0 ? -errno : n;
 }
 
 static void pfs_close(struct ws_vfs_file *wf)
@@ -983,23 +979,16 @@ out:
 static int pfs_write(struct ws_vfs_writer *ww, const void *buf, size_t len)
 {
     struct pfs_writer *w = (struct pfs_writer *)ww;
-    const char *p = buf;
+    int r;
 
     if (w->error)
         return w->error;
     if (w->opts.max_size && len > w->opts.max_size - w->size)
         return w->error = -EFBIG;
-    while (len > 0) {
-        ssize_t n = write(w->tmp_fd, p, len);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return w->error = -errno;
-        }
-        p += n;
-        len -= (size_t)n;
-        w->size += (uint64_t)n;
-    }
+    r = ws_write_all(w->tmp_fd, buf, len);
+    if (r < 0)
+        return w->error = r;
+    w->size += (uint64_t)len;
     return 0;
 }
 

@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/base/io.h"
+
 #define NAME_MAX_LEN 64
 #define PARENT_FMT   "workspaced-%d"
 
@@ -128,7 +130,8 @@ static int write_str(const char *dir, const char *file, const char *value)
     fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    if (write(fd, value, strlen(value)) < 0)
+    /* One write: cgroupfs takes a value in a single write. */
+    if (WS_RETRY_EINTR(write(fd, value, strlen(value))) < 0)
         r = -errno;
     close(fd);
     return r;
@@ -137,7 +140,7 @@ static int write_str(const char *dir, const char *file, const char *value)
 static int write_fd0(int fd)
 {
     /* "0" moves the writing thread (tasks file, cgroup v1). */
-    return write(fd, "0", 1) < 0 ? -errno : 0;
+    return WS_RETRY_EINTR(write(fd, "0", 1)) < 0 ? -errno : 0;
 }
 
 /* Removes a parent group left by a server that is gone: its children are
@@ -365,7 +368,7 @@ uint64_t ws_limits_group_oom_kills(const struct ws_limits_group *g)
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;
-    k = read(fd, buf, sizeof(buf) - 1);
+    k = ws_read_all(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (k <= 0)
         return 0;

@@ -20,6 +20,8 @@
 #include <unistd.h>
 
 #include "server/base/fd.h"
+#include "server/base/io.h"
+#include "server/base/macros.h"
 
 /* Syscall numbers, clone's argument order and the x32 handling below are
  * x86_64's; another architecture needs its own review, not a rebuild. */
@@ -190,10 +192,10 @@ static int add_deny_list(scmp_filter_ctx ctx)
 {
     int count = 0;
 
-    for (size_t i = 0; i < sizeof(deny_names) / sizeof(deny_names[0]); i++) {
+    for (size_t i = 0; i < WS_ELEMENTSOF(deny_names); i++) {
         int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, deny_names[i]);
 
-        for (size_t j = 0; nr < 0 && j < sizeof(deny_fallback) / sizeof(deny_fallback[0]); j++)
+        for (size_t j = 0; nr < 0 && j < WS_ELEMENTSOF(deny_fallback); j++)
             if (strcmp(deny_fallback[j].name, deny_names[i]) == 0)
                 nr = deny_fallback[j].nr;
         /* Unknown to libseccomp, or a syscall x86_64 does not have
@@ -258,7 +260,7 @@ static int add_clone_rules(scmp_filter_ctx ctx)
         return r;
     /* x86_64's clone(2) takes the flags in arg 0; the kernel reads the low
      * 32 bits, where every CLONE_NEW* flag is. */
-    for (size_t i = 0; i < sizeof(clone_ns_flags) / sizeof(clone_ns_flags[0]); i++) {
+    for (size_t i = 0; i < WS_ELEMENTSOF(clone_ns_flags); i++) {
         r = deny_masked(ctx, SCMP_SYS(clone), 0, clone_ns_flags[i], clone_ns_flags[i]);
         if (r < 0)
             return r;
@@ -268,7 +270,7 @@ static int add_clone_rules(scmp_filter_ctx ctx)
 
 static int add_ioctl_rules(scmp_filter_ctx ctx)
 {
-    for (size_t i = 0; i < sizeof(ioctl_denied) / sizeof(ioctl_denied[0]); i++) {
+    for (size_t i = 0; i < WS_ELEMENTSOF(ioctl_denied); i++) {
         int r = deny_masked(ctx, SCMP_SYS(ioctl), 1, LOW32, ioctl_denied[i]);
         if (r < 0)
             return r;
@@ -341,16 +343,10 @@ static int export_program(scmp_filter_ctx ctx, struct sock_filter **ret_prog, si
     struct sock_filter *prog = malloc(len);
     if (!prog)
         return -ENOMEM;
-    for (size_t done = 0; done < len;) {
-        ssize_t n = pread(fd, (char *)prog + done, len - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            r = n < 0 ? -errno : -EIO;
-            free(prog);
-            return r;
-        }
-        done += (size_t)n;
+    ssize_t n = ws_pread_all(fd, prog, len, 0);
+    if (n != (ssize_t)len) {
+        free(prog);
+        return n < 0 ? (int)n : -EIO;
     }
     *ret_prog = prog;
     *ret_len = len;
@@ -423,14 +419,9 @@ int ws_seccomp_fd(const struct ws_seccomp *s)
     if (fd < 0)
         return fd;
     /* pwrite leaves the file offset at 0, where bwrap starts reading. */
-    for (size_t done = 0; done < s->len;) {
-        ssize_t n = pwrite(fd, (const char *)s->prog + done, s->len - done, (off_t)done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        done += (size_t)n;
-    }
+    int r = ws_pwrite_all(fd, s->prog, s->len, 0);
+    if (r < 0)
+        return r;
     /* The fd crosses into the sandbox setup; nobody may change the program
      * between here and bwrap's read. */
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)

@@ -13,10 +13,11 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <termios.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "server/base/fd.h"
+#include "server/base/io.h"
+#include "server/base/time.h"
 
 struct ws_child {
     pid_t pid;
@@ -37,20 +38,6 @@ struct ws_child {
     bool group_gone;
     struct ws_child_exit exit;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
 
 /* Moves an fd that landed on 0-2 (a server started with those closed) above
  * them, so the child's dup2 onto 0-2 never clobbers another of its fds. */
@@ -169,29 +156,27 @@ static void fill_exit(struct ws_child_exit *e, int status, const struct rusage *
  * while it runs (WNOHANG), -ECHILD when someone else reaped it. */
 static int child_wait(struct ws_child *c, bool block)
 {
+    int status = 0;
+    struct rusage ru = {0};
+    pid_t p;
+
     if (c->reaped)
         return c->lost ? -ECHILD : 0;
-    for (;;) {
-        int status = 0;
-        struct rusage ru = {0};
-        pid_t p = wait4(c->pid, &status, block ? 0 : WNOHANG, &ru);
-        if (p < 0 && errno == EINTR)
-            continue;
-        if (p < 0) {
-            int r = -errno;
-            if (r == -ECHILD) {
-                c->reaped = true;
-                c->lost = true;
-            }
-            return r;
+    p = WS_RETRY_EINTR(wait4(c->pid, &status, block ? 0 : WNOHANG, &ru));
+    if (p < 0) {
+        int r = -errno;
+        if (r == -ECHILD) {
+            c->reaped = true;
+            c->lost = true;
         }
-        if (p == 0)
-            return -EAGAIN;
-        /* wait4 without WUNTRACED/WCONTINUED reports only termination. */
-        fill_exit(&c->exit, status, &ru);
-        c->reaped = true;
-        return 0;
+        return r;
     }
+    if (p == 0)
+        return -EAGAIN;
+    /* wait4 without WUNTRACED/WCONTINUED reports only termination. */
+    fill_exit(&c->exit, status, &ru);
+    c->reaped = true;
+    return 0;
 }
 
 /* Reaps the members of the group that are our children besides the leader:
@@ -225,7 +210,7 @@ static bool group_alive(struct ws_child *c)
 static bool wait_group_until(struct ws_child *c, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - ws_mono_ms();
         if (!c->reaped) {
             struct pollfd pfd = {.fd = c->pidfd, .events = POLLIN};
             int n = poll(&pfd, 1, left > 0 ? (int)left : 0);
@@ -233,7 +218,7 @@ static bool wait_group_until(struct ws_child *c, int64_t deadline)
                 (void)child_wait(c, true);
             else if (n < 0 && errno != EINTR)
                 return false;
-            if (!c->reaped && now_ms() >= deadline)
+            if (!c->reaped && ws_mono_ms() >= deadline)
                 return false;
             continue;
         }
@@ -241,7 +226,7 @@ static bool wait_group_until(struct ws_child *c, int64_t deadline)
             return true;
         if (left <= 0)
             return false;
-        sleep_ms(left < WS_SPAWN_POLL_STEP_MS ? (int)left : WS_SPAWN_POLL_STEP_MS);
+        ws_sleep_ms(left < WS_SPAWN_POLL_STEP_MS ? left : WS_SPAWN_POLL_STEP_MS);
     }
 }
 
@@ -387,8 +372,7 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
     if (c->pidfd < 0) {
         r = -errno;
         kill(-pid, SIGKILL);
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
+        (void)WS_RETRY_EINTR(waitpid(pid, NULL, 0));
         goto out;
     }
 
@@ -506,17 +490,17 @@ int ws_child_kill_tree(struct ws_child *c, int grace_ms)
     if (grace_ms > 0) {
         (void)ws_child_signal(c, SIGTERM);
         (void)ws_child_signal(c, SIGCONT);
-        if (wait_group_until(c, now_ms() + grace_ms))
+        if (wait_group_until(c, ws_mono_ms() + grace_ms))
             return c->lost ? -ECHILD : 0;
     }
 
-    int64_t deadline = now_ms() + WS_SPAWN_SETTLE_MS;
+    int64_t deadline = ws_mono_ms() + WS_SPAWN_SETTLE_MS;
     for (;;) {
         /* Again on every round: a member may have forked meanwhile. */
         (void)ws_child_signal(c, SIGKILL);
-        if (wait_group_until(c, now_ms() + WS_SPAWN_POLL_STEP_MS))
+        if (wait_group_until(c, ws_mono_ms() + WS_SPAWN_POLL_STEP_MS))
             return c->lost ? -ECHILD : 0;
-        if (now_ms() >= deadline)
+        if (ws_mono_ms() >= deadline)
             return -ETIMEDOUT;
     }
 }

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "server/base/fd.h"
+#include "server/base/io.h"
+#include "server/base/time.h"
 
 /* The directory under the cgroup root that holds one directory per
  * server. */
@@ -123,20 +125,6 @@ struct stopped {
 static pthread_mutex_t host_guard = PTHREAD_MUTEX_INITIALIZER;
 static bool host_exists;
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
 /* Now in the unit of /proc/<pid>/stat's start time: clock ticks of the
  * boot-time clock, rounded down as the kernel rounds. */
 static unsigned long long now_ticks(const struct ws_tree_host *h)
@@ -170,31 +158,18 @@ static bool parse_pid(const char *s, size_t len, pid_t *ret)
 static ssize_t read_file_at(int dir_fd, const char *name, char *buf, size_t size)
 {
     int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    size_t have = 0;
     ssize_t r;
 
     if (fd < 0)
         return -errno;
-    for (;;) {
-        if (have == size - 1) {
-            char extra;
-            r = read(fd, &extra, 1) == 0 ? (ssize_t)have : -E2BIG;
-            break;
-        }
-        ssize_t k = read(fd, buf + have, size - 1 - have);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0) {
-            r = -errno;
-            break;
-        }
-        if (k == 0) {
-            r = (ssize_t)have;
-            break;
-        }
-        have += (size_t)k;
+    r = ws_read_all(fd, buf, size - 1);
+    buf[r > 0 ? r : 0] = '\0';
+    /* A full buffer fits only if the file ends right there. */
+    if (r == (ssize_t)(size - 1)) {
+        char extra;
+        if (WS_RETRY_EINTR(read(fd, &extra, 1)) != 0)
+            r = -E2BIG;
     }
-    buf[have] = '\0';
     ws_close_fd(&fd);
     return r;
 }
@@ -203,10 +178,8 @@ static ssize_t read_file_at(int dir_fd, const char *name, char *buf, size_t size
 static int write_fd(int fd, const char *s)
 {
     size_t len = strlen(s);
-    ssize_t k;
-    do
-        k = write(fd, s, len);
-    while (k < 0 && errno == EINTR);
+    ssize_t k = WS_RETRY_EINTR(write(fd, s, len));
+
     if (k < 0)
         return -errno;
     return (size_t)k == len ? 0 : -EIO;
@@ -377,9 +350,7 @@ static int cg_procs(const struct ws_tree_host *h, int dir_fd, const char *rel, i
     if (fd < 0)
         return -errno;
     while (!eof) {
-        ssize_t k = read(fd, buf + have, sizeof(buf) - have);
-        if (k < 0 && errno == EINTR)
-            continue;
+        ssize_t k = WS_RETRY_EINTR(read(fd, buf + have, sizeof(buf) - have));
         if (k < 0) {
             r = -errno;
             goto out;
@@ -442,15 +413,15 @@ static int cg_freeze(int dir_fd)
     int r = write_file_at(dir_fd, "freezer.state", "FROZEN");
     if (r < 0)
         return r;
-    int64_t deadline = now_ms() + WS_TREE_FREEZE_WAIT_MS;
+    int64_t deadline = ws_mono_ms() + WS_TREE_FREEZE_WAIT_MS;
     for (;;) {
         char state[64];
         if (read_file_at(dir_fd, "freezer.state", state, sizeof(state)) >= 0 &&
             strncmp(state, "FROZEN", 6) == 0)
             return 0;
-        if (now_ms() >= deadline)
+        if (ws_mono_ms() >= deadline)
             return 0;
-        sleep_ms(POLL_STEP_MS);
+        ws_sleep_ms(POLL_STEP_MS);
     }
 }
 
@@ -477,9 +448,9 @@ static int cg_kill(const struct ws_tree_host *h, int dir_fd, const char *rel)
  * when empty, -ETIMEDOUT, or -errno. */
 static int cg_kill_until_empty(const struct ws_tree_host *h, int dir_fd, const char *rel)
 {
-    int64_t deadline = now_ms() + WS_TREE_FREE_WAIT_MS, last_kill = 0;
+    int64_t deadline = ws_mono_ms() + WS_TREE_FREE_WAIT_MS, last_kill = 0;
     for (;;) {
-        int64_t t = now_ms();
+        int64_t t = ws_mono_ms();
         if (t - last_kill >= REKILL_EVERY_MS) {
             int r = cg_kill(h, dir_fd, rel);
             if (r < 0)
@@ -494,7 +465,7 @@ static int cg_kill_until_empty(const struct ws_tree_host *h, int dir_fd, const c
             return 0;
         if (t >= deadline)
             return -ETIMEDOUT;
-        sleep_ms(POLL_STEP_MS);
+        ws_sleep_ms(POLL_STEP_MS);
     }
 }
 
@@ -955,9 +926,9 @@ static void wait_stopped(const struct ws_tree_host *h, const struct stopped *v, 
             i++;
             continue;
         }
-        if (now_ms() >= deadline)
+        if (ws_mono_ms() >= deadline)
             return;
-        sleep_ms(POLL_STEP_MS);
+        ws_sleep_ms(POLL_STEP_MS);
     }
 }
 
@@ -970,7 +941,7 @@ static int sr_kill(struct ws_tree *t)
     size_t n = 0, cap = 0;
     int killed = 0, r = 0;
 
-    int64_t deadline = now_ms() + WS_TREE_FREEZE_WAIT_MS;
+    int64_t deadline = ws_mono_ms() + WS_TREE_FREEZE_WAIT_MS;
     for (int round = 0; round < WS_TREE_STOP_ROUNDS_MAX; round++) {
         size_t first = n;
         r = scan_procs(t->host, &s);
@@ -1023,9 +994,9 @@ static int sr_kill(struct ws_tree *t)
  * WS_TREE_FREE_WAIT_MS. Returns 0, -ETIMEDOUT or -errno. */
 static int sr_kill_until_empty(struct ws_tree *t)
 {
-    int64_t deadline = now_ms() + WS_TREE_FREE_WAIT_MS, last_kill = 0;
+    int64_t deadline = ws_mono_ms() + WS_TREE_FREE_WAIT_MS, last_kill = 0;
     for (;;) {
-        int64_t now = now_ms();
+        int64_t now = ws_mono_ms();
         if (now - last_kill >= REKILL_EVERY_MS) {
             int r = sr_kill(t);
             if (r < 0)
@@ -1037,7 +1008,7 @@ static int sr_kill_until_empty(struct ws_tree *t)
             return n;
         if (now >= deadline)
             return -ETIMEDOUT;
-        sleep_ms(POLL_STEP_MS);
+        ws_sleep_ms(POLL_STEP_MS);
     }
 }
 
@@ -1197,8 +1168,7 @@ void ws_tree_host_reap(struct ws_tree_host *h)
         if (pfd < 0)
             continue;
         siginfo_t info = {0};
-        while (waitid((idtype_t)P_PIDFD, (id_t)pfd, &info, WEXITED | WNOHANG) < 0 && errno == EINTR)
-            ;
+        (void)WS_RETRY_EINTR(waitid((idtype_t)P_PIDFD, (id_t)pfd, &info, WEXITED | WNOHANG));
         ws_close_fd(&pfd);
     }
 out:

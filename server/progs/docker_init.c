@@ -56,8 +56,11 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "server/base/io.h"
+#include "server/base/macros.h"
+#include "server/base/time.h"
 
 #define PREFIX        "workspaced-docker-init: "
 #define EXIT_MISUSE   127
@@ -115,13 +118,6 @@ static __attribute__((format(printf, 2, 3))) void say(int err, const char *fmt, 
     (void)!write(STDERR_FILENO, line, len);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    (void)clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Parses a plain decimal (digits only, no sign or space) up to limit; returns 0 or -EINVAL. */
 static int parse_decimal(const char *s, uint64_t limit, uint64_t *ret_value)
 {
@@ -159,23 +155,11 @@ static ssize_t read_small(int dir_fd, const char *path, char *buf, size_t size)
     int fd = openat(dir_fd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return -errno;
-    size_t len = 0;
-    while (len < size - 1) {
-        ssize_t n = read(fd, buf + len, size - 1 - len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int err = errno;
-            (void)close(fd);
-            return -err;
-        }
-        if (n == 0)
-            break;
-        len += (size_t)n;
-    }
+    ssize_t len = ws_read_all(fd, buf, size - 1);
     (void)close(fd);
-    buf[len] = '\0';
-    return (ssize_t)len;
+    if (len >= 0)
+        buf[len] = '\0';
+    return len;
 }
 
 /* ---- the process tree, from /proc ---- */
@@ -396,7 +380,7 @@ static const char *next_line(const char *line)
 /* Reads the memory cgroup's OOM-kill counter; returns it or -errno when there is none. */
 static int64_t read_oom_counter(void)
 {
-    for (size_t i = 0; i < sizeof(oom_counter_files) / sizeof(*oom_counter_files); i++) {
+    for (size_t i = 0; i < WS_ELEMENTSOF(oom_counter_files); i++) {
         char buf[EVENTS_SIZE_LIMIT];
         if (read_small(AT_FDCWD, oom_counter_files[i], buf, sizeof(buf)) < 0)
             continue;
@@ -519,7 +503,7 @@ static int reap(pid_t command, int *status, bool *reaped)
 {
     for (;;) {
         int s;
-        pid_t pid = waitpid(-1, &s, WNOHANG | __WALL);
+        pid_t pid = WS_RETRY_EINTR(waitpid(-1, &s, WNOHANG | __WALL));
         if (pid > 0) {
             if (pid == command) {
                 *status = s;
@@ -529,8 +513,6 @@ static int reap(pid_t command, int *status, bool *reaped)
         }
         if (pid == 0)
             return 1;
-        if (errno == EINTR)
-            continue;
         return errno == ECHILD ? 0 : -errno;
     }
 }
@@ -542,13 +524,13 @@ static int kill_descendants(int proc_fd, pid_t command, int *status, bool *reape
                             const sigset_t *all)
 {
     pid_t self = getpid();
-    int64_t give_up = now_ms() + KILL_LIMIT_MS;
+    int64_t give_up = ws_mono_ms() + KILL_LIMIT_MS;
     bool scan_reported = false;
     for (;;) {
         int r = reap(command, status, reaped);
         if (r <= 0)
             return r;
-        if (now_ms() >= give_up)
+        if (ws_mono_ms() >= give_up)
             return -ETIMEDOUT;
         /* Unreaped, the command's pid cannot be anyone else's: no /proc needed to kill it. */
         if (!*reaped)
@@ -614,7 +596,7 @@ static int run(int argc, char **argv)
     }
     release_terminal();
     int64_t oom_before = read_oom_counter();
-    int64_t deadline = timeout_ms ? now_ms() + (int64_t)timeout_ms : INT64_MAX;
+    int64_t deadline = timeout_ms ? ws_mono_ms() + (int64_t)timeout_ms : INT64_MAX;
 
     int error_pipe[2];
     if (pipe2(error_pipe, O_CLOEXEC) < 0) {
@@ -633,9 +615,7 @@ static int run(int argc, char **argv)
     (void)close(error_pipe[1]);
     /* EOF: the execve happened (the pipe is CLOEXEC). Anything else is why it did not. */
     struct start_error e;
-    ssize_t n;
-    while ((n = read(error_pipe[0], &e, sizeof(e))) < 0 && errno == EINTR)
-        ;
+    ssize_t n = ws_read_all(error_pipe[0], &e, sizeof(e));
     (void)close(error_pipe[0]);
     if (n == (ssize_t)sizeof(e) && e.step >= 0 && e.step <= 1)
         say(e.err, "%s %s", start_steps[e.step], command_argv[0]);
@@ -655,7 +635,7 @@ static int run(int argc, char **argv)
         }
         if (reaped)
             break;
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - ws_mono_ms();
         if (left <= 0) {
             timed_out = true;
             break;
@@ -696,15 +676,8 @@ static int run(int argc, char **argv)
     int fl = fcntl(STDERR_FILENO, F_GETFL);
     if (fl >= 0 && (fl & O_NONBLOCK))
         (void)fcntl(STDERR_FILENO, F_SETFL, fl & ~O_NONBLOCK);
-    for (const char *p = record; len > 0;) {
-        ssize_t w = write(STDERR_FILENO, p, (size_t)len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            break; /* EPIPE: nobody listens; the exit code carries the same */
-        p += w;
-        len -= (int)w;
-    }
+    /* EPIPE (nobody listens) changes nothing: the exit code carries the same. */
+    (void)ws_write_all(STDERR_FILENO, record, (size_t)len);
     return code;
 }
 
@@ -768,10 +741,9 @@ static int signal_command(int argc, char **argv)
         r = signal_descendants(proc_fd, init, sig);
         /* A SIGKILL is the server's last word: make it stick against a tree that forks as
          * fast as it dies. The init reaps them and then reports by itself. */
-        int64_t give_up = now_ms() + SIGNAL_MODE_KILL_LIMIT_MS;
-        while (sig == SIGKILL && r > 0 && now_ms() < give_up) {
-            struct timespec pause = {.tv_nsec = REAP_POLL_MS * 1000000L};
-            (void)nanosleep(&pause, NULL);
+        int64_t give_up = ws_mono_ms() + SIGNAL_MODE_KILL_LIMIT_MS;
+        while (sig == SIGKILL && r > 0 && ws_mono_ms() < give_up) {
+            ws_sleep_ms(REAP_POLL_MS);
             r = signal_descendants(proc_fd, init, sig);
         }
         if (r < 0)

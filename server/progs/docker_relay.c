@@ -74,6 +74,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "server/base/io.h"
+#include "server/base/time.h"
 #include "server/docker/api.h"
 #include "server/docker/frames.h"
 #include "server/docker/endpoint.h"
@@ -210,26 +212,10 @@ static void say(const char *fmt, ...)
     }
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Milliseconds left until deadline, at least 0. */
 static int ms_left(int64_t deadline)
 {
-    int64_t left = deadline - now_ms();
+    int64_t left = deadline - ws_mono_ms();
 
     return left < 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
 }
@@ -238,11 +224,8 @@ static int ms_left(int64_t deadline)
 static int wait_fd(int fd, short events, int timeout_ms)
 {
     struct pollfd p = {.fd = fd, .events = events};
-    int n;
+    int n = WS_RETRY_EINTR(poll(&p, 1, timeout_ms));
 
-    do
-        n = poll(&p, 1, timeout_ms);
-    while (n < 0 && errno == EINTR);
     if (n < 0)
         return -errno;
     return n == 0 ? -ETIMEDOUT : 0;
@@ -534,7 +517,7 @@ static int simple_call(const struct ws_docker_http_config *cfg, bool post, const
 {
     static char raw[HEAD_MAX + INSPECT_BODY_MAX];
     char req[WS_DOCKER_PATH_MAX + 128];
-    int64_t deadline = now_ms() + CALL_TIMEOUT_MS;
+    int64_t deadline = ws_mono_ms() + CALL_TIMEOUT_MS;
     struct conn c = {.sock = -1};
     size_t len = 0, head, vlen = 0, body_len;
     const char *v;
@@ -746,7 +729,7 @@ static int start_exec(struct relay *r, size_t *ret_off, size_t *ret_extra)
 {
     char path[WS_DOCKER_PATH_MAX], req[WS_DOCKER_PATH_MAX + 256];
     char *body = NULL;
-    int64_t deadline = now_ms() + HEAD_TIMEOUT_MS;
+    int64_t deadline = ws_mono_ms() + HEAD_TIMEOUT_MS;
     size_t len = 0, hlen = 0;
     int n, status, err;
 
@@ -901,15 +884,13 @@ static enum record record_match(const uint8_t *s, size_t n)
 static void out_write(struct relay *r, int fd, const uint8_t *p, size_t len)
 {
     while (len > 0 && !r->gone[fd]) {
-        ssize_t n = write(fd, p, len);
+        ssize_t n = WS_RETRY_EINTR(write(fd, p, len));
 
         if (n > 0) {
             p += n;
             len -= (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR)
-            continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             /* Someone handed us a non-blocking descriptor: block anyway. */
             wait_fd(fd, POLLOUT, -1);
@@ -930,10 +911,8 @@ static void gather_flush(struct relay *r)
 
     r->n_gather = 0;
     while (n > 0 && !r->gone[fd]) {
-        ssize_t w = writev(fd, iov, n);
+        ssize_t w = WS_RETRY_EINTR(writev(fd, iov, n));
 
-        if (w < 0 && errno == EINTR)
-            continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             wait_fd(fd, POLLOUT, -1);
             continue;
@@ -1095,11 +1074,8 @@ static void stdin_close(struct relay *r)
 
 static void stdin_read(struct relay *r)
 {
-    ssize_t n;
+    ssize_t n = WS_RETRY_EINTR(read(STDIN_FILENO, r->in_buf, IO_BUF_SIZE));
 
-    do
-        n = read(STDIN_FILENO, r->in_buf, IO_BUF_SIZE);
-    while (n < 0 && errno == EINTR);
     if (n > 0) {
         r->in_off = 0;
         r->in_len = (size_t)n;
@@ -1147,7 +1123,7 @@ static int relay_loop(struct relay *r)
         struct pollfd p[3];
         int np = 1, in_i = -1, sig_i = -1, n;
         bool pending_in = r->in_off < r->in_len;
-        int64_t now = sock_ready ? 0 : now_us();
+        int64_t now = sock_ready ? 0 : ws_mono_us();
         bool pausing = !sock_ready && now < pause_until_us;
         struct timespec ts = {0}, *tsp = NULL;
 
@@ -1180,7 +1156,7 @@ static int relay_loop(struct relay *r)
         }
         if (sig_i >= 0 && p[sig_i].revents)
             on_sigwinch(r);
-        if (pausing && ((p[0].revents & (POLLHUP | POLLERR)) || now_us() >= pause_until_us))
+        if (pausing && ((p[0].revents & (POLLHUP | POLLERR)) || ws_mono_us() >= pause_until_us))
             sock_ready = true;
         if (sock_ready || (!pausing && (p[0].revents & (POLLIN | POLLHUP | POLLERR)))) {
             ssize_t got = conn_recv(&r->conn, sock_buf, sizeof(sock_buf));
@@ -1203,7 +1179,7 @@ static int relay_loop(struct relay *r)
                 return 0;
             } else {
                 int err = feed(r, sock_buf, (size_t)got);
-                int64_t t = now_us();
+                int64_t t = ws_mono_us();
                 bool burst = t - last_data_us < BURST_WINDOW_US;
 
                 if (err < 0)
@@ -1242,10 +1218,8 @@ static int inspect_exit(struct relay *r)
     if (err < 0)
         return err;
     for (int i = 0; i < INSPECT_TRIES; i++) {
-        if (i > 0) {
-            struct timespec ts = {0, INSPECT_PAUSE_MS * 1000000L};
-            nanosleep(&ts, NULL);
-        }
+        if (i > 0)
+            ws_sleep_ms(INSPECT_PAUSE_MS);
         err = simple_call(&r->opt.cfg, false, path, body, sizeof(body), &len, &status, r->err);
         if (err < 0) {
             say("inspecting the exec failed: %s", r->err);
@@ -1306,15 +1280,8 @@ static int finish(struct relay *r)
     signaled = line[0] == 's';
     for (p = (const char *)memchr(line, ' ', len) + 1; *p >= '0' && *p <= '9'; p++)
         v = v * 10 + (unsigned)(*p - '0');
-    for (p = line; p < line + len;) {
-        ssize_t n = write(r->opt.status_fd, p, (size_t)(line + len - p));
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break; /* the server went away: the exit code still tells */
-        p += n;
-    }
+    /* A failure means the server went away: the exit code still tells. */
+    (void)ws_write_all(r->opt.status_fd, line, len);
     return signaled ? 128 + (int)v : (int)v;
 }
 

@@ -39,6 +39,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "server/base/io.h"
+
 #define PREFIX          "workspaced-sandbox-init: "
 #define STATUS_FD_LIMIT 65535 /* "small": a pipe end the server dup2'd into place */
 #define EXIT_MISUSE     127
@@ -48,21 +50,6 @@
 
 extern char **environ;
 
-/* Writes a whole buffer, retrying partial writes; returns 0 or -errno. */
-static int write_all(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* One line on stderr, assembled first so it is one write(). Failure to report is ignored. */
 static void say(const char *what, int err)
 {
@@ -70,7 +57,8 @@ static void say(const char *what, int err)
     int n = snprintf(line, sizeof(line), PREFIX "%s%s%s\n", what, err ? ": " : "",
                      err ? strerror(err) : "");
     if (n > 0)
-        (void)write_all(STDERR_FILENO, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line));
+        (void)ws_write_all(STDERR_FILENO, line,
+                           (size_t)n < sizeof(line) ? (size_t)n : sizeof(line));
 }
 
 /* Parses a decimal fd number in [3, STATUS_FD_LIMIT]; returns it or -1. */
@@ -141,11 +129,11 @@ static int wait_command(pid_t child, const sigset_t *all)
     for (;;) {
         int status;
         pid_t pid;
-        while ((pid = wait4(-1, &status, WNOHANG | __WALL, NULL)) > 0) {
+        while ((pid = WS_RETRY_EINTR(wait4(-1, &status, WNOHANG | __WALL, NULL))) > 0) {
             if (pid == child)
                 return status;
         }
-        if (pid < 0 && errno != EINTR)
+        if (pid < 0)
             return -errno; /* ECHILD here would mean the command vanished unreaped */
         siginfo_t si;
         int sig = sigwaitinfo(all, &si);
@@ -165,15 +153,15 @@ static int wait_for_server(int wait_fd)
 {
     char buf[WAIT_MSG_MAX + 1];
     size_t have = 0;
+    int err = ws_write_all(wait_fd, "r", 1);
 
-    if (write_all(wait_fd, "r", 1) < 0) {
-        say("cannot tell the server the sandbox is up", errno);
+    if (err < 0) {
+        say("cannot tell the server the sandbox is up", -err);
         return -1;
     }
     for (;;) {
-        ssize_t n = read(wait_fd, buf + have, have < WAIT_MSG_MAX ? WAIT_MSG_MAX - have : 1);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = WS_RETRY_EINTR(
+            read(wait_fd, buf + have, have < WAIT_MSG_MAX ? WAIT_MSG_MAX - have : 1));
         if (n < 0) {
             say("cannot read the server's word on the sandbox's network", errno);
             return -1;
@@ -275,7 +263,7 @@ int main(int argc, char **argv)
         n = snprintf(line, sizeof(line), "exited %d\n", code);
     }
     /* EPIPE (the server stopped listening) changes nothing: the exit code carries the same. */
-    (void)write_all(status_fd, line, (size_t)n);
+    (void)ws_write_all(status_fd, line, (size_t)n);
     (void)close(status_fd);
 
     /* Whatever the command left behind dies with it; killing again after every reap also
@@ -283,7 +271,7 @@ int main(int argc, char **argv)
     for (;;) {
         if (kill(-1, SIGKILL) < 0 && errno != ESRCH)
             say("cannot kill the namespace", errno);
-        if (wait4(-1, NULL, __WALL, NULL) < 0 && errno != EINTR) {
+        if (WS_RETRY_EINTR(wait4(-1, NULL, __WALL, NULL)) < 0) {
             if (errno != ECHILD)
                 say("cannot reap the namespace", errno);
             break;

@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "server/base/fd.h"
+#include "server/base/io.h"
 #include "server/docker/http.h"
 #include "server/events/pump.h"
 #include "server/providers/probe.h"
@@ -840,19 +841,14 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
 {
     struct run *r = arg;
     char buf[STATUS_MAX], word[16] = "", extra1[8] = "", extra2[8] = "";
-    size_t have = 0;
+    ssize_t n;
+    size_t have;
     int v = -1;
 
     if (r->status_fd < 0)
         return;
-    while (have + 1 < sizeof(buf)) {
-        ssize_t n = read(r->status_fd, buf + have, sizeof(buf) - 1 - have);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        have += (size_t)n;
-    }
+    n = ws_read_all(r->status_fd, buf, sizeof(buf) - 1);
+    have = n > 0 ? (size_t)n : 0;
     buf[have] = '\0';
     if (have == 0 || buf[have - 1] != '\n' || memchr(buf, '\n', have) != buf + have - 1)
         return;

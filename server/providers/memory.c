@@ -20,9 +20,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "server/base/errors.h"
+#include "server/base/time.h"
 
 /* First allocation of a writer's buffer. */
 #define MEMFS_WRITE_MIN 4096
@@ -93,14 +93,6 @@ struct ws_vfs_writer {
 };
 
 /* ---- helpers ---- */
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static struct memfs *to_memfs(struct ws_vfs *fs)
 {
@@ -209,7 +201,7 @@ static void kid_insert(struct mem_node *dir, struct mem_node *n)
     if (n->type == WS_FT_DIRECTORY)
         dir->ndirs++;
     n->parent = dir;
-    dir->mtime_ns = now_ns();
+    dir->mtime_ns = ws_wall_ns();
 }
 
 static void kid_unlink(struct mem_node *n)
@@ -223,7 +215,7 @@ static void kid_unlink(struct mem_node *n)
     if (n->type == WS_FT_DIRECTORY)
         dir->ndirs--;
     n->parent = NULL;
-    dir->mtime_ns = now_ns();
+    dir->mtime_ns = ws_wall_ns();
 }
 
 /* A new node, not yet linked; counts against the node limit. */
@@ -247,7 +239,7 @@ static int node_new(struct memfs *fs, enum ws_ftype type, const char *name, size
     n->attached = true;
     n->name_len = len;
     n->mode = mode & 07777;
-    n->mtime_ns = now_ns();
+    n->mtime_ns = ws_wall_ns();
     fs->nodes++;
     *ret = n;
     return 0;
@@ -733,7 +725,7 @@ static int m_write_commit(struct ws_vfs_writer *w, struct ws_stat *ret_st)
     } else {
         if (w->opts.mode)
             leaf->mode = w->opts.mode & 07777;
-        leaf->mtime_ns = now_ns();
+        leaf->mtime_ns = ws_wall_ns();
         old = leaf->content;
     }
     leaf->content = c;

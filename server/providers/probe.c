@@ -11,11 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <limits.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
+
+#include "server/base/io.h"
+#include "server/base/macros.h"
+#include "server/base/time.h"
 
 /* Where bwrap is looked for first; the server's PATH is the fallback. */
 static const char *const bwrap_fixed_paths[] = {"/usr/bin/bwrap", "/usr/local/bin/bwrap"};
@@ -52,7 +55,7 @@ const char *ws_probe_bwrap_path(void)
      * usable there is no backend, never a fallback to another binary. */
     if (forced && forced[0])
         return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
-    for (size_t i = 0; i < sizeof(bwrap_fixed_paths) / sizeof(bwrap_fixed_paths[0]); i++)
+    for (size_t i = 0; i < WS_ELEMENTSOF(bwrap_fixed_paths); i++)
         if (access(bwrap_fixed_paths[i], X_OK) == 0)
             return bwrap_fixed_paths[i];
     return find_in_path("bwrap", found, sizeof(found));
@@ -67,7 +70,7 @@ const char *ws_probe_usernet_path(void)
      * none, never a fallback. */
     if (forced && forced[0])
         return forced[0] == '/' && access(forced, X_OK) == 0 ? forced : NULL;
-    for (size_t i = 0; i < sizeof(usernet_fixed_paths) / sizeof(usernet_fixed_paths[0]); i++)
+    for (size_t i = 0; i < WS_ELEMENTSOF(usernet_fixed_paths); i++)
         if (access(usernet_fixed_paths[i], X_OK) == 0)
             return usernet_fixed_paths[i];
     return find_in_path(WS_USERNET_NAME, found, sizeof(found));
@@ -122,14 +125,6 @@ const char *ws_probe_sandbox_init_path(void)
 
     return ws_probe_server_program(WS_SANDBOX_INIT_ENV, WS_SANDBOX_INIT_NAME, "progs", found,
                                    sizeof(found));
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Keeps the first line of a diagnostic, without anything that looks like a
@@ -231,9 +226,9 @@ void ws_probe_bwrap(struct ws_probe *ret)
 
     /* Drain stderr until EOF or the deadline, then reap: the exit status is
      * read only after the pipe is drained. */
-    int64_t deadline = now_ms() + WS_PROBE_TIMEOUT_MS;
+    int64_t deadline = ws_mono_ms() + WS_PROBE_TIMEOUT_MS;
     for (;;) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - ws_mono_ms();
         struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
         char buf[512];
 
@@ -247,9 +242,7 @@ void ws_probe_bwrap(struct ws_probe *ret)
             continue;
         if (n <= 0)
             continue;
-        ssize_t got = read(pipefd[0], buf, sizeof(buf));
-        if (got < 0 && errno == EINTR)
-            continue;
+        ssize_t got = WS_RETRY_EINTR(read(pipefd[0], buf, sizeof(buf)));
         if (got <= 0)
             break;
         size_t room = sizeof(err) - 1 - err_len;
@@ -258,8 +251,7 @@ void ws_probe_bwrap(struct ws_probe *ret)
         err_len += take;
         err[err_len] = '\0';
     }
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-        ;
+    (void)WS_RETRY_EINTR(waitpid(pid, &status, 0));
     if (r.reason[0])
         goto out;
     if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
@@ -303,20 +295,12 @@ static size_t discard_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 #define WS_PROBE_DOCKER_OK_MS 2000
 static _Atomic int64_t docker_ok_at;
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 void ws_probe_docker(struct ws_probe *ret)
 {
     struct ws_probe r = {0};
     int64_t ok_at = atomic_load(&docker_ok_at);
 
-    if (ok_at && mono_ms() - ok_at < WS_PROBE_DOCKER_OK_MS) {
+    if (ok_at && ws_mono_ms() - ok_at < WS_PROBE_DOCKER_OK_MS) {
         r.available = true;
         *ret = r;
         return;
@@ -353,7 +337,7 @@ void ws_probe_docker(struct ws_probe *ret)
         curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &code);
     if (cc == CURLE_OK && code == 200 && strncmp(body, "OK", 2) == 0) {
         r.available = true;
-        atomic_store(&docker_ok_at, mono_ms());
+        atomic_store(&docker_ok_at, ws_mono_ms());
         goto out;
     }
     atomic_store(&docker_ok_at, 0);

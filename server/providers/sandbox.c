@@ -27,6 +27,9 @@
 #include <jansson.h>
 
 #include "server/base/fd.h"
+#include "server/base/io.h"
+#include "server/base/macros.h"
+#include "server/base/time.h"
 #include "server/posix/limits.h"
 #include "server/posix/seccomp.h"
 #include "server/providers/probe.h"
@@ -75,7 +78,7 @@
  * directories, recreated as the same symlink when they are links into /usr
  * (merged-/usr systems). */
 static const char *const root_dirs[] = {"bin", "sbin", "lib", "lib32", "lib64", "libx32"};
-#define N_ROOT_DIRS (sizeof(root_dirs) / sizeof(root_dirs[0]))
+#define N_ROOT_DIRS WS_ELEMENTSOF(root_dirs)
 
 /* What of /etc commands need to run: users and groups, name service
  * config, the loader's cache, alternatives (/usr/bin/awk is a link into
@@ -167,30 +170,19 @@ static int copy_file(const char *src, const char *dst)
         goto out;
     }
     for (;;) {
-        ssize_t n = read(in, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            r = -errno;
+        ssize_t n = ws_read_all(in, buf, sizeof(buf));
+        if (n <= 0) {
+            r = (int)n;
             break;
         }
-        if (n == 0)
-            break;
         total += (uint64_t)n;
         if (total > ETC_FILE_MAX) {
             r = -EFBIG;
             break;
         }
-        for (ssize_t off = 0; off < n;) {
-            ssize_t w = write(out, buf + off, (size_t)(n - off));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w < 0) {
-                r = -errno;
-                goto out;
-            }
-            off += w;
-        }
+        r = ws_write_all(out, buf, (size_t)n);
+        if (r < 0)
+            break;
     }
 out:
     close(in);
@@ -285,7 +277,7 @@ static int make_etc_snapshot(const char *dir, char *ret, size_t size)
     if (mkdir(path, 0755) < 0 || chmod(path, 0755) < 0)
         return -errno;
     r = 0;
-    for (size_t i = 0; r == 0 && i < sizeof(etc_entries) / sizeof(etc_entries[0]); i++) {
+    for (size_t i = 0; r == 0 && i < WS_ELEMENTSOF(etc_entries); i++) {
         char src[PATH_MAX], dst[PATH_MAX];
         const char *slash = strchr(etc_entries[i], '/');
         if (snprintf(src, sizeof(src), "/etc/%s", etc_entries[i]) >= (int)sizeof(src) ||
@@ -523,8 +515,7 @@ static void net_stop(struct run *r)
     if (r->net_pidfd >= 0) {
         siginfo_t si;
         (void)pidfd_send_signal(r->net_pidfd, SIGKILL, NULL, 0);
-        while (waitid((idtype_t)P_PIDFD, (id_t)r->net_pidfd, &si, WEXITED) < 0 && errno == EINTR)
-            ;
+        (void)WS_RETRY_EINTR(waitid((idtype_t)P_PIDFD, (id_t)r->net_pidfd, &si, WEXITED));
         ws_close_fd(&r->net_pidfd);
     }
     r->net_pid = 0;
@@ -604,9 +595,7 @@ static size_t read_avail(int fd, char *buf, size_t max)
     size_t have = 0;
 
     while (have + 1 < max) {
-        ssize_t n = read(fd, buf + have, max - 1 - have);
-        if (n < 0 && errno == EINTR)
-            continue;
+        ssize_t n = WS_RETRY_EINTR(read(fd, buf + have, max - 1 - have));
         if (n <= 0)
             break;
         have += (size_t)n;
@@ -724,20 +713,12 @@ static int make_pipe(int *ret_read, int *ret_write)
     return 0;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Waits until fd is readable or the deadline passed; true when readable
  * (or at EOF). */
 static bool wait_readable(int fd, int64_t deadline)
 {
     for (;;) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - ws_mono_ms();
         struct pollfd pfd = {.fd = fd, .events = POLLIN};
         if (left <= 0)
             return false;
@@ -757,8 +738,8 @@ static pid_t read_init_pid(struct run *r, int64_t deadline)
     size_t have = 0;
 
     while (r->info_fd >= 0 && have + 1 < sizeof(buf) && wait_readable(r->info_fd, deadline)) {
-        ssize_t n = read(r->info_fd, buf + have, sizeof(buf) - 1 - have);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        ssize_t n = WS_RETRY_EINTR(read(r->info_fd, buf + have, sizeof(buf) - 1 - have));
+        if (n < 0 && errno == EAGAIN)
             continue;
         if (n <= 0)
             break;
@@ -829,8 +810,8 @@ static int net_start(struct run *r, int64_t deadline, char *reason, size_t size)
      * device at the same moment makes bwrap's request fail. */
     char c = 0;
     while (wait_readable(r->net_go_fd, deadline)) {
-        ssize_t n = read(r->net_go_fd, &c, 1);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        ssize_t n = WS_RETRY_EINTR(read(r->net_go_fd, &c, 1));
+        if (n < 0 && errno == EAGAIN)
             continue;
         break;
     }
@@ -936,8 +917,7 @@ static int net_start(struct run *r, int64_t deadline, char *reason, size_t size)
         /* Without a pidfd it is ended by pid, while it is surely still our
          * unreaped child. */
         (void)kill(pid, SIGKILL);
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
+        (void)WS_RETRY_EINTR(waitpid(pid, NULL, 0));
         r->net_pid = 0;
         snprintf(reason, size, "%s", strerror(-err));
         goto out;
@@ -947,15 +927,15 @@ static int net_start(struct run *r, int64_t deadline, char *reason, size_t size)
     /* "1" on the ready pipe; EOF means it exited first. */
     c = 0;
     while (wait_readable(ready_r, deadline)) {
-        ssize_t n = read(ready_r, &c, 1);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        ssize_t n = WS_RETRY_EINTR(read(ready_r, &c, 1));
+        if (n < 0 && errno == EAGAIN)
             continue;
         break;
     }
     if (c != '1') {
         err = -EIO;
         snprintf(reason, size, WS_USERNET_NAME " %s",
-                 mono_ms() >= deadline ? "did not come up in time" : "failed to start");
+                 ws_mono_ms() >= deadline ? "did not come up in time" : "failed to start");
         goto out;
     }
     err = 0;
@@ -992,7 +972,7 @@ static void hook_spawned(void *arg)
         /* Once bwrap built the sandbox, its network comes up: init waits
          * for it. A failed spawn shows here as no pid: nothing is started. */
         char reason[NET_REASON_MAX] = "";
-        int err = net_start(r, mono_ms() + NET_WAIT_MS, reason, sizeof(reason));
+        int err = net_start(r, ws_mono_ms() + NET_WAIT_MS, reason, sizeof(reason));
         if (err < 0)
             net_stop(r);
         net_go(r, err == 0, reason);
@@ -1114,7 +1094,7 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     } else {
         /* No snapshot (a caller without a directory for it): a bind per
          * entry, slower, the same view. */
-        for (size_t i = 0; i < sizeof(etc_entries) / sizeof(etc_entries[0]); i++) {
+        for (size_t i = 0; i < WS_ELEMENTSOF(etc_entries); i++) {
             snprintf(buf, sizeof(buf), "/etc/%s", etc_entries[i]);
             add3(r, "--ro-bind-try", buf, buf);
         }
@@ -1263,15 +1243,9 @@ void ws_sandbox_backend_version(char *buf, size_t size)
     posix_spawn_file_actions_destroy(&fa);
     close(p[1]);
     if (rc == 0) {
-        for (;;) {
-            ssize_t n = read(p[0], out + have, sizeof(out) - 1 - have);
-            if (n < 0 && errno == EINTR)
-                continue;
-            if (n <= 0 || (have += (size_t)n) >= sizeof(out) - 1)
-                break;
-        }
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-            ;
+        ssize_t n = ws_read_all(p[0], out, sizeof(out) - 1);
+        have = n > 0 ? (size_t)n : 0;
+        (void)WS_RETRY_EINTR(waitpid(pid, NULL, 0));
     }
     close(p[0]);
     out[have] = '\0';

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/base/time.h"
+
 static const char *const level_names[] = {"error", "info", "debug"};
 
 void ws_log_escape(char *dst, size_t size, const char *src)
@@ -47,18 +49,18 @@ void ws_log_escape(char *dst, size_t size, const char *src)
 void ws_log_json(int level, const char *event, const char *fields_json)
 {
     char stamp[32];
-    struct timespec ts;
+    int64_t now = ws_wall_ms();
+    time_t sec = (time_t)(now / 1000);
     struct tm tm;
 
     if (level < WS_RPC_LOG_ERROR || level > WS_RPC_LOG_DEBUG)
         level = WS_RPC_LOG_ERROR;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&sec, &tm);
     strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
     /* One fprintf: stderr is unbuffered, and glibc writes a single
      * formatted call under the stream's lock. */
     fprintf(stderr, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"event\":\"%s\",\"fields\":%s}\n",
-            stamp, ts.tv_nsec / 1000000, level_names[level], event,
+            stamp, (long)(now % 1000), level_names[level], event,
             fields_json && fields_json[0] ? fields_json : "{}");
 }
 

@@ -6,6 +6,7 @@
  * object's accept tag and batch tags, the server's shutdown tag. The CQ
  * threads only dispatch; they never block on anything but the queue.
  */
+#include "server/base/time.h"
 #include "server/metrics/metrics.h"
 #include "server/rpc/conncap.h"
 #include "server/rpc/internal.h"
@@ -54,14 +55,6 @@ bool ws_rpc_log_enabled(int level)
 {
     pthread_once(&log_once, log_init);
     return level <= log_level;
-}
-
-int64_t ws_rpc_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 void ws_rpc_log(int level, const char *event, const char *fmt, ...)
@@ -216,7 +209,7 @@ static bool wait_until(struct ws_rpc_server *s, int64_t deadline_ms)
 {
     struct timespec ts;
 
-    if (ws_rpc_now_ms() >= deadline_ms)
+    if (ws_mono_ms() >= deadline_ms)
         return false;
     ts.tv_sec = deadline_ms / 1000;
     ts.tv_nsec = (deadline_ms % 1000) * 1000000;
@@ -614,16 +607,16 @@ static void *trim_thread(void *arg)
 {
     struct ws_rpc_server *s = arg;
     bool tail = false; /* trimmed with calls of the burst still live */
-    int64_t warn_at = ws_rpc_now_ms() + INSECURE_WARN_MS;
+    int64_t warn_at = ws_mono_ms() + INSECURE_WARN_MS;
 
     pthread_mutex_lock(&s->mu);
     while (!s->shutdown_called) {
-        int64_t next = ws_rpc_now_ms() + TRIM_TICK_MS;
+        int64_t next = ws_mono_ms() + TRIM_TICK_MS;
         while (!s->shutdown_called && wait_until(s, next))
             ;
         if (s->shutdown_called)
             break;
-        if (s->insecure && ws_rpc_now_ms() >= warn_at) {
+        if (s->insecure && ws_mono_ms() >= warn_at) {
             warn_at += INSECURE_WARN_MS;
             pthread_mutex_unlock(&s->mu);
             warn_insecure();
@@ -636,11 +629,11 @@ static void *trim_thread(void *arg)
         tail = live > 0;
         s->burst_peak = live;
         pthread_mutex_unlock(&s->mu);
-        int64_t t0 = ws_rpc_now_ms();
+        int64_t t0 = ws_mono_ms();
         malloc_trim(0);
         ws_rpc_log(WS_RPC_LOG_INFO, "rpc.heap_trimmed",
                    "\"burst_calls\":%ld,\"live_calls\":%ld,\"ms\":%lld", peak, live,
-                   (long long)(ws_rpc_now_ms() - t0));
+                   (long long)(ws_mono_ms() - t0));
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
@@ -714,7 +707,7 @@ void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
         return;
     }
 
-    t0 = ws_rpc_now_ms();
+    t0 = ws_mono_ms();
     deadline = t0 + (grace_ms > 0 ? grace_ms : 0);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 
@@ -729,7 +722,7 @@ void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
         int64_t until = deadline;
         if (s->live_calls == 0) {
             if (idle_deadline < 0)
-                idle_deadline = ws_rpc_now_ms() + DRAIN_IDLE_MS;
+                idle_deadline = ws_mono_ms() + DRAIN_IDLE_MS;
             if (idle_deadline < until)
                 until = idle_deadline;
         } else {
@@ -747,12 +740,12 @@ void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
     }
     /* gRPC posts the tag once every channel, and so every call, is gone;
      * the call objects follow as their last references drop. */
-    next_log = ws_rpc_now_ms() + DRAIN_LOG_PERIOD_MS;
+    next_log = ws_mono_ms() + DRAIN_LOG_PERIOD_MS;
     while (!s->shutdown_notified || s->objects > 0) {
         if (!wait_until(s, next_log)) {
             ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.drain_waiting", "\"live_calls\":%ld,\"objects\":%ld",
                        s->live_calls, s->objects);
-            next_log = ws_rpc_now_ms() + DRAIN_LOG_PERIOD_MS;
+            next_log = ws_mono_ms() + DRAIN_LOG_PERIOD_MS;
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -766,7 +759,7 @@ void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
     grpc_completion_queue_destroy(s->cq);
     s->cq = NULL;
     s->shut_down = true;
-    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.stopped", "\"ms\":%lld", (long long)(ws_rpc_now_ms() - t0));
+    ws_rpc_log(WS_RPC_LOG_INFO, "rpc.stopped", "\"ms\":%lld", (long long)(ws_mono_ms() - t0));
 }
 
 void ws_rpc_server_free(struct ws_rpc_server *s)

@@ -13,6 +13,7 @@
 #include "google/rpc/error_details.pb-c.h"
 #include "google/rpc/status.pb-c.h"
 #include "server/base/errors.h"
+#include "server/base/macros.h"
 #include "server/metrics/metrics.h"
 
 #define DOMAIN   "workspaced"
@@ -138,7 +139,7 @@ void ws_rpc_error_status(int err, grpc_status_code *ret_code, const char **ret_r
     const char *reason = "INTERNAL";
     size_t i;
 
-    for (i = 0; i < sizeof(errmap) / sizeof(errmap[0]); i++) {
+    for (i = 0; i < WS_ELEMENTSOF(errmap); i++) {
         if (errmap[i].err == err) {
             code = errmap[i].code;
             reason = errmap[i].reason;
@@ -157,7 +158,7 @@ static const char *default_message(const char *reason)
 
     if (!reason)
         return "";
-    for (i = 0; i < sizeof(default_messages) / sizeof(default_messages[0]); i++)
+    for (i = 0; i < WS_ELEMENTSOF(default_messages); i++)
         if (strcmp(default_messages[i].reason, reason) == 0)
             return default_messages[i].message;
     return "";

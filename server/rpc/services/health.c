@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "grpc/health/v1/health.pb-c.h"
+#include "server/base/macros.h"
 #include "server/rpc/services/internal.h"
 
 typedef Grpc__Health__V1__HealthCheckResponse__ServingStatus ServingStatus;
@@ -28,7 +29,7 @@ static const char *const known_services[] = {
 
 static bool known(const char *service)
 {
-    for (size_t i = 0; i < sizeof(known_services) / sizeof(known_services[0]); i++)
+    for (size_t i = 0; i < WS_ELEMENTSOF(known_services); i++)
         if (strcmp(service, known_services[i]) == 0)
             return true;
     return false;

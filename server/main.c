@@ -1,28 +1,24 @@
-/* workspaced: flags and the configuration file, the state directory,
- * signal handling and the graceful drain. */
-#include <arpa/inet.h>
+/* workspaced: flags and the configuration file, signals, the graceful
+ * drain and the process's exit. The server itself is built and torn down
+ * by server/app.c. */
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <curl/curl.h>
-#include <grpc/grpc.h>
 
+#include "server/app.h"
+#include "server/base/macros.h"
+#include "server/base/time.h"
 #include "server/conf/conf.h"
 #include "server/docker/api.h"
 #include "server/docker/endpoint.h"
@@ -149,7 +145,7 @@ static const struct setting {
     {POL_PULL, "policy-docker-pull", no_argument, "policy", "docker-pull"},
     {POL_USERS, "policy-docker-users", required_argument, "policy", "docker-users"},
 };
-#define N_ROWS (sizeof(settings) / sizeof(settings[0]))
+#define N_ROWS WS_ELEMENTSOF(settings)
 
 /* The file's sections, in the order the example and the README use.
  * "policy." admits one [policy.TENANT] section per tenant. */
@@ -884,13 +880,9 @@ static bool free_server_bounded(struct ws_rpc_server *s, int ms)
         ws_rpc_server_free(s);
         return true;
     }
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += ms / 1000;
-    deadline.tv_nsec += (long)(ms % 1000) * 1000000;
-    if (deadline.tv_nsec >= 1000000000) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000;
-    }
+    /* The condition variable has default attributes: its clock is
+     * CLOCK_REALTIME. */
+    ws_abstime_after_ms(ms, &deadline);
     pthread_mutex_lock(&t.mu);
     while (!t.done && pthread_cond_timedwait(&t.cond, &t.mu, &deadline) == 0)
         ;
@@ -901,119 +893,13 @@ static bool free_server_bounded(struct ws_rpc_server *s, int ms)
     return done;
 }
 
-/* A unix socket left behind by a server that died would make the bind
- * fail, and gRPC would silently take over the path of a live one. So: a
- * socket nobody answers on is removed; one a server answers on is
- * -EADDRINUSE. */
-static int claim_unix_socket(const char *listen)
-{
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    const char *path = listen + 5;
-    struct stat st;
-    int fd, err = 0;
-
-    if (strncmp(listen, "unix:", 5) != 0)
-        return 0;
-    if (strlen(path) >= sizeof(sa.sun_path))
-        return -ENAMETOOLONG;
-    if (lstat(path, &st) < 0)
-        return errno == ENOENT ? 0 : -errno;
-    if (!S_ISSOCK(st.st_mode))
-        return -EEXIST;
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -errno;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-        err = -EADDRINUSE;
-    else if (errno == ECONNREFUSED && unlink(path) < 0)
-        err = -errno;
-    close(fd);
-    return err;
-}
-
-/* This server's id (16 hex digits) from <state>/server-id, made on first
- * start: it names and labels the Docker containers of this state
- * directory's workspaces, so a restart finds what it left and two servers
- * on one daemon never touch each other's. */
-static int load_server_id(const char *dir, char ret[17])
-{
-    char path[PATH_MAX], buf[17];
-    ssize_t n = 0;
-    int fd;
-
-    if (snprintf(path, sizeof(path), "%s/server-id", dir) >= (int)sizeof(path))
-        return -ENAMETOOLONG;
-    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd >= 0) {
-        n = read(fd, buf, 16);
-        close(fd);
-        if (n == 16) {
-            buf[16] = '\0';
-            if (strspn(buf, "0123456789abcdef") == 16) {
-                memcpy(ret, buf, 17);
-                return 0;
-            }
-        }
-        return -EINVAL;
-    }
-    if (errno != ENOENT)
-        return -errno;
-    uint8_t rnd[8];
-    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
-        return -EIO;
-    for (int i = 0; i < 8; i++)
-        snprintf(buf + 2 * i, 3, "%02x", rnd[i]);
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0)
-        return -errno;
-    n = write(fd, buf, 16);
-    if (n != 16 || fsync(fd) < 0) {
-        close(fd);
-        unlink(path);
-        return -EIO;
-    }
-    close(fd);
-    memcpy(ret, buf, 17);
-    return 0;
-}
-
-static int make_state_dir(const char *dir)
-{
-    struct stat st;
-
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-        return -errno;
-    if (stat(dir, &st) < 0)
-        return -errno;
-    if (!S_ISDIR(st.st_mode))
-        return -ENOTDIR;
-    return 0;
-}
-
-_Static_assert(WS_POLICY_TENANT_MAX == WS_RPC_TENANT_MAX, "one tenant name length");
-
-/* [peers]: the tenant of a caller on the unix socket by its uid, from the
- * policy set in force (swapped whole on SIGHUP, so a reload applies to the
- * next call). */
-static bool peer_tenant_of(void *ud, uint32_t uid, char *ret)
-{
-    struct ws_policy_set *set = ws_registry_policy(ud);
-    bool found = ws_policy_peer_tenant(set, (uid_t)uid, ret);
-
-    ws_policy_set_unref(set);
-    return found;
-}
-
 int main(int argc, char **argv)
 {
     struct options o;
-    struct ws_registry *reg = NULL;
-    struct ws_services *svc = NULL;
-    struct ws_rpc_server *server = NULL;
-    struct ws_metrics_http *metrics = NULL;
+    struct ws_app *app = NULL;
+    struct ws_rpc_server *server;
     sigset_t sigs;
-    int port = 0, sig = 0, rc = 1, err;
+    int sig = 0, rc = 1, err;
 
     /* Before any secret is read (the ref key, the tokens, TLS keys): no
      * other process of this uid, a local-bash command among them, may
@@ -1042,147 +928,51 @@ int main(int argc, char **argv)
     umask(077);
     curl_global_init(CURL_GLOBAL_DEFAULT);
 
-    err = make_state_dir(o.state_dir);
-    if (err < 0) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot create the state directory: %s",
-                   strerror(-err));
-        goto out;
-    }
-    struct ws_registry_config rc_cfg = {
+    struct ws_app_config cfg = {
         .state_dir = o.state_dir,
-        .workspace_root = o.workspace_root,
-        .max_workspaces = (unsigned)o.max_workspaces,
-        .max_file_size = o.max_file_size,
-        .memory_max_bytes = o.memory_max_bytes,
-        .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
-        .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
-        .tenant_max_bytes = o.tenant_max_bytes,
-        .providers_enabled = o.providers,
-        .docker_default_image = o.docker_image,
-        .policy = o.policy,
-    };
-    err = ws_registry_new(&rc_cfg, &reg);
-    if (err == -EBUSY) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
-                   "the state directory '%s' is in use by another workspaced (its pid is in "
-                   "%s/lock); one state directory serves one server at a time",
-                   o.state_dir, o.state_dir);
-        goto out;
-    }
-    if (err < 0) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot open the state directory: %s",
-                   strerror(-err < 4096 ? -err : EINVAL));
-        goto out;
-    }
-    err = claim_unix_socket(o.listen);
-    if (err < 0) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot listen on '%s': %s", o.listen,
-                   err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
-        goto out;
-    }
-    char sandbox_dir[PATH_MAX];
-    if (snprintf(sandbox_dir, sizeof(sandbox_dir), "%s/sandbox", o.state_dir) >=
-        (int)sizeof(sandbox_dir)) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "--state-dir is too long");
-        goto out;
-    }
-    char server_id[17];
-    err = load_server_id(o.state_dir, server_id);
-    if (err < 0) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
-                   "cannot read or make <state>/server-id: %s", strerror(-err));
-        goto out;
-    }
-    char audit_dir[PATH_MAX];
-    if (snprintf(audit_dir, sizeof(audit_dir), "%s/audit", o.state_dir) >= (int)sizeof(audit_dir)) {
-        fprintf(stderr, "workspaced: --state-dir is too long\n");
-        goto out;
-    }
-    char home_root[PATH_MAX];
-    if (snprintf(home_root, sizeof(home_root), "%s/homes", o.state_dir) >= (int)sizeof(home_root)) {
-        fprintf(stderr, "workspaced: --state-dir is too long\n");
-        goto out;
-    }
-    struct ws_services_config sc = {
+        .registry =
+            {
+                .workspace_root = o.workspace_root,
+                .max_workspaces = (unsigned)o.max_workspaces,
+                .max_file_size = o.max_file_size,
+                .memory_max_bytes = o.memory_max_bytes,
+                .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
+                .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
+                .tenant_max_bytes = o.tenant_max_bytes,
+                .providers_enabled = o.providers,
+                .docker_default_image = o.docker_image,
+                .policy = o.policy,
+            },
         .kill_grace_ms = (int)o.kill_grace_ms,
         .force_subreaper = o.force_subreaper,
         .exec_path = o.exec_path,
-        .sandbox_dir = sandbox_dir,
-        .server_id = server_id,
-        .audit_dir = audit_dir,
-        .home_root = home_root,
         .tenant_max_commands = (unsigned)o.tenant_max_commands,
+        .rpc =
+            {
+                .listen = o.listen,
+                .threads = (int)o.threads,
+                .keepalive_ms = (int)o.keepalive_ms,
+                .tokens_file = o.tokens_file,
+                .insecure_loopback = o.insecure_loopback,
+                .tls_cert = o.tls_cert,
+                .tls_key = o.tls_key,
+                .tls_client_ca = o.tls_client_ca,
+                .max_message_bytes = (int)o.max_message_bytes,
+                .max_streams_per_connection = (int)o.max_streams,
+                .memory_quota_bytes = o.memory_quota_bytes,
+                .max_connections = (unsigned)o.max_connections,
+            },
+        .metrics_listen = o.metrics_listen,
     };
-    err = ws_services_new(reg, &sc, &svc);
-    if (err < 0)
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start the exec layer: %s",
-                   strerror(-err < 4096 ? -err : EINVAL));
-    if (err < 0)
+    /* It says why itself when it fails. */
+    if (ws_app_start(&cfg, &app) < 0)
         goto out;
-    struct ws_diag rd = {0};
-    int removed = ws_services_reconcile(svc, &rd);
-    if (removed > 0)
-        ws_log_msg(WS_RPC_LOG_INFO, "server.reconciled",
-                   "removed %d container(s) left by an earlier run", removed);
-    else if (removed < 0)
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.reconcile_failed",
-                   "containers left by an earlier run not checked: %s", rd.message);
-    size_t n_methods;
-    const struct ws_rpc_method *methods = ws_services_methods(svc, &n_methods);
-    char why[512] = "";
-    struct ws_rpc_config cfg = {
-        .listen = o.listen,
-        .threads = (int)o.threads,
-        .keepalive_ms = (int)o.keepalive_ms,
-        .tokens_file = o.tokens_file,
-        .peer_tenant = peer_tenant_of,
-        .peer_ud = reg,
-        .insecure_loopback = o.insecure_loopback,
-        .tls_cert = o.tls_cert,
-        .tls_key = o.tls_key,
-        .tls_client_ca = o.tls_client_ca,
-        .why = why,
-        .why_len = sizeof(why),
-        .max_message_bytes = (int)o.max_message_bytes,
-        .max_streams_per_connection = (int)o.max_streams,
-        .memory_quota_bytes = o.memory_quota_bytes,
-        .max_connections = (unsigned)o.max_connections,
-    };
-    err = ws_rpc_server_new(&cfg, methods, n_methods, &server, &port);
-    if (err < 0 && why[0]) {
-        fprintf(stderr, "workspaced: %s\n", why);
-        goto out;
-    }
-    if (err < 0) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot listen on '%s': %s", o.listen,
-                   strerror(-err < 4096 ? -err : EINVAL));
-        goto out;
-    }
-    err = ws_rpc_server_start(server);
-    if (err < 0) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start: %s",
-                   strerror(-err < 4096 ? -err : EINVAL));
-        goto out;
-    }
-    /* metrics: its own listener, started before the "listening" line so
-     * whoever waits for that line finds the metrics address logged. */
-    if (o.metrics_listen) {
-        int mport = 0;
-        err = ws_metrics_http_start(o.metrics_listen, &metrics, &mport);
-        if (err < 0) {
-            ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot serve metrics on '%s': %s",
-                       o.metrics_listen, strerror(-err));
-            goto out;
-        }
-        char fields[32];
-        snprintf(fields, sizeof(fields), "{\"port\":%d}", mport);
-        ws_log_json(WS_RPC_LOG_INFO, "metrics.listen", fields);
-    }
     if (strncmp(o.listen, "unix:", 5) == 0) {
         printf("workspaced listening on %s\n", o.listen);
     } else {
         const char *colon = strrchr(o.listen, ':');
-        printf("workspaced listening on %.*s:%d\n", (int)(colon - o.listen), o.listen, port);
+        printf("workspaced listening on %.*s:%d\n", (int)(colon - o.listen), o.listen,
+               ws_app_port(app));
     }
     fflush(stdout);
 
@@ -1190,50 +980,41 @@ int main(int argc, char **argv)
         if (sigwait(&sigs, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            /* A bad file keeps the old table; the RPC layer logs either way. */
-            ws_rpc_server_reload_tokens(server, why, sizeof(why));
             /* The policy and [peers]: the whole file read again; a bad one
              * keeps what is in force. The [peers] map rides in the same
-             * set (peer_tenant_of reads it at each call). */
+             * set (the RPC layer asks for it at each call). The tokens
+             * file is read again either way. */
             struct ws_policy_set *fresh = NULL;
             char pmsg[WS_CONF_MSG_MAX];
-            if (reload_policy(&o, &fresh, pmsg, sizeof(pmsg)) < 0) {
+            bool ok = reload_policy(&o, &fresh, pmsg, sizeof(pmsg)) == 0;
+            ws_app_reload(app, fresh);
+            ws_policy_set_unref(fresh);
+            if (!ok)
                 ws_log_msg(WS_RPC_LOG_ERROR, "policy.reload_failed",
                            "the policy was not reloaded, the old one stays: %s", pmsg);
-            } else {
-                ws_registry_set_policy(reg, fresh);
-                ws_policy_set_unref(fresh);
+            else
                 ws_log_msg(WS_RPC_LOG_INFO, "policy.reloaded", "the policy was reloaded%s%s",
                            o.conf_path ? " from " : "", o.conf_path ? o.conf_path : "");
-            }
             continue;
         }
         break;
     }
     ws_log_msg(WS_RPC_LOG_INFO, "server.drain", "%s received, draining", strsignal(sig));
-    ws_metrics_http_stop(metrics);
-    metrics = NULL;
-    ws_services_drain(svc);
-    ws_rpc_server_shutdown(server, (int)o.grace_ms);
+    ws_app_drain(app, (int)o.grace_ms);
     /* No call is left: end every command and workspace now, then gRPC's
      * own teardown, which is not waited for past a bound. */
-    ws_services_free(svc);
-    svc = NULL;
-    ws_registry_free(reg);
-    reg = NULL;
+    server = ws_app_take_server(app);
+    ws_app_free(app);
+    app = NULL;
     if (!free_server_bounded(server, GRPC_TEARDOWN_WAIT_MS)) {
         ws_log_msg(WS_RPC_LOG_ERROR, "server.teardown_slow",
                    "gRPC teardown still busy after %d ms; exiting", GRPC_TEARDOWN_WAIT_MS);
         fflush(NULL);
         _exit(0);
     }
-    server = NULL;
     rc = 0;
 out:
-    ws_metrics_http_stop(metrics);
-    ws_rpc_server_free(server);
-    ws_services_free(svc);
-    ws_registry_free(reg);
+    ws_app_free(app);
     curl_global_cleanup();
     ws_policy_set_unref(o.policy);
     free_conf_values();

@@ -9,18 +9,12 @@
 #include "server/vfs/ops.h"
 #include "workspace/v1/common.pb-c.h"
 
-struct ws_exec;
-struct ws_sandbox;
-struct ws_docker_rt;
-struct ws_proc;
-struct ws_proc_result;
-struct ws_audit;
-
+/* The parts (struct ws_services_deps) are borrowed; the rest is owned. */
 struct ws_services {
     struct ws_registry *reg;
     struct ws_exec *exec;
     struct ws_sandbox *sandbox;
-    /* NULL when the server was started without a server id. */
+    /* NULL when the server runs without a Docker runtime. */
     struct ws_docker_rt *docker;
     /* NULL when the server keeps no audit log. */
     struct ws_audit *audit;
@@ -53,10 +47,6 @@ void ws_services_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, stru
 
 /* The effective shell.max_duration_ms of a workspace. */
 uint64_t ws_services_max_duration_ms(const Workspace__V1__Capabilities *caps);
-
-/* The exec layer's audit callback (struct ws_exec_config.on_finished). */
-void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *p,
-                            const struct ws_proc_result *r);
 
 /* Audit hook for the FileSystem service: records a file event that
  * succeeded (failures to record are reported on stderr, never to the

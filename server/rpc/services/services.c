@@ -7,64 +7,9 @@
 
 #include "server/audit/audit.h"
 #include "server/base/utf8.h"
-#include "server/exec/exec.h"
-#include "server/metrics/metrics.h"
-#include "server/providers/docker.h"
-#include "server/rpc/log.h"
 #include "server/providers/sandbox.h"
+#include "server/rpc/log.h"
 #include "server/rpc/services/internal.h"
-
-/* metrics: the per-tenant gauges read the counts the quotas use. */
-static void gauge_one(void *ud, const char *tenant, unsigned n)
-{
-    ws_metrics_tenant_gauge(ud, tenant, (long)n);
-}
-
-static void workspaces_gauge(void *ud, struct ws_metrics_gauges *g)
-{
-    ws_registry_tenants(ud, gauge_one, g);
-}
-
-static void commands_gauge(void *ud, struct ws_metrics_gauges *g)
-{
-    ws_exec_tenants(ud, gauge_one, g);
-}
-
-static void close_hook(void *ud, const char *id)
-{
-    struct ws_services *s = ud;
-    ws_exec_close_workspace(s->exec, id, WS_CAUSE_EVICTED);
-    ws_sandbox_forget(s->sandbox, id);
-}
-
-static int rt_attach(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
-                     struct ws_diag *d)
-{
-    struct ws_services *s = ud;
-    const Workspace__V1__DockerConfig *cfg = ws_workspace_docker_config(ws);
-
-    if (!cfg)
-        return 0;
-    if (!s->docker) {
-        ws_diag_set(d, "docker backend unavailable: the server runs without a Docker runtime");
-        return -WS_EFAILED;
-    }
-    return ws_docker_rt_attach(s->docker, ws_workspace_id(ws), dir, cfg, fresh, d);
-}
-
-static int rt_detach(void *ud, struct ws_workspace *ws, struct ws_diag *d)
-{
-    struct ws_services *s = ud;
-
-    if (!ws_workspace_docker_config(ws) || !s->docker)
-        return 0;
-    return ws_docker_rt_detach(s->docker, ws_workspace_id(ws), d);
-}
-
-int ws_services_reconcile(struct ws_services *s, struct ws_diag *d)
-{
-    return s->docker ? ws_docker_rt_reconcile(s->docker, d) : 0;
-}
 
 void ws_services_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret)
 {
@@ -93,86 +38,30 @@ bool ws_services_exec_path_valid(const char *path)
     return path[n - 1] != ':';
 }
 
-int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cfg,
-                    struct ws_services **ret)
+int ws_services_new(const struct ws_services_deps *deps, struct ws_services **ret)
 {
-    struct ws_services *s = calloc(1, sizeof(*s));
+    const char *path = deps->exec_path ? deps->exec_path : WS_SERVICES_EXEC_PATH_DEFAULT;
+    struct ws_services *s = NULL;
     size_t n = 0;
-    int err;
+    int err = -EINVAL;
 
+    if (!ws_services_exec_path_valid(path))
+        goto out;
+    err = -ENOMEM;
+    s = calloc(1, sizeof(*s));
     if (!s)
-        return -ENOMEM;
-    s->methods = calloc(WS_SERVICES_MAX_METHODS, sizeof(*s->methods));
-    if (!s->methods) {
-        free(s);
-        return -ENOMEM;
-    }
-    s->reg = reg;
-    const char *path = cfg && cfg->exec_path ? cfg->exec_path : WS_SERVICES_EXEC_PATH_DEFAULT;
-    if (!ws_services_exec_path_valid(path)) {
-        free(s->methods);
-        free(s);
-        return -EINVAL;
-    }
-    s->exec_path = strdup(path);
-    if (!s->exec_path) {
-        free(s->methods);
-        free(s);
-        return -ENOMEM;
-    }
-    struct ws_exec_config ec = {
-        .grace_ms = cfg ? cfg->kill_grace_ms : 0,
-        .containment = cfg && cfg->force_subreaper ? WS_TREE_FORCE_SUBREAPER : WS_TREE_AUTO,
-        .running_per_tenant = cfg ? cfg->tenant_max_commands : 0,
-        .home_root = cfg ? cfg->home_root : NULL,
-        .on_finished = ws_services_exec_audit,
-        .ud = s,
-    };
-    err = ws_sandbox_new(cfg ? cfg->sandbox_dir : NULL, &s->sandbox);
-    if (err < 0) {
-        free(s->exec_path);
-        free(s->methods);
-        free(s);
-        return err;
-    }
-    if (cfg && cfg->server_id) {
-        err = ws_docker_rt_new(cfg->server_id, &s->docker);
-        if (err < 0) {
-            ws_sandbox_free(s->sandbox);
-            free(s->exec_path);
-            free(s->methods);
-            free(s);
-            return err;
-        }
-    }
-    if (cfg && cfg->audit_dir) {
-        err = ws_audit_new(cfg->audit_dir, &s->audit);
-        if (err < 0) {
-            ws_docker_rt_free(s->docker);
-            ws_sandbox_free(s->sandbox);
-            free(s->exec_path);
-            free(s->methods);
-            free(s);
-            return err;
-        }
-    }
-    err = ws_exec_new(&ec, &s->exec);
-    if (err < 0) {
-        ws_audit_free(s->audit);
-        ws_docker_rt_free(s->docker);
-        ws_sandbox_free(s->sandbox);
-        free(s->exec_path);
-        free(s->methods);
-        free(s);
-        return err;
-    }
-    ws_registry_set_close_hook(reg, close_hook, s);
-    ws_metrics_set_source(WS_METRICS_WORKSPACES, workspaces_gauge, reg); /* metrics */
-    ws_metrics_set_source(WS_METRICS_COMMANDS, commands_gauge, s->exec);
-    struct ws_registry_runtime rt = {.attach = rt_attach, .detach = rt_detach, .ud = s};
-    ws_registry_set_runtime(reg, &rt);
+        goto out;
     atomic_init(&s->draining, false);
     pthread_mutex_init(&s->watch_lock, NULL);
+    s->methods = calloc(WS_SERVICES_MAX_METHODS, sizeof(*s->methods));
+    s->exec_path = strdup(path);
+    if (!s->methods || !s->exec_path)
+        goto out;
+    s->reg = deps->reg;
+    s->exec = deps->exec;
+    s->audit = deps->audit;
+    s->sandbox = deps->sandbox;
+    s->docker = deps->docker;
     n += ws_services_providers(s, s->methods + n);
     n += ws_services_workspaces(s, s->methods + n);
     n += ws_services_filesystem(s, s->methods + n);
@@ -180,20 +69,17 @@ int ws_services_new(struct ws_registry *reg, const struct ws_services_config *cf
     n += ws_services_health(s, s->methods + n);
     s->n_methods = n;
     *ret = s;
-    return 0;
+    s = NULL;
+    err = 0;
+out:
+    ws_services_free(s);
+    return err;
 }
 
 void ws_services_free(struct ws_services *s)
 {
     if (!s)
         return;
-    ws_metrics_set_source(WS_METRICS_WORKSPACES, NULL, NULL);
-    ws_metrics_set_source(WS_METRICS_COMMANDS, NULL, NULL);
-    ws_exec_free(s->exec);
-    /* After the exec layer: its last commands' records go in first. */
-    ws_audit_free(s->audit);
-    ws_docker_rt_free(s->docker);
-    ws_sandbox_free(s->sandbox);
     free(s->exec_path);
     pthread_mutex_destroy(&s->watch_lock);
     free(s->methods);

@@ -1,0 +1,458 @@
+/* The composition root: builds the server's parts in dependency order,
+ * wires the hooks between them, and tears them down in reverse with one
+ * destructor that accepts a half-built app. The only file above the
+ * providers that may name one: it makes their runtimes. */
+#include "server/app.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "server/audit/audit.h"
+#include "server/base/io.h"
+#include "server/exec/exec.h"
+#include "server/metrics/http.h"
+#include "server/metrics/metrics.h"
+#include "server/policy/policy.h"
+#include "server/providers/docker.h"
+#include "server/providers/sandbox.h"
+#include "server/registry/registry.h"
+#include "server/rpc/call.h"
+#include "server/rpc/log.h"
+#include "server/rpc/services/services.h"
+
+struct ws_app {
+    struct ws_registry *reg;
+    struct ws_sandbox *sandbox;
+    /* The Docker provider's runtime: containers named and labelled with
+     * this state directory's server id. */
+    struct ws_docker_rt *docker;
+    struct ws_audit *audit;
+    struct ws_exec *exec;
+    struct ws_services *svc;
+    struct ws_rpc_server *server;
+    struct ws_metrics_http *metrics;
+    int port;
+};
+
+static int make_state_dir(const char *dir)
+{
+    struct stat st;
+
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+        return -errno;
+    if (stat(dir, &st) < 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return -ENOTDIR;
+    return 0;
+}
+
+/* <state_dir>/<name> into ret; false when it does not fit. */
+static bool state_path(const char *state_dir, const char *name, char ret[static PATH_MAX])
+{
+    return snprintf(ret, PATH_MAX, "%s/%s", state_dir, name) < PATH_MAX;
+}
+
+/* This server's id (16 hex digits) from <state>/server-id, made on first
+ * start: it names and labels the Docker containers of this state
+ * directory's workspaces, so a restart finds what it left and two servers
+ * on one daemon never touch each other's. */
+static int load_server_id(const char *dir, char ret[17])
+{
+    char path[PATH_MAX], buf[17];
+    ssize_t n = 0;
+    int fd;
+
+    if (!state_path(dir, "server-id", path))
+        return -ENAMETOOLONG;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        n = ws_read_all(fd, buf, 16);
+        close(fd);
+        if (n == 16) {
+            buf[16] = '\0';
+            if (strspn(buf, "0123456789abcdef") == 16) {
+                memcpy(ret, buf, 17);
+                return 0;
+            }
+        }
+        return -EINVAL;
+    }
+    if (errno != ENOENT)
+        return -errno;
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        return -EIO;
+    for (int i = 0; i < 8; i++)
+        snprintf(buf + 2 * i, 3, "%02x", rnd[i]);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -errno;
+    if (ws_write_all(fd, buf, 16) < 0 || fsync(fd) < 0) {
+        close(fd);
+        unlink(path);
+        return -EIO;
+    }
+    close(fd);
+    memcpy(ret, buf, 17);
+    return 0;
+}
+
+/* A unix socket left behind by a server that died would make the bind
+ * fail, and gRPC would silently take over the path of a live one. So: a
+ * socket nobody answers on is removed; one a server answers on is
+ * -EADDRINUSE. */
+static int claim_unix_socket(const char *listen)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    const char *path = listen + 5;
+    struct stat st;
+    int fd, err = 0;
+
+    if (strncmp(listen, "unix:", 5) != 0)
+        return 0;
+    if (strlen(path) >= sizeof(sa.sun_path))
+        return -ENAMETOOLONG;
+    if (lstat(path, &st) < 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (!S_ISSOCK(st.st_mode))
+        return -EEXIST;
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+        err = -EADDRINUSE;
+    else if (errno == ECONNREFUSED && unlink(path) < 0)
+        err = -errno;
+    close(fd);
+    return err;
+}
+
+_Static_assert(WS_POLICY_TENANT_MAX == WS_RPC_TENANT_MAX, "one tenant name length");
+
+/* [peers]: the tenant of a caller on the unix socket by its uid, from the
+ * policy set in force (swapped whole on SIGHUP, so a reload applies to the
+ * next call). */
+static bool peer_tenant_of(void *ud, uint32_t uid, char *ret)
+{
+    struct ws_policy_set *set = ws_registry_policy(ud);
+    bool found = ws_policy_peer_tenant(set, (uid_t)uid, ret);
+
+    ws_policy_set_unref(set);
+    return found;
+}
+
+/* metrics: the per-tenant gauges read the counts the quotas use. */
+static void gauge_one(void *ud, const char *tenant, unsigned n)
+{
+    ws_metrics_tenant_gauge(ud, tenant, (long)n);
+}
+
+static void workspaces_gauge(void *ud, struct ws_metrics_gauges *g)
+{
+    ws_registry_tenants(ud, gauge_one, g);
+}
+
+static void commands_gauge(void *ud, struct ws_metrics_gauges *g)
+{
+    ws_exec_tenants(ud, gauge_one, g);
+}
+
+/* A workspace closed or evicted: its commands end, and the sandbox drops
+ * the cgroups it kept for it. */
+static void close_hook(void *ud, const char *id)
+{
+    struct ws_app *app = ud;
+
+    ws_exec_close_workspace(app->exec, id, WS_CAUSE_EVICTED);
+    ws_sandbox_forget(app->sandbox, id);
+}
+
+/* The registry's runtime hooks: a docker workspace's container is made at
+ * Open and on the first use after a restart, and removed at Close. */
+static int rt_attach(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
+                     struct ws_diag *d)
+{
+    struct ws_app *app = ud;
+    const Workspace__V1__DockerConfig *cfg = ws_workspace_docker_config(ws);
+
+    if (!cfg)
+        return 0;
+    if (!app->docker) {
+        ws_diag_set(d, "docker backend unavailable: the server runs without a Docker runtime");
+        return -WS_EFAILED;
+    }
+    return ws_docker_rt_attach(app->docker, ws_workspace_id(ws), dir, cfg, fresh, d);
+}
+
+static int rt_detach(void *ud, struct ws_workspace *ws, struct ws_diag *d)
+{
+    struct ws_app *app = ud;
+
+    if (!ws_workspace_docker_config(ws) || !app->docker)
+        return 0;
+    return ws_docker_rt_detach(app->docker, ws_workspace_id(ws), d);
+}
+
+/* The exec layer is made before the services (they start commands in
+ * it), so its callback for a finished command reaches them through the
+ * app. ws_app_free ends the exec layer before it frees the services, so
+ * the last commands are recorded too. */
+static void command_finished(void *ud, const char *workspace_id, struct ws_proc *p,
+                             const struct ws_proc_result *r)
+{
+    struct ws_app *app = ud;
+
+    if (app->svc)
+        ws_services_exec_audit(app->svc, workspace_id, p, r);
+}
+
+/* The providers' runtimes, the audit log, the exec layer and the services
+ * over them: together, what a failure calls the exec layer. What was made
+ * stays in app for ws_app_free. */
+static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
+{
+    char sandbox_dir[PATH_MAX], audit_dir[PATH_MAX], home_root[PATH_MAX], server_id[17];
+    int err;
+
+    if (!state_path(cfg->state_dir, "sandbox", sandbox_dir) ||
+        !state_path(cfg->state_dir, "audit", audit_dir) ||
+        !state_path(cfg->state_dir, "homes", home_root)) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "--state-dir is too long");
+        return -ENAMETOOLONG;
+    }
+    err = load_server_id(cfg->state_dir, server_id);
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
+                   "cannot read or make <state>/server-id: %s", strerror(-err));
+        return err;
+    }
+
+    struct ws_exec_config ec = {
+        .grace_ms = cfg->kill_grace_ms,
+        .containment = cfg->force_subreaper ? WS_TREE_FORCE_SUBREAPER : WS_TREE_AUTO,
+        .running_per_tenant = cfg->tenant_max_commands,
+        .home_root = home_root,
+        .on_finished = command_finished,
+        .ud = app,
+    };
+    err = ws_sandbox_new(sandbox_dir, &app->sandbox);
+    if (err >= 0)
+        err = ws_docker_rt_new(server_id, &app->docker);
+    if (err >= 0)
+        err = ws_audit_new(audit_dir, &app->audit);
+    if (err >= 0)
+        err = ws_exec_new(&ec, &app->exec);
+    if (err >= 0) {
+        struct ws_services_deps deps = {
+            .reg = app->reg,
+            .exec = app->exec,
+            .audit = app->audit,
+            .sandbox = app->sandbox,
+            .docker = app->docker,
+            .exec_path = cfg->exec_path,
+        };
+        err = ws_services_new(&deps, &app->svc);
+    }
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start the exec layer: %s",
+                   strerror(-err < 4096 ? -err : EINVAL));
+        return err;
+    }
+
+    ws_registry_set_close_hook(app->reg, close_hook, app);
+    struct ws_registry_runtime rt = {.attach = rt_attach, .detach = rt_detach, .ud = app};
+    ws_registry_set_runtime(app->reg, &rt);
+    ws_metrics_set_source(WS_METRICS_WORKSPACES, workspaces_gauge, app->reg);
+    ws_metrics_set_source(WS_METRICS_COMMANDS, commands_gauge, app->exec);
+    return 0;
+}
+
+/* Removes the containers an earlier run of this server left. A daemon
+ * that cannot be asked does not stop the start: it is logged. */
+static void reconcile(struct ws_app *app)
+{
+    struct ws_diag d = {0};
+    int removed = app->docker ? ws_docker_rt_reconcile(app->docker, &d) : 0;
+
+    if (removed > 0)
+        ws_log_msg(WS_RPC_LOG_INFO, "server.reconciled",
+                   "removed %d container(s) left by an earlier run", removed);
+    else if (removed < 0)
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.reconcile_failed",
+                   "containers left by an earlier run not checked: %s", d.message);
+}
+
+static int start_rpc_server(struct ws_app *app, const struct ws_app_config *cfg)
+{
+    size_t n_methods;
+    const struct ws_rpc_method *methods = ws_services_methods(app->svc, &n_methods);
+    char why[512] = "";
+    struct ws_rpc_config rc = cfg->rpc;
+    int err;
+
+    rc.peer_tenant = peer_tenant_of;
+    rc.peer_ud = app->reg;
+    rc.why = why;
+    rc.why_len = sizeof(why);
+    err = ws_rpc_server_new(&rc, methods, n_methods, &app->server, &app->port);
+    if (err < 0 && why[0]) {
+        fprintf(stderr, "workspaced: %s\n", why);
+        return err;
+    }
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot listen on '%s': %s",
+                   cfg->rpc.listen, strerror(-err < 4096 ? -err : EINVAL));
+        return err;
+    }
+    err = ws_rpc_server_start(app->server);
+    if (err < 0)
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start: %s",
+                   strerror(-err < 4096 ? -err : EINVAL));
+    return err;
+}
+
+/* metrics: its own listener, started before main prints its "listening"
+ * line, so whoever waits for that line finds the metrics address logged. */
+static int start_metrics(struct ws_app *app, const char *addr)
+{
+    char fields[32];
+    int port = 0;
+    int err = ws_metrics_http_start(addr, &app->metrics, &port);
+
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot serve metrics on '%s': %s",
+                   addr, strerror(-err));
+        return err;
+    }
+    snprintf(fields, sizeof(fields), "{\"port\":%d}", port);
+    ws_log_json(WS_RPC_LOG_INFO, "metrics.listen", fields);
+    return 0;
+}
+
+int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret)
+{
+    struct ws_app *app = calloc(1, sizeof(*app));
+    int err = -ENOMEM;
+
+    if (!app) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "%s", strerror(ENOMEM));
+        goto out;
+    }
+    err = make_state_dir(cfg->state_dir);
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot create the state directory: %s",
+                   strerror(-err));
+        goto out;
+    }
+    /* The registry locks the state directory: it comes before everything
+     * that writes there (the sandbox replaces the /etc snapshots it finds),
+     * so a second server on the same directory is refused untouched. */
+    struct ws_registry_config rc = cfg->registry;
+    rc.state_dir = cfg->state_dir;
+    err = ws_registry_new(&rc, &app->reg);
+    if (err == -EBUSY) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
+                   "the state directory '%s' is in use by another workspaced (its pid is in "
+                   "%s/lock); one state directory serves one server at a time",
+                   cfg->state_dir, cfg->state_dir);
+        goto out;
+    }
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot open the state directory: %s",
+                   strerror(-err < 4096 ? -err : EINVAL));
+        goto out;
+    }
+    /* Before anything talks to a daemon or starts a thread: a second
+     * server on a live socket stops here. */
+    err = claim_unix_socket(cfg->rpc.listen);
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot listen on '%s': %s",
+                   cfg->rpc.listen,
+                   err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
+        goto out;
+    }
+    err = start_exec_layer(app, cfg);
+    if (err < 0)
+        goto out;
+    reconcile(app);
+    err = start_rpc_server(app, cfg);
+    if (err < 0)
+        goto out;
+    if (cfg->metrics_listen) {
+        err = start_metrics(app, cfg->metrics_listen);
+        if (err < 0)
+            goto out;
+    }
+    *ret = app;
+    app = NULL;
+out:
+    ws_app_free(app);
+    return err;
+}
+
+int ws_app_port(const struct ws_app *app)
+{
+    return app->port;
+}
+
+void ws_app_reload(struct ws_app *app, struct ws_policy_set *policy)
+{
+    char why[512];
+
+    ws_rpc_server_reload_tokens(app->server, why, sizeof(why));
+    if (policy)
+        ws_registry_set_policy(app->reg, policy);
+}
+
+void ws_app_drain(struct ws_app *app, int grace_ms)
+{
+    ws_metrics_http_stop(app->metrics);
+    app->metrics = NULL;
+    ws_services_drain(app->svc);
+    ws_rpc_server_shutdown(app->server, grace_ms);
+}
+
+struct ws_rpc_server *ws_app_take_server(struct ws_app *app)
+{
+    struct ws_rpc_server *s = app->server;
+
+    app->server = NULL;
+    return s;
+}
+
+void ws_app_free(struct ws_app *app)
+{
+    if (!app)
+        return;
+    ws_metrics_http_stop(app->metrics);
+    /* No call may reach the parts below once this returns. */
+    ws_rpc_server_free(app->server);
+    ws_metrics_set_source(WS_METRICS_WORKSPACES, NULL, NULL);
+    ws_metrics_set_source(WS_METRICS_COMMANDS, NULL, NULL);
+    if (app->reg) {
+        ws_registry_set_close_hook(app->reg, NULL, NULL);
+        ws_registry_set_runtime(app->reg, &(struct ws_registry_runtime){0});
+    }
+    /* Ends every command still running; each one's record goes through
+     * the services into the audit log, so both outlive it. */
+    ws_exec_free(app->exec);
+    ws_services_free(app->svc);
+    ws_audit_free(app->audit);
+    /* After every command that ran in a box or a container. */
+    ws_docker_rt_free(app->docker);
+    ws_sandbox_free(app->sandbox);
+    /* Last: its lock on the state directory goes with it. */
+    ws_registry_free(app->reg);
+    free(app);
+}

@@ -1,0 +1,84 @@
+/* The server assembled in one place: the state directory, the registry,
+ * the providers' runtimes, the audit log, the exec layer, the RPC
+ * services, the RPC server and the metrics listener, built in that order
+ * and torn down in reverse. The registry comes before everything else
+ * that writes into the state directory because it takes the directory's
+ * lock; the exec layer goes before the services at teardown because its
+ * last commands are recorded through them.
+ *
+ * main owns the process (flags, the configuration file, signals, exit);
+ * this module owns everything main used to wire by hand. It logs its own
+ * start-up failures (one "server.start_failed" line each, or the RPC
+ * layer's reason on stderr), so main only maps a failure to its exit code.
+ *
+ * Thread safety: ws_app_start, ws_app_drain, ws_app_take_server and
+ * ws_app_free run on main's thread, one at a time; ws_app_reload too, and
+ * it may run while calls are served.
+ */
+#ifndef WS_APP_H
+#define WS_APP_H
+
+#include <stdbool.h>
+
+#include "server/registry/registry.h"
+#include "server/rpc/call.h"
+
+struct ws_app;
+struct ws_policy_set;
+
+/* Everything main hands on; strings are only read during ws_app_start
+ * (the modules that keep one make their own copy). */
+struct ws_app_config {
+    /* Made 0700 when missing. The registry's records and lock, the
+     * sandbox's /etc snapshot, the server id, the audit logs and the
+     * commands' homes all live under it. */
+    const char *state_dir;
+    /* The registry's caps, quotas, enabled providers and policy (its
+     * state_dir is the one above). */
+    struct ws_registry_config registry;
+    /* The exec layer and the services: SIGTERM-to-SIGKILL grace (0: the
+     * default, < 0: none), the subreaper fallback forced, where commands
+     * are looked up (NULL: the default), running commands per tenant
+     * (0: no quota). */
+    int kill_grace_ms;
+    bool force_subreaper;
+    const char *exec_path;
+    unsigned tenant_max_commands;
+    /* The RPC server's address, authentication and transport limits (the
+     * app fills in the [peers] lookup and the buffer for the reason of a
+     * refused configuration). */
+    struct ws_rpc_config rpc;
+    /* GET /metrics on this address; NULL: no metrics listener. */
+    const char *metrics_listen;
+};
+
+/* Builds and starts the server: when it returns 0 calls are served and
+ * *ret holds it. On failure the reason has been logged, everything built
+ * so far is freed again, and a negative errno comes back. */
+int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret);
+
+/* The TCP port the RPC server is bound to (0 on a unix socket). */
+int ws_app_port(const struct ws_app *app);
+
+/* SIGHUP: re-reads the tokens file (a bad one keeps the old table; the
+ * RPC layer logs either way), then puts `policy` in force for later Opens
+ * and for the [peers] map, when it is not NULL (the app takes its own
+ * reference). */
+void ws_app_reload(struct ws_app *app, struct ws_policy_set *policy);
+
+/* The graceful drain: stops the metrics listener, turns health to
+ * NOT_SERVING, and lets calls in flight finish for up to grace_ms before
+ * they are cancelled. Returns when no call is left. */
+void ws_app_drain(struct ws_app *app, int grace_ms);
+
+/* Hands the RPC server (after ws_app_drain) to the caller, who frees it
+ * with ws_rpc_server_free once ws_app_free has ended every command and
+ * workspace: gRPC's own teardown can take seconds, and main bounds it. */
+struct ws_rpc_server *ws_app_take_server(struct ws_app *app);
+
+/* Ends every command still running and waits for it, then frees every
+ * part in the reverse order of its making. Accepts NULL and an app that
+ * ws_app_start left half-built. */
+void ws_app_free(struct ws_app *app);
+
+#endif

@@ -13,40 +13,9 @@
 #include <openssl/hmac.h>
 
 #include "server/base/errors.h"
+#include "server/base/io.h"
 
 #define KEY_FILE "ref.key"
-
-static int read_full(int fd, uint8_t *buf, size_t len)
-{
-    size_t got = 0;
-
-    while (got < len) {
-        ssize_t n = read(fd, buf + got, len - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (n == 0)
-            return -EINVAL;
-        got += (size_t)n;
-    }
-    return 0;
-}
-
-static int write_full(int fd, const uint8_t *buf, size_t len)
-{
-    size_t done = 0;
-
-    while (done < len) {
-        ssize_t n = write(fd, buf + done, len - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        done += (size_t)n;
-    }
-    return 0;
-}
 
 static int key_create(int dir_fd, struct ws_ref_key *ret)
 {
@@ -58,7 +27,7 @@ static int key_create(int dir_fd, struct ws_ref_key *ret)
     fd = openat(dir_fd, KEY_FILE, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -errno;
-    r = write_full(fd, key.bytes, sizeof(key.bytes));
+    r = ws_write_all(fd, key.bytes, sizeof(key.bytes));
     if (r == 0 && fsync(fd) < 0)
         r = -errno;
     close(fd);
@@ -74,6 +43,7 @@ int ws_ref_key_load(int state_dir_fd, struct ws_ref_key *ret)
 {
     struct ws_ref_key key;
     struct stat st;
+    ssize_t n;
     int fd, r;
 
     fd = openat(state_dir_fd, KEY_FILE, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -95,7 +65,9 @@ int ws_ref_key_load(int state_dir_fd, struct ws_ref_key *ret)
         r = -EINVAL;
         goto out;
     }
-    r = read_full(fd, key.bytes, sizeof(key.bytes));
+    n = ws_read_all(fd, key.bytes, sizeof(key.bytes));
+    /* Shorter than its size said: changed under us, not a key to trust. */
+    r = n < 0 ? (int)n : n == (ssize_t)sizeof(key.bytes) ? 0 : -EINVAL;
     if (r == 0)
         *ret = key;
 out:

@@ -12,9 +12,10 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "server/base/macros.h"
+#include "server/base/time.h"
 #include "server/metrics/metrics.h"
 #include "server/providers/probe.h"
 #include "server/registry/config.h"
@@ -54,7 +55,13 @@ struct ws_workspace {
     struct ws_workspace *next; /* hash chain; registry lock */
 
     pthread_mutex_t lock; /* everything below */
+    /* An attach blocks (a runtime may wait on a daemon), so it runs with
+     * no lock held, and these say one is in flight: state OPENING while a
+     * call attaches a CONFIGURED workspace, `attaching` while a Resolve
+     * makes the runtime of an OPEN one again. Only that call changes the
+     * state meanwhile (see ensure_open). */
     enum ws_state state;
+    bool attaching;
     struct ws_vfs *vfs;
     struct ws_fsops *fsops;
     dev_t dev;
@@ -114,14 +121,6 @@ struct ws_registry {
     void *close_hook_ud;
     struct ws_registry_runtime rt;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Ids are the only client-chosen strings that become file names, so they
  * are checked before any use: "ws_" and 32 lowercase hex digits. */
@@ -226,15 +225,6 @@ static void closed_undo(struct ws_registry *r, const char *id)
     }
 }
 
-/* The Open bucket runs on a clock that never steps back. */
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* The tenant's use record, made on first need; NULL only when that
  * allocation fails. Registry lock held. */
 static struct tenant_use *tenant_use(struct ws_registry *r, const char *tenant)
@@ -249,7 +239,8 @@ static struct tenant_use *tenant_use(struct ws_registry *r, const char *tenant)
         return NULL;
     snprintf(t->name, sizeof(t->name), "%s", tenant);
     t->opens = r->tenant_opens_per_minute;
-    t->refilled_ms = mono_ms();
+    /* The Open bucket runs on a clock that never steps back. */
+    t->refilled_ms = ws_mono_ms();
     t->next = r->tenants;
     r->tenants = t;
     return t;
@@ -279,7 +270,7 @@ static void uncount(struct ws_registry *r, struct ws_workspace *ws)
 static int tenant_admit(struct ws_registry *r, const char *tenant, struct ws_diag *d)
 {
     struct tenant_use *t = tenant_use(r, tenant);
-    int64_t now = mono_ms();
+    int64_t now = ws_mono_ms();
 
     if (!t)
         return -ENOMEM;
@@ -489,7 +480,7 @@ static const char *error_name(int err)
 
 static void note_locked(struct ws_workspace *ws, int err, const struct ws_diag *d)
 {
-    int64_t t = now_ms();
+    int64_t t = ws_wall_ms();
 
     if (err >= 0) {
         ws->last_success_ms = t;
@@ -519,9 +510,26 @@ static int write_record(struct ws_registry *r, const struct ws_workspace *ws)
     return ws_storage_write_file(r->records_fd, ws->id, tmp, ws->token, ws->token_len);
 }
 
-/* Attaches storage to a workspace in state CONFIGURED or OPEN-but-new.
- * ws->lock held. */
-static int attach_locked(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag *d)
+/* Makes the runtime of an on-disk workspace (rt.attach with its
+ * directory); `fresh` as for struct ws_registry_runtime. Blocking: no
+ * registry lock held. */
+static int attach_runtime(struct ws_registry *r, struct ws_workspace *ws, bool fresh,
+                          struct ws_diag *d)
+{
+    char path[PATH_MAX];
+    int err;
+
+    err = ws_registry_workspace_path(r, ws, path, sizeof(path));
+    if (err == 0)
+        err = r->rt.attach(r->rt.ud, ws, path, fresh, d);
+    return err;
+}
+
+/* Attaches the storage and runtime of a workspace in state OPENING and
+ * makes it OPEN. Called with no registry lock held, by the one call that
+ * put it in OPENING (an Open, or the first use after a restart): nobody
+ * else touches its storage until it is OPEN. */
+static int attach(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag *d)
 {
     struct ws_vfs *fs = NULL;
     struct ws_fsops *ops = NULL;
@@ -548,21 +556,19 @@ static int attach_locked(struct ws_registry *r, struct ws_workspace *ws, struct 
     if (err < 0)
         goto out;
     if (r->rt.attach && ws->provider->on_disk) {
-        char path[PATH_MAX];
-
-        err = ws_registry_workspace_path(r, ws, path, sizeof(path));
-        if (err == 0)
-            err = r->rt.attach(r->rt.ud, ws, path, true, d);
+        err = attach_runtime(r, ws, true, d);
         if (err < 0)
             goto out;
     }
+    pthread_mutex_lock(&ws->lock);
     ws->vfs = fs;
     ws->fsops = ops;
-    fs = NULL;
-    ops = NULL;
     ws->dev = st.st_dev;
     ws->ino = st.st_ino;
     ws->state = WS_STATE_OPEN;
+    pthread_mutex_unlock(&ws->lock);
+    fs = NULL;
+    ops = NULL;
 out:
     ws_fsops_free(ops);
     if (fs)
@@ -637,16 +643,28 @@ void ws_registry_tenants(struct ws_registry *r,
     pthread_mutex_unlock(&r->lock);
 }
 
+/* Marks `ws` evicted (its storage is gone) and ends what it had. Changes
+ * nothing while a Resolve is making its runtime again: the detach here
+ * would run beside that attach. The Resolve checks the storage when its
+ * attach succeeds, and any later call does otherwise. */
 static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
 {
+    bool attaching;
+
     pthread_mutex_lock(&r->lock);
-    uncount(r, ws);
-    pthread_mutex_unlock(&r->lock);
-    ws_metrics_evicted(ws->provider->name); /* metrics hook */
     pthread_mutex_lock(&ws->lock);
-    ws->state = WS_STATE_EVICTED;
-    note_locked(ws, -WS_EEVICTED, NULL);
+    attaching = ws->attaching;
+    if (!attaching) {
+        ws->state = WS_STATE_EVICTED;
+        note_locked(ws, -WS_EEVICTED, NULL);
+    }
     pthread_mutex_unlock(&ws->lock);
+    if (!attaching)
+        uncount(r, ws);
+    pthread_mutex_unlock(&r->lock);
+    if (attaching)
+        return;
+    ws_metrics_evicted(ws->provider->name); /* metrics hook */
     if (ws->provider->on_disk)
         unlinkat(r->records_fd, ws->id, 0);
     /* Its commands run in a directory that is gone: end them too, and
@@ -659,57 +677,88 @@ static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
         (void)r->rt.detach(r->rt.ud, ws, NULL);
 }
 
+/* Whether the directory of an attached on-disk workspace is still the one
+ * it was attached on; a workspace whose directory is gone is marked
+ * evicted. */
+static int check_storage(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag *d)
+{
+    struct stat st;
+
+    if (!ws->provider->on_disk)
+        return 0;
+    if (fstatat(r->root_fd, ws->id, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+        st.st_dev == ws->dev && st.st_ino == ws->ino)
+        return 0;
+    mark_evicted(r, ws);
+    ws_diag_set(d, "the workspace's storage is gone");
+    return -WS_EEVICTED;
+}
+
 /* Makes sure `ws` is usable: re-attaches a CONFIGURED one, detects a
- * vanished directory. `reprobe` re-checks the backend even when open. */
+ * vanished directory. `reprobe` re-checks the backend even when open, and
+ * makes again what the runtime lost since (Resolve: a container removed
+ * or stopped behind our back).
+ *
+ * An attach may wait on a daemon for minutes, so it runs with no lock
+ * held and a handler thread never waits for another call's attach: the
+ * call that finds the workspace CONFIGURED moves it to OPENING and
+ * attaches it, and every other call on it gets -EAGAIN (nothing done,
+ * retry) until it is OPEN or CONFIGURED again. A Resolve of an OPEN
+ * workspace sets `attaching` instead: file and exec calls go on, a second
+ * Resolve (and a Close) gets -EAGAIN. */
 static int ensure_open(struct ws_registry *r, struct ws_workspace *ws, bool reprobe,
                        struct ws_diag *d)
 {
+    bool runtime = reprobe && r->rt.attach && ws->provider->on_disk;
+    bool opening = false, attaching = false, busy;
     int err = 0;
 
     pthread_mutex_lock(&ws->lock);
     enum ws_state state = ws->state;
+    busy = state == WS_STATE_OPENING || (reprobe && ws->attaching);
+    if (!busy && state == WS_STATE_CONFIGURED) {
+        ws->state = WS_STATE_OPENING;
+        opening = true;
+    } else if (!busy && state == WS_STATE_OPEN && runtime) {
+        ws->attaching = true;
+        attaching = true;
+    }
     pthread_mutex_unlock(&ws->lock);
     if (state == WS_STATE_EVICTED)
         return -WS_EEVICTED;
     if (state == WS_STATE_CLOSING || state == WS_STATE_CLOSED)
         return -WS_ENOWORKSPACE;
-    if (reprobe || state == WS_STATE_CONFIGURED) {
+    if (busy) {
+        ws_diag_set(d, "the workspace is being attached; retry");
+        return -EAGAIN;
+    }
+    if (opening || reprobe) {
         err = probe_backend(ws->provider, d);
-        if (err < 0) {
+        if (err < 0)
             ws_workspace_note(ws, err, d);
-            return err;
-        }
     }
-    pthread_mutex_lock(&ws->lock);
-    if (ws->state == WS_STATE_CONFIGURED) {
-        err = attach_locked(r, ws, d);
-    } else if (reprobe && ws->state == WS_STATE_OPEN && r->rt.attach && ws->provider->on_disk) {
-        /* Resolve: what the runtime lost since (a container removed or
-         * stopped behind our back) is made again. */
-        char path[PATH_MAX];
-
-        err = ws_registry_workspace_path(r, ws, path, sizeof(path));
-        if (err == 0)
-            err = r->rt.attach(r->rt.ud, ws, path, false, d);
+    if (err == 0 && opening)
+        err = attach(r, ws, d);
+    else if (err == 0 && attaching)
+        err = attach_runtime(r, ws, false, d);
+    if (opening || attaching) {
+        pthread_mutex_lock(&ws->lock);
+        /* A failed attach leaves the workspace to the next call. One whose
+         * storage is gone stays OPENING until mark_evicted below, so that
+         * no other call attaches it meanwhile. */
+        if (opening && err < 0 && err != -WS_EEVICTED)
+            ws->state = WS_STATE_CONFIGURED;
+        if (attaching)
+            ws->attaching = false;
+        pthread_mutex_unlock(&ws->lock);
     }
-    pthread_mutex_unlock(&ws->lock);
     if (err == -WS_EEVICTED) {
         mark_evicted(r, ws);
         return err;
     }
     if (err < 0)
         return err;
-    if (ws->provider->on_disk) {
-        struct stat st;
-
-        if (fstatat(r->root_fd, ws->id, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
-            st.st_dev != ws->dev || st.st_ino != ws->ino) {
-            mark_evicted(r, ws);
-            ws_diag_set(d, "the workspace's storage is gone");
-            return -WS_EEVICTED;
-        }
-    }
-    return 0;
+    return check_storage(r, ws, d);
 }
 
 /* ---- open ---- */
@@ -760,7 +809,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     const struct ws_policy *pol = ws_policy_for(pset, tenant_or_default(tenant));
     bool pulls_off = !pol->docker_pull;
     err = ws_policy_check_open(pol, req, p->kind == WS_PROVIDER_DOCKER ? req->docker->image : NULL,
-                               own, 2, d);
+                               own, WS_ELEMENTSOF(own), d);
     ws_policy_set_unref(pset);
     if (err < 0)
         return err;
@@ -836,7 +885,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     rec.id = id;
     rec.provider = (char *)p->name;
     rec.capabilities = &caps;
-    rec.created_unix_ms = now_ms();
+    rec.created_unix_ms = ws_wall_ms();
     rec.tenant = (char *)tenant_or_default(tenant);
     switch (p->kind) {
     case WS_PROVIDER_MEMORY:
@@ -870,13 +919,12 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     err = ws_ref_sign(&r->key, &rec, &token, &token_len);
     if (err < 0)
         goto out;
+    /* Not published yet: nobody else can reach it while it attaches. */
     err = workspace_new(r, token, token_len, WS_STATE_OPENING, &ws);
     token = NULL;
     if (err < 0)
         goto out;
-    pthread_mutex_lock(&ws->lock);
-    err = attach_locked(r, ws, d);
-    pthread_mutex_unlock(&ws->lock);
+    err = attach(r, ws, d);
     /* A missing image with pulls off: say that it is the operator's
      * policy, not the client's pull_policy, that kept it from a pull. */
     if (err == -WS_EFAILED && pulls_off && p->kind == WS_PROVIDER_DOCKER && d &&
@@ -890,7 +938,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     }
     if (err < 0)
         goto out;
-    ws->opened_at_ms = now_ms();
+    ws->opened_at_ms = ws_wall_ms();
     if (p->on_disk) {
         err = write_record(r, ws);
         if (err < 0)
@@ -1037,12 +1085,13 @@ int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
     ws = find_ref(r, tenant, id, &closed);
     if (!ws)
         return -WS_ENOWORKSPACE;
-    /* Notice a vanished directory so Describe tells the truth. */
+    /* Notice a vanished directory so Describe tells the truth; never
+     * attach (nor wait for an attach): Describe answers at once. */
     pthread_mutex_lock(&ws->lock);
-    bool check = ws->state == WS_STATE_OPEN && ws->provider->on_disk;
+    bool check = ws->state == WS_STATE_OPEN;
     pthread_mutex_unlock(&ws->lock);
     if (check)
-        (void)ensure_open(r, ws, false, NULL);
+        (void)check_storage(r, ws, NULL);
     *ret = ws;
     return 0;
 }
@@ -1073,6 +1122,7 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
 {
     struct ws_workspace *ws;
     enum ws_state before;
+    bool busy;
 
     if (!id_valid(id))
         return -WS_ENOWORKSPACE;
@@ -1089,15 +1139,25 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
         *ret_already_closed = true;
         return 0;
     }
+    /* An attach in flight owns the workspace's state until it is done:
+     * the Close changes nothing and the client retries (an attach ends
+     * within the runtime's own timeouts). */
+    pthread_mutex_lock(&ws->lock);
+    before = ws->state;
+    busy = before == WS_STATE_OPENING || ws->attaching;
+    if (!busy)
+        ws->state = WS_STATE_CLOSING;
+    pthread_mutex_unlock(&ws->lock);
+    if (busy) {
+        pthread_mutex_unlock(&r->lock);
+        ws_diag_set(d, "the workspace is being attached; retry");
+        return -EAGAIN;
+    }
     table_remove(r, ws);
     uncount(r, ws);
     closed_add(r, ws);
     pthread_mutex_unlock(&r->lock);
 
-    pthread_mutex_lock(&ws->lock);
-    before = ws->state;
-    ws->state = WS_STATE_CLOSING;
-    pthread_mutex_unlock(&ws->lock);
     if (r->close_hook)
         r->close_hook(r->close_hook_ud, ws->id);
     if (r->rt.detach && ws->provider->on_disk) {

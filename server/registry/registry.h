@@ -1,4 +1,8 @@
-/* The workspace registry: open / resolve / close / describe / list, the
+/* Lock order: ws->measure_lock (a usage walk), then r->lock, then ws->lock; r->policy_lock alone.
+ * Locks inside providers and storage (docker rt->lock, sandbox sb->lock, memfs) are leaves.
+ * No provider call, close hook or daemon call runs under r->lock, ws->lock or r->policy_lock.
+ *
+ * The workspace registry: open / resolve / close / describe / list, the
  * lifecycle states, signed refs, persistence in the state directory and the
  * cap on open workspaces.
  *
@@ -13,6 +17,15 @@
  * After a restart every record is known in state CONFIGURED; the first
  * call on it (or Resolve of its ref) re-attaches it, probing the provider's
  * backend live. Memory workspaces die with the process.
+ *
+ * An attach (storage and runtime: a Docker container may take minutes)
+ * runs with no lock held, in the call that started it, with the workspace
+ * in state OPENING. Meanwhile Describe and List report OPENING at once,
+ * and every call that would need it attached, or would close it, fails
+ * with -EAGAIN (nothing was done; retry) instead of waiting: a handler
+ * thread never waits on another call's daemon. A Resolve that makes the
+ * runtime of an OPEN workspace again keeps it OPEN (file and exec calls go
+ * on); a second Resolve and a Close get -EAGAIN until it is done.
  *
  * Tenants: every workspace belongs to the tenant that opened it. Every call
  * below that names a workspace (by id or ref) takes the caller's tenant
@@ -99,7 +112,9 @@ struct ws_workspace;
  * creates the workspace root, loads records, removes leftovers of
  * interrupted closes. */
 int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **ret);
-/* Drops the registry's references; storage stays for the next start. */
+/* Drops the registry's references; storage stays for the next start.
+ * Only once no call is in flight (the RPC server has shut down): an
+ * attach in progress uses the registry until it returns. */
 void ws_registry_free(struct ws_registry *r);
 
 /* Whether Open may name provider `kind` (struct ws_registry_config's
@@ -126,14 +141,15 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
                      struct ws_workspace **ret);
 
 /* Errors: -WS_EBADREF, -WS_ENOWORKSPACE (a ref of another tenant),
- * -WS_EEVICTED, -WS_EFAILED. */
+ * -WS_EEVICTED, -WS_EFAILED, -EAGAIN (being attached by another call). */
 int ws_registry_resolve(struct ws_registry *r, const char *tenant, const uint8_t *token, size_t len,
                         struct ws_diag *d, struct ws_workspace **ret);
 
 /* The workspace for an id-scoped call, re-attaching it if needed and
  * checking that its storage still exists. `need_caps` (WS_CAP_*) must all
  * be declared, else -WS_ECAPABILITY. Errors: -WS_ENOWORKSPACE (unknown,
- * malformed or closed id), -WS_EEVICTED, -WS_EFAILED. */
+ * malformed or closed id), -WS_EEVICTED, -WS_EFAILED, -EAGAIN (being
+ * attached by another call). */
 int ws_registry_get(struct ws_registry *r, const char *tenant, const char *id, unsigned need_caps,
                     struct ws_diag *d, struct ws_workspace **ret);
 
@@ -145,8 +161,8 @@ long ws_registry_live(struct ws_registry *r);
 void ws_registry_tenants(struct ws_registry *r,
                          void (*cb)(void *ud, const char *tenant, unsigned live), void *ud);
 
-/* Like ws_registry_get but also returns evicted workspaces and never
- * re-attaches (for Describe). */
+/* Like ws_registry_get but also returns evicted workspaces (and ones being
+ * attached) and never re-attaches nor waits (for Describe). */
 int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
                      struct ws_workspace **ret);
 /* Whether id is a workspace of `tenant`: a known one, or one this run saw
@@ -157,7 +173,8 @@ bool ws_registry_owns(struct ws_registry *r, const char *tenant, const char *id)
 
 /* Closes: terminal, idempotent (*ret_already_closed = true the second
  * time). Removes the workspace's record and storage. Unknown id:
- * -WS_ENOWORKSPACE. */
+ * -WS_ENOWORKSPACE; a workspace being attached: -EAGAIN, nothing
+ * changed. */
 int ws_registry_close(struct ws_registry *r, const char *tenant, const char *id,
                       bool *ret_already_closed);
 /* Like ws_registry_close; a runtime's detach failure is returned (its
@@ -181,8 +198,8 @@ void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn
  * commands were ended and before the storage is removed; a failure fails
  * the Close, which leaves the workspace open so the Close can be
  * retried. detach also runs, best effort (d NULL), when a workspace is
- * found evicted. Both may block (handler threads); set once, before
- * serving. */
+ * found evicted. Both may block (handler threads) and are called with no
+ * registry lock held; set once, before serving. */
 struct ws_registry_runtime {
     int (*attach)(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
                   struct ws_diag *d);

@@ -8,27 +8,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/base/io.h"
 #include "server/posix/fs.h"
 
 int ws_storage_write_file(int dir_fd, const char *name, const char *tmp_name, const uint8_t *data,
                           size_t len)
 {
-    size_t done = 0;
-    int fd, err = 0;
+    int fd, err;
 
     fd = openat(dir_fd, tmp_name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return -errno;
-    while (done < len) {
-        ssize_t n = write(fd, data + done, len - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            err = -errno;
-            goto out;
-        }
-        done += (size_t)n;
-    }
+    err = ws_write_all(fd, data, len);
+    if (err < 0)
+        goto out;
     if (fsync(fd) < 0) {
         err = -errno;
         goto out;
@@ -50,7 +43,7 @@ int ws_storage_read_file(int dir_fd, const char *name, size_t max, uint8_t **ret
 {
     struct stat st;
     uint8_t *buf = NULL;
-    size_t got = 0;
+    ssize_t got;
     int fd, err = 0;
 
     fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -73,20 +66,14 @@ int ws_storage_read_file(int dir_fd, const char *name, size_t max, uint8_t **ret
         err = -ENOMEM;
         goto out;
     }
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            err = -errno;
-            goto out;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
+    /* A file that shrank since the fstat is read as far as it goes. */
+    got = ws_read_all(fd, buf, (size_t)st.st_size);
+    if (got < 0) {
+        err = (int)got;
+        goto out;
     }
     *ret_data = buf;
-    *ret_len = got;
+    *ret_len = (size_t)got;
     buf = NULL;
 out:
     free(buf);

@@ -22,8 +22,7 @@
 #include "server/metrics/http.h"
 #include "server/metrics/metrics.h"
 #include "server/policy/policy.h"
-#include "server/providers/docker.h"
-#include "server/providers/sandbox.h"
+#include "server/providers/provider.h"
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
 #include "server/rpc/log.h"
@@ -31,10 +30,9 @@
 
 struct ws_app {
     struct ws_registry *reg;
-    struct ws_sandbox *sandbox;
-    /* The Docker provider's runtime: containers named and labelled with
-     * this state directory's server id. */
-    struct ws_docker_rt *docker;
+    /* The providers with their runtimes (the Docker provider's containers
+     * are named and labelled with this state directory's server id). */
+    struct ws_providers *providers;
     struct ws_audit *audit;
     struct ws_exec *exec;
     struct ws_services *svc;
@@ -168,40 +166,13 @@ static void commands_gauge(void *ud, struct ws_metrics_gauges *g)
     ws_exec_tenants(ud, gauge_one, g);
 }
 
-/* A workspace closed or evicted: its commands end, and the sandbox drops
- * the cgroups it kept for it. */
+/* A workspace closed or evicted: its commands end. (The registry then
+ * has its provider forget it.) */
 static void close_hook(void *ud, const char *id)
 {
     struct ws_app *app = ud;
 
     ws_exec_close_workspace(app->exec, id, WS_CAUSE_EVICTED);
-    ws_sandbox_forget(app->sandbox, id);
-}
-
-/* The registry's runtime hooks: a docker workspace's container is made at
- * Open and on the first use after a restart, and removed at Close. */
-static int rt_attach(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
-                     struct ws_diag *d)
-{
-    struct ws_app *app = ud;
-    const Workspace__V1__DockerConfig *cfg = ws_workspace_docker_config(ws);
-
-    if (!cfg)
-        return 0;
-    if (!app->docker) {
-        ws_diag_set(d, "docker backend unavailable: the server runs without a Docker runtime");
-        return -WS_EFAILED;
-    }
-    return ws_docker_rt_attach(app->docker, ws_workspace_id(ws), dir, cfg, fresh, d);
-}
-
-static int rt_detach(void *ud, struct ws_workspace *ws, struct ws_diag *d)
-{
-    struct ws_app *app = ud;
-
-    if (!ws_workspace_docker_config(ws) || !app->docker)
-        return 0;
-    return ws_docker_rt_detach(app->docker, ws_workspace_id(ws), d);
 }
 
 /* The exec layer is made before the services (they start commands in
@@ -246,9 +217,12 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
         .on_finished = command_finished,
         .ud = app,
     };
-    err = ws_sandbox_new(sandbox_dir, &app->sandbox);
-    if (err >= 0)
-        err = ws_docker_rt_new(server_id, &app->docker);
+    struct ws_provider_config pc = {
+        .sandbox_dir = sandbox_dir,
+        .server_id = server_id,
+        .docker_default_image = cfg->docker_default_image,
+    };
+    err = ws_providers_new(&pc, &app->providers);
     if (err >= 0)
         err = ws_audit_new(audit_dir, &app->audit);
     if (err >= 0)
@@ -258,8 +232,7 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
             .reg = app->reg,
             .exec = app->exec,
             .audit = app->audit,
-            .sandbox = app->sandbox,
-            .docker = app->docker,
+            .providers = app->providers,
             .exec_path = cfg->exec_path,
         };
         err = ws_services_new(&deps, &app->svc);
@@ -270,27 +243,33 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
         return err;
     }
 
+    ws_registry_set_providers(app->reg, app->providers);
     ws_registry_set_close_hook(app->reg, close_hook, app);
-    struct ws_registry_runtime rt = {.attach = rt_attach, .detach = rt_detach, .ud = app};
-    ws_registry_set_runtime(app->reg, &rt);
     ws_metrics_set_source(WS_METRICS_WORKSPACES, workspaces_gauge, app->reg);
     ws_metrics_set_source(WS_METRICS_COMMANDS, commands_gauge, app->exec);
     return 0;
 }
 
-/* Removes the containers an earlier run of this server left. A daemon
- * that cannot be asked does not stop the start: it is logged. */
+/* Removes what an earlier run of this server left (the Docker provider's
+ * containers). A daemon that cannot be asked does not stop the start: it
+ * is logged. */
 static void reconcile(struct ws_app *app)
 {
-    struct ws_diag d = {0};
-    int removed = app->docker ? ws_docker_rt_reconcile(app->docker, &d) : 0;
+    for (size_t k = 0; k < WS_PROVIDER_COUNT; k++) {
+        const struct ws_provider *p = ws_providers_get(app->providers, (enum ws_provider_kind)k);
+        struct ws_diag d = {0};
+        int removed;
 
-    if (removed > 0)
-        ws_log_msg(WS_RPC_LOG_INFO, "server.reconciled",
-                   "removed %d container(s) left by an earlier run", removed);
-    else if (removed < 0)
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.reconcile_failed",
-                   "containers left by an earlier run not checked: %s", d.message);
+        if (!p->ops->reconcile)
+            continue;
+        removed = p->ops->reconcile(p->rt, &d);
+        if (removed > 0)
+            ws_log_msg(WS_RPC_LOG_INFO, "server.reconciled",
+                       "removed %d container(s) left by an earlier run", removed);
+        else if (removed < 0)
+            ws_log_msg(WS_RPC_LOG_ERROR, "server.reconcile_failed",
+                       "containers left by an earlier run not checked: %s", d.message);
+    }
 }
 
 static int start_rpc_server(struct ws_app *app, const struct ws_app_config *cfg)
@@ -440,18 +419,18 @@ void ws_app_free(struct ws_app *app)
     ws_rpc_server_free(app->server);
     ws_metrics_set_source(WS_METRICS_WORKSPACES, NULL, NULL);
     ws_metrics_set_source(WS_METRICS_COMMANDS, NULL, NULL);
-    if (app->reg) {
+    if (app->reg)
         ws_registry_set_close_hook(app->reg, NULL, NULL);
-        ws_registry_set_runtime(app->reg, &(struct ws_registry_runtime){0});
-    }
     /* Ends every command still running; each one's record goes through
      * the services into the audit log, so both outlive it. */
     ws_exec_free(app->exec);
     ws_services_free(app->svc);
     ws_audit_free(app->audit);
-    /* After every command that ran in a box or a container. */
-    ws_docker_rt_free(app->docker);
-    ws_sandbox_free(app->sandbox);
+    /* After every command that ran in a box or a container, and before the
+     * registry: a runtime may clean up in the state directory (the
+     * sandbox's /etc snapshot) while the registry's lock still guards it.
+     * The registry calls no provider on its way out. */
+    ws_providers_free(app->providers);
     /* Last: its lock on the state directory goes with it. */
     ws_registry_free(app->reg);
     free(app);

@@ -36,6 +36,9 @@ struct ws_app_config {
     /* The registry's caps, quotas, enabled providers and policy (its
      * state_dir is the one above). */
     struct ws_registry_config registry;
+    /* The image of a docker Open that names none (a valid reference);
+     * NULL: such an Open is malformed. */
+    const char *docker_default_image;
     /* The exec layer and the services: SIGTERM-to-SIGKILL grace (0: the
      * default, < 0: none), the subreaper fallback forced, where commands
      * are looked up (NULL: the default), running commands per tenant

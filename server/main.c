@@ -332,10 +332,10 @@ static bool parse_providers(const char *v, unsigned *ret)
         size_t n = strlen(t);
         while (n && (t[n - 1] == ' ' || t[n - 1] == '\t'))
             t[--n] = '\0';
-        const struct ws_provider *p = ws_provider_by_name(t);
-        if (!p)
+        int kind = ws_provider_kind_by_name(t);
+        if (kind < 0)
             return false;
-        mask |= 1u << p->kind;
+        mask |= 1u << kind;
     }
     if (!mask)
         return false;
@@ -940,9 +940,9 @@ int main(int argc, char **argv)
                 .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
                 .tenant_max_bytes = o.tenant_max_bytes,
                 .providers_enabled = o.providers,
-                .docker_default_image = o.docker_image,
                 .policy = o.policy,
             },
+        .docker_default_image = o.docker_image,
         .kill_grace_ms = (int)o.kill_grace_ms,
         .force_subreaper = o.force_subreaper,
         .exec_path = o.exec_path,

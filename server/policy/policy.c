@@ -185,9 +185,9 @@ static const char *provider_entry(const char *e, char *why, size_t why_size)
 {
     (void)why;
     (void)why_size;
-    return ws_provider_by_name(e) ? NULL
-                                  : "not a comma-separated list of memory, local-bash, "
-                                    "local-sandbox, docker";
+    return ws_provider_kind_by_name(e) >= 0 ? NULL
+                                            : "not a comma-separated list of memory, local-bash, "
+                                              "local-sandbox, docker";
 }
 
 /* Whether canonical path p is `root` or under it. */
@@ -448,7 +448,7 @@ int ws_policy_set_key(struct ws_policy_set *s, const char *tenant, const char *k
         if (list_parse(value, provider_entry, &l, why, why_size) < 0)
             return -1;
         for (size_t i = 0; i < l.n; i++)
-            mask |= 1u << ws_provider_by_name(l.v[i])->kind;
+            mask |= 1u << ws_provider_kind_by_name(l.v[i]);
         list_free(&l);
         p->providers = mask;
         break;
@@ -718,40 +718,29 @@ static int check_docker(const struct ws_policy *p, const Workspace__V1__DockerCo
 int ws_policy_check_open(const struct ws_policy *p, const Workspace__V1__OpenRequest *req,
                          const char *image, const char *const *own, size_t n_own, struct ws_diag *d)
 {
-    const struct ws_provider *prov = NULL;
+    int kind = ws_provider_kind_of_request(req);
     Workspace__V1__Network net = WORKSPACE__V1__NETWORK__NETWORK_OFF;
+    const char *name;
     int err;
 
-    switch (req->provider_case) {
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_MEMORY:
-        prov = ws_provider_get(WS_PROVIDER_MEMORY);
-        break;
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_BASH:
-        prov = ws_provider_get(WS_PROVIDER_LOCAL_BASH);
-        break;
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX:
-        prov = ws_provider_get(WS_PROVIDER_LOCAL_SANDBOX);
-        net = req->local_sandbox->network;
-        break;
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER:
-        prov = ws_provider_get(WS_PROVIDER_DOCKER);
-        net = req->docker->network;
-        break;
-    default:
+    if (kind < 0) {
         ws_diag_set(d, "exactly one provider config is required");
         return -WS_EMALFORMED;
     }
-    if (!(p->providers & 1u << prov->kind)) {
-        ws_diag_set(d, "policy rule providers: provider %s is not allowed for this tenant",
-                    prov->name);
-        return refuse(d, WS_POLICY_PROVIDERS, "provider", prov->name);
+    name = ws_provider_kind_name(kind);
+    if (kind == WS_PROVIDER_LOCAL_SANDBOX)
+        net = req->local_sandbox->network;
+    else if (kind == WS_PROVIDER_DOCKER)
+        net = req->docker->network;
+    if (!(p->providers & 1u << kind)) {
+        ws_diag_set(d, "policy rule providers: provider %s is not allowed for this tenant", name);
+        return refuse(d, WS_POLICY_PROVIDERS, "provider", name);
     }
     if (net != WORKSPACE__V1__NETWORK__NETWORK_OFF && !p->network) {
-        ws_diag_set(d, "policy rule network: this tenant's policy allows no network (%s)",
-                    prov->name);
-        return refuse(d, WS_POLICY_NETWORK, "provider", prov->name);
+        ws_diag_set(d, "policy rule network: this tenant's policy allows no network (%s)", name);
+        return refuse(d, WS_POLICY_NETWORK, "provider", name);
     }
-    if (prov->kind == WS_PROVIDER_LOCAL_SANDBOX) {
+    if (kind == WS_PROVIDER_LOCAL_SANDBOX) {
         const Workspace__V1__LocalSandboxConfig *c = req->local_sandbox;
 
         err = check_binds(p, c->n_read_write_paths, c->read_write_paths, "read_write_paths", own,
@@ -767,7 +756,7 @@ int ws_policy_check_open(const struct ws_policy *p, const Workspace__V1__OpenReq
         if (err < 0)
             return err;
     }
-    if (prov->kind == WS_PROVIDER_DOCKER)
+    if (kind == WS_PROVIDER_DOCKER)
         return check_docker(p, req->docker, image ? image : "", d);
     return 0;
 }
@@ -783,7 +772,7 @@ void ws_policy_to_proto(const struct ws_policy *p, unsigned enabled, Workspace__
     out->tenant = (char *)(p->tenant[0] ? p->tenant : "");
     for (int k = 0; k < WS_PROVIDER_COUNT; k++)
         if ((p->providers & 1u << k) && (!enabled || (enabled & 1u << k)))
-            names[n++] = (char *)ws_provider_get((enum ws_provider_kind)k)->name;
+            names[n++] = (char *)ws_provider_kind_name((enum ws_provider_kind)k);
     out->providers = names;
     out->n_providers = n;
     out->network = p->network;

@@ -35,6 +35,9 @@ enum ws_provider_kind {
     WS_PROVIDER_COUNT,
 };
 
+/* How many providers a server has, for arrays of one entry each. */
+#define WS_PROVIDERS_MAX WS_PROVIDER_COUNT
+
 enum {
     WS_CAP_FS = 1u << 0,
     WS_CAP_SHELL = 1u << 1,
@@ -225,20 +228,8 @@ struct ws_provider_ops {
 };
 
 /* The instance: a table and its runtime (NULL when the provider keeps
- * none, or in the built-in set). The identity fields and `probe` repeat
- * the table's for the callers that still read them; new code reads
- * p->ops. */
+ * none, or in the built-in set). */
 struct ws_provider {
-    enum ws_provider_kind kind;
-    /* "memory", "local-bash", "local-sandbox", "docker". */
-    const char *name;
-    /* "process", "none", "namespaces+seccomp", "container". */
-    const char *isolation;
-    unsigned caps;
-    /* Storage is a host directory that survives a server restart. */
-    bool on_disk;
-    /* Fills *ret with the backend's availability, probed now. */
-    void (*probe)(struct ws_probe *ret);
     const struct ws_provider_ops *ops;
     void *rt;
 };

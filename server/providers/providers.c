@@ -18,51 +18,13 @@ static void probe_always(struct ws_probe *ret)
     ret->available = true;
 }
 
-/* The identity fields repeat each table's for the callers that still read
- * them from the instance (providers_test checks that they agree). */
 static const struct ws_providers builtin = {
     .items =
         {
-            [WS_PROVIDER_MEMORY] =
-                {
-                    .kind = WS_PROVIDER_MEMORY,
-                    .name = "memory",
-                    .isolation = "process",
-                    .caps = WS_CAP_FS,
-                    .on_disk = false,
-                    .probe = probe_always,
-                    .ops = &ws_memory_ops,
-                },
-            [WS_PROVIDER_LOCAL_BASH] =
-                {
-                    .kind = WS_PROVIDER_LOCAL_BASH,
-                    .name = "local-bash",
-                    .isolation = "none",
-                    .caps = WS_CAP_FS | WS_CAP_SHELL,
-                    .on_disk = true,
-                    .probe = probe_always,
-                    .ops = &ws_local_bash_ops,
-                },
-            [WS_PROVIDER_LOCAL_SANDBOX] =
-                {
-                    .kind = WS_PROVIDER_LOCAL_SANDBOX,
-                    .name = "local-sandbox",
-                    .isolation = "namespaces+seccomp",
-                    .caps = WS_CAP_FS | WS_CAP_SHELL,
-                    .on_disk = true,
-                    .probe = ws_probe_bwrap,
-                    .ops = &ws_local_sandbox_ops,
-                },
-            [WS_PROVIDER_DOCKER] =
-                {
-                    .kind = WS_PROVIDER_DOCKER,
-                    .name = "docker",
-                    .isolation = "container",
-                    .caps = WS_CAP_FS | WS_CAP_SHELL,
-                    .on_disk = true,
-                    .probe = ws_probe_docker,
-                    .ops = &ws_docker_ops,
-                },
+            [WS_PROVIDER_MEMORY] = {.ops = &ws_memory_ops},
+            [WS_PROVIDER_LOCAL_BASH] = {.ops = &ws_local_bash_ops},
+            [WS_PROVIDER_LOCAL_SANDBOX] = {.ops = &ws_local_sandbox_ops},
+            [WS_PROVIDER_DOCKER] = {.ops = &ws_docker_ops},
         },
 };
 

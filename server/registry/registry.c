@@ -17,19 +17,16 @@
 #include "server/base/macros.h"
 #include "server/base/time.h"
 #include "server/metrics/metrics.h"
-#include "server/providers/probe.h"
-#include "server/registry/config.h"
 #include "server/registry/ref.h"
 #include "server/registry/storage.h"
 #include "server/registry/usage.h"
 
-#define BUCKETS            256
-#define ID_PREFIX          "ws_"
-#define RECORDS_DIR        "records"
-#define DEFAULT_ROOT       "workspaces"
-#define LOCK_FILE          "lock"
-#define DEFAULT_PIDS_LIMIT 512
-#define IMAGE_NAME_MAX     255
+#define BUCKETS        256
+#define ID_PREFIX      "ws_"
+#define RECORDS_DIR    "records"
+#define DEFAULT_ROOT   "workspaces"
+#define LOCK_FILE      "lock"
+#define IMAGE_NAME_MAX 255
 
 typedef Workspaced__Internal__V1__WorkspaceRecord Record;
 
@@ -89,7 +86,9 @@ struct ws_registry {
     unsigned tenant_opens_per_minute;
     uint64_t tenant_max_bytes;
     unsigned providers_enabled;
-    char *docker_default_image;
+    /* The providers with their runtimes (set before serving); NULL: the
+     * built-in set, whose providers keep no runtime to attach. */
+    const struct ws_providers *providers;
     /* The operator's policy: swapped whole on reload under policy_lock;
      * an Open holds its own reference for its whole check. */
     pthread_mutex_t policy_lock;
@@ -340,7 +339,7 @@ static int workspace_new(struct ws_registry *r, uint8_t *token, size_t len, enum
     err = -WS_EBADREF;
     if (!id_valid(rec->id))
         goto fail;
-    const struct ws_provider *p = ws_provider_by_name(rec->provider);
+    const struct ws_provider *p = ws_providers_by_name(r->providers, rec->provider);
     if (!p)
         goto fail;
     ws = calloc(1, sizeof(*ws));
@@ -395,25 +394,14 @@ const Workspace__V1__Capabilities *ws_workspace_capabilities(const struct ws_wor
 
 Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws)
 {
-    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_SANDBOX)
-        return ws->rec->local_sandbox->network;
-    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER)
-        return ws->rec->docker->network;
-    return WORKSPACE__V1__NETWORK__NETWORK_OFF;
+    const struct ws_provider_ops *ops = ws->provider->ops;
+
+    return ops->network ? ops->network(ws->rec) : WORKSPACE__V1__NETWORK__NETWORK_OFF;
 }
 
-const Workspace__V1__DockerConfig *ws_workspace_docker_config(const struct ws_workspace *ws)
+const ws_record *ws_workspace_record(const struct ws_workspace *ws)
 {
-    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER)
-        return ws->rec->docker;
-    return NULL;
-}
-
-const Workspace__V1__LocalSandboxConfig *ws_workspace_sandbox_config(const struct ws_workspace *ws)
-{
-    if (ws->rec->config_case == WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_SANDBOX)
-        return ws->rec->local_sandbox;
-    return NULL;
+    return ws->rec;
 }
 
 uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws)
@@ -510,26 +498,84 @@ static int write_record(struct ws_registry *r, const struct ws_workspace *ws)
     return ws_storage_write_file(r->records_fd, ws->id, tmp, ws->token, ws->token_len);
 }
 
-/* Makes the runtime of an on-disk workspace (rt.attach with its
- * directory); `fresh` as for struct ws_registry_runtime. Blocking: no
- * registry lock held. */
-static int attach_runtime(struct ws_registry *r, struct ws_workspace *ws, bool fresh,
-                          struct ws_diag *d)
+/* Whether a workspace has a runtime of its own to attach and detach: its
+ * provider's (only in a set with runtimes), or the hooks a test put in
+ * their place. */
+static bool has_runtime(const struct ws_registry *r, const struct ws_workspace *ws)
 {
+    if (r->rt.attach)
+        return ws->provider->ops->on_disk;
+    return r->providers && ws->provider->ops->attach;
+}
+
+/* The provider's view of `ws`, with its directory in `dir`. */
+static int provider_ws(struct ws_registry *r, const struct ws_workspace *ws,
+                       const struct ws_provider_open *open, char *dir, size_t size,
+                       struct ws_provider_ws *ret)
+{
+    *ret = (struct ws_provider_ws){.id = ws->id, .rec = ws->rec, .open = open};
+    if (!ws->provider->ops->on_disk)
+        return 0;
+    ret->dir = dir;
+    return ws_registry_workspace_path(r, ws, dir, size);
+}
+
+/* Makes the runtime of a workspace (a docker container): at its Open
+ * (`open` set, fresh) or again on first use after a restart or on a
+ * Resolve (!fresh: keep what is right). Blocking: no registry lock held. */
+static int attach_runtime(struct ws_registry *r, struct ws_workspace *ws,
+                          const struct ws_provider_open *open, bool fresh, struct ws_diag *d)
+{
+    const struct ws_provider *p = ws->provider;
+    struct ws_provider_ws w;
     char path[PATH_MAX];
     int err;
 
-    err = ws_registry_workspace_path(r, ws, path, sizeof(path));
-    if (err == 0)
-        err = r->rt.attach(r->rt.ud, ws, path, fresh, d);
-    return err;
+    err = provider_ws(r, ws, open, path, sizeof(path), &w);
+    if (err < 0)
+        return err;
+    if (r->rt.attach)
+        return r->rt.attach(r->rt.ud, ws, w.dir, fresh, d);
+    return p->ops->attach(p->rt, &w, fresh, d);
+}
+
+/* Removes it, at Close (d set: a failure keeps the workspace) or best
+ * effort at eviction (d NULL). Blocking: no registry lock held. */
+static int detach_runtime(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag *d)
+{
+    const struct ws_provider *p = ws->provider;
+    struct ws_provider_ws w;
+    char path[PATH_MAX];
+    int err;
+
+    if (r->rt.detach)
+        return r->rt.detach(r->rt.ud, ws, d);
+    if (!p->ops->detach)
+        return 0;
+    err = provider_ws(r, ws, NULL, path, sizeof(path), &w);
+    if (err < 0)
+        return err;
+    return p->ops->detach(p->rt, &w, d);
+}
+
+/* The workspace is gone (closed or evicted): its commands end, and its
+ * provider drops what it remembers of it. */
+static void forget(struct ws_registry *r, struct ws_workspace *ws)
+{
+    const struct ws_provider *p = ws->provider;
+
+    if (r->close_hook)
+        r->close_hook(r->close_hook_ud, ws->id);
+    if (r->providers && p->ops->forget)
+        p->ops->forget(p->rt, ws->id);
 }
 
 /* Attaches the storage and runtime of a workspace in state OPENING and
  * makes it OPEN. Called with no registry lock held, by the one call that
  * put it in OPENING (an Open, or the first use after a restart): nobody
  * else touches its storage until it is OPEN. */
-static int attach(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag *d)
+static int attach(struct ws_registry *r, struct ws_workspace *ws,
+                  const struct ws_provider_open *open, struct ws_diag *d)
 {
     struct ws_vfs *fs = NULL;
     struct ws_fsops *ops = NULL;
@@ -537,7 +583,7 @@ static int attach(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag
     int dir_fd = -1;
     int err;
 
-    if (ws->provider->on_disk) {
+    if (ws->provider->ops->on_disk) {
         dir_fd = openat(r->root_fd, ws->id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (dir_fd < 0) {
             err = errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? -WS_EEVICTED : -errno;
@@ -555,8 +601,8 @@ static int attach(struct ws_registry *r, struct ws_workspace *ws, struct ws_diag
     err = ws_fsops_new(fs, &ops);
     if (err < 0)
         goto out;
-    if (r->rt.attach && ws->provider->on_disk) {
-        err = attach_runtime(r, ws, true, d);
+    if (has_runtime(r, ws)) {
+        err = attach_runtime(r, ws, open, true, d);
         if (err < 0)
             goto out;
     }
@@ -582,10 +628,10 @@ static int probe_backend(const struct ws_provider *p, struct ws_diag *d)
 {
     struct ws_probe pr;
 
-    p->probe(&pr);
+    ws_provider_probe(p, &pr);
     if (pr.available)
         return 0;
-    ws_diag_set(d, "%s backend unavailable: %s", p->name, pr.reason);
+    ws_diag_set(d, "%s backend unavailable: %s", p->ops->name, pr.reason);
     ws_diag_meta(d, "transient", "%s", pr.transient ? "true" : "false");
     if (d)
         d->transient = pr.transient;
@@ -664,17 +710,16 @@ static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
     pthread_mutex_unlock(&r->lock);
     if (attaching)
         return;
-    ws_metrics_evicted(ws->provider->name); /* metrics hook */
-    if (ws->provider->on_disk)
+    ws_metrics_evicted(ws->provider->ops->name); /* metrics hook */
+    if (ws->provider->ops->on_disk)
         unlinkat(r->records_fd, ws->id, 0);
     /* Its commands run in a directory that is gone: end them too, and
      * what the runtime holds for it (a container over the lost
      * directory). Best effort: the next start's reconcile sweeps what
      * remains. */
-    if (r->close_hook)
-        r->close_hook(r->close_hook_ud, ws->id);
-    if (r->rt.detach && ws->provider->on_disk)
-        (void)r->rt.detach(r->rt.ud, ws, NULL);
+    forget(r, ws);
+    if (has_runtime(r, ws))
+        (void)detach_runtime(r, ws, NULL);
 }
 
 /* Whether the directory of an attached on-disk workspace is still the one
@@ -684,7 +729,7 @@ static int check_storage(struct ws_registry *r, struct ws_workspace *ws, struct 
 {
     struct stat st;
 
-    if (!ws->provider->on_disk)
+    if (!ws->provider->ops->on_disk)
         return 0;
     if (fstatat(r->root_fd, ws->id, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
         st.st_dev == ws->dev && st.st_ino == ws->ino)
@@ -709,7 +754,7 @@ static int check_storage(struct ws_registry *r, struct ws_workspace *ws, struct 
 static int ensure_open(struct ws_registry *r, struct ws_workspace *ws, bool reprobe,
                        struct ws_diag *d)
 {
-    bool runtime = reprobe && r->rt.attach && ws->provider->on_disk;
+    bool runtime = reprobe && has_runtime(r, ws);
     bool opening = false, attaching = false, busy;
     int err = 0;
 
@@ -738,9 +783,9 @@ static int ensure_open(struct ws_registry *r, struct ws_workspace *ws, bool repr
             ws_workspace_note(ws, err, d);
     }
     if (err == 0 && opening)
-        err = attach(r, ws, d);
+        err = attach(r, ws, NULL, d);
     else if (err == 0 && attaching)
-        err = attach_runtime(r, ws, false, d);
+        err = attach_runtime(r, ws, NULL, false, d);
     if (opening || attaching) {
         pthread_mutex_lock(&ws->lock);
         /* A failed attach leaves the workspace to the next call. One whose
@@ -771,7 +816,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     const Workspace__V1__Capabilities *want = req->capabilities;
     Workspace__V1__Capabilities caps = WORKSPACE__V1__CAPABILITIES__INIT;
     Workspace__V1__FsCapability fs_cap = WORKSPACE__V1__FS_CAPABILITY__INIT;
-    Workspace__V1__DockerConfig docker;
+    union ws_provider_scratch checked, recorded;
     Record rec = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__INIT;
     struct ws_workspace *ws = NULL;
     uint8_t *token = NULL;
@@ -780,26 +825,16 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     char id[WS_ID_LEN + 1];
     int err;
 
-    /* The server's default image for a docker Open that names none: the
-     * request as if the client had named it. */
-    Workspace__V1__OpenRequest with_image;
-    Workspace__V1__DockerConfig docker_req;
-    if (req->provider_case == WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER && req->docker &&
-        (!req->docker->image || !req->docker->image[0]) && r->docker_default_image) {
-        docker_req = *req->docker;
-        docker_req.image = r->docker_default_image;
-        with_image = *req;
-        with_image.docker = &docker_req;
-        req = &with_image;
-    }
-    /* The request's own checks; the server's directories are kept out
-     * of binds by the policy check below, which refuses them by name. */
-    err = ws_config_check(req, NULL, 0, d, &p);
+    /* The request's own checks, with the provider's defaults filled in
+     * (docker: the server's default image for an Open that names none);
+     * the server's directories are kept out of binds by the policy check
+     * below, which refuses them by name. */
+    err = ws_providers_check(r->providers, req, NULL, 0, &checked, d, &req, &p);
     if (err < 0)
         return err;
-    if (!ws_registry_provider_enabled(r, p->kind)) {
-        ws_diag_set(d, "provider %s is not enabled on this server", p->name);
-        ws_diag_meta(d, "provider", "%s", p->name);
+    if (!ws_registry_provider_enabled(r, p->ops->kind)) {
+        ws_diag_set(d, "provider %s is not enabled on this server", p->ops->name);
+        ws_diag_meta(d, "provider", "%s", p->ops->name);
         return -WS_EDISABLED;
     }
     /* One snapshot of the policy for the whole check: a reload meanwhile
@@ -807,8 +842,13 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     const char *own[] = {r->state_path, r->root_path};
     struct ws_policy_set *pset = ws_registry_policy(r);
     const struct ws_policy *pol = ws_policy_for(pset, tenant_or_default(tenant));
-    bool pulls_off = !pol->docker_pull;
-    err = ws_policy_check_open(pol, req, p->kind == WS_PROVIDER_DOCKER ? req->docker->image : NULL,
+    const struct ws_provider_open open = {
+        .req = req,
+        .pulls_allowed = pol->docker_pull,
+        .own = own,
+        .n_own = WS_ELEMENTSOF(own),
+    };
+    err = ws_policy_check_open(pol, req, p->ops->policy_image ? p->ops->policy_image(req) : NULL,
                                own, WS_ELEMENTSOF(own), d);
     ws_policy_set_unref(pset);
     if (err < 0)
@@ -816,8 +856,9 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
 
     /* No capability declared at all means the least useful one: fs. */
     bool want_fs = !want || want->fs || !want->shell;
-    if (want && want->shell && !(p->caps & WS_CAP_SHELL)) {
-        ws_diag_set(d, "provider %s has no shell capability", p->name);
+    /* A provider lacks a shell when it has no exec environment. */
+    if (want && want->shell && (!(p->ops->caps & WS_CAP_SHELL) || !p->ops->exec_env)) {
+        ws_diag_set(d, "provider %s has no shell capability", p->ops->name);
         ws_diag_meta(d, "capability", "shell");
         return -WS_ECAPABILITY;
     }
@@ -839,18 +880,13 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     err = probe_backend(p, d);
     if (err < 0)
         return err;
-    /* A sandbox with network needs its user-mode network: without the
-     * tool it would fail every command, so the Open fails closed now. */
-    if (p->kind == WS_PROVIDER_LOCAL_SANDBOX && req->local_sandbox &&
-        req->local_sandbox->network == WORKSPACE__V1__NETWORK__NETWORK_ALLOW) {
-        struct ws_probe pr;
-
-        ws_probe_usernet(&pr);
-        if (!pr.available) {
-            ws_diag_set(d, "local-sandbox with network unavailable: %s", pr.reason);
-            ws_diag_meta(d, "transient", "false");
-            return -WS_EFAILED;
-        }
+    /* What this Open needs beyond the backend (a sandbox with network:
+     * its user-mode network), failing closed now rather than at every
+     * command. */
+    if (p->ops->open_check) {
+        err = p->ops->open_check(p->rt, &open, d);
+        if (err < 0)
+            return err;
     }
 
     pthread_mutex_lock(&r->lock);
@@ -873,7 +909,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     err = id_new(id);
     if (err < 0)
         goto out;
-    if (p->on_disk) {
+    if (p->ops->on_disk) {
         if (mkdirat(r->root_fd, id, 0700) < 0) {
             err = -errno;
             goto out;
@@ -883,39 +919,15 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
 
     rec.schema = WS_REF_SCHEMA;
     rec.id = id;
-    rec.provider = (char *)p->name;
+    rec.provider = (char *)p->ops->name;
     rec.capabilities = &caps;
     rec.created_unix_ms = ws_wall_ms();
     rec.tenant = (char *)tenant_or_default(tenant);
-    switch (p->kind) {
-    case WS_PROVIDER_MEMORY:
-        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_MEMORY;
-        rec.memory = req->memory;
-        break;
-    case WS_PROVIDER_LOCAL_BASH:
-        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_BASH;
-        rec.local_bash = req->local_bash;
-        break;
-    case WS_PROVIDER_LOCAL_SANDBOX:
-        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_SANDBOX;
-        rec.local_sandbox = req->local_sandbox;
-        break;
-    case WS_PROVIDER_DOCKER:
-        docker = *req->docker;
-        if (docker.pids_limit == 0)
-            docker.pids_limit = DEFAULT_PIDS_LIMIT;
-        /* Without pulls by policy nothing may reach a registry, now or
-         * when the container is made again after a restart: the record
-         * says never. */
-        if (pulls_off)
-            docker.pull_policy = WORKSPACE__V1__PULL_POLICY__PULL_NEVER;
-        rec.config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER;
-        rec.docker = &docker;
-        break;
-    default:
-        err = -WS_EINTERNAL;
+    /* The provider's part of the record (docker: its defaults, and never
+     * a pull when the policy allows none). */
+    err = p->ops->record(&open, &rec, &recorded);
+    if (err < 0)
         goto out;
-    }
     err = ws_ref_sign(&r->key, &rec, &token, &token_len);
     if (err < 0)
         goto out;
@@ -924,22 +936,11 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     token = NULL;
     if (err < 0)
         goto out;
-    err = attach(r, ws, d);
-    /* A missing image with pulls off: say that it is the operator's
-     * policy, not the client's pull_policy, that kept it from a pull. */
-    if (err == -WS_EFAILED && pulls_off && p->kind == WS_PROVIDER_DOCKER && d &&
-        req->docker->pull_policy != WORKSPACE__V1__PULL_POLICY__PULL_NEVER &&
-        strstr(d->message, "is not present")) {
-        ws_diag_set(d,
-                    "image %.128s is not present and pulls are off by policy (docker-pull); the "
-                    "operator must load it",
-                    req->docker->image);
-        ws_diag_meta(d, "rule", "docker-pull");
-    }
+    err = attach(r, ws, &open, d);
     if (err < 0)
         goto out;
     ws->opened_at_ms = ws_wall_ms();
-    if (p->on_disk) {
+    if (p->ops->on_disk) {
         err = write_record(r, ws);
         if (err < 0)
             goto out;
@@ -1000,7 +1001,7 @@ int ws_registry_resolve(struct ws_registry *r, const char *tenant, const uint8_t
         ws_diag_set(d, "the ref does not verify (tampered, truncated or from another server)");
         return err;
     }
-    if (!id_valid(rec->id) || !ws_provider_by_name(rec->provider)) {
+    if (!id_valid(rec->id) || !ws_providers_by_name(r->providers, rec->provider)) {
         ws_ref_record_free(rec);
         ws_diag_set(d, "the ref does not verify");
         return -WS_EBADREF;
@@ -1158,10 +1159,9 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
     closed_add(r, ws);
     pthread_mutex_unlock(&r->lock);
 
-    if (r->close_hook)
-        r->close_hook(r->close_hook_ud, ws->id);
-    if (r->rt.detach && ws->provider->on_disk) {
-        int err = r->rt.detach(r->rt.ud, ws, d);
+    forget(r, ws);
+    if (has_runtime(r, ws)) {
+        int err = detach_runtime(r, ws, d);
 
         if (err < 0) {
             /* Nothing is removed yet: the workspace is as it was, minus
@@ -1182,7 +1182,7 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
             return err;
         }
     }
-    if (ws->provider->on_disk) {
+    if (ws->provider->ops->on_disk) {
         /* Record first: a crash after this point leaves only a directory
          * without a record, which the next start removes. */
         unlinkat(r->records_fd, ws->id, 0);
@@ -1202,6 +1202,18 @@ void ws_registry_set_runtime(struct ws_registry *r, const struct ws_registry_run
     r->rt = *rt;
 }
 
+void ws_registry_set_providers(struct ws_registry *r, const struct ws_providers *ps)
+{
+    pthread_mutex_lock(&r->lock);
+    r->providers = ps;
+    /* The workspaces loaded from records hold the built-in set's
+     * instances: give each its provider's instance with the runtime. */
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (struct ws_workspace *ws = r->buckets[b]; ws; ws = ws->next)
+            ws->provider = ws_providers_get(ps, ws->provider->ops->kind);
+    pthread_mutex_unlock(&r->lock);
+}
+
 void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata)
 {
     r->close_hook = fn;
@@ -1211,7 +1223,7 @@ void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn
 int ws_registry_workspace_path(struct ws_registry *r, const struct ws_workspace *ws, char *buf,
                                size_t len)
 {
-    if (!ws->provider->on_disk)
+    if (!ws->provider->ops->on_disk)
         return -EINVAL;
     int n = snprintf(buf, len, "%s/%s", r->root_path, ws->id);
     if (n < 0 || (size_t)n >= len)
@@ -1430,7 +1442,7 @@ static int load_records(struct ws_registry *r)
         if (ws_storage_read_file(r->records_fd, de->d_name, WS_REF_TOKEN_MAX, &token, &len) < 0)
             continue;
         if (workspace_new(r, token, len, WS_STATE_CONFIGURED, &ws) < 0 ||
-            strcmp(ws->id, de->d_name) != 0 || !ws->provider->on_disk) {
+            strcmp(ws->id, de->d_name) != 0 || !ws->provider->ops->on_disk) {
             ws_workspace_unref(ws);
             continue; /* not ours or damaged: never trusted, kept for an operator */
         }
@@ -1549,11 +1561,6 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     err = -ENOMEM;
     if (!r->closed)
         goto fail;
-    if (cfg->docker_default_image) {
-        r->docker_default_image = strdup(cfg->docker_default_image);
-        if (!r->docker_default_image)
-            goto fail;
-    }
     err = open_dir_at(AT_FDCWD, cfg->state_dir, false, &r->state_fd);
     if (err < 0)
         goto fail;
@@ -1617,7 +1624,6 @@ void ws_registry_free(struct ws_registry *r)
     }
     free(r->state_path);
     free(r->root_path);
-    free(r->docker_default_image);
     ws_policy_set_unref(r->policy);
     pthread_mutex_destroy(&r->policy_lock);
     pthread_mutex_destroy(&r->lock);

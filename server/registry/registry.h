@@ -86,10 +86,6 @@ struct ws_registry_config {
      * another is -WS_EDISABLED (metadata "provider"); workspaces that
      * exist stay usable until closed. */
     unsigned providers_enabled;
-    /* The image of a docker Open whose DockerConfig names none (checked by
-     * the caller with ws_docker_image_valid; copied); NULL: none, such an
-     * Open is malformed. */
-    const char *docker_default_image;
     /* The operator's policy (finished; the registry takes its own
      * reference). NULL: the default policy with nothing configured. */
     struct ws_policy_set *policy;
@@ -190,16 +186,25 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
 typedef void (*ws_registry_close_hook)(void *userdata, const char *id);
 void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata);
 
-/* A provider's runtime beyond storage (the Docker provider's container):
- * attach runs when a workspace is opened or re-attached (after a restart,
- * or on Resolve with `fresh` false: then it checks what exists and
- * recreates only what is missing), with the workspace's directory path;
- * a failure fails that Open or Resolve. detach runs on Close after the
- * commands were ended and before the storage is removed; a failure fails
- * the Close, which leaves the workspace open so the Close can be
- * retried. detach also runs, best effort (d NULL), when a workspace is
- * found evicted. Both may block (handler threads) and are called with no
- * registry lock held; set once, before serving. */
+/* The providers the registry opens workspaces with, and whose runtimes it
+ * attaches and detaches (set once, before serving; owned by the caller,
+ * which keeps it until every command has ended: ws_registry_free calls no
+ * provider). Until then, and in a registry that
+ * never gets one, the built-in set: no runtime is attached.
+ *
+ * A workspace's runtime (the Docker provider's container) is attached
+ * when it is opened or re-attached (after a restart, or on Resolve with
+ * `fresh` false: then what exists is checked and only what is missing
+ * made again); a failure fails that Open or Resolve. It is detached on
+ * Close after the commands were ended and before the storage is removed;
+ * a failure fails the Close, which leaves the workspace open so the Close
+ * can be retried. It is also detached, best effort, when a workspace is
+ * found evicted. Both may block (handler threads) and run with no
+ * registry lock held. */
+void ws_registry_set_providers(struct ws_registry *r, const struct ws_providers *ps);
+
+/* Hooks a test puts in place of every on-disk provider's attach and
+ * detach (same rules as above, with the workspace's directory path). */
 struct ws_registry_runtime {
     int (*attach)(void *ud, struct ws_workspace *ws, const char *dir, bool fresh,
                   struct ws_diag *d);
@@ -207,9 +212,6 @@ struct ws_registry_runtime {
     void *ud;
 };
 void ws_registry_set_runtime(struct ws_registry *r, const struct ws_registry_runtime *rt);
-
-/* The Docker config of a docker workspace (defaults filled in), or NULL. */
-const Workspace__V1__DockerConfig *ws_workspace_docker_config(const struct ws_workspace *ws);
 
 /* The host path of an on-disk workspace's directory (HOME of its commands)
  * into buf. Returns 0, -ENAMETOOLONG, -EINVAL for a memory workspace. */
@@ -244,8 +246,8 @@ void ws_workspace_token(const struct ws_workspace *ws, const uint8_t **ret_data,
 const Workspace__V1__Capabilities *ws_workspace_capabilities(const struct ws_workspace *ws);
 /* Network policy of the provider config (NETWORK_OFF when not applicable). */
 Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws);
-/* The local-sandbox config (extra binds), or NULL for other providers. */
-const Workspace__V1__LocalSandboxConfig *ws_workspace_sandbox_config(const struct ws_workspace *ws);
+/* The persisted record (its provider's config in the `config` oneof). */
+const ws_record *ws_workspace_record(const struct ws_workspace *ws);
 uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws);
 /* The generic file operations over the workspace's storage; NULL unless
  * the workspace is open. */

@@ -30,8 +30,6 @@
 #include "server/posix/fs.h"
 #include "server/guard/guard.h"
 #include "server/posix/spawn.h"
-#include "server/providers/docker.h"
-#include "server/providers/sandbox.h"
 #include "server/rpc/log.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/exec.pb-c.h"
@@ -44,7 +42,6 @@
 #define START_RING_DEFAULT (512 * 1024)
 #define START_RING_MAX     (1024 * 1024)
 #define START_RING_MIN     (4 * 1024)
-#define WS_DIR_MAX         4096
 
 /* ---- shared ---- */
 
@@ -83,13 +80,15 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
 {
     struct ws_services *s = ws_call_method_data(call);
     struct ws_workspace *ws = NULL;
+    const struct ws_provider *p = NULL;
+    const struct ws_provider_exec_env *xe;
+    struct ws_provider_ws w;
     struct ws_guard_result *g = NULL;
     struct ws_guard_env *env = NULL;
     struct ws_diag d = {0};
-    char ws_dir[WS_DIR_MAX];
+    char ws_dir[WS_SERVICES_DIR_MAX];
     struct ws_proc_wrapper wrap = {0};
     struct ws_exec_home *own_home = NULL;
-    bool sandboxed = false, docker = false, host = false;
     int cwd_fd = -1;
     int err;
 
@@ -103,6 +102,17 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     err = ws_services_workspace(call, ws_id, WS_CAP_SHELL, &ws);
     if (err < 0)
         return err;
+    p = ws_workspace_provider(ws);
+    xe = p->ops->exec_env;
+    if (!xe) {
+        /* A provider without a shell. The registry has refused such a
+         * workspace the capability already; the check stays so that a
+         * NULL entry can never mean a plain spawn on the host. */
+        ws_diag_set(&d, "the workspace did not declare the shell capability");
+        ws_diag_meta(&d, "capability", "shell");
+        err = -WS_ECAPABILITY;
+        goto fail;
+    }
     if (!ws_workspace_fsops(ws)) {
         err = -WS_EFAILED;
         ws_diag_set(&d, "the workspace's storage is not attached");
@@ -121,16 +131,13 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         err = -WS_EMALFORMED;
         goto fail;
     }
-    err = ws_registry_workspace_path(s->reg, ws, ws_dir, sizeof(ws_dir));
+    err = ws_services_provider_ws(s, ws, ws_dir, sizeof(ws_dir), &w);
     if (err < 0)
         goto fail;
-    sandboxed = ws_workspace_provider(ws)->kind == WS_PROVIDER_LOCAL_SANDBOX;
-    docker = ws_workspace_provider(ws)->kind == WS_PROVIDER_DOCKER;
     /* A command that is not in a box of its own runs on the host with the
      * server's uid: it gets a home of its own (not the workspace, where
      * the client writes files) and the guard's narrower environment. */
-    host = !sandboxed && !docker;
-    if (host) {
+    if (xe->on_host) {
         err = ws_exec_home_new(s->exec, &own_home);
         if (err < 0) {
             ws_diag_set(&d, "the command's home directory cannot be made: %s", strerror(-err));
@@ -154,14 +161,11 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .n_allowed = sh->n_allowed_commands,
         .pass_env = (const char *const *)sh->pass_env,
         .n_pass_env = sh->n_pass_env,
-        .path = docker ? WS_DOCKER_EXEC_PATH : s->exec_path,
-        .home = sandboxed ? WS_SANDBOX_WORKSPACE
-                : docker  ? WS_DOCKER_WORKDIR
-                          : ws_exec_home_dir(own_home),
-        .host = host,
-        .runtime_dir = host ? ws_exec_home_runtime_dir(own_home) : NULL,
-        /* Commands of a container are found in its own file system. */
-        .foreign_root = docker,
+        .path = xe->path ? xe->path : s->exec_path,
+        .home = xe->home ? xe->home : ws_exec_home_dir(own_home),
+        .host = xe->on_host,
+        .runtime_dir = xe->on_host ? ws_exec_home_runtime_dir(own_home) : NULL,
+        .foreign_root = xe->foreign_root,
     };
     struct ws_guard_request greq = {
         .argv = (const char *const *)pc->argv,
@@ -189,59 +193,18 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         goto fail;
     }
 
-    if (sandboxed) {
-        const Workspace__V1__LocalSandboxConfig *sc = ws_workspace_sandbox_config(ws);
-        struct ws_sandbox_spec spec = {
-            .workspace_id = ws_workspace_id(ws),
-            .workspace_dir = ws_dir,
-            .cwd = g->cwd,
-            .network = ws_workspace_network(ws) == WORKSPACE__V1__NETWORK__NETWORK_ALLOW,
-            .rw_paths = sc ? (const char *const *)sc->read_write_paths : NULL,
-            .n_rw = sc ? sc->n_read_write_paths : 0,
-            .ro_paths = sc ? (const char *const *)sc->read_only_paths : NULL,
-            .n_ro = sc ? sc->n_read_only_paths : 0,
-            .argv = (const char *const *)g->argv,
-            .pty = pc->pty != NULL,
-        };
-        ws_services_sandbox_limits(sc, &spec.limits);
-        err = ws_sandbox_wrap(s->sandbox, &spec, &wrap);
-        if (err == -ENOENT) {
-            /* Fail closed: the backend went away since Open. */
-            struct ws_probe pr;
-            ws_workspace_provider(ws)->probe(&pr);
-            ws_diag_set(&d, "the sandbox cannot be created: %s",
-                        pr.reason[0] ? pr.reason : "its backend is missing");
-            err = -WS_EFAILED;
-            goto fail;
-        }
-        if (err == -ESTALE) {
-            ws_diag_set(&d, "a bind path of this workspace changed since it was opened (it is "
-                            "gone, or a symlink now): the sandbox is not started");
-            err = -WS_EFAILED;
-            goto fail;
-        }
-        if (err < 0)
-            goto fail;
-    }
-
     uint64_t max_ms = ws_services_max_duration_ms(caps);
     uint64_t timeout_ms = pc->timeout_ms && pc->timeout_ms < max_ms ? pc->timeout_ms : max_ms;
-    if (docker) {
-        struct ws_docker_rt_exec spec = {
-            .workspace_id = ws_workspace_id(ws),
+    if (p->ops->exec_wrap) {
+        struct ws_provider_cmd cmd = {
             .argv = (const char *const *)g->argv,
             .envp = (const char *const *)g->envp,
             .cwd = g->cwd,
-            .tty = pc->pty != NULL,
+            .pty = pc->pty != NULL,
             .stdin_pipe = how->stdin_pipe,
             .timeout_ms = timeout_ms,
         };
-        err = s->docker ? ws_docker_rt_wrap(s->docker, &spec, &wrap, &d) : -ENOENT;
-        if (err == -ENOENT) {
-            ws_diag_set(&d, "docker backend unavailable: the server's Docker programs are "
-                            "missing");
-            err = -WS_EFAILED;
-        }
+        err = p->ops->exec_wrap(p->rt, &w, &cmd, &wrap, &d);
         if (err < 0)
             goto fail;
     }
@@ -260,7 +223,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .ring_bytes = how->ring_bytes,
         .capture_bytes = how->capture_bytes,
         .wait_for_subscriber = how->wait_for_subscriber,
-        .wrapper = sandboxed || docker ? &wrap : NULL,
+        .wrapper = p->ops->exec_wrap ? &wrap : NULL,
     };
     err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, own_home,
                             &d, ret);
@@ -289,10 +252,9 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
 fail:
     if (cwd_fd >= 0)
         close(cwd_fd);
-    if (wrap.arg && docker)
-        ws_docker_rt_discard(&wrap);
-    else if (wrap.arg)
-        ws_sandbox_discard(&wrap);
+    /* Only a wrapper exec_wrap made is left here. */
+    if (wrap.arg)
+        p->ops->exec_discard(&wrap);
     ws_exec_home_free(own_home);
     ws_guard_result_free(g);
     free(env);

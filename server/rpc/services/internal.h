@@ -13,9 +13,8 @@
 struct ws_services {
     struct ws_registry *reg;
     struct ws_exec *exec;
-    struct ws_sandbox *sandbox;
-    /* NULL when the server runs without a Docker runtime. */
-    struct ws_docker_rt *docker;
+    /* NULL: the built-in set. */
+    const struct ws_providers *providers;
     /* NULL when the server keeps no audit log. */
     struct ws_audit *audit;
     char *exec_path;
@@ -39,11 +38,8 @@ void ws_services_health_drain(struct ws_services *s);
 /* A command's time limit when the workspace's shell policy sets none. */
 #define WS_SERVICES_MAX_DURATION_DEFAULT_MS (60ull * 60 * 1000)
 
-/* A local-sandbox workspace's caps, defaults filled in. */
-#define WS_SANDBOX_PIDS_DEFAULT      512
-#define WS_SANDBOX_MEMORY_MB_DEFAULT 2048
-struct ws_limits;
-void ws_services_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret);
+/* The longest host path of a workspace directory the handlers handle. */
+#define WS_SERVICES_DIR_MAX 4096
 
 /* The effective shell.max_duration_ms of a workspace. */
 uint64_t ws_services_max_duration_ms(const Workspace__V1__Capabilities *caps);
@@ -68,6 +64,14 @@ int ws_services_workspace(struct ws_call *call, const char *id, unsigned need_ca
 /* Fails the call with err, and records the outcome on the workspace. */
 void ws_services_fail(struct ws_call *call, struct ws_workspace *ws, int err,
                       const struct ws_diag *d);
+
+/* The provider's view of ws for one call: *ret points at ws's id and
+ * record, and at `dir` (size bytes), which receives the host path of its
+ * directory when the provider keeps one (else ret->dir is NULL). Returns
+ * 0 or -ENAMETOOLONG. */
+struct ws_provider_ws;
+int ws_services_provider_ws(struct ws_services *s, struct ws_workspace *ws, char *dir, size_t size,
+                            struct ws_provider_ws *ret);
 
 /* Validates a client path (ws_vfs_check_path); fails the call if bad. */
 int ws_services_check_path(struct ws_call *call, struct ws_workspace *ws, const char *path);

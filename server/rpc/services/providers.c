@@ -3,19 +3,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "server/providers/docker.h"
-
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/providers.pb-c.h"
 
 static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
 {
     Workspace__V1__ListProvidersResponse resp = WORKSPACE__V1__LIST_PROVIDERS_RESPONSE__INIT;
-    Workspace__V1__ProviderInfo infos[WS_PROVIDER_COUNT];
-    Workspace__V1__ProviderInfo *ptrs[WS_PROVIDER_COUNT];
-    struct ws_probe probes[WS_PROVIDER_COUNT];
-    char *caps[WS_PROVIDER_COUNT][2];
-    char api[16] = "";
+    Workspace__V1__ProviderInfo infos[WS_PROVIDERS_MAX];
+    Workspace__V1__ProviderInfo *ptrs[WS_PROVIDERS_MAX];
+    struct ws_probe probes[WS_PROVIDERS_MAX];
+    char *caps[WS_PROVIDERS_MAX][2];
+    char api[WS_PROVIDERS_MAX][16] = {""};
     struct ws_services *s = ws_call_method_data(call);
     /* The caller's policy as it is now: one snapshot for the answer. */
     struct ws_policy_set *pset = ws_registry_policy(s->reg);
@@ -23,60 +21,55 @@ static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
     const struct ws_policy *pol =
         ws_policy_for(pset, tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT);
     Workspace__V1__Policy policy;
-    char *policy_providers[WS_PROVIDER_COUNT];
+    char *policy_providers[WS_PROVIDERS_MAX];
+    const struct ws_provider *p;
+    size_t n = 0;
 
     (void)req;
-    for (size_t i = 0; i < WS_PROVIDER_COUNT; i++) {
-        const struct ws_provider *p = ws_provider_get((enum ws_provider_kind)i);
-        Workspace__V1__ProviderInfo *info = &infos[i];
+    /* In kind order, as ws_providers_get numbers them. */
+    for (; n < WS_PROVIDERS_MAX && (p = ws_providers_get(s->providers, (enum ws_provider_kind)n));
+         n++) {
+        const struct ws_provider_ops *ops = p->ops;
+        Workspace__V1__ProviderInfo *info = &infos[n];
         size_t nc = 0;
 
         workspace__v1__provider_info__init(info);
         /* A provider the operator left out is not probed: it is not
          * available whatever its backend would say. */
-        if (!ws_registry_provider_enabled(s->reg, p->kind)) {
-            probes[i] = (struct ws_probe){.available = false};
-            snprintf(probes[i].reason, sizeof(probes[i].reason),
+        if (!ws_registry_provider_enabled(s->reg, ops->kind)) {
+            probes[n] = (struct ws_probe){.available = false};
+            snprintf(probes[n].reason, sizeof(probes[n].reason),
                      "PROVIDER_DISABLED: not enabled on this server");
-        } else if (!(pol->providers & 1u << p->kind)) {
+        } else if (!(pol->providers & 1u << ops->kind)) {
             /* Nor one the caller's policy leaves out: an Open of it would
              * be PERMISSION_DENIED POLICY. */
-            probes[i] = (struct ws_probe){.available = false};
-            snprintf(probes[i].reason, sizeof(probes[i].reason),
+            probes[n] = (struct ws_probe){.available = false};
+            snprintf(probes[n].reason, sizeof(probes[n].reason),
                      "POLICY: not allowed for this tenant");
         } else {
-            p->probe(&probes[i]);
-        }
-        info->kind = (char *)p->name;
-        info->available = probes[i].available;
-        info->reason = probes[i].reason;
-        info->isolation = (char *)p->isolation;
-        if (p->kind == WS_PROVIDER_DOCKER && info->available) {
-            struct ws_diag d = {0};
-
-            /* The daemon answers, but Open needs our programs and an API
-             * version we speak too. */
-            if (!s->docker || !ws_docker_rt_init_path() || !ws_docker_rt_relay_path()) {
-                info->available = false;
-                snprintf(probes[i].reason, sizeof(probes[i].reason),
-                         "the server's Docker programs (%s, %s) are missing", WS_DOCKER_INIT_NAME,
-                         WS_DOCKER_RELAY_NAME);
-            } else if (ws_docker_rt_ping(s->docker, api, sizeof(api), &d) < 0) {
-                info->available = false;
-                snprintf(probes[i].reason, sizeof(probes[i].reason), "%s", d.message);
+            ws_provider_probe(p, &probes[n]);
+            /* A backend that answers may still be unusable to this server
+             * (its own programs missing); the provider says, and names
+             * the version it speaks. */
+            if (probes[n].available && ops->list_info) {
+                ops->list_info(p->rt, &probes[n], api[n], sizeof(api[n]));
+                info->api_version = api[n];
             }
-            info->api_version = api;
         }
-        if (p->caps & WS_CAP_FS)
-            caps[i][nc++] = "fs";
-        if (p->caps & WS_CAP_SHELL)
-            caps[i][nc++] = "shell";
-        info->capabilities = caps[i];
+        info->kind = (char *)ops->name;
+        info->available = probes[n].available;
+        info->reason = probes[n].reason;
+        info->isolation = (char *)ops->isolation;
+        if (ops->caps & WS_CAP_FS)
+            caps[n][nc++] = "fs";
+        if (ops->caps & WS_CAP_SHELL)
+            caps[n][nc++] = "shell";
+        info->capabilities = caps[n];
         info->n_capabilities = nc;
-        ptrs[i] = info;
+        ptrs[n] = info;
     }
     resp.providers = ptrs;
-    resp.n_providers = WS_PROVIDER_COUNT;
+    resp.n_providers = n;
     ws_policy_to_proto(pol, ws_registry_providers_enabled(s->reg), &policy, policy_providers);
     policy.tenant = (char *)(tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT);
     resp.policy = &policy;

@@ -7,19 +7,8 @@
 
 #include "server/audit/audit.h"
 #include "server/base/utf8.h"
-#include "server/providers/sandbox.h"
 #include "server/rpc/log.h"
 #include "server/rpc/services/internal.h"
-
-void ws_services_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret)
-{
-    *ret = (struct ws_limits){
-        .pids_max = c && c->pids_limit ? c->pids_limit : WS_SANDBOX_PIDS_DEFAULT,
-        .memory_bytes = (uint64_t)(c && c->memory_mb ? c->memory_mb : WS_SANDBOX_MEMORY_MB_DEFAULT)
-                        << 20,
-        .cpu_millis = c && c->cpus > 0 ? (uint32_t)(c->cpus * 1000 + 0.5) : 0,
-    };
-}
 
 bool ws_services_exec_path_valid(const char *path)
 {
@@ -60,8 +49,7 @@ int ws_services_new(const struct ws_services_deps *deps, struct ws_services **re
     s->reg = deps->reg;
     s->exec = deps->exec;
     s->audit = deps->audit;
-    s->sandbox = deps->sandbox;
-    s->docker = deps->docker;
+    s->providers = deps->providers;
     n += ws_services_providers(s, s->methods + n);
     n += ws_services_workspaces(s, s->methods + n);
     n += ws_services_filesystem(s, s->methods + n);
@@ -167,6 +155,25 @@ void ws_services_audit_file(struct ws_services *s, struct ws_workspace *ws,
     if (err < 0)
         ws_log_msg(WS_RPC_LOG_ERROR, "audit.failed", "cannot record %s of a file in %s: %s",
                    f->event, ws_workspace_id(ws), strerror(-err));
+}
+
+int ws_services_provider_ws(struct ws_services *s, struct ws_workspace *ws, char *dir, size_t size,
+                            struct ws_provider_ws *ret)
+{
+    struct ws_provider_ws w = {
+        .id = ws_workspace_id(ws),
+        .rec = ws_workspace_record(ws),
+    };
+
+    if (ws_workspace_provider(ws)->ops->on_disk) {
+        int err = ws_registry_workspace_path(s->reg, ws, dir, size);
+
+        if (err < 0)
+            return err;
+        w.dir = dir;
+    }
+    *ret = w;
+    return 0;
 }
 
 int ws_services_check_path(struct ws_call *call, struct ws_workspace *ws, const char *path)

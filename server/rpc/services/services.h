@@ -23,8 +23,7 @@ bool ws_services_exec_path_valid(const char *path);
 
 struct ws_exec;
 struct ws_audit;
-struct ws_sandbox;
-struct ws_docker_rt;
+struct ws_providers;
 struct ws_proc;
 struct ws_proc_result;
 
@@ -35,13 +34,14 @@ struct ws_services_deps {
     struct ws_exec *exec;
     /* NULL: no audit log. */
     struct ws_audit *audit;
-    struct ws_sandbox *sandbox;
-    /* NULL: the Docker provider's workspaces cannot run commands. */
-    struct ws_docker_rt *docker;
+    /* The server's providers with their runtimes, the set the registry
+     * holds too: ListProviders asks each of them. NULL: the built-in set,
+     * without runtimes. */
+    const struct ws_providers *providers;
     /* Where commands are looked up (colon-separated absolute dirs), and
-     * the children's PATH; NULL: WS_SERVICES_EXEC_PATH_DEFAULT. Copied.
-     * For local-sandbox, dirs outside /usr must also be bound into the
-     * workspace's sandbox (read_only_paths) to be usable there. */
+     * the children's PATH, unless the provider runs its commands with a
+     * PATH of its own; NULL: WS_SERVICES_EXEC_PATH_DEFAULT. Copied. A
+     * command run in a box finds only the dirs bound into the box. */
     const char *exec_path;
 };
 

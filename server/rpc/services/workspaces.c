@@ -3,22 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "server/audit/audit.h"
+#include "server/base/macros.h"
+#include "server/base/time.h"
 #include "server/exec/exec.h"
 #include "server/metrics/metrics.h"
-#include "server/providers/probe.h"
-#include "server/providers/docker.h"
-#include "server/providers/sandbox.h"
-#include "server/registry/config.h"
 #include "server/rpc/services/internal.h"
-#include "workspace/v1/workspaces.pb-c.h"
-
-#define SANDBOX_BINDS_REPORTED WS_CONFIG_BINDS_MAX
-/* Where the sandbox shows a bind of host path P: at this prefix + P, never
- * over its own /proc, /dev, /tmp or /workspace (server/providers/sandbox.h). */
-#define SANDBOX_BIND_PREFIX "/mnt"
 #include "workspace/v1/workspaces.pb-c.h"
 
 /* Fills `out` (and its ref) from a live workspace; strings stay owned by
@@ -36,7 +27,7 @@ static void fill_workspace(struct ws_workspace *ws, Workspace__V1__Workspace *ou
     ref->token.len = len;
     out->id = (char *)ws_workspace_id(ws);
     out->ref = ref;
-    out->provider = (char *)ws_workspace_provider(ws)->name;
+    out->provider = (char *)ws_workspace_provider(ws)->ops->name;
     out->capabilities = (Workspace__V1__Capabilities *)ws_workspace_capabilities(ws);
 }
 
@@ -50,28 +41,11 @@ static void finish_with(struct ws_call *call, struct ws_workspace *ws, const Pro
 
 /* metrics: the provider an OpenRequest names, from the oneof (never the
  * client's text), and the outcome label of an error. */
-static const char *open_provider(const Workspace__V1__OpenRequest *req)
+static const char *open_provider(const struct ws_services *s, const Workspace__V1__OpenRequest *req)
 {
-    switch (req->provider_case) {
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_MEMORY:
-        return "memory";
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_BASH:
-        return "local-bash";
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX:
-        return "local-sandbox";
-    case WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER:
-        return "docker";
-    default:
-        return "unknown";
-    }
-}
+    const struct ws_provider *p = ws_providers_of_request(s->providers, req);
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return p ? p->ops->name : "unknown";
 }
 
 static const char *error_reason(int err)
@@ -91,12 +65,12 @@ static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
     Workspace__V1__WorkspaceRef ref;
     struct ws_workspace *ws = NULL;
     struct ws_diag d = {0};
-    int64_t t0 = mono_ms(); /* metrics */
+    int64_t t0 = ws_mono_ms(); /* metrics */
     int err;
 
     err = ws_registry_open(s->reg, ws_call_tenant(call), req, &d, &ws);
-    ws_metrics_open(open_provider(req), err < 0 ? error_reason(err) : "ok",
-                    mono_ms() - t0); /* metrics */
+    ws_metrics_open(open_provider(s, req), err < 0 ? error_reason(err) : "ok",
+                    ws_mono_ms() - t0); /* metrics */
     if (err < 0) {
         ws_call_fail(call, err, &d);
         return;
@@ -148,7 +122,7 @@ static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
     /* metrics: the provider is a table name; an unknown id (or another
      * tenant's) stays "unknown". */
     if (ws_registry_peek(s->reg, ws_call_tenant(call), req->workspace_id, &peeked) == 0) {
-        provider = ws_workspace_provider(peeked)->name;
+        provider = ws_workspace_provider(peeked)->ops->name;
         ws_workspace_unref(peeked);
     }
     err = ws_registry_close_diag(s->reg, ws_call_tenant(call), req->workspace_id, &d, &already);
@@ -195,9 +169,9 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     ws_workspace_describe(ws, &info);
     const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
     resp.id = (char *)ws_workspace_id(ws);
-    resp.provider = (char *)ws_workspace_provider(ws)->name;
+    resp.provider = (char *)ws_workspace_provider(ws)->ops->name;
     resp.state = state_of(info.state);
-    resp.isolation = (char *)ws_workspace_provider(ws)->isolation;
+    resp.isolation = (char *)ws_workspace_provider(ws)->ops->isolation;
     resp.capabilities = (Workspace__V1__Capabilities *)caps;
     resp.network = ws_workspace_network(ws);
     limits.max_file_size_bytes = ws_workspace_max_file_size(ws);
@@ -208,122 +182,25 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
         static const char *const fs_ops[] = {"ReadFile", "WriteFile", "EditFile", "ListDir",
                                              "Glob",     "Grep",      "Stat",     "MakeDir",
                                              "Remove",   "Move"};
-        for (size_t i = 0; i < sizeof(fs_ops) / sizeof(fs_ops[0]); i++)
+        for (size_t i = 0; i < WS_ELEMENTSOF(fs_ops); i++)
             append(ops, &n_ops, fs_ops[i]);
     }
     if (caps && caps->shell) {
         static const char *const exec_ops[] = {"Run", "Start", "Attach", "ListProcesses",
                                                "SendSignal"};
-        for (size_t i = 0; i < sizeof(exec_ops) / sizeof(exec_ops[0]); i++)
+        for (size_t i = 0; i < WS_ELEMENTSOF(exec_ops); i++)
             append(ops, &n_ops, exec_ops[i]);
         resp.process_containment = (char *)ws_exec_containment(s->exec);
     }
-    Workspace__V1__SandboxInfo sbi = WORKSPACE__V1__SANDBOX_INFO__INIT;
-    Workspace__V1__SandboxLimits sbl = WORKSPACE__V1__SANDBOX_LIMITS__INIT;
-    Workspace__V1__SandboxBind bind_items[1 + 2 * SANDBOX_BINDS_REPORTED];
-    Workspace__V1__SandboxBind *binds[1 + 2 * SANDBOX_BINDS_REPORTED];
-    char *targets[1 + 2 * SANDBOX_BINDS_REPORTED] = {NULL};
-    size_t n_targets = 0;
-    char *ns[8], *enforced[3], version[32];
-    char ns_buf[64];
-    const Workspace__V1__LocalSandboxConfig *sc = ws_workspace_sandbox_config(ws);
-    if (sc) {
-        struct ws_probe pr;
-        struct ws_limits l;
-        struct ws_sandbox_limits_info li;
-        size_t n = 0;
-
-        ws_workspace_provider(ws)->probe(&pr);
-        ws_sandbox_backend_version(version, sizeof(version));
-        sbi.backend = "bubblewrap";
-        sbi.version = version;
-        sbi.available = pr.available;
-        sbi.reason = pr.reason;
-        snprintf(ns_buf, sizeof(ns_buf), "%s",
-                 ws_sandbox_namespaces(sc->network == WORKSPACE__V1__NETWORK__NETWORK_ALLOW));
-        for (char *save = NULL, *t = strtok_r(ns_buf, ",", &save); t && n < 8;
-             t = strtok_r(NULL, ",", &save))
-            ns[n++] = t;
-        sbi.namespaces = ns;
-        sbi.n_namespaces = n;
-        sbi.seccomp = true;
-        sbi.seccomp_policy = (char *)ws_sandbox_seccomp_summary(s->sandbox);
-        sbi.network = sc->network;
-        n = 0;
-        bind_items[n] = (Workspace__V1__SandboxBind)WORKSPACE__V1__SANDBOX_BIND__INIT;
-        bind_items[n].source = "";
-        bind_items[n].target = WS_SANDBOX_WORKSPACE;
-        binds[n] = &bind_items[n];
-        n++;
-        for (size_t i = 0; i < sc->n_read_write_paths + sc->n_read_only_paths; i++) {
-            bool ro = i >= sc->n_read_write_paths;
-            size_t k = ro ? i - sc->n_read_write_paths : i;
-            if (k >= SANDBOX_BINDS_REPORTED)
-                continue;
-            char *src = ro ? sc->read_only_paths[k] : sc->read_write_paths[k];
-            char *target = NULL;
-            if (asprintf(&target, "%s%s", SANDBOX_BIND_PREFIX, src) < 0)
-                continue;
-            targets[n_targets++] = target;
-            bind_items[n] = (Workspace__V1__SandboxBind)WORKSPACE__V1__SANDBOX_BIND__INIT;
-            bind_items[n].source = src;
-            bind_items[n].target = target;
-            bind_items[n].read_only = ro;
-            binds[n] = &bind_items[n];
-            n++;
-        }
-        sbi.binds = binds;
-        sbi.n_binds = n;
-        ws_services_sandbox_limits(sc, &l);
-        ws_sandbox_limits_report(s->sandbox, ws_workspace_id(ws), &l, &li);
-        sbl.pids_max = l.pids_max;
-        sbl.memory_bytes = l.memory_bytes;
-        sbl.cpus = l.cpu_millis / 1000.0;
-        sbl.mechanism = (char *)li.mechanism;
-        n = 0;
-        if (li.enforced & WS_LIMIT_PIDS)
-            enforced[n++] = "pids";
-        if (li.enforced & WS_LIMIT_MEMORY)
-            enforced[n++] = "memory";
-        if (li.enforced & WS_LIMIT_CPU)
-            enforced[n++] = "cpu";
-        sbl.enforced = enforced;
-        sbl.n_enforced = n;
-        sbi.limits = &sbl;
-        resp.sandbox = &sbi;
-    }
-    Workspace__V1__ContainerInfo ci = WORKSPACE__V1__CONTAINER_INFO__INIT;
-    struct ws_docker_rt_info di;
-    const Workspace__V1__DockerConfig *dc = ws_workspace_docker_config(ws);
-    if (dc && s->docker) {
-        ws_docker_rt_describe(s->docker, ws_workspace_id(ws), &di);
-        const struct ws_docker_hardening *h = &di.hardening;
-        ci.daemon_reachable = di.reachable;
-        ci.api_version = di.api_version;
-        ci.id = di.container_id;
-        ci.image = dc->image;
-        ci.running = di.running;
-        ci.oom_killed = di.oom_killed;
-        if (di.container_id[0]) {
-            ci.cap_drop_all = h->cap_drop_all;
-            ci.cap_add = h->n_cap_add;
-            ci.privileged = h->privileged;
-            ci.no_new_privileges = h->no_new_privileges;
-            ci.read_only_rootfs = h->readonly_rootfs;
-            ci.init = h->init;
-            ci.network_mode = (char *)h->network_mode;
-            ci.user = (char *)h->user;
-            ci.pids_limit = h->pids_limit;
-            ci.memory_bytes = h->memory;
-            ci.memory_swap_bytes = h->memory_swap;
-            ci.nano_cpus = h->nano_cpus;
-            ci.tmp_options = (char *)h->tmp_options;
-            ci.log_driver = (char *)h->log_type;
-            ci.ipc_mode = (char *)h->ipc_mode;
-            ci.other_mounts = h->n_other_mounts;
-        }
-        resp.container = &ci;
-    }
+    /* The provider's own section, as its runtime sees the workspace now.
+     * Its storage lives until the response is sent; short of memory the
+     * answer goes without it. */
+    const struct ws_provider *p = ws_workspace_provider(ws);
+    struct ws_provider_ws w;
+    char ws_dir[WS_SERVICES_DIR_MAX];
+    void *keep = NULL;
+    if (p->ops->describe && ws_services_provider_ws(s, ws, ws_dir, sizeof(ws_dir), &w) == 0)
+        (void)p->ops->describe(p->rt, &w, &resp, &keep);
     resp.operations = ops;
     resp.n_operations = n_ops;
     resp.opened_at_unix_ms = info.opened_at_ms;
@@ -335,15 +212,15 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     struct ws_policy_set *pset = ws_registry_policy(s->reg);
     const char *tenant = ws_call_tenant(call);
     Workspace__V1__Policy policy;
-    char *policy_providers[WS_PROVIDER_COUNT];
+    char *policy_providers[WS_PROVIDERS_MAX];
     ws_policy_to_proto(ws_policy_for(pset, tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT),
                        ws_registry_providers_enabled(s->reg), &policy, policy_providers);
     policy.tenant = (char *)(tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT);
     resp.policy = &policy;
     ws_call_finish(call, &resp.base);
     ws_policy_set_unref(pset);
-    for (size_t i = 0; i < n_targets; i++)
-        free(targets[i]);
+    if (p->ops->describe)
+        p->ops->describe_free(keep);
     ws_workspace_unref(ws);
 }
 
@@ -380,7 +257,7 @@ static void list_one(void *userdata, struct ws_workspace *ws)
     Workspace__V1__WorkspaceSummary *it = &acc->items[acc->n];
     workspace__v1__workspace_summary__init(it);
     snprintf(acc->ids[acc->n], sizeof(acc->ids[acc->n]), "%s", ws_workspace_id(ws));
-    it->provider = (char *)ws_workspace_provider(ws)->name;
+    it->provider = (char *)ws_workspace_provider(ws)->ops->name;
     it->state = state_of(info.state);
     it->opened_at_unix_ms = info.opened_at_ms;
     acc->n++;
@@ -534,7 +411,7 @@ size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
         {"/workspace.v1.Workspaces/ReadAudit", &workspace__v1__read_audit_request__descriptor,
          read_audit},
     };
-    size_t n = sizeof(m) / sizeof(m[0]);
+    size_t n = WS_ELEMENTSOF(m);
 
     for (size_t i = 0; i < n; i++)
         out[i] = (struct ws_rpc_method){

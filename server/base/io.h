@@ -39,12 +39,16 @@
         ws_retry_r_;                                                                               \
     })
 
-static inline ssize_t ws_read_all(int fd, void *buf, size_t n)
+/* The loops behind the four: at `off`, or at the fd's own offset when
+ * off < 0. */
+static inline ssize_t ws_io_read_at(int fd, void *buf, size_t n, off_t off)
 {
     size_t have = 0;
 
     while (have < n) {
-        ssize_t k = WS_RETRY_EINTR(read(fd, (char *)buf + have, n - have));
+        char *at = (char *)buf + have;
+        ssize_t k = WS_RETRY_EINTR(off < 0 ? read(fd, at, n - have)
+                                           : pread(fd, at, n - have, off + (off_t)have));
         if (k < 0)
             return -errno;
         if (k == 0)
@@ -52,52 +56,44 @@ static inline ssize_t ws_read_all(int fd, void *buf, size_t n)
         have += (size_t)k;
     }
     return (ssize_t)have;
+}
+
+static inline int ws_io_write_at(int fd, const void *buf, size_t n, off_t off)
+{
+    size_t done = 0;
+
+    while (done < n) {
+        const char *at = (const char *)buf + done;
+        ssize_t k = WS_RETRY_EINTR(off < 0 ? write(fd, at, n - done)
+                                           : pwrite(fd, at, n - done, off + (off_t)done));
+        if (k < 0)
+            return -errno;
+        if (k == 0)
+            return -EIO;
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+static inline ssize_t ws_read_all(int fd, void *buf, size_t n)
+{
+    return ws_io_read_at(fd, buf, n, -1);
 }
 
 static inline int ws_write_all(int fd, const void *buf, size_t n)
 {
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t k = WS_RETRY_EINTR(write(fd, (const char *)buf + done, n - done));
-        if (k < 0)
-            return -errno;
-        if (k == 0)
-            return -EIO;
-        done += (size_t)k;
-    }
-    return 0;
+    return ws_io_write_at(fd, buf, n, -1);
 }
 
+/* `off` >= 0. */
 static inline ssize_t ws_pread_all(int fd, void *buf, size_t n, off_t off)
 {
-    size_t have = 0;
-
-    while (have < n) {
-        ssize_t k = WS_RETRY_EINTR(pread(fd, (char *)buf + have, n - have, off + (off_t)have));
-        if (k < 0)
-            return -errno;
-        if (k == 0)
-            break;
-        have += (size_t)k;
-    }
-    return (ssize_t)have;
+    return ws_io_read_at(fd, buf, n, off);
 }
 
 static inline int ws_pwrite_all(int fd, const void *buf, size_t n, off_t off)
 {
-    size_t done = 0;
-
-    while (done < n) {
-        ssize_t k =
-            WS_RETRY_EINTR(pwrite(fd, (const char *)buf + done, n - done, off + (off_t)done));
-        if (k < 0)
-            return -errno;
-        if (k == 0)
-            return -EIO;
-        done += (size_t)k;
-    }
-    return 0;
+    return ws_io_write_at(fd, buf, n, off);
 }
 
 #endif

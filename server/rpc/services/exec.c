@@ -75,6 +75,64 @@ struct launch {
     size_t capture_bytes;
 };
 
+/* The process config's own checks, before the guard sees it. */
+static int check_process_config(const Workspace__V1__ProcessConfig *pc, struct ws_diag *d)
+{
+    if (pc->tag[0] && !tag_valid(pc->tag)) {
+        ws_diag_set(d, "a tag is 1-%d bytes of letters, digits, '.', '_' and '-'", WS_PROC_TAG_MAX);
+        ws_diag_meta(d, "field", "tag");
+        return -WS_EMALFORMED;
+    }
+    if (pc->pty && (pc->pty->rows > WS_SPAWN_PTY_DIM_MAX || pc->pty->cols > WS_SPAWN_PTY_DIM_MAX)) {
+        ws_diag_set(d, "terminal size over %d", WS_SPAWN_PTY_DIM_MAX);
+        ws_diag_meta(d, "field", "pty");
+        return -WS_EMALFORMED;
+    }
+    return 0;
+}
+
+/* Runs the shell guard over `pc` with the workspace's shell capability
+ * and the environment its provider gives commands (`own_home` for one
+ * that runs on the host). */
+static int vet(const struct ws_services *s, const struct ws_workspace *ws,
+               const struct ws_provider_exec_env *xe, const struct ws_exec_home *own_home,
+               const Workspace__V1__ProcessConfig *pc, struct ws_diag *d,
+               struct ws_guard_result **ret)
+{
+    const Workspace__V1__ShellCapability *sh = ws_workspace_capabilities(ws)->shell;
+    struct ws_guard_env *env = calloc(pc->n_env ? pc->n_env : 1, sizeof(*env));
+    int err;
+
+    if (!env)
+        return -ENOMEM;
+    for (size_t i = 0; i < pc->n_env; i++)
+        env[i] = (struct ws_guard_env){.name = pc->env[i]->key, .value = pc->env[i]->value};
+    struct ws_guard_policy policy = {
+        .allowed = (const char *const *)sh->allowed_commands,
+        .n_allowed = sh->n_allowed_commands,
+        .pass_env = (const char *const *)sh->pass_env,
+        .n_pass_env = sh->n_pass_env,
+        .path = xe->path ? xe->path : s->exec_path,
+        .home = xe->home ? xe->home : ws_exec_home_dir(own_home),
+        .host = xe->on_host,
+        .runtime_dir = xe->on_host ? ws_exec_home_runtime_dir(own_home) : NULL,
+        .foreign_root = xe->foreign_root,
+    };
+    struct ws_guard_request greq = {
+        .argv = (const char *const *)pc->argv,
+        .argc = pc->n_argv,
+        .command = pc->command,
+        .command_len = strlen(pc->command),
+        .env = env,
+        .n_env = pc->n_env,
+        .cwd = pc->cwd,
+        .pty = pc->pty != NULL,
+    };
+    err = ws_guard_check(&policy, &greq, d, ret);
+    free(env);
+    return err;
+}
+
 static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__ProcessConfig *pc,
                   const struct launch *how, struct ws_workspace **ret_ws, struct ws_proc **ret)
 {
@@ -84,7 +142,6 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     const struct ws_provider_exec_env *xe;
     struct ws_provider_ws w;
     struct ws_guard_result *g = NULL;
-    struct ws_guard_env *env = NULL;
     struct ws_diag d = {0};
     char ws_dir[WS_SERVICES_DIR_MAX];
     struct ws_proc_wrapper wrap = {0};
@@ -118,19 +175,9 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         ws_diag_set(&d, "the workspace's storage is not attached");
         goto fail;
     }
-    if (pc->tag[0] && !tag_valid(pc->tag)) {
-        ws_diag_set(&d, "a tag is 1-%d bytes of letters, digits, '.', '_' and '-'",
-                    WS_PROC_TAG_MAX);
-        ws_diag_meta(&d, "field", "tag");
-        err = -WS_EMALFORMED;
+    err = check_process_config(pc, &d);
+    if (err < 0)
         goto fail;
-    }
-    if (pc->pty && (pc->pty->rows > WS_SPAWN_PTY_DIM_MAX || pc->pty->cols > WS_SPAWN_PTY_DIM_MAX)) {
-        ws_diag_set(&d, "terminal size over %d", WS_SPAWN_PTY_DIM_MAX);
-        ws_diag_meta(&d, "field", "pty");
-        err = -WS_EMALFORMED;
-        goto fail;
-    }
     err = ws_services_provider_ws(s, ws, ws_dir, sizeof(ws_dir), &w);
     if (err < 0)
         goto fail;
@@ -147,37 +194,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         }
     }
 
-    const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
-    const Workspace__V1__ShellCapability *sh = caps->shell;
-    env = calloc(pc->n_env ? pc->n_env : 1, sizeof(*env));
-    if (!env) {
-        err = -ENOMEM;
-        goto fail;
-    }
-    for (size_t i = 0; i < pc->n_env; i++)
-        env[i] = (struct ws_guard_env){.name = pc->env[i]->key, .value = pc->env[i]->value};
-    struct ws_guard_policy policy = {
-        .allowed = (const char *const *)sh->allowed_commands,
-        .n_allowed = sh->n_allowed_commands,
-        .pass_env = (const char *const *)sh->pass_env,
-        .n_pass_env = sh->n_pass_env,
-        .path = xe->path ? xe->path : s->exec_path,
-        .home = xe->home ? xe->home : ws_exec_home_dir(own_home),
-        .host = xe->on_host,
-        .runtime_dir = xe->on_host ? ws_exec_home_runtime_dir(own_home) : NULL,
-        .foreign_root = xe->foreign_root,
-    };
-    struct ws_guard_request greq = {
-        .argv = (const char *const *)pc->argv,
-        .argc = pc->n_argv,
-        .command = pc->command,
-        .command_len = strlen(pc->command),
-        .env = env,
-        .n_env = pc->n_env,
-        .cwd = pc->cwd,
-        .pty = pc->pty != NULL,
-    };
-    err = ws_guard_check(&policy, &greq, &d, &g);
+    err = vet(s, ws, xe, own_home, pc, &d, &g);
     if (err < 0)
         goto fail;
     /* A tenant whose files reached its byte quota runs nothing until it
@@ -193,7 +210,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         goto fail;
     }
 
-    uint64_t max_ms = ws_services_max_duration_ms(caps);
+    uint64_t max_ms = ws_services_max_duration_ms(ws_workspace_capabilities(ws));
     uint64_t timeout_ms = pc->timeout_ms && pc->timeout_ms < max_ms ? pc->timeout_ms : max_ms;
     if (p->ops->exec_wrap) {
         struct ws_provider_cmd cmd = {
@@ -245,7 +262,6 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     }
     close(cwd_fd);
     ws_guard_result_free(g);
-    free(env);
     *ret_ws = ws;
     return 0;
 
@@ -257,7 +273,6 @@ fail:
         p->ops->exec_discard(&wrap);
     ws_exec_home_free(own_home);
     ws_guard_result_free(g);
-    free(env);
     ws_services_fail(call, ws, err, &d);
     ws_workspace_unref(ws);
     return err;

@@ -116,6 +116,11 @@ struct ws_proc {
     bool in_close_after;
     struct ws_sub *subs;
     struct done_cb *done_cbs;
+    /* Every done callback has run: a later one runs at once. Not the same
+     * as PHASE_DONE, which comes first: until the callbacks of the spawn
+     * (the exec layer's audit record) have run, a late one waits its
+     * turn, so no reply can overtake them. */
+    bool done_cbs_ran;
     struct ws_proc_result result;
 };
 
@@ -347,8 +352,6 @@ static void run_done(struct ws_proc *p)
     struct ws_tree *tree;
 
     pthread_mutex_lock(&p->lock);
-    list = p->done_cbs;
-    p->done_cbs = NULL;
     /* The tree is empty: give its cgroup back now rather than when the
      * finished command is forgotten. */
     tree = p->tree;
@@ -377,12 +380,23 @@ static void run_done(struct ws_proc *p)
         in_cb(in_arg, -EPIPE);
     /* The done callbacks before the subscribers are told: a client that
      * saw the command end finds it recorded (audit) and out of the
-     * running count. */
-    while (list) {
-        struct done_cb *next = list->next;
-        list->fn(list->arg, p);
-        free(list);
-        list = next;
+     * running count. One registered while these run (a Run call that
+     * came in just now) joins the end of the list. */
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        list = p->done_cbs;
+        p->done_cbs = NULL;
+        if (!list)
+            p->done_cbs_ran = true;
+        pthread_mutex_unlock(&p->lock);
+        if (!list)
+            break;
+        while (list) {
+            struct done_cb *next = list->next;
+            list->fn(list->arg, p);
+            free(list);
+            list = next;
+        }
     }
     run_notify(p, &nl);
     /* After the callbacks, off the reply's path. p is still valid: its
@@ -945,10 +959,11 @@ int ws_proc_on_done(struct ws_proc *p, ws_proc_done_fn fn, void *arg)
     d->fn = fn;
     d->arg = arg;
     pthread_mutex_lock(&p->lock);
-    if (p->phase != PHASE_DONE) {
+    if (!p->done_cbs_ran) {
         /* In the order registered: the exec layer's own callback (table
          * bookkeeping, the audit record) is registered at the spawn, so
-         * it runs before a Run call's reply goes out. */
+         * it runs before a Run call's reply goes out, also when the
+         * command became done just before this call. */
         struct done_cb **tail = &p->done_cbs;
         while (*tail)
             tail = &(*tail)->next;

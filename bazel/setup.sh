@@ -29,6 +29,12 @@ packages=(
   # network namespace is never the host's, so slirp4netns connects it to the
   # outside without the host's loopback (without it such Opens fail closed)
   slirp4netns
+  # gVisor's runsc, the docker provider's stronger runtime (registered with
+  # dockerd by tests/fixtures/dockerd.sh)
+  runsc
+  # a real Debian image for docker workspaces (tests/fixtures/debian) and
+  # Python's own test suite as a workload nobody here wrote
+  debootstrap libpython3.11-testsuite
   # clients: Go stubs and runtime (GOPATH mode against /usr/share/gocode)
   golang-go golang-google-grpc-dev golang-google-genproto-dev
   golang-github-golang-protobuf-1-3-dev protoc-gen-go-1-3 protoc-gen-go-grpc

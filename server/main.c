@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,9 +43,10 @@
 #define MAX_MESSAGE_MAX     (64 * 1024 * 1024)
 
 /* Every setting, by the id of its flag. Settings come from flags and from
- * the configuration file alike: `settings` below maps each id to its flag
- * and its section.key, and apply() is the one place a value is checked. A
- * new setting is an id here, a row there and a case in apply(). */
+ * the configuration file alike: `settings` below maps each id to its flag,
+ * its section.key and what its value may be, and apply() is the one place
+ * a value is checked. A new setting is an id here and a row there, plus a
+ * check function when the row's fields cannot say what it accepts. */
 enum {
     LISTEN = 256,
     STATE,
@@ -94,59 +97,6 @@ enum {
 };
 #define N_SETTINGS (SETTINGS_END - LISTEN)
 
-static const struct setting {
-    int id;
-    const char *flag;
-    /* no_argument: a switch; in the file it takes true or false. */
-    int has_arg;
-    const char *section;
-    const char *key;
-} settings[] = {
-    {LISTEN, "listen", required_argument, "server", "listen"},
-    {STATE, "state-dir", required_argument, "server", "state-dir"},
-    {ROOT, "workspace-root", required_argument, "server", "workspace-root"},
-    {THREADS, "threads", required_argument, "server", "threads"},
-    {GRACE, "drain-grace-ms", required_argument, "server", "drain-grace-ms"},
-    {KEEPALIVE, "keepalive-ms", required_argument, "server", "keepalive-ms"},
-    {TOKENS, "tokens-file", required_argument, "auth", "tokens-file"},
-    {TLSCERT, "tls-cert", required_argument, "tls", "cert"},
-    {TLSKEY, "tls-key", required_argument, "tls", "key"},
-    {TLSCA, "tls-client-ca", required_argument, "tls", "client-ca"},
-    {PLAINTEXT, "allow-plaintext", no_argument, "tls", "allow-plaintext"},
-    {INSECURE_LOOPBACK, "insecure-loopback", no_argument, "server", "insecure-loopback"},
-    {MAXWS, "max-workspaces", required_argument, "limits", "max-workspaces"},
-    {MAXSIZE, "max-file-size", required_argument, "limits", "max-file-size"},
-    {MEMBYTES, "memory-workspace-bytes", required_argument, "limits", "memory-workspace-bytes"},
-    {TENANTWS, "tenant-max-workspaces", required_argument, "quotas", "tenant-max-workspaces"},
-    {TENANTOPENS, "tenant-opens-per-minute", required_argument, "quotas",
-     "tenant-opens-per-minute"},
-    {TENANTCMDS, "tenant-max-commands", required_argument, "quotas", "tenant-max-commands"},
-    {TENANTBYTES, "tenant-max-bytes", required_argument, "quotas", "tenant-max-bytes"},
-    {EXECPATH, "exec-path", required_argument, "exec", "path"},
-    {KILLGRACE, "kill-grace-ms", required_argument, "exec", "kill-grace-ms"},
-    {CONTAIN, "process-containment", required_argument, "exec", "process-containment"},
-    {PROVIDERS, "providers", required_argument, "providers", "enabled"},
-    {BWRAP, "bwrap", required_argument, "local-sandbox", "bwrap"},
-    {DOCKERHOST, "docker-host", required_argument, "docker", "host"},
-    {DOCKERIMAGE, "docker-default-image", required_argument, "docker", "default-image"},
-    {METRICS, "metrics-listen", required_argument, "metrics", "listen"},
-    {METRICS_REMOTE, "metrics-allow-remote", no_argument, "metrics", "allow-remote"},
-    {MAXMSG, "max-message-bytes", required_argument, "transport", "max-message-bytes"},
-    {MAXSTREAMS, "max-streams-per-connection", required_argument, "transport",
-     "max-streams-per-connection"},
-    {MEMQUOTA, "memory-quota-bytes", required_argument, "transport", "memory-quota-bytes"},
-    {MAXCONNS, "max-connections", required_argument, "transport", "max-connections"},
-    {POL_PROVIDERS, "policy-providers", required_argument, "policy", "providers"},
-    {POL_NETWORK, "policy-network", no_argument, "policy", "network"},
-    {POL_BINDROOTS, "policy-bind-roots", required_argument, "policy", "bind-roots"},
-    {POL_PASSENV, "policy-pass-env", required_argument, "policy", "pass-env"},
-    {POL_COMMANDS, "policy-commands", required_argument, "policy", "commands"},
-    {POL_IMAGES, "policy-docker-images", required_argument, "policy", "docker-images"},
-    {POL_PULL, "policy-docker-pull", no_argument, "policy", "docker-pull"},
-    {POL_USERS, "policy-docker-users", required_argument, "policy", "docker-users"},
-};
-#define N_ROWS WS_ELEMENTSOF(settings)
-
 /* The file's sections, in the order the example and the README use.
  * "policy." admits one [policy.TENANT] section per tenant. */
 static const char *const conf_sections[] = {
@@ -154,17 +104,20 @@ static const char *const conf_sections[] = {
     "docker", "metrics", "transport", "policy", "policy.", "peers", NULL,
 };
 
+/* What the flags and the file set. Every number is a long long, whatever
+ * the type of the configuration it ends in: apply() stores them all one
+ * way, and each row's range fits the type main() narrows it to. */
 struct options {
     const char *listen;
     const char *state_dir;
     const char *workspace_root;
-    unsigned long max_workspaces;
-    unsigned long long max_file_size;
-    unsigned long long memory_max_bytes;
-    long threads;
-    long grace_ms;
-    long kill_grace_ms;
-    long keepalive_ms;
+    long long max_workspaces;
+    long long max_file_size;
+    long long memory_max_bytes;
+    long long threads;
+    long long grace_ms;
+    long long kill_grace_ms; /* -1: no grace */
+    long long keepalive_ms;  /* -1: no keepalive */
     const char *exec_path;
     bool force_subreaper;
     const char *tokens_file;
@@ -173,17 +126,17 @@ struct options {
     const char *tls_client_ca;
     bool allow_plaintext;
     bool insecure_loopback;
-    unsigned long tenant_max_workspaces;
-    unsigned long tenant_opens_per_minute;
-    unsigned long tenant_max_commands;
-    unsigned long long tenant_max_bytes;
+    long long tenant_max_workspaces;
+    long long tenant_opens_per_minute;
+    long long tenant_max_commands;
+    long long tenant_max_bytes;
     /* Observability and transport limits. */
     const char *metrics_listen;
     bool metrics_allow_remote;
-    long max_message_bytes;
-    long max_streams;
+    long long max_message_bytes;
+    long long max_streams;
     long long memory_quota_bytes;
-    unsigned long max_connections; /* 0: half the open-file limit */
+    long long max_connections; /* 0: half the open-file limit */
     /* Providers: which may be opened (1 << WS_PROVIDER_*; 0: all), where
      * their backends are, the docker image an Open gets when it names
      * none. */
@@ -201,6 +154,43 @@ struct options {
     const char *conf_path;
     unsigned line[N_SETTINGS];
 };
+
+/* What a setting's value is, and so how apply() reads it and which type
+ * its field in struct options has. */
+enum setting_kind {
+    /* Any text but the empty one, kept by reference: a const char *. */
+    STRING,
+    /* A flag without argument; in the file, true or false: a bool. */
+    SWITCH,
+    /* A decimal number in min..max: a long long. */
+    NUMBER,
+};
+
+struct setting {
+    int id;
+    const char *flag;
+    const char *section;
+    const char *key;
+    enum setting_kind kind;
+    /* Where the value goes: FIELD(name) of struct options, of the kind's
+     * type. Unused when set() stores the value. */
+    size_t field;
+    /* NUMBER: the range. With zero_is_none, 0 also passes and is stored
+     * as -1: "none", where the consumer's 0 would be its default. */
+    unsigned long long min, max;
+    bool zero_is_none;
+    /* STRING: a test the text must pass (NULL: none). */
+    bool (*valid)(const char *v);
+    /* Stores a value that has no field of its own kind, or that another
+     * module keeps; a switch's gets "true" or "false". Returns NULL, or
+     * why the value is refused. */
+    const char *(*set)(struct options *o, const struct setting *s, const char *v);
+    /* Why a value is refused: out of range, not valid(), or set()'s own
+     * reason when it has a fixed one. */
+    const char *refused;
+};
+
+#define FIELD(name) offsetof(struct options, name)
 
 static void usage(FILE *f)
 {
@@ -343,14 +333,151 @@ static bool parse_providers(const char *v, unsigned *ret)
     return true;
 }
 
+/* The tests and setters rows of settings[] name: what a value must be
+ * when a range or "any text" does not say it, and where it goes when it
+ * has no field of its own kind. */
+static bool absolute_path(const char *v)
+{
+    return v[0] == '/';
+}
+
+static bool docker_host_ok(const char *v)
+{
+    struct ws_docker_http_config dc;
+
+    return ws_docker_http_config_parse(v, NULL, NULL, NULL, &dc) >= 0;
+}
+
+/* auto: a cgroup per command where possible; subreaper: the sweep
+ * always. */
+static const char *set_containment(struct options *o, const struct setting *s, const char *v)
+{
+    if (strcmp(v, "auto") == 0)
+        o->force_subreaper = false;
+    else if (strcmp(v, "subreaper") == 0)
+        o->force_subreaper = true;
+    else
+        return s->refused;
+    return NULL;
+}
+
+static const char *set_providers(struct options *o, const struct setting *s, const char *v)
+{
+    if (!parse_providers(v, &o->providers))
+        return s->refused;
+    return NULL;
+}
+
+/* The policy module checks and keeps its own copy; its reason names what
+ * it refuses, so it is not the row's. */
+static const char *set_policy(struct options *o, const struct setting *s, const char *v)
+{
+    if (ws_policy_set_key(o->policy, NULL, s->key, v, o->policy_why, sizeof(o->policy_why)) < 0)
+        return o->policy_why;
+    return NULL;
+}
+
 #define STR_(x) #x
 #define STR(x)  STR_(x)
-/* The ranges apply() names in its messages. */
+/* The ranges the rows below name in their messages. */
 _Static_assert(MAX_MESSAGE_MIN == 65536 && MAX_MESSAGE_MAX == 67108864, "max-message-bytes range");
 _Static_assert(WS_RPC_MEMORY_QUOTA_MIN == 16777216, "memory-quota-bytes range");
 _Static_assert(WS_RPC_MAX_CONNECTIONS_MAX == 1048576 && WS_RPC_MAX_CONNECTIONS_MIN == 64,
                "max-connections range");
 _Static_assert(WS_EXEC_GRACE_MS_MAX == 60000, "kill-grace-ms range");
+
+/* One row per setting: its id, flag, section and key, then what its
+ * value is (the kind, the field, what the kind needs) and the message
+ * that refuses a value. */
+static const struct setting settings[] = {
+    {LISTEN, "listen", "server", "listen", .kind = STRING, .field = FIELD(listen),
+     .valid = listen_port_ok, .refused = "not HOST:PORT with a port in 0..65535, or unix:PATH"},
+    {STATE, "state-dir", "server", "state-dir", .kind = STRING, .field = FIELD(state_dir)},
+    {ROOT, "workspace-root", "server", "workspace-root", .kind = STRING,
+     .field = FIELD(workspace_root)},
+    {THREADS, "threads", "server", "threads", .kind = NUMBER, .field = FIELD(threads), .min = 0,
+     .max = 256, .refused = "not a number in 0..256 (0: one per CPU)"},
+    {GRACE, "drain-grace-ms", "server", "drain-grace-ms", .kind = NUMBER, .field = FIELD(grace_ms),
+     .min = 0, .max = 3600000, .refused = "not a number of ms in 0..3600000"},
+    {KEEPALIVE, "keepalive-ms", "server", "keepalive-ms", .kind = NUMBER,
+     .field = FIELD(keepalive_ms), .min = WS_RPC_KEEPALIVE_MS_MIN, .max = 3600000,
+     .zero_is_none = true,
+     .refused = "not 0 or a number of ms in " STR(WS_RPC_KEEPALIVE_MS_MIN) "..3600000"},
+    {TOKENS, "tokens-file", "auth", "tokens-file", .kind = STRING, .field = FIELD(tokens_file)},
+    {TLSCERT, "tls-cert", "tls", "cert", .kind = STRING, .field = FIELD(tls_cert)},
+    {TLSKEY, "tls-key", "tls", "key", .kind = STRING, .field = FIELD(tls_key)},
+    {TLSCA, "tls-client-ca", "tls", "client-ca", .kind = STRING, .field = FIELD(tls_client_ca)},
+    {PLAINTEXT, "allow-plaintext", "tls", "allow-plaintext", .kind = SWITCH,
+     .field = FIELD(allow_plaintext)},
+    {INSECURE_LOOPBACK, "insecure-loopback", "server", "insecure-loopback", .kind = SWITCH,
+     .field = FIELD(insecure_loopback)},
+    {MAXWS, "max-workspaces", "limits", "max-workspaces", .kind = NUMBER,
+     .field = FIELD(max_workspaces), .min = 1, .max = 1000000,
+     .refused = "not a number in 1..1000000"},
+    {MAXSIZE, "max-file-size", "limits", "max-file-size", .kind = NUMBER,
+     .field = FIELD(max_file_size), .min = 1, .max = 1ull << 40,
+     .refused = "not a number of bytes in 1..1099511627776"},
+    {MEMBYTES, "memory-workspace-bytes", "limits", "memory-workspace-bytes", .kind = NUMBER,
+     .field = FIELD(memory_max_bytes), .min = 1, .max = 1ull << 40,
+     .refused = "not a number of bytes in 1..1099511627776"},
+    {TENANTWS, "tenant-max-workspaces", "quotas", "tenant-max-workspaces", .kind = NUMBER,
+     .field = FIELD(tenant_max_workspaces), .min = 0, .max = 1000000,
+     .refused = "not a number in 0..1000000 (0: no quota)"},
+    {TENANTOPENS, "tenant-opens-per-minute", "quotas", "tenant-opens-per-minute", .kind = NUMBER,
+     .field = FIELD(tenant_opens_per_minute), .min = 0, .max = 1000000,
+     .refused = "not a number in 0..1000000 (0: no quota)"},
+    {TENANTCMDS, "tenant-max-commands", "quotas", "tenant-max-commands", .kind = NUMBER,
+     .field = FIELD(tenant_max_commands), .min = 0, .max = 1000000,
+     .refused = "not a number in 0..1000000 (0: no quota)"},
+    {TENANTBYTES, "tenant-max-bytes", "quotas", "tenant-max-bytes", .kind = NUMBER,
+     .field = FIELD(tenant_max_bytes), .min = 0, .max = 1ull << 50,
+     .refused = "not a number of bytes in 0..1125899906842624 (0: no quota)"},
+    {EXECPATH, "exec-path", "exec", "path", .kind = STRING, .field = FIELD(exec_path),
+     .valid = ws_services_exec_path_valid,
+     .refused = "not a colon-separated list of absolute directories"},
+    /* 0 here means no grace (the services config's 0 is "default"). */
+    {KILLGRACE, "kill-grace-ms", "exec", "kill-grace-ms", .kind = NUMBER,
+     .field = FIELD(kill_grace_ms), .min = 0, .max = WS_EXEC_GRACE_MS_MAX, .zero_is_none = true,
+     .refused = "not a number of ms in 0..60000"},
+    {CONTAIN, "process-containment", "exec", "process-containment", .kind = STRING,
+     .set = set_containment, .refused = "not auto or subreaper"},
+    {PROVIDERS, "providers", "providers", "enabled", .kind = STRING, .set = set_providers,
+     .refused = "not a comma-separated list of memory, local-bash, local-sandbox, docker"},
+    {BWRAP, "bwrap", "local-sandbox", "bwrap", .kind = STRING, .field = FIELD(bwrap),
+     .valid = absolute_path, .refused = "not an absolute path"},
+    {DOCKERHOST, "docker-host", "docker", "host", .kind = STRING, .field = FIELD(docker_host),
+     .valid = docker_host_ok, .refused = "not unix:///PATH or tcp://HOST[:PORT]"},
+    {DOCKERIMAGE, "docker-default-image", "docker", "default-image", .kind = STRING,
+     .field = FIELD(docker_image), .valid = ws_docker_image_valid,
+     .refused = "not a valid image reference"},
+    {METRICS, "metrics-listen", "metrics", "listen", .kind = STRING,
+     .field = FIELD(metrics_listen)},
+    {METRICS_REMOTE, "metrics-allow-remote", "metrics", "allow-remote", .kind = SWITCH,
+     .field = FIELD(metrics_allow_remote)},
+    {MAXMSG, "max-message-bytes", "transport", "max-message-bytes", .kind = NUMBER,
+     .field = FIELD(max_message_bytes), .min = MAX_MESSAGE_MIN, .max = MAX_MESSAGE_MAX,
+     .refused = "not a number of bytes in 65536..67108864"},
+    {MAXSTREAMS, "max-streams-per-connection", "transport", "max-streams-per-connection",
+     .kind = NUMBER, .field = FIELD(max_streams), .min = 1, .max = WS_RPC_MAX_STREAMS_MAX,
+     .refused = "not a number in 1.." STR(WS_RPC_MAX_STREAMS_MAX)},
+    {MEMQUOTA, "memory-quota-bytes", "transport", "memory-quota-bytes", .kind = NUMBER,
+     .field = FIELD(memory_quota_bytes), .min = WS_RPC_MEMORY_QUOTA_MIN, .max = 1ull << 40,
+     .refused = "not a number of bytes in 16777216..1099511627776"},
+    {MAXCONNS, "max-connections", "transport", "max-connections", .kind = NUMBER,
+     .field = FIELD(max_connections), .min = 1, .max = WS_RPC_MAX_CONNECTIONS_MAX,
+     .refused = "not a number in 1..1048576"},
+    /* The policy module checks these and says why it refuses one. */
+    {POL_PROVIDERS, "policy-providers", "policy", "providers", .kind = STRING, .set = set_policy},
+    {POL_NETWORK, "policy-network", "policy", "network", .kind = SWITCH, .set = set_policy},
+    {POL_BINDROOTS, "policy-bind-roots", "policy", "bind-roots", .kind = STRING, .set = set_policy},
+    {POL_PASSENV, "policy-pass-env", "policy", "pass-env", .kind = STRING, .set = set_policy},
+    {POL_COMMANDS, "policy-commands", "policy", "commands", .kind = STRING, .set = set_policy},
+    {POL_IMAGES, "policy-docker-images", "policy", "docker-images", .kind = STRING,
+     .set = set_policy},
+    {POL_PULL, "policy-docker-pull", "policy", "docker-pull", .kind = SWITCH, .set = set_policy},
+    {POL_USERS, "policy-docker-users", "policy", "docker-users", .kind = STRING, .set = set_policy},
+};
+#define N_ROWS WS_ELEMENTSOF(settings)
 
 static const struct setting *setting_of(int id)
 {
@@ -366,178 +493,43 @@ static const struct setting *setting_of(int id)
  * reference: `v` must outlive `o`. */
 static const char *apply(struct options *o, int id, const char *v)
 {
+    const struct setting *s = setting_of(id);
+    char *field;
     unsigned long long n;
     bool on = true;
 
     if (v && !*v)
         return "empty";
-    for (size_t i = 0; i < N_ROWS; i++)
-        if (settings[i].id == id && settings[i].has_arg == no_argument && v) {
-            if (strcmp(v, "true") == 0)
-                on = true;
-            else if (strcmp(v, "false") == 0)
-                on = false;
-            else
-                return "not true or false";
+    if (!s)
+        return "unknown setting";
+    field = (char *)o + s->field;
+    switch (s->kind) {
+    case STRING:
+        if (s->valid && !s->valid(v))
+            return s->refused;
+        if (s->set)
+            return s->set(o, s, v);
+        *(const char **)field = v;
+        return NULL;
+    case SWITCH:
+        if (v && strcmp(v, "false") == 0)
+            on = false;
+        else if (v && strcmp(v, "true") != 0)
+            return "not true or false";
+        if (s->set)
+            return s->set(o, s, on ? "true" : "false");
+        *(bool *)field = on;
+        return NULL;
+    case NUMBER:
+        if (!parse_ull(v, s->max, &n))
+            return s->refused;
+        if (n == 0 && s->zero_is_none) {
+            *(long long *)field = -1;
+            return NULL;
         }
-    switch (id) {
-    case LISTEN:
-        if (!listen_port_ok(v))
-            return "not HOST:PORT with a port in 0..65535, or unix:PATH";
-        o->listen = v;
-        return NULL;
-    case STATE:
-        o->state_dir = v;
-        return NULL;
-    case ROOT:
-        o->workspace_root = v;
-        return NULL;
-    case MAXWS:
-        if (!parse_ull(v, 1000000, &n) || n == 0)
-            return "not a number in 1..1000000";
-        o->max_workspaces = (unsigned long)n;
-        return NULL;
-    case MAXSIZE:
-        if (!parse_ull(v, 1ull << 40, &n) || n == 0)
-            return "not a number of bytes in 1..1099511627776";
-        o->max_file_size = n;
-        return NULL;
-    case MEMBYTES:
-        if (!parse_ull(v, 1ull << 40, &n) || n == 0)
-            return "not a number of bytes in 1..1099511627776";
-        o->memory_max_bytes = n;
-        return NULL;
-    case THREADS:
-        if (!parse_ull(v, 256, &n))
-            return "not a number in 0..256 (0: one per CPU)";
-        o->threads = (long)n;
-        return NULL;
-    case GRACE:
-        if (!parse_ull(v, 3600000, &n))
-            return "not a number of ms in 0..3600000";
-        o->grace_ms = (long)n;
-        return NULL;
-    case KILLGRACE:
-        if (!parse_ull(v, WS_EXEC_GRACE_MS_MAX, &n))
-            return "not a number of ms in 0..60000";
-        /* 0 here means no grace (the services config's 0 is "default"). */
-        o->kill_grace_ms = n ? (long)n : -1;
-        return NULL;
-    case KEEPALIVE:
-        if (!parse_ull(v, 3600000, &n) || (n && n < WS_RPC_KEEPALIVE_MS_MIN))
-            return "not 0 or a number of ms in " STR(WS_RPC_KEEPALIVE_MS_MIN) "..3600000";
-        o->keepalive_ms = n ? (long)n : -1;
-        return NULL;
-    case EXECPATH:
-        if (!ws_services_exec_path_valid(v))
-            return "not a colon-separated list of absolute directories";
-        o->exec_path = v;
-        return NULL;
-    case CONTAIN:
-        if (strcmp(v, "auto") == 0)
-            o->force_subreaper = false;
-        else if (strcmp(v, "subreaper") == 0)
-            o->force_subreaper = true;
-        else
-            return "not auto or subreaper";
-        return NULL;
-    case TOKENS:
-        o->tokens_file = v;
-        return NULL;
-    case TLSCERT:
-        o->tls_cert = v;
-        return NULL;
-    case TLSKEY:
-        o->tls_key = v;
-        return NULL;
-    case TLSCA:
-        o->tls_client_ca = v;
-        return NULL;
-    case PLAINTEXT:
-        o->allow_plaintext = on;
-        return NULL;
-    case INSECURE_LOOPBACK:
-        o->insecure_loopback = on;
-        return NULL;
-    case TENANTWS:
-        if (!parse_ull(v, 1000000, &n))
-            return "not a number in 0..1000000 (0: no quota)";
-        o->tenant_max_workspaces = (unsigned long)n;
-        return NULL;
-    case TENANTOPENS:
-        if (!parse_ull(v, 1000000, &n))
-            return "not a number in 0..1000000 (0: no quota)";
-        o->tenant_opens_per_minute = (unsigned long)n;
-        return NULL;
-    case TENANTCMDS:
-        if (!parse_ull(v, 1000000, &n))
-            return "not a number in 0..1000000 (0: no quota)";
-        o->tenant_max_commands = (unsigned long)n;
-        return NULL;
-    case TENANTBYTES:
-        if (!parse_ull(v, 1ull << 50, &n))
-            return "not a number of bytes in 0..1125899906842624 (0: no quota)";
-        o->tenant_max_bytes = n;
-        return NULL;
-    case METRICS:
-        o->metrics_listen = v;
-        return NULL;
-    case METRICS_REMOTE:
-        o->metrics_allow_remote = on;
-        return NULL;
-    case MAXMSG:
-        if (!parse_ull(v, MAX_MESSAGE_MAX, &n) || n < MAX_MESSAGE_MIN)
-            return "not a number of bytes in 65536..67108864";
-        o->max_message_bytes = (long)n;
-        return NULL;
-    case MAXSTREAMS:
-        if (!parse_ull(v, WS_RPC_MAX_STREAMS_MAX, &n) || n == 0)
-            return "not a number in 1.." STR(WS_RPC_MAX_STREAMS_MAX);
-        o->max_streams = (long)n;
-        return NULL;
-    case MAXCONNS:
-        if (!parse_ull(v, WS_RPC_MAX_CONNECTIONS_MAX, &n) || n == 0)
-            return "not a number in 1..1048576";
-        o->max_connections = (unsigned long)n;
-        return NULL;
-    case MEMQUOTA:
-        if (!parse_ull(v, 1ull << 40, &n) || n < WS_RPC_MEMORY_QUOTA_MIN)
-            return "not a number of bytes in 16777216..1099511627776";
-        o->memory_quota_bytes = (long long)n;
-        return NULL;
-    case PROVIDERS:
-        if (!parse_providers(v, &o->providers))
-            return "not a comma-separated list of memory, local-bash, local-sandbox, docker";
-        return NULL;
-    case BWRAP:
-        if (v[0] != '/')
-            return "not an absolute path";
-        o->bwrap = v;
-        return NULL;
-    case DOCKERHOST: {
-        struct ws_docker_http_config dc;
-        if (ws_docker_http_config_parse(v, NULL, NULL, NULL, &dc) < 0)
-            return "not unix:///PATH or tcp://HOST[:PORT]";
-        o->docker_host = v;
-        return NULL;
-    }
-    case DOCKERIMAGE:
-        if (!ws_docker_image_valid(v))
-            return "not a valid image reference";
-        o->docker_image = v;
-        return NULL;
-    case POL_PROVIDERS:
-    case POL_NETWORK:
-    case POL_BINDROOTS:
-    case POL_PASSENV:
-    case POL_COMMANDS:
-    case POL_IMAGES:
-    case POL_PULL:
-    case POL_USERS:
-        /* The policy module checks and keeps its own copy. */
-        if (ws_policy_set_key(o->policy, NULL, setting_of(id)->key, v ? v : "true", o->policy_why,
-                              sizeof(o->policy_why)) < 0)
-            return o->policy_why;
+        if (n < s->min)
+            return s->refused;
+        *(long long *)field = (long long)n;
         return NULL;
     }
     return "unknown setting";
@@ -713,7 +705,9 @@ static int parse_args(int argc, char **argv, struct options *o)
     if (ws_policy_set_new(&o->policy) < 0)
         return -1;
     for (i = 0; i < N_ROWS; i++)
-        longopts[i] = (struct option){settings[i].flag, settings[i].has_arg, NULL, settings[i].id};
+        longopts[i] = (struct option){settings[i].flag,
+                                      settings[i].kind == SWITCH ? no_argument : required_argument,
+                                      NULL, settings[i].id};
     longopts[i++] = (struct option){"config", required_argument, NULL, CONFIG};
     longopts[i++] = (struct option){"check-config", required_argument, NULL, CHECKCONFIG};
     longopts[i++] = (struct option){"help", no_argument, NULL, HELP};
@@ -934,11 +928,11 @@ int main(int argc, char **argv)
             {
                 .workspace_root = o.workspace_root,
                 .max_workspaces = (unsigned)o.max_workspaces,
-                .max_file_size = o.max_file_size,
-                .memory_max_bytes = o.memory_max_bytes,
+                .max_file_size = (uint64_t)o.max_file_size,
+                .memory_max_bytes = (uint64_t)o.memory_max_bytes,
                 .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
                 .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
-                .tenant_max_bytes = o.tenant_max_bytes,
+                .tenant_max_bytes = (uint64_t)o.tenant_max_bytes,
                 .providers_enabled = o.providers,
                 .policy = o.policy,
             },

@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "server/audit/audit.h"
+#include "server/base/macros.h"
 #include "server/exec/exec.h"
 #include "server/metrics/metrics.h"
 #include "server/posix/fs.h"
@@ -1114,51 +1115,23 @@ void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *
 
 size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out)
 {
-    size_t n = 0;
+    static const struct ws_rpc_method methods[] = {
+        WS_SERVICES_METHOD("/workspace.v1.Exec/Run", WS_RPC_UNARY,
+                           &workspace__v1__run_request__descriptor, .on_start = run_start,
+                           .on_cancel = run_cancel, .on_destroy = run_destroy),
+        WS_SERVICES_METHOD("/workspace.v1.Exec/Start", WS_RPC_BIDI,
+                           &workspace__v1__start_request__descriptor, .on_start = start_start,
+                           .on_message = start_message, .on_sent = stream_sent,
+                           .on_cancel = stream_cancel, .on_destroy = stream_destroy),
+        WS_SERVICES_METHOD("/workspace.v1.Exec/Attach", WS_RPC_SERVER_STREAM,
+                           &workspace__v1__attach_request__descriptor, .on_start = attach_start,
+                           .on_sent = stream_sent, .on_cancel = stream_cancel,
+                           .on_destroy = stream_destroy),
+        WS_SERVICES_UNARY("/workspace.v1.Exec/ListProcesses",
+                          &workspace__v1__list_processes_request__descriptor, list_start),
+        WS_SERVICES_UNARY("/workspace.v1.Exec/SendSignal",
+                          &workspace__v1__send_signal_request__descriptor, signal_start),
+    };
 
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.Exec/Run",
-        .kind = WS_RPC_UNARY,
-        .request = &workspace__v1__run_request__descriptor,
-        .on_start = run_start,
-        .on_cancel = run_cancel,
-        .on_destroy = run_destroy,
-        .method_data = s,
-    };
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.Exec/Start",
-        .kind = WS_RPC_BIDI,
-        .request = &workspace__v1__start_request__descriptor,
-        .on_start = start_start,
-        .on_message = start_message,
-        .on_sent = stream_sent,
-        .on_cancel = stream_cancel,
-        .on_destroy = stream_destroy,
-        .method_data = s,
-    };
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.Exec/Attach",
-        .kind = WS_RPC_SERVER_STREAM,
-        .request = &workspace__v1__attach_request__descriptor,
-        .on_start = attach_start,
-        .on_sent = stream_sent,
-        .on_cancel = stream_cancel,
-        .on_destroy = stream_destroy,
-        .method_data = s,
-    };
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.Exec/ListProcesses",
-        .kind = WS_RPC_UNARY,
-        .request = &workspace__v1__list_processes_request__descriptor,
-        .on_start = list_start,
-        .method_data = s,
-    };
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.Exec/SendSignal",
-        .kind = WS_RPC_UNARY,
-        .request = &workspace__v1__send_signal_request__descriptor,
-        .on_start = signal_start,
-        .method_data = s,
-    };
-    return n;
+    return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
 }

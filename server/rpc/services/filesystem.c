@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "server/audit/audit.h"
+#include "server/base/macros.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/filesystem.pb-c.h"
 
@@ -33,13 +34,64 @@ static struct ws_registry *registry_of(struct ws_call *call)
     return ((struct ws_services *)ws_call_method_data(call))->reg;
 }
 
+static struct ws_vfs *vfs_of(struct ws_workspace *ws)
+{
+    return ws_fsops_vfs(ws_workspace_fsops(ws));
+}
+
 /* The length of the regular file at path now; 0 when there is none. */
 static uint64_t file_size(struct ws_workspace *ws, const char *path)
 {
-    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    struct ws_vfs *fs = vfs_of(ws);
     struct ws_stat st;
 
     return fs->ops->stat(fs, path, &st) == 0 && st.type == WS_FT_REGULAR ? st.size : 0;
+}
+
+/* What every file RPC starts with: the workspace, which must have the fs
+ * capability, and the client's path checked. On failure the call has
+ * been failed and nothing is held. */
+static int fs_workspace(struct ws_call *call, const char *id, const char *path,
+                        struct ws_workspace **ret)
+{
+    struct ws_workspace *ws;
+    int err = ws_services_workspace(call, id, WS_CAP_FS, &ws);
+
+    if (err < 0)
+        return err;
+    err = ws_services_check_path(call, ws, path);
+    if (err < 0) {
+        ws_workspace_unref(ws);
+        return err;
+    }
+    *ret = ws;
+    return 0;
+}
+
+/* The call succeeded: its file event (NULL: none) goes into the audit
+ * log before the client can see the answer, the workspace records the
+ * success, and `resp` goes out with the status. */
+static void fs_finish(struct ws_call *call, struct ws_workspace *ws, const ProtobufCMessage *resp,
+                      const struct ws_audit_file *audit)
+{
+    if (audit)
+        ws_services_audit_file(ws_call_method_data(call), ws, audit);
+    ws_workspace_note(ws, 0, NULL);
+    ws_call_finish(call, resp);
+}
+
+/* The zeroed state of a streaming call, set as its data (its on_destroy
+ * frees it); NULL, the call failed, when memory is short. */
+static void *stream_state(struct ws_call *call, size_t size)
+{
+    void *state = calloc(1, size);
+
+    if (!state) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return NULL;
+    }
+    ws_call_set_data(call, state);
+    return state;
 }
 
 /* ---- ReadFile ---- */
@@ -98,12 +150,10 @@ static void read_next(struct ws_call *call, struct read_state *rs)
     rs->off += got;
     if (got < want)
         rs->end = rs->off;
-    if (rs->off >= rs->end) {
-        ws_workspace_note(rs->ws, 0, NULL);
-        ws_call_finish(call, &resp.base);
-    } else {
+    if (rs->off >= rs->end)
+        fs_finish(call, rs->ws, &resp.base, NULL);
+    else
         ws_call_send(call, &resp.base);
-    }
 }
 
 static void read_start(struct ws_call *call, const ProtobufCMessage *msg)
@@ -112,17 +162,10 @@ static void read_start(struct ws_call *call, const ProtobufCMessage *msg)
     struct read_state *rs;
     int err;
 
-    rs = calloc(1, sizeof(*rs));
-    if (!rs) {
-        ws_call_fail(call, -ENOMEM, NULL);
+    rs = stream_state(call, sizeof(*rs));
+    if (!rs || fs_workspace(call, req->workspace_id, req->path, &rs->ws) < 0)
         return;
-    }
-    ws_call_set_data(call, rs);
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &rs->ws) < 0)
-        return;
-    if (ws_services_check_path(call, rs->ws, req->path) < 0)
-        return;
-    rs->fs = ws_fsops_vfs(ws_workspace_fsops(rs->ws));
+    rs->fs = vfs_of(rs->ws);
     rs->path = strdup(req->path);
     rs->buf = malloc(READ_CHUNK);
     if (!rs->path || !rs->buf) {
@@ -200,20 +243,15 @@ static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
     struct ws_diag d = {0};
     int err;
 
-    st = calloc(1, sizeof(*st));
-    if (!st) {
-        ws_call_fail(call, -ENOMEM, NULL);
+    st = stream_state(call, sizeof(*st));
+    if (!st)
         return;
-    }
-    ws_call_set_data(call, st);
     if (!req || req->msg_case != WORKSPACE__V1__WRITE_FILE_REQUEST__MSG_HEADER) {
         write_malformed(call, st, "the first message must be the header");
         return;
     }
     const Workspace__V1__WriteFileHeader *h = req->header;
-    if (ws_services_workspace(call, h->workspace_id, WS_CAP_FS, &st->ws) < 0)
-        return;
-    if (ws_services_check_path(call, st->ws, h->path) < 0)
+    if (fs_workspace(call, h->workspace_id, h->path, &st->ws) < 0)
         return;
     struct ws_write_request wr = {
         .path = h->path,
@@ -277,14 +315,12 @@ static void write_commit(struct ws_call *call, struct write_state *st)
     resp.bytes_written = res.bytes_written;
     resp.sha256 = res.sha256;
     /* Audit hook. */
-    ws_services_audit_file(ws_call_method_data(call), st->ws,
-                           &(struct ws_audit_file){.event = "write",
-                                                   .path = st->path,
-                                                   .has_content = true,
-                                                   .size = res.st.size,
-                                                   .sha256 = res.sha256});
-    ws_workspace_note(st->ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
+    fs_finish(call, st->ws, &resp.base,
+              &(struct ws_audit_file){.event = "write",
+                                      .path = st->path,
+                                      .has_content = true,
+                                      .size = res.st.size,
+                                      .sha256 = res.sha256});
 }
 
 static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
@@ -385,10 +421,8 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
     int64_t charged = 0;
     int err;
 
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
-    if (ws_services_check_path(call, ws, req->path) < 0)
-        goto out;
     uint64_t old_size = file_size(ws, req->path);
     charged = edit_growth(req, old_size, ws_workspace_max_file_size(ws));
     if (charged > 0) {
@@ -421,15 +455,13 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
     resp.sha256 = res.sha256;
     resp.info = &info;
     /* Audit hook. */
-    ws_services_audit_file(ws_call_method_data(call), ws,
-                           &(struct ws_audit_file){.event = "edit",
-                                                   .path = req->path,
-                                                   .has_content = true,
-                                                   .size = res.st.size,
-                                                   .sha256 = res.sha256,
-                                                   .count = res.replacements});
-    ws_workspace_note(ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
+    fs_finish(call, ws, &resp.base,
+              &(struct ws_audit_file){.event = "edit",
+                                      .path = req->path,
+                                      .has_content = true,
+                                      .size = res.st.size,
+                                      .sha256 = res.sha256,
+                                      .count = res.replacements});
 out:
     if (charged > 0)
         ws_registry_usage_refund(reg, ws, charged);
@@ -440,12 +472,16 @@ out:
 
 /* ---- ListDir, Glob ---- */
 
-/* Entries collected for one response; paths copied into one arena per
- * entry (freed together). */
+/* A listed entry: its FileInfo points at its own copy of the path. */
+struct entry {
+    Workspace__V1__FileInfo info;
+    char *path;
+};
+
+/* The entries collected for one response. */
 struct entries {
-    Workspace__V1__FileInfo *infos;
+    struct entry *items;
     Workspace__V1__FileInfo **ptrs;
-    char **paths;
     size_t n, cap;
     size_t bytes;
     bool budget_hit;
@@ -462,14 +498,11 @@ static int entries_add(void *userdata, const struct ws_entry *e)
     }
     if (es->n == es->cap) {
         size_t ncap = es->cap ? es->cap * 2 : 64;
-        void *a = realloc(es->infos, ncap * sizeof(*es->infos));
-        if (a)
-            es->infos = a;
-        void *b = realloc(es->paths, ncap * sizeof(*es->paths));
-        if (b)
-            es->paths = b;
-        if (!a || !b)
+        struct entry *items = realloc(es->items, ncap * sizeof(*items));
+
+        if (!items)
             return -ENOMEM;
+        es->items = items;
         es->cap = ncap;
     }
     copy = malloc(e->path_len + 1);
@@ -477,8 +510,8 @@ static int entries_add(void *userdata, const struct ws_entry *e)
         return -ENOMEM;
     memcpy(copy, e->path, e->path_len);
     copy[e->path_len] = '\0';
-    es->paths[es->n] = copy;
-    ws_fileinfo_fill(&es->infos[es->n], copy, e->path_len, &e->st);
+    es->items[es->n].path = copy;
+    ws_fileinfo_fill(&es->items[es->n].info, copy, e->path_len, &e->st);
     es->n++;
     es->bytes += e->path_len + ENTRY_OVERHEAD;
     return 0;
@@ -487,9 +520,8 @@ static int entries_add(void *userdata, const struct ws_entry *e)
 static void entries_free(struct entries *es)
 {
     for (size_t i = 0; i < es->n; i++)
-        free(es->paths[i]);
-    free(es->paths);
-    free(es->infos);
+        free(es->items[i].path);
+    free(es->items);
     free(es->ptrs);
 }
 
@@ -499,7 +531,7 @@ static int entries_finish(struct entries *es)
     if (!es->ptrs)
         return -ENOMEM;
     for (size_t i = 0; i < es->n; i++)
-        es->ptrs[i] = &es->infos[i];
+        es->ptrs[i] = &es->items[i].info;
     return 0;
 }
 
@@ -516,104 +548,67 @@ static int entries_result(int err, struct entries *es, bool *truncated)
     return err;
 }
 
-/* ListDir and Glob differ only in the walk they run and the response they
- * fill. */
+/* What ListDir and Glob walk: Glob the entries below `path` that match
+ * `pattern`, ListDir (no pattern) those down to `depth` levels. */
 struct listing {
-    const char *workspace_id;
     const char *path;
-    int (*walk)(struct ws_fsops *ops, const struct listing *l, ws_entry_cb cb, void *userdata,
-                bool *ret_truncated);
-    const void *req;
-    /* Fills and sends the response from the collected entries. */
-    void (*reply)(struct ws_call *call, struct entries *es, bool truncated);
+    const char *pattern;
+    unsigned depth;
+    unsigned max;
 };
 
-static void run_listing(struct ws_call *call, const struct listing *l)
+/* Walks into `entries` and answers with what it found: `resp`, whose
+ * fields the entries, their count and the truncated flag go to (ListDir
+ * and Glob name them differently). */
+static void run_listing(struct ws_call *call, const char *workspace_id, const struct listing *l,
+                        ProtobufCMessage *resp, Workspace__V1__FileInfo ***ret_entries,
+                        size_t *ret_n, protobuf_c_boolean *ret_truncated)
 {
+    const char *path = root_if_empty(l->path);
     struct ws_workspace *ws = NULL;
     struct entries es = {0};
     bool truncated = false;
     int err;
 
-    if (ws_services_workspace(call, l->workspace_id, WS_CAP_FS, &ws) < 0)
+    if (fs_workspace(call, workspace_id, path, &ws) < 0)
         return;
-    if (ws_services_check_path(call, ws, l->path) < 0)
-        goto out;
-    err = l->walk(ws_workspace_fsops(ws), l, entries_add, &es, &truncated);
+    struct ws_fsops *ops = ws_workspace_fsops(ws);
+    if (l->pattern)
+        err = ws_glob(ops, path, l->pattern, l->max, entries_add, &es, &truncated);
+    else
+        err = ws_list(ops, path, l->depth, l->max, entries_add, &es, &truncated);
     err = entries_result(err, &es, &truncated);
     if (err < 0) {
         ws_services_fail(call, ws, err, NULL);
         goto out;
     }
-    ws_workspace_note(ws, 0, NULL);
-    l->reply(call, &es, truncated);
+    *ret_entries = es.ptrs;
+    *ret_n = es.n;
+    *ret_truncated = truncated;
+    fs_finish(call, ws, resp, NULL);
 out:
     entries_free(&es);
     ws_workspace_unref(ws);
 }
 
-static int list_walk(struct ws_fsops *ops, const struct listing *l, ws_entry_cb cb, void *userdata,
-                     bool *ret_truncated)
-{
-    const Workspace__V1__ListDirRequest *req = l->req;
-
-    return ws_list(ops, l->path, req->depth, req->max_entries, cb, userdata, ret_truncated);
-}
-
-static void list_reply(struct ws_call *call, struct entries *es, bool truncated)
-{
-    Workspace__V1__ListDirResponse resp = WORKSPACE__V1__LIST_DIR_RESPONSE__INIT;
-
-    resp.entries = es->ptrs;
-    resp.n_entries = es->n;
-    resp.truncated = truncated;
-    ws_call_finish(call, &resp.base);
-}
-
 static void list_dir(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__ListDirRequest *req = (const void *)msg;
-    struct listing l = {
-        .workspace_id = req->workspace_id,
-        .path = root_if_empty(req->path),
-        .walk = list_walk,
-        .req = req,
-        .reply = list_reply,
-    };
+    Workspace__V1__ListDirResponse resp = WORKSPACE__V1__LIST_DIR_RESPONSE__INIT;
+    struct listing l = {.path = req->path, .depth = req->depth, .max = req->max_entries};
 
-    run_listing(call, &l);
-}
-
-static int glob_walk(struct ws_fsops *ops, const struct listing *l, ws_entry_cb cb, void *userdata,
-                     bool *ret_truncated)
-{
-    const Workspace__V1__GlobRequest *req = l->req;
-
-    return ws_glob(ops, l->path, req->pattern, req->max_results, cb, userdata, ret_truncated);
-}
-
-static void glob_reply(struct ws_call *call, struct entries *es, bool truncated)
-{
-    Workspace__V1__GlobResponse resp = WORKSPACE__V1__GLOB_RESPONSE__INIT;
-
-    resp.matches = es->ptrs;
-    resp.n_matches = es->n;
-    resp.truncated = truncated;
-    ws_call_finish(call, &resp.base);
+    run_listing(call, req->workspace_id, &l, &resp.base, &resp.entries, &resp.n_entries,
+                &resp.truncated);
 }
 
 static void glob(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__GlobRequest *req = (const void *)msg;
-    struct listing l = {
-        .workspace_id = req->workspace_id,
-        .path = root_if_empty(req->path),
-        .walk = glob_walk,
-        .req = req,
-        .reply = glob_reply,
-    };
+    Workspace__V1__GlobResponse resp = WORKSPACE__V1__GLOB_RESPONSE__INIT;
+    struct listing l = {.path = req->path, .pattern = req->pattern, .max = req->max_results};
 
-    run_listing(call, &l);
+    run_listing(call, req->workspace_id, &l, &resp.base, &resp.matches, &resp.n_matches,
+                &resp.truncated);
 }
 
 /* ---- Grep ---- */
@@ -704,8 +699,7 @@ static void grep_next(struct ws_call *call, struct grep_state *gs)
     summary.matches = sum.matches;
     summary.truncated = sum.truncated;
     resp.summary = &summary;
-    ws_workspace_note(gs->ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
+    fs_finish(call, gs->ws, &resp.base, NULL);
 }
 
 static void grep_start(struct ws_call *call, const ProtobufCMessage *msg)
@@ -716,15 +710,8 @@ static void grep_start(struct ws_call *call, const ProtobufCMessage *msg)
     const char *path = root_if_empty(req->path);
     int err;
 
-    gs = calloc(1, sizeof(*gs));
-    if (!gs) {
-        ws_call_fail(call, -ENOMEM, NULL);
-        return;
-    }
-    ws_call_set_data(call, gs);
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &gs->ws) < 0)
-        return;
-    if (ws_services_check_path(call, gs->ws, path) < 0)
+    gs = stream_state(call, sizeof(*gs));
+    if (!gs || fs_workspace(call, req->workspace_id, path, &gs->ws) < 0)
         return;
     struct ws_grep_request gr = {
         .path = path,
@@ -752,30 +739,37 @@ static void grep_sent(struct ws_call *call, bool ok)
 
 /* ---- Stat, MakeDir, Remove, Move ---- */
 
+/* How Stat, MakeDir and Move end once their operation succeeded: the
+ * answer is what `path` is now, as the response's `info` (*slot, which
+ * points here only while resp is sent); a path that cannot be stat'ed
+ * fails the call. `audit`: as fs_finish. */
+static void finish_info(struct ws_call *call, struct ws_workspace *ws, const char *path,
+                        ProtobufCMessage *resp, Workspace__V1__FileInfo **slot,
+                        const struct ws_audit_file *audit)
+{
+    Workspace__V1__FileInfo info;
+    struct ws_vfs *fs = vfs_of(ws);
+    struct ws_stat st;
+    int err = fs->ops->stat(fs, path, &st);
+
+    if (err < 0) {
+        ws_services_fail(call, ws, err, NULL);
+        return;
+    }
+    ws_fileinfo_fill(&info, path, strlen(path), &st);
+    *slot = &info;
+    fs_finish(call, ws, resp, audit);
+}
+
 static void stat_file(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__StatRequest *req = (const void *)msg;
     Workspace__V1__StatResponse resp = WORKSPACE__V1__STAT_RESPONSE__INIT;
-    Workspace__V1__FileInfo info;
-    struct ws_workspace *ws = NULL;
-    struct ws_stat st;
-    int err;
+    struct ws_workspace *ws;
 
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
-    if (ws_services_check_path(call, ws, req->path) < 0)
-        goto out;
-    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
-    err = fs->ops->stat(fs, req->path, &st);
-    if (err < 0) {
-        ws_services_fail(call, ws, err, NULL);
-        goto out;
-    }
-    ws_fileinfo_fill(&info, req->path, strlen(req->path), &st);
-    resp.info = &info;
-    ws_workspace_note(ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
-out:
+    finish_info(call, ws, req->path, &resp.base, &resp.info, NULL);
     ws_workspace_unref(ws);
 }
 
@@ -783,31 +777,20 @@ static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__MakeDirRequest *req = (const void *)msg;
     Workspace__V1__MakeDirResponse resp = WORKSPACE__V1__MAKE_DIR_RESPONSE__INIT;
-    Workspace__V1__FileInfo info;
-    struct ws_workspace *ws = NULL;
-    struct ws_stat st;
+    struct ws_workspace *ws;
+    struct ws_diag d = {0};
     int err;
 
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
-    if (ws_services_check_path(call, ws, req->path) < 0)
-        goto out;
-    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
-    struct ws_diag d = {0};
+    struct ws_vfs *fs = vfs_of(ws);
     err = ws_registry_usage_charge(registry_of(call), ws, 0, &d);
     if (err == 0)
         err = fs->ops->mkdir(fs, req->path, req->parents, req->mode ? req->mode & 0777 : 0755);
-    if (err == 0)
-        err = fs->ops->stat(fs, req->path, &st);
-    if (err < 0) {
+    if (err < 0)
         ws_services_fail(call, ws, err, &d);
-        goto out;
-    }
-    ws_fileinfo_fill(&info, req->path, strlen(req->path), &st);
-    resp.info = &info;
-    ws_workspace_note(ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
-out:
+    else
+        finish_info(call, ws, req->path, &resp.base, &resp.info, NULL);
     ws_workspace_unref(ws);
 }
 
@@ -815,16 +798,14 @@ static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__RemoveRequest *req = (const void *)msg;
     Workspace__V1__RemoveResponse resp = WORKSPACE__V1__REMOVE_RESPONSE__INIT;
-    struct ws_workspace *ws = NULL;
+    struct ws_workspace *ws;
     struct ws_diag d = {0};
     uint64_t removed = 0;
     int err;
 
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
-    if (ws_services_check_path(call, ws, req->path) < 0)
-        goto out;
-    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    struct ws_vfs *fs = vfs_of(ws);
     err = fs->ops->remove(fs, req->path, req->recursive, &removed);
     if (err < 0) {
         if (err == -EXDEV)
@@ -835,11 +816,8 @@ static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
     resp.removed = removed;
     ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws));
     /* Audit hook. */
-    ws_services_audit_file(
-        ws_call_method_data(call), ws,
-        &(struct ws_audit_file){.event = "remove", .path = req->path, .count = removed});
-    ws_workspace_note(ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
+    fs_finish(call, ws, &resp.base,
+              &(struct ws_audit_file){.event = "remove", .path = req->path, .count = removed});
 out:
     ws_workspace_unref(ws);
 }
@@ -848,86 +826,57 @@ static void move(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__MoveRequest *req = (const void *)msg;
     Workspace__V1__MoveResponse resp = WORKSPACE__V1__MOVE_RESPONSE__INIT;
-    Workspace__V1__FileInfo info;
-    struct ws_workspace *ws = NULL;
-    struct ws_stat st;
+    struct ws_workspace *ws;
     int err;
 
-    if (ws_services_workspace(call, req->workspace_id, WS_CAP_FS, &ws) < 0)
+    if (fs_workspace(call, req->workspace_id, req->from_path, &ws) < 0)
         return;
-    if (ws_services_check_path(call, ws, req->from_path) < 0 ||
-        ws_services_check_path(call, ws, req->to_path) < 0)
+    if (ws_services_check_path(call, ws, req->to_path) < 0)
         goto out;
-    struct ws_vfs *fs = ws_fsops_vfs(ws_workspace_fsops(ws));
+    struct ws_vfs *fs = vfs_of(ws);
     err = fs->ops->move(fs, req->from_path, req->to_path, req->replace);
-    if (err == 0 && req->replace)
-        ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws)); /* one may be gone */
-    if (err == 0)
-        err = fs->ops->stat(fs, req->to_path, &st);
     if (err < 0) {
         ws_services_fail(call, ws, err, NULL);
         goto out;
     }
-    ws_fileinfo_fill(&info, req->to_path, strlen(req->to_path), &st);
-    resp.info = &info;
+    if (req->replace)
+        ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws)); /* one may be gone */
     /* Audit hook. */
-    ws_services_audit_file(
-        ws_call_method_data(call), ws,
+    finish_info(
+        call, ws, req->to_path, &resp.base, &resp.info,
         &(struct ws_audit_file){.event = "move", .path = req->from_path, .to_path = req->to_path});
-    ws_workspace_note(ws, 0, NULL);
-    ws_call_finish(call, &resp.base);
 out:
     ws_workspace_unref(ws);
 }
 
 size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out)
 {
-    size_t n = 0;
+    static const struct ws_rpc_method methods[] = {
+        WS_SERVICES_METHOD("/workspace.v1.FileSystem/ReadFile", WS_RPC_SERVER_STREAM,
+                           &workspace__v1__read_file_request__descriptor, .on_start = read_start,
+                           .on_sent = read_sent, .on_destroy = read_destroy),
+        WS_SERVICES_METHOD("/workspace.v1.FileSystem/WriteFile", WS_RPC_CLIENT_STREAM,
+                           &workspace__v1__write_file_request__descriptor, .on_start = write_start,
+                           .on_message = write_message, .on_sent = write_sent,
+                           .on_cancel = write_cancel, .on_destroy = write_destroy),
+        WS_SERVICES_UNARY("/workspace.v1.FileSystem/EditFile",
+                          &workspace__v1__edit_file_request__descriptor, edit),
+        WS_SERVICES_UNARY("/workspace.v1.FileSystem/ListDir",
+                          &workspace__v1__list_dir_request__descriptor, list_dir),
+        WS_SERVICES_UNARY("/workspace.v1.FileSystem/Glob", &workspace__v1__glob_request__descriptor,
+                          glob),
+        WS_SERVICES_METHOD("/workspace.v1.FileSystem/Grep", WS_RPC_SERVER_STREAM,
+                           &workspace__v1__grep_request__descriptor, .on_start = grep_start,
+                           .on_sent = grep_sent, .on_destroy = grep_destroy),
+        WS_SERVICES_UNARY("/workspace.v1.FileSystem/Stat", &workspace__v1__stat_request__descriptor,
+                          stat_file),
+        WS_SERVICES_UNARY("/workspace.v1.FileSystem/MakeDir",
+                          &workspace__v1__make_dir_request__descriptor, make_dir),
+        WS_SERVICES_UNARY("/workspace.v1.FileSystem/Remove",
+                          &workspace__v1__remove_request__descriptor, remove_path),
+        WS_SERVICES_UNARY("/workspace.v1.FileSystem/Move", &workspace__v1__move_request__descriptor,
+                          move),
+    };
 
-#define UNARY(name, type, fn)                                                                      \
-    out[n++] = (struct ws_rpc_method){                                                             \
-        .path = "/workspace.v1.FileSystem/" name,                                                  \
-        .kind = WS_RPC_UNARY,                                                                      \
-        .request = &workspace__v1__##type##_request__descriptor,                                   \
-        .on_start = fn,                                                                            \
-        .method_data = s,                                                                          \
-    }
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.FileSystem/ReadFile",
-        .kind = WS_RPC_SERVER_STREAM,
-        .request = &workspace__v1__read_file_request__descriptor,
-        .on_start = read_start,
-        .on_sent = read_sent,
-        .on_destroy = read_destroy,
-        .method_data = s,
-    };
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.FileSystem/WriteFile",
-        .kind = WS_RPC_CLIENT_STREAM,
-        .request = &workspace__v1__write_file_request__descriptor,
-        .on_start = write_start,
-        .on_message = write_message,
-        .on_sent = write_sent,
-        .on_cancel = write_cancel,
-        .on_destroy = write_destroy,
-        .method_data = s,
-    };
-    UNARY("EditFile", edit_file, edit);
-    UNARY("ListDir", list_dir, list_dir);
-    UNARY("Glob", glob, glob);
-    out[n++] = (struct ws_rpc_method){
-        .path = "/workspace.v1.FileSystem/Grep",
-        .kind = WS_RPC_SERVER_STREAM,
-        .request = &workspace__v1__grep_request__descriptor,
-        .on_start = grep_start,
-        .on_sent = grep_sent,
-        .on_destroy = grep_destroy,
-        .method_data = s,
-    };
-    UNARY("Stat", stat, stat_file);
-    UNARY("MakeDir", make_dir, make_dir);
-    UNARY("Remove", remove, remove_path);
-    UNARY("Move", move, move);
-#undef UNARY
-    return n;
+    return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
 }

@@ -173,21 +173,13 @@ void ws_services_health_drain(struct ws_services *s)
 
 size_t ws_services_health(struct ws_services *s, struct ws_rpc_method *out)
 {
-    out[0] = (struct ws_rpc_method){
-        .path = "/grpc.health.v1.Health/Check",
-        .kind = WS_RPC_UNARY,
-        .request = &grpc__health__v1__health_check_request__descriptor,
-        .on_start = check,
-        .method_data = s,
+    static const struct ws_rpc_method methods[] = {
+        WS_SERVICES_UNARY("/grpc.health.v1.Health/Check",
+                          &grpc__health__v1__health_check_request__descriptor, check),
+        WS_SERVICES_METHOD("/grpc.health.v1.Health/Watch", WS_RPC_SERVER_STREAM,
+                           &grpc__health__v1__health_check_request__descriptor, .on_start = watch,
+                           .on_sent = watch_sent, .on_destroy = watch_destroy),
     };
-    out[1] = (struct ws_rpc_method){
-        .path = "/grpc.health.v1.Health/Watch",
-        .kind = WS_RPC_SERVER_STREAM,
-        .request = &grpc__health__v1__health_check_request__descriptor,
-        .on_start = watch,
-        .on_sent = watch_sent,
-        .on_destroy = watch_destroy,
-        .method_data = s,
-    };
-    return 2;
+
+    return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
 }

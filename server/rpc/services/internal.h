@@ -35,6 +35,23 @@ void ws_services_health_drain(struct ws_services *s);
 
 #define WS_SERVICES_MAX_METHODS 32
 
+/* For the service files, which state their methods as a static table of
+ * these rows: a method's full path, its kind, the descriptor of its
+ * request messages, then its handlers as designated initializers
+ * (.on_start = ..., .on_sent = ...). WS_SERVICES_UNARY is the row of a
+ * unary method whose only handler is on_start. */
+#define WS_SERVICES_METHOD(path_, kind_, request_, ...)                                            \
+    {                                                                                              \
+        .path = (path_), .kind = (kind_), .request = (request_), __VA_ARGS__                       \
+    }
+#define WS_SERVICES_UNARY(path_, request_, on_start_)                                              \
+    WS_SERVICES_METHOD(path_, WS_RPC_UNARY, request_, .on_start = (on_start_))
+
+/* Copies a service's n methods to `out` with the services as every
+ * method's data (ws_call_method_data); returns n. */
+size_t ws_services_add_methods(struct ws_services *s, const struct ws_rpc_method *methods, size_t n,
+                               struct ws_rpc_method *out);
+
 /* A command's time limit when the workspace's shell policy sets none. */
 #define WS_SERVICES_MAX_DURATION_DEFAULT_MS (60ull * 60 * 1000)
 

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "server/base/macros.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/providers.pb-c.h"
 
@@ -79,12 +80,10 @@ static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
 
 size_t ws_services_providers(struct ws_services *s, struct ws_rpc_method *out)
 {
-    out[0] = (struct ws_rpc_method){
-        .path = "/workspace.v1.Providers/ListProviders",
-        .kind = WS_RPC_UNARY,
-        .request = &workspace__v1__list_providers_request__descriptor,
-        .on_start = list_providers,
-        .method_data = s,
+    static const struct ws_rpc_method methods[] = {
+        WS_SERVICES_UNARY("/workspace.v1.Providers/ListProviders",
+                          &workspace__v1__list_providers_request__descriptor, list_providers),
     };
-    return 1;
+
+    return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
 }

@@ -80,6 +80,16 @@ const struct ws_rpc_method *ws_services_methods(struct ws_services *s, size_t *r
     return s->methods;
 }
 
+size_t ws_services_add_methods(struct ws_services *s, const struct ws_rpc_method *methods, size_t n,
+                               struct ws_rpc_method *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[i] = methods[i];
+        out[i].method_data = s;
+    }
+    return n;
+}
+
 void ws_services_drain(struct ws_services *s)
 {
     atomic_store(&s->draining, true);

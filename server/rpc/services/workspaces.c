@@ -31,10 +31,23 @@ static void fill_workspace(struct ws_workspace *ws, Workspace__V1__Workspace *ou
     out->capabilities = (Workspace__V1__Capabilities *)ws_workspace_capabilities(ws);
 }
 
-/* Sends a response whose strings point into `ws`, then drops the
- * handler's reference (the message is serialized before that). */
-static void finish_with(struct ws_call *call, struct ws_workspace *ws, const ProtobufCMessage *resp)
+/* How Open and Resolve end: with err (and d), or with `resp` whose
+ * `workspace` (*slot, pointing here only while resp is sent) describes
+ * ws; then the handler's reference goes (the strings point into ws, and
+ * the message is serialized before that). */
+static void finish_workspace(struct ws_call *call, int err, const struct ws_diag *d,
+                             struct ws_workspace *ws, ProtobufCMessage *resp,
+                             Workspace__V1__Workspace **slot)
 {
+    Workspace__V1__Workspace w;
+    Workspace__V1__WorkspaceRef ref;
+
+    if (err < 0) {
+        ws_call_fail(call, err, d);
+        return;
+    }
+    fill_workspace(ws, &w, &ref);
+    *slot = &w;
     ws_call_finish(call, resp);
     ws_workspace_unref(ws);
 }
@@ -61,8 +74,6 @@ static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
     const Workspace__V1__OpenRequest *req = (const void *)msg;
     struct ws_services *s = ws_call_method_data(call);
     Workspace__V1__OpenResponse resp = WORKSPACE__V1__OPEN_RESPONSE__INIT;
-    Workspace__V1__Workspace w;
-    Workspace__V1__WorkspaceRef ref;
     struct ws_workspace *ws = NULL;
     struct ws_diag d = {0};
     int64_t t0 = ws_mono_ms(); /* metrics */
@@ -71,13 +82,7 @@ static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
     err = ws_registry_open(s->reg, ws_call_tenant(call), req, &d, &ws);
     ws_metrics_open(open_provider(s, req), err < 0 ? error_reason(err) : "ok",
                     ws_mono_ms() - t0); /* metrics */
-    if (err < 0) {
-        ws_call_fail(call, err, &d);
-        return;
-    }
-    fill_workspace(ws, &w, &ref);
-    resp.workspace = &w;
-    finish_with(call, ws, &resp.base);
+    finish_workspace(call, err, &d, ws, &resp.base, &resp.workspace);
 }
 
 static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
@@ -85,8 +90,6 @@ static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
     const Workspace__V1__ResolveRequest *req = (const void *)msg;
     struct ws_services *s = ws_call_method_data(call);
     Workspace__V1__ResolveResponse resp = WORKSPACE__V1__RESOLVE_RESPONSE__INIT;
-    Workspace__V1__Workspace w;
-    Workspace__V1__WorkspaceRef ref;
     struct ws_workspace *ws = NULL;
     struct ws_diag d = {0};
     int err;
@@ -99,13 +102,7 @@ static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
     }
     err = ws_registry_resolve(s->reg, ws_call_tenant(call), req->ref->token.data,
                               req->ref->token.len, &d, &ws);
-    if (err < 0) {
-        ws_call_fail(call, err, &d);
-        return;
-    }
-    fill_workspace(ws, &w, &ref);
-    resp.workspace = &w;
-    finish_with(call, ws, &resp.base);
+    finish_workspace(call, err, &d, ws, &resp.base, &resp.workspace);
 }
 
 static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
@@ -224,10 +221,16 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     ws_workspace_unref(ws);
 }
 
+/* A summary with its own copy of the workspace's id, which it points at
+ * once the list is complete (until then the array may move). */
+struct summary {
+    Workspace__V1__WorkspaceSummary item;
+    char id[WS_ID_LEN + 1];
+};
+
 struct list_acc {
-    Workspace__V1__WorkspaceSummary *items;
+    struct summary *items;
     Workspace__V1__WorkspaceSummary **ptrs;
-    char (*ids)[WS_ID_LEN + 1];
     size_t n, cap;
     bool oom;
 };
@@ -241,22 +244,20 @@ static void list_one(void *userdata, struct ws_workspace *ws)
         return;
     if (acc->n == acc->cap) {
         size_t ncap = acc->cap ? acc->cap * 2 : 32;
-        void *a = realloc(acc->items, ncap * sizeof(*acc->items));
-        if (a)
-            acc->items = a;
-        void *b = realloc(acc->ids, ncap * sizeof(*acc->ids));
-        if (b)
-            acc->ids = b;
-        if (!a || !b) {
+        struct summary *items = realloc(acc->items, ncap * sizeof(*items));
+
+        if (!items) {
             acc->oom = true;
             return;
         }
+        acc->items = items;
         acc->cap = ncap;
     }
     ws_workspace_describe(ws, &info);
-    Workspace__V1__WorkspaceSummary *it = &acc->items[acc->n];
+    struct summary *one = &acc->items[acc->n];
+    Workspace__V1__WorkspaceSummary *it = &one->item;
     workspace__v1__workspace_summary__init(it);
-    snprintf(acc->ids[acc->n], sizeof(acc->ids[acc->n]), "%s", ws_workspace_id(ws));
+    snprintf(one->id, sizeof(one->id), "%s", ws_workspace_id(ws));
     it->provider = (char *)ws_workspace_provider(ws)->ops->name;
     it->state = state_of(info.state);
     it->opened_at_unix_ms = info.opened_at_ms;
@@ -281,8 +282,8 @@ static void list_ws(struct ws_call *call, const ProtobufCMessage *msg)
         goto out;
     }
     for (size_t i = 0; i < acc.n; i++) {
-        acc.items[i].id = acc.ids[i];
-        acc.ptrs[i] = &acc.items[i];
+        acc.items[i].item.id = acc.items[i].id;
+        acc.ptrs[i] = &acc.items[i].item;
     }
     resp.workspaces = acc.ptrs;
     resp.n_workspaces = acc.n;
@@ -290,7 +291,6 @@ static void list_ws(struct ws_call *call, const ProtobufCMessage *msg)
 out:
     free(acc.ptrs);
     free(acc.items);
-    free(acc.ids);
 }
 
 /* ---- ReadAudit ---- */
@@ -396,30 +396,20 @@ out:
 
 size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
 {
-    static const struct {
-        const char *path;
-        const ProtobufCMessageDescriptor *req;
-        void (*fn)(struct ws_call *, const ProtobufCMessage *);
-    } m[] = {
-        {"/workspace.v1.Workspaces/Open", &workspace__v1__open_request__descriptor, open_ws},
-        {"/workspace.v1.Workspaces/Resolve", &workspace__v1__resolve_request__descriptor,
-         resolve_ws},
-        {"/workspace.v1.Workspaces/Close", &workspace__v1__close_request__descriptor, close_ws},
-        {"/workspace.v1.Workspaces/Describe", &workspace__v1__describe_request__descriptor,
-         describe_ws},
-        {"/workspace.v1.Workspaces/List", &workspace__v1__list_request__descriptor, list_ws},
-        {"/workspace.v1.Workspaces/ReadAudit", &workspace__v1__read_audit_request__descriptor,
-         read_audit},
+    static const struct ws_rpc_method methods[] = {
+        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Open", &workspace__v1__open_request__descriptor,
+                          open_ws),
+        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Resolve",
+                          &workspace__v1__resolve_request__descriptor, resolve_ws),
+        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Close",
+                          &workspace__v1__close_request__descriptor, close_ws),
+        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Describe",
+                          &workspace__v1__describe_request__descriptor, describe_ws),
+        WS_SERVICES_UNARY("/workspace.v1.Workspaces/List", &workspace__v1__list_request__descriptor,
+                          list_ws),
+        WS_SERVICES_UNARY("/workspace.v1.Workspaces/ReadAudit",
+                          &workspace__v1__read_audit_request__descriptor, read_audit),
     };
-    size_t n = WS_ELEMENTSOF(m);
 
-    for (size_t i = 0; i < n; i++)
-        out[i] = (struct ws_rpc_method){
-            .path = m[i].path,
-            .kind = WS_RPC_UNARY,
-            .request = m[i].req,
-            .on_start = m[i].fn,
-            .method_data = s,
-        };
-    return n;
+    return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
 }

@@ -128,11 +128,9 @@ static int print_workspace(struct wsc_ctx *ctx, const Workspace__V1__Workspace *
 int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"provider", required_argument, NULL, 'p'},
-        {"image", required_argument, NULL, 'I'},
-        {"allow", required_argument, NULL, 'a'},
-        {"max-duration-ms", required_argument, NULL, 'd'},
-        {NULL, 0, NULL, 0},
+        {"provider", required_argument, NULL, 'p'},        {"image", required_argument, NULL, 'I'},
+        {"runtime", required_argument, NULL, 'R'},         {"allow", required_argument, NULL, 'a'},
+        {"max-duration-ms", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
     };
     Workspace__V1__OpenRequest req = WORKSPACE__V1__OPEN_REQUEST__INIT;
     Workspace__V1__MemoryConfig mem = WORKSPACE__V1__MEMORY_CONFIG__INIT;
@@ -143,7 +141,7 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
     Workspace__V1__FsCapability fs = WORKSPACE__V1__FS_CAPABILITY__INIT;
     Workspace__V1__ShellCapability shell = WORKSPACE__V1__SHELL_CAPABILITY__INIT;
     Workspace__V1__OpenResponse *resp = NULL;
-    const char *provider = "local-bash", *image = NULL;
+    const char *provider = "local-bash", *image = NULL, *runtime = NULL;
     char *allow = NULL, *allowed[ALLOW_MAX];
     size_t n_allowed = 0;
     uint32_t max_ms = 0;
@@ -159,6 +157,9 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         case 'I':
             image = optarg;
             break;
+        case 'R':
+            runtime = optarg;
+            break;
         case 'a':
             allow = optarg;
             break;
@@ -171,8 +172,8 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         }
     }
     r = need_args(argc, argv, 0, 0,
-                  "--provider local-bash|local-sandbox|docker|memory [--image I] "
-                  "[--allow cmd,...]");
+                  "--provider local-bash|local-sandbox|docker|memory "
+                  "[--image I [--runtime runc|runsc]] [--allow cmd,...]");
     if (r)
         return r;
 
@@ -189,6 +190,10 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         if (!image)
             return wsc_usage_error("open: --provider docker needs --image");
         docker.image = (char *)image;
+        /* Any name goes to the server, which knows the daemon's runtimes
+         * and refuses one it cannot use. */
+        if (runtime)
+            docker.runtime = (char *)runtime;
         req.provider_case = WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER;
         req.docker = &docker;
     } else {
@@ -196,6 +201,8 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
     }
     if (image && req.provider_case != WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER)
         return wsc_usage_error("open: --image is for --provider docker");
+    if (runtime && req.provider_case != WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER)
+        return wsc_usage_error("open: --runtime is for --provider docker");
 
     caps.fs = &fs;
     /* The memory provider has no shell; declaring one would fail Open. */
@@ -316,6 +323,13 @@ int wsc_cmd_describe(struct wsc_ctx *ctx, int argc, char **argv)
         printf("state:       %s\n", st ? st->name : "?");
         printf("isolation:   %s\n", resp->isolation);
         printf("containment: %s\n", resp->process_containment);
+        /* 0 for a workspace without a user of its own (memory) and from a
+         * server that predates per-workspace users. */
+        printf("uid:         %" PRIu32 "\n", resp->uid);
+        printf("gid:         %" PRIu32 "\n", resp->gid);
+        if (resp->container)
+            printf("runtime:     %s\n",
+                   resp->container->runtime[0] ? resp->container->runtime : "-");
         if (resp->limits)
             printf("limits:      max_file_size_bytes=%" PRIu64 " max_duration_ms=%" PRIu64 "\n",
                    resp->limits->max_file_size_bytes, resp->limits->max_duration_ms);
@@ -365,6 +379,16 @@ int wsc_cmd_providers(struct wsc_ctx *ctx, int argc, char **argv)
     return r;
 }
 
+/* The stderr line of a listing the server cut short, with what cut it when
+ * the server says ("max_results", "entries_budget", ...). */
+static void print_truncated(const char *what, const char *reason)
+{
+    if (reason && reason[0])
+        fprintf(stderr, "wsctl: %s truncated (%s)\n", what, reason);
+    else
+        fprintf(stderr, "wsctl: %s truncated\n", what);
+}
+
 int wsc_cmd_ls(struct wsc_ctx *ctx, int argc, char **argv)
 {
     static const struct option longopts[] = {
@@ -397,7 +421,7 @@ int wsc_cmd_ls(struct wsc_ctx *ctx, int argc, char **argv)
         for (size_t i = 0; i < resp->n_entries; i++)
             wsc_print_file_info(resp->entries[i]);
         if (resp->truncated)
-            fprintf(stderr, "wsctl: listing truncated\n");
+            print_truncated("listing", resp->truncated_reason);
     }
     workspace__v1__list_dir_response__free_unpacked(resp, NULL);
     return r;
@@ -787,7 +811,7 @@ int wsc_cmd_glob(struct wsc_ctx *ctx, int argc, char **argv)
         for (size_t i = 0; i < resp->n_matches; i++)
             printf("%s\n", wsc_file_path(resp->matches[i]));
         if (resp->truncated)
-            fprintf(stderr, "wsctl: results truncated\n");
+            print_truncated("results", resp->truncated_reason);
     }
     workspace__v1__glob_response__free_unpacked(resp, NULL);
     return r;

@@ -24,7 +24,8 @@ static const struct command {
     const char *usage;
 } commands[] = {
     {"open", wsc_cmd_open,
-     "--provider local-bash|local-sandbox|docker|memory [--image I] [--allow cmd,...]"},
+     "--provider local-bash|local-sandbox|docker|memory [--image I [--runtime runc|runsc]] "
+     "[--allow cmd,...]"},
     {"resolve", wsc_cmd_resolve, "REF"},
     {"close", wsc_cmd_close, "WS"},
     {"describe", wsc_cmd_describe, "WS"},

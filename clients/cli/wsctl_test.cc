@@ -23,12 +23,19 @@
 #include <functional>
 #include <cstdint>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
+#include <grpcpp/server_builder.h>
 #include <gtest/gtest.h>
 
 #include "tests/testutil/process.h"
@@ -1278,6 +1285,204 @@ TEST(WsctlFront, OpenNamesTheNodeAndNodePinsEveryLaterCall)
 
     Result closed = WsctlVia(front, {"--node", node, "close", id});
     EXPECT_EQ(closed.code, 0) << closed.err;
+}
+
+// ---------------------------------------------------------------- wire
+
+// n as a protobuf base-128 varint.
+std::string Varint(uint64_t n)
+{
+    std::string out;
+    for (; n >= 0x80; n >>= 7)
+        out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    out.push_back(static_cast<char>(n));
+    return out;
+}
+
+// One field on the wire: its tag, then (for length-delimited fields) the
+// length, then the payload.
+std::string Field(uint64_t number, int wire_type, const std::string &payload)
+{
+    std::string out = Varint(number << 3 | static_cast<uint64_t>(wire_type));
+    if (wire_type == 2)
+        out += Varint(payload.size());
+    return out + payload;
+}
+
+// A gRPC server on a unix socket that answers each method with canned
+// response bytes and keeps the last request of each: where the point is
+// what wsctl puts on the wire and what it makes of fields the real server
+// does not fill (yet, or on this host), the answers are made by hand.
+class CannedServer
+{
+  public:
+    explicit CannedServer(std::map<std::string, std::string> replies)
+        : service_(this), replies_(std::move(replies))
+    {
+        dir_ = SocketDir();
+        addr_ = "unix:" + dir_ + "/canned.sock";
+        grpc::ServerBuilder b;
+        b.AddListeningPort(addr_, grpc::InsecureServerCredentials());
+        b.RegisterCallbackGenericService(&service_);
+        server_ = b.BuildAndStart();
+        if (!server_)
+            abort();
+    }
+    ~CannedServer()
+    {
+        server_->Shutdown();
+        unlink((dir_ + "/canned.sock").c_str());
+        rmdir(dir_.c_str());
+    }
+    const std::string &addr() const
+    {
+        return addr_;
+    }
+    // The last request of `method` ("/workspace.v1.Workspaces/Open"), as
+    // bytes; empty when none came.
+    std::string Request(const std::string &method)
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        return requests_[method];
+    }
+
+  private:
+    // One unary call: read the request, answer the canned bytes (or
+    // UNIMPLEMENTED for a method without any).
+    class Reactor : public grpc::ServerGenericBidiReactor
+    {
+      public:
+        Reactor(CannedServer *s, std::string method) : s_(s), method_(std::move(method))
+        {
+            StartRead(&in_);
+        }
+        void OnReadDone(bool ok) override
+        {
+            if (!ok) {
+                Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no request"));
+                return;
+            }
+            std::vector<grpc::Slice> slices;
+            std::string req;
+            if (in_.Dump(&slices).ok())
+                for (const auto &sl : slices)
+                    req.append(reinterpret_cast<const char *>(sl.begin()), sl.size());
+            std::string reply;
+            bool known;
+            {
+                std::lock_guard<std::mutex> lock(s_->mu_);
+                s_->requests_[method_] = req;
+                auto it = s_->replies_.find(method_);
+                known = it != s_->replies_.end();
+                if (known)
+                    reply = it->second;
+            }
+            if (!known) {
+                Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, method_));
+                return;
+            }
+            grpc::Slice slice(reply);
+            out_ = grpc::ByteBuffer(&slice, 1);
+            StartWriteAndFinish(&out_, grpc::WriteOptions(), grpc::Status::OK);
+        }
+        void OnDone() override
+        {
+            delete this;
+        }
+
+      private:
+        CannedServer *s_;
+        std::string method_;
+        grpc::ByteBuffer in_, out_;
+    };
+    class Service : public grpc::CallbackGenericService
+    {
+      public:
+        explicit Service(CannedServer *s) : s_(s)
+        {
+        }
+        grpc::ServerGenericBidiReactor *
+        CreateReactor(grpc::GenericCallbackServerContext *ctx) override
+        {
+            return new Reactor(s_, ctx->method());
+        }
+
+      private:
+        CannedServer *s_;
+    };
+
+    Service service_;
+    std::map<std::string, std::string> replies_;
+    std::mutex mu_;
+    std::map<std::string, std::string> requests_;
+    std::unique_ptr<grpc::Server> server_;
+    std::string dir_, addr_;
+};
+
+// The fields for per-workspace users, runtimes and truncation reasons, at
+// the numbers the protos give them: open --runtime puts DockerConfig.runtime
+// (8) on the wire; describe prints DescribeResponse.uid (17), gid (18) and
+// ContainerInfo.runtime (23), and --json carries them; ls says what cut a
+// listing short (ListDirResponse.truncated_reason, 3).
+TEST(WsctlWire, RuntimeGoesOutAndUserAndRuntimeComeBack)
+{
+    const std::string id = "ws_0123456789abcdef0123456789abcdef";
+    CannedServer canned({
+        {"/workspace.v1.Workspaces/Open", Field(1, 2, Field(1, 2, id) + Field(3, 2, "docker"))},
+        {"/workspace.v1.Workspaces/Describe",
+         Field(1, 2, id) + Field(2, 2, "docker") + Field(15, 2, Field(23, 2, "runsc")) +
+             Field(17, 0, Varint(524289)) + Field(18, 0, Varint(524290))},
+        {"/workspace.v1.FileSystem/ListDir", Field(1, 2, Field(1, 2, "a.txt")) +
+                                                 Field(2, 0, Varint(1)) +
+                                                 Field(3, 2, "entries_budget")},
+    });
+    RunOpts o;
+    o.use_addr_flag = false;
+    auto at = [&](std::vector<std::string> args) {
+        args.insert(args.begin(), {"--addr", canned.addr()});
+        return Wsctl(args, o);
+    };
+
+    Result opened =
+        at({"open", "--provider", "docker", "--image", "busybox", "--runtime", "runsc"});
+    ASSERT_EQ(opened.code, 0) << opened.err;
+    EXPECT_EQ(Trim(opened.out), id);
+    const std::string docker = Field(4, 2, Field(1, 2, "busybox") + Field(8, 2, "runsc"));
+    EXPECT_NE(canned.Request("/workspace.v1.Workspaces/Open").find(docker), std::string::npos);
+
+    Result d = at({"describe", id});
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_NE(d.out.find("\nuid:         524289\n"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\ngid:         524290\n"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\nruntime:     runsc\n"), std::string::npos) << d.out;
+    Result dj = at({"--json", "describe", id});
+    ASSERT_EQ(dj.code, 0) << dj.err;
+    EXPECT_NE(dj.out.find("\"uid\":524289"), std::string::npos) << dj.out;
+    EXPECT_NE(dj.out.find("\"gid\":524290"), std::string::npos) << dj.out;
+    EXPECT_NE(dj.out.find("\"runtime\":\"runsc\""), std::string::npos) << dj.out;
+
+    Result ls = at({"ls", id});
+    ASSERT_EQ(ls.code, 0) << ls.err;
+    EXPECT_EQ(ls.err, "wsctl: listing truncated (entries_budget)\n");
+
+    // The runtime is docker's: with another provider it is a usage error.
+    Result bash = at({"open", "--provider", "local-bash", "--runtime", "runsc"});
+    EXPECT_EQ(bash.code, 2);
+    EXPECT_NE(bash.err.find("--runtime is for --provider docker"), std::string::npos) << bash.err;
+}
+
+// The real server's describe has the user lines (their values are the
+// server's to fill) and --json the fields.
+TEST_F(WsctlTest, DescribeNamesTheWorkspacesUser)
+{
+    Result d = Wsctl({"describe", ws_});
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_NE(d.out.find("\nuid:         "), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\ngid:         "), std::string::npos) << d.out;
+    Result dj = Wsctl({"--json", "describe", ws_});
+    ASSERT_EQ(dj.code, 0) << dj.err;
+    EXPECT_NE(dj.out.find("\"uid\":"), std::string::npos) << dj.out;
+    EXPECT_NE(dj.out.find("\"gid\":"), std::string::npos) << dj.out;
 }
 
 } // namespace

@@ -737,6 +737,84 @@ TEST(Errors, Decoding)
     EXPECT_NO_THROW(workspaced::ThrowIfError(grpc::Status::OK));
 }
 
+// ---------------------------------------------------------------- wire
+
+// n as a protobuf base-128 varint.
+std::string Varint(uint64_t n)
+{
+    std::string out;
+    for (; n >= 0x80; n >>= 7)
+        out.push_back(static_cast<char>((n & 0x7f) | 0x80));
+    out.push_back(static_cast<char>(n));
+    return out;
+}
+
+// One field on the wire: its tag, then (for length-delimited fields) the
+// length, then the payload.
+std::string Field(uint64_t number, int wire_type, const std::string &payload)
+{
+    std::string out = Varint(number << 3 | static_cast<uint64_t>(wire_type));
+    if (wire_type == 2)
+        out += Varint(payload.size());
+    return out + payload;
+}
+
+// The fields for per-workspace users, runtimes, caps and truncation
+// reasons, at the numbers the protos give them: what the builders make is
+// checked byte for byte, what the client reads is decoded from hand-made
+// bytes, so a renumbered field or a builder that drops one fails here.
+TEST(Wire, NewFieldsAtTheirNumbers)
+{
+    EXPECT_EQ(workspaced::Docker("busybox", "runsc").SerializeAsString(),
+              Field(1, 2, "busybox") + Field(8, 2, "runsc"));
+    EXPECT_EQ(workspaced::Docker("busybox").SerializeAsString(), Field(1, 2, "busybox"));
+
+    auto bash = workspaced::LocalBash();
+    bash.set_pids_limit(64);
+    bash.set_memory_mb(512);
+    bash.set_cpus(1.5);
+    // A double goes on the wire as its 8 bytes, little-endian.
+    double cpus = 1.5;
+    uint64_t bits;
+    memcpy(&bits, &cpus, sizeof(bits));
+    std::string cpus_le;
+    for (int i = 0; i < 8; i++)
+        cpus_le.push_back(static_cast<char>(bits >> (8 * i)));
+    EXPECT_EQ(bash.SerializeAsString(),
+              Field(1, 0, Varint(64)) + Field(2, 0, Varint(512)) + Field(3, 1, cpus_le));
+
+    pb::DescribeResponse d;
+    ASSERT_TRUE(d.ParseFromString(Field(17, 0, Varint(524289)) + Field(18, 0, Varint(524290)) +
+                                  Field(15, 2, Field(23, 2, "runsc"))));
+    EXPECT_EQ(d.uid(), 524289u);
+    EXPECT_EQ(d.gid(), 524290u);
+    EXPECT_EQ(d.container().runtime(), "runsc");
+
+    pb::ProviderInfo p;
+    ASSERT_TRUE(p.ParseFromString(
+        Field(1, 2, "docker") + Field(7, 2, Field(1, 2, "runc") + Field(2, 0, Varint(1))) +
+        Field(7, 2, Field(1, 2, "runsc") + Field(3, 2, "not registered")) +
+        Field(8, 2, "cgroup-v2")));
+    ASSERT_EQ(p.runtimes_size(), 2);
+    EXPECT_EQ(p.runtimes(0).name(), "runc");
+    EXPECT_TRUE(p.runtimes(0).usable());
+    EXPECT_EQ(p.runtimes(1).name(), "runsc");
+    EXPECT_FALSE(p.runtimes(1).usable());
+    EXPECT_EQ(p.runtimes(1).reason(), "not registered");
+    EXPECT_EQ(p.limits_mechanism(), "cgroup-v2");
+
+    std::string cut = Field(2, 0, Varint(1)) + Field(3, 2, "entries_budget");
+    pb::ListDirResponse l;
+    pb::GlobResponse g;
+    ASSERT_TRUE(l.ParseFromString(cut));
+    ASSERT_TRUE(g.ParseFromString(cut));
+    EXPECT_EQ(l.truncated_reason(), "entries_budget");
+    EXPECT_EQ(g.truncated_reason(), "entries_budget");
+    pb::GrepSummary sum;
+    ASSERT_TRUE(sum.ParseFromString(Field(5, 0, Varint(1)) + Field(6, 2, "time_budget")));
+    EXPECT_EQ(sum.truncated_reason(), "time_budget");
+}
+
 // ---------------------------------------------------------------- retry
 
 workspaced::RetryPolicy Recording(std::vector<int64_t> *sleeps)

@@ -215,7 +215,11 @@ struct RetryPolicy {
 
 // ---------------------------------------------------------------- config
 
-// Provider configs: exactly one, as the OpenRequest oneof.
+// Provider configs: exactly one, as the OpenRequest oneof. Each builder
+// returns the config message with its defaults; set more on it before Open:
+// `auto bash = LocalBash(); bash.set_pids_limit(64);` caps a local-bash
+// workspace's processes (the server refuses the Open when it cannot enforce
+// such a cap).
 using ProviderConfig =
     std::variant<pb::MemoryConfig, pb::LocalBashConfig, pb::LocalSandboxConfig, pb::DockerConfig>;
 
@@ -231,10 +235,13 @@ inline pb::LocalSandboxConfig LocalSandbox()
 {
     return {};
 }
-inline pb::DockerConfig Docker(const std::string &image)
+// runtime: "" (the daemon's default, runc) or "runsc" (gVisor); Providers()
+// says which the daemon has (ProviderInfo.runtimes).
+inline pb::DockerConfig Docker(const std::string &image, const std::string &runtime = "")
 {
     pb::DockerConfig c;
     c.set_image(image);
+    c.set_runtime(runtime);
     return c;
 }
 
@@ -520,6 +527,9 @@ class Workspace
     bool Close();
     // Keeps the workspace open past this handle; returns its ref.
     pb::WorkspaceRef Release();
+    // State, limits and isolation now, the host uid() and gid() the
+    // workspace's commands run as, and a docker container's runtime
+    // (container().runtime()).
     pb::DescribeResponse Describe();
 
     // Files (filesystem.proto).

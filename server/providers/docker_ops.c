@@ -123,8 +123,29 @@ static int docker_check(void *rt, const Workspace__V1__OpenRequest *req, const c
         ws_diag_meta(d, "field", c->cpus < 0 ? "cpus" : "user");
         return -WS_EMALFORMED;
     }
+    if (c->runtime && c->runtime[0] && strcmp(c->runtime, "runc") != 0 &&
+        strcmp(c->runtime, "runsc") != 0) {
+        ws_diag_set(d, "docker.runtime must be \"runc\" or \"runsc\"");
+        ws_diag_meta(d, "field", "runtime");
+        return -WS_EMALFORMED;
+    }
     *ret_req = req;
     return 0;
+}
+
+/* A runtime this server does not run containers under refuses the Open:
+ * never a container under a weaker one than was asked for. */
+static int docker_open_check(void *rt, const struct ws_provider_open *o, struct ws_diag *d)
+{
+    const char *runtime = o->req->docker ? o->req->docker->runtime : NULL;
+
+    (void)rt;
+    if (!runtime || !runtime[0] || strcmp(runtime, "runc") == 0)
+        return 0;
+    ws_diag_set(d, "docker runtime %s is not available on this server", runtime);
+    ws_diag_meta(d, "runtime", "%s", runtime);
+    ws_diag_meta(d, "transient", "false");
+    return -WS_EFAILED;
 }
 
 static const char *docker_policy_image(const Workspace__V1__OpenRequest *req)
@@ -338,6 +359,7 @@ const struct ws_provider_ops ws_docker_ops = {
     .reconcile = docker_reconcile,
     .check = docker_check,
     .policy_image = docker_policy_image,
+    .open_check = docker_open_check,
     .record = docker_record,
     .network = docker_network,
     .probe = docker_probe,

@@ -12,6 +12,31 @@ static int local_bash_record(const struct ws_provider_open *o, ws_record *rec,
     return 0;
 }
 
+/* Caps a local-bash Open may ask for. None is enforced by this server
+ * yet, and a cap that cannot be enforced refuses the Open: never a
+ * workspace that merely runs without it. */
+static int local_bash_open_check(void *rt, const struct ws_provider_open *o, struct ws_diag *d)
+{
+    const Workspace__V1__LocalBashConfig *c = o->req->local_bash;
+    const char *cap = NULL;
+
+    (void)rt;
+    if (!c)
+        return 0;
+    if (c->pids_limit)
+        cap = "pids";
+    else if (c->memory_mb)
+        cap = "memory";
+    else if (c->cpus != 0)
+        cap = "cpu";
+    if (!cap)
+        return 0;
+    ws_diag_set(d, "local-bash cannot enforce the %s cap on this server", cap);
+    ws_diag_meta(d, "cap", "%s", cap);
+    ws_diag_meta(d, "transient", "false");
+    return -WS_EFAILED;
+}
+
 static const struct ws_provider_exec_env local_bash_exec_env = {
     .path = NULL,
     .home = NULL,
@@ -27,6 +52,7 @@ const struct ws_provider_ops ws_local_bash_ops = {
     .on_disk = true,
     .open_case = WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_BASH,
     .record_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_BASH,
+    .open_check = local_bash_open_check,
     .record = local_bash_record,
     .fs_open = ws_provider_fs_open_dir,
     .exec_env = &local_bash_exec_env,

@@ -59,6 +59,7 @@ type (
 	DockerConfig       = pb.DockerConfig
 	WorkspaceRef       = pb.WorkspaceRef
 	ProviderInfo       = pb.ProviderInfo
+	RuntimeInfo        = pb.RuntimeInfo
 	WorkspaceSummary   = pb.WorkspaceSummary
 	DescribeResponse   = pb.DescribeResponse
 	FileInfo           = pb.FileInfo
@@ -344,9 +345,18 @@ func Memory() Provider {
 // application layer only: it is not isolation, and the server offers it
 // only to tenants whose operator policy lists it (else Open fails with
 // *PolicyDenied). Untrusted agents belong in LocalSandbox or Docker.
-func LocalBash() Provider {
+//
+// LocalBash() asks for no caps; LocalBash(&LocalBashConfig{PidsLimit: 64,
+// MemoryMb: 512, Cpus: 1}) caps the workspace's processes, memory and CPU,
+// or makes Open fail with *WorkspaceFailed when the server cannot enforce
+// one of them. Only the first cfg counts; nil is no caps.
+func LocalBash(cfg ...*LocalBashConfig) Provider {
+	c := &pb.LocalBashConfig{}
+	if len(cfg) > 0 && cfg[0] != nil {
+		c = cfg[0]
+	}
 	return providerFunc(func(r *pb.OpenRequest) {
-		r.Provider = &pb.OpenRequest_LocalBash{LocalBash: &pb.LocalBashConfig{}}
+		r.Provider = &pb.OpenRequest_LocalBash{LocalBash: c}
 	})
 }
 
@@ -362,7 +372,9 @@ func LocalSandbox(cfg *LocalSandboxConfig) Provider {
 }
 
 // Docker is a hardened container over the workspace directory; cfg.Image
-// is required.
+// is required. cfg.Runtime "runsc" runs it under gVisor (Providers says
+// whether the daemon has it: ProviderInfo.Runtimes); "" is the daemon's
+// default, runc.
 func Docker(cfg *DockerConfig) Provider {
 	return providerFunc(func(r *pb.OpenRequest) {
 		r.Provider = &pb.OpenRequest_Docker{Docker: cfg}

@@ -188,6 +188,16 @@ func TestFileOperations(t *testing.T) {
 	if want := "src/main.go src/pkg src/pkg/util.go"; joined(paths) != want {
 		t.Fatalf("ListDir = %q, want %q", joined(paths), want)
 	}
+	if ls.Truncated || ls.TruncatedReason != "" {
+		t.Fatalf("whole ListDir truncated: %v", ls)
+	}
+	// The server says why a listing was cut short once it knows (its own
+	// limit here); one that predates reasons leaves it empty.
+	cut, err := ws.ListDir(ctx, "src", 2, 1)
+	if err != nil || len(cut.Entries) != 1 || !cut.Truncated ||
+		(cut.TruncatedReason != "" && cut.TruncatedReason != "max_results") {
+		t.Fatalf("ListDir of 1 = %v, %v", cut, err)
+	}
 	g, err := ws.Glob(ctx, "**/*.go", "")
 	if err != nil || len(g.Entries) != 2 {
 		t.Fatalf("Glob = %v, %v", g, err)

@@ -59,7 +59,8 @@ func (ws *Workspace) Provider() string { return ws.w.GetProvider() }
 func (ws *Workspace) Capabilities() *Capabilities { return ws.w.GetCapabilities() }
 
 // Describe returns the workspace's state, limits and isolation as the
-// server sees them now.
+// server sees them now, with the host uid and gid its commands run as
+// (Uid, Gid) and, for docker, the container's runtime (Container.Runtime).
 func (ws *Workspace) Describe(ctx context.Context) (*DescribeResponse, error) {
 	r, err := ws.c.ws.Describe(ws.pin(ctx), &pb.DescribeRequest{WorkspaceId: ws.ID()})
 	return r, wrapErr(err)
@@ -374,8 +375,13 @@ func (ws *Workspace) Stat(ctx context.Context, path string) (*FileInfo, error) {
 // Listing is the result of ListDir or Glob.
 type Listing struct {
 	Entries []*FileInfo
-	// Truncated: the limit (or the message size) cut the list short.
+	// Truncated: the limit (or the message size, or the server's walk
+	// budget) cut the list short.
 	Truncated bool
+	// TruncatedReason says what did: "max_results", "response_size" or
+	// "entries_budget"; "" when not truncated, or from a server that
+	// predates reasons.
+	TruncatedReason string
 }
 
 // ListDir lists dir's entries, descending depth levels (0 or 1: only its
@@ -387,7 +393,7 @@ func (ws *Workspace) ListDir(ctx context.Context, dir string, depth, maxEntries 
 	if err != nil {
 		return nil, wrapErr(err)
 	}
-	return &Listing{Entries: r.GetEntries(), Truncated: r.GetTruncated()}, nil
+	return &Listing{Entries: r.GetEntries(), Truncated: r.GetTruncated(), TruncatedReason: r.GetTruncatedReason()}, nil
 }
 
 // Glob matches pattern (`**`, `*`, `?`, `[...]`) under dir ("" or ".":
@@ -397,7 +403,7 @@ func (ws *Workspace) Glob(ctx context.Context, pattern, dir string) (*Listing, e
 	if err != nil {
 		return nil, wrapErr(err)
 	}
-	return &Listing{Entries: r.GetMatches(), Truncated: r.GetTruncated()}, nil
+	return &Listing{Entries: r.GetMatches(), Truncated: r.GetTruncated(), TruncatedReason: r.GetTruncatedReason()}, nil
 }
 
 // GrepQuery is a PCRE2 search; see GrepRequest in filesystem.proto.

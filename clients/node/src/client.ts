@@ -8,16 +8,20 @@ import { TlsFiles, tlsFiles, TlsOptions, Transport } from './transport';
 import { Workspace } from './workspace';
 import type { Capabilities } from '../gen/workspace/v1/Capabilities';
 import type { DockerConfig } from '../gen/workspace/v1/DockerConfig';
+import type { LocalBashConfig } from '../gen/workspace/v1/LocalBashConfig';
 import type { LocalSandboxConfig } from '../gen/workspace/v1/LocalSandboxConfig';
 import type { OpenRequest } from '../gen/workspace/v1/OpenRequest';
 import type { Policy__Output } from '../gen/workspace/v1/Policy';
 import type { ProviderInfo__Output } from '../gen/workspace/v1/ProviderInfo';
+import type { RuntimeInfo__Output } from '../gen/workspace/v1/RuntimeInfo';
 import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
 import type { WorkspaceSummary__Output } from '../gen/workspace/v1/WorkspaceSummary';
 
-export type { Capabilities, TlsFiles, TlsOptions };
+export type { Capabilities, DockerConfig, LocalBashConfig, LocalSandboxConfig, TlsFiles, TlsOptions };
 export { tlsFiles };
 export type ProviderInfo = ProviderInfo__Output;
+/** A docker runtime ("runc", "runsc") and whether an Open may name it now. */
+export type RuntimeInfo = RuntimeInfo__Output;
 export type WorkspaceSummary = WorkspaceSummary__Output;
 /** The operator's policy for the caller's tenant: what an Open may ask for. */
 export type Policy = Policy__Output;
@@ -68,14 +72,17 @@ export interface ConnectOptions {
 
 /**
  * The provider of a new workspace: a kind name, or the OpenRequest oneof
- * member with its config ({ docker: { image: 'alpine' } }).
+ * member with its config: { docker: { image: 'alpine', runtime: 'runsc' } }
+ * (runtime '' is the daemon's default, runc; 'runsc' is gVisor), or
+ * { localBash: { pidsLimit: 64, memoryMb: 512, cpus: 1 } } (caps the server
+ * enforces or refuses the Open over; 0 or absent: none).
  */
 export type ProviderConfig =
   | 'memory'
   | 'local-bash'
   | 'local-sandbox'
   | { memory: Record<string, never> }
-  | { localBash: Record<string, never> }
+  | { localBash: LocalBashConfig }
   | { localSandbox: LocalSandboxConfig }
   | { docker: DockerConfig };
 
@@ -109,6 +116,11 @@ function providerField(p: ProviderConfig): Pick<OpenRequest, 'memory' | 'localBa
   return p;
 }
 
+/** The OpenRequest that Client.open sends. @internal */
+export function openRequest(provider: ProviderConfig, capabilities?: Capabilities): OpenRequest {
+  return { ...providerField(provider), capabilities: capabilities ?? null };
+}
+
 export class Client {
   /** @internal */
   readonly transport: Transport;
@@ -139,7 +151,7 @@ export class Client {
    */
   open(provider: ProviderConfig, capabilities?: Capabilities, opts: OpenOptions = {}): Promise<Workspace> {
     const policy = { ...this.openRetry, ...opts.retry };
-    const req: OpenRequest = { ...providerField(provider), capabilities: capabilities ?? null };
+    const req = openRequest(provider, capabilities);
     const t = this.transport;
     return withRetry(policy, async () => {
       const { res, node } = await t.unaryWithNode(t.workspaces.Open.bind(t.workspaces), req);

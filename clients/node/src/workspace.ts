@@ -26,6 +26,11 @@ export type FileInfo = FileInfo__Output;
 export type GrepMatch = GrepMatch__Output;
 export type GrepSummary = GrepSummary__Output;
 export type ProcessInfo = ProcessInfo__Output;
+/**
+ * What describe() reports, including the host uid and gid the workspace's
+ * commands run as (`uid`, `gid`) and a docker container's runtime
+ * (`container.runtime`).
+ */
 export type Description = DescribeResponse__Output;
 
 /** Anything writeFile accepts as content. */
@@ -314,8 +319,13 @@ export class Workspace {
       .then((r) => r.info!);
   }
 
-  /** Entries of a directory (depth > 1 walks down); `truncated` when cut short. */
-  listDir(path = '.', opts: { depth?: number; maxEntries?: number } = {}): Promise<{ entries: FileInfo[]; truncated: boolean }> {
+  /**
+   * Entries of a directory (depth > 1 walks down); `truncated` when cut
+   * short, and `truncatedReason` saying what did ("max_results",
+   * "response_size", "entries_budget"; "" from a server that predates
+   * reasons).
+   */
+  listDir(path = '.', opts: { depth?: number; maxEntries?: number } = {}): Promise<{ entries: FileInfo[]; truncated: boolean; truncatedReason: string }> {
     return this.unary(this.t.fs.ListDir.bind(this.t.fs), {
       workspaceId: this.id,
       path,
@@ -343,7 +353,8 @@ export class Workspace {
       .then((r) => r.info!);
   }
 
-  glob(pattern: string, opts: { path?: string; maxResults?: number } = {}): Promise<{ matches: FileInfo[]; truncated: boolean }> {
+  /** Paths matching `pattern` (`**`, `*`, `?`, `[...]`); truncation as for listDir. */
+  glob(pattern: string, opts: { path?: string; maxResults?: number } = {}): Promise<{ matches: FileInfo[]; truncated: boolean; truncatedReason: string }> {
     return this.unary(this.t.fs.Glob.bind(this.t.fs), {
       workspaceId: this.id,
       pattern,

@@ -88,6 +88,17 @@ describe('files', () => {
       ['tree/a', 'tree/a/b', 'tree/a/b/two.txt', 'tree/a/one.txt'],
     );
     assert.equal(listing.truncated, false);
+    assert.equal(listing.truncatedReason, '');
+    // The server says why a listing was cut short once it knows (its own
+    // limit here); one that predates reasons leaves it empty.
+    const cutList = await ws.listDir('tree', { depth: 3, maxEntries: 1 });
+    const cutGlob = await ws.glob('tree/**', { maxResults: 1 });
+    assert.equal(cutList.entries.length, 1);
+    assert.equal(cutGlob.matches.length, 1);
+    for (const cut of [cutList, cutGlob]) {
+      assert.equal(cut.truncated, true);
+      assert.ok(['', 'max_results'].includes(cut.truncatedReason), cut.truncatedReason);
+    }
 
     await ws.move('tree/a/one.txt', 'tree/uno.txt');
     assert.equal(await ws.readText('tree/uno.txt'), '1');

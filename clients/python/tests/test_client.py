@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -314,6 +315,21 @@ class FileTest(ServerTestCase):
         self.assertFalse(self.ws.exists("src"))
 
 
+    def test_listing_says_whether_truncated(self):
+        for name in ("a.txt", "b.txt", "c.txt"):
+            self.ws.write_file(name, b"x")
+        for listing in (self.ws.list_dir(".", max_entries=2), self.ws.glob("*.txt", max_results=2)):
+            self.assertEqual(len(listing), 2)
+            self.assertTrue(listing.truncated)
+            # The server says why once it knows (its own limit here); one
+            # that predates reasons leaves it empty.
+            self.assertIn(listing.truncated_reason, ("", "max_results"))
+        whole = self.ws.glob("*.txt")
+        self.assertEqual([m.path for m in whole], ["a.txt", "b.txt", "c.txt"])
+        self.assertFalse(whole.truncated)
+        self.assertEqual(whole.truncated_reason, "")
+
+
 class ExecTest(ServerTestCase):
     def test_output_streams_before_exit(self):
         # The command cannot go past `read` before the test writes a line,
@@ -572,6 +588,73 @@ class RetryPolicyTest(unittest.TestCase):
         with self.assertRaises(workspaced.WorkspaceFailed):
             RetryPolicy(max_attempts=1, sleep=clock.sleep).call(lambda: (_ for _ in ()).throw(transient_error()))
         self.assertEqual(clock.sleeps, [])
+
+
+def varint(n):
+    """n as a protobuf base-128 varint."""
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        if not n:
+            out.append(low)
+            return bytes(out)
+        out.append(low | 0x80)
+
+
+def field(number, wire_type, payload):
+    """One field on the wire: its tag, then (for length-delimited fields)
+    the length, then the payload."""
+    if wire_type == 2:
+        payload = varint(len(payload)) + payload
+    return varint(number << 3 | wire_type) + payload
+
+
+class WireTest(unittest.TestCase):
+    """The fields for per-workspace users, runtimes, caps and truncation
+    reasons, at the numbers the protos give them: what the client sends is
+    checked byte for byte, what it reads is decoded from hand-made bytes,
+    so a renumbered field or an option the client drops fails here."""
+
+    def test_open_sends_runtime_and_local_bash_caps(self):
+        from workspaced.client import _open_request
+
+        req = _open_request("docker", image="busybox", runtime="runsc")
+        self.assertEqual(req.docker.SerializeToString(), field(1, 2, b"busybox") + field(8, 2, b"runsc"))
+        req = _open_request("local-bash", CAPS, pids_limit=64, memory_mb=512, cpus=1.5)
+        self.assertEqual(
+            req.local_bash.SerializeToString(),
+            field(1, 0, varint(64)) + field(2, 0, varint(512)) + field(3, 1, struct.pack("<d", 1.5)),
+        )
+        self.assertEqual(list(req.capabilities.shell.allowed_commands), ALLOWED)
+        # A ready message is sent as it is.
+        cfg = workspaced.pb_common.DockerConfig(image="busybox", runtime="runsc")
+        self.assertEqual(_open_request(cfg).docker.runtime, "runsc")
+
+    def test_describe_providers_and_listings_decode(self):
+        from workspaced._proto import filesystem_pb2, providers_pb2, workspaces_pb2
+
+        d = workspaces_pb2.DescribeResponse.FromString(
+            field(17, 0, varint(524289)) + field(18, 0, varint(524290)) + field(15, 2, field(23, 2, b"runsc"))
+        )
+        self.assertEqual((d.uid, d.gid, d.container.runtime), (524289, 524290, "runsc"))
+
+        p = providers_pb2.ProviderInfo.FromString(
+            field(1, 2, b"docker")
+            + field(7, 2, field(1, 2, b"runc") + field(2, 0, varint(1)))
+            + field(7, 2, field(1, 2, b"runsc") + field(3, 2, b"not registered"))
+            + field(8, 2, b"cgroup-v2")
+        )
+        self.assertEqual(
+            [(r.name, r.usable, r.reason) for r in p.runtimes],
+            [("runc", True, ""), ("runsc", False, "not registered")],
+        )
+        self.assertEqual(p.limits_mechanism, "cgroup-v2")
+
+        for cls in (filesystem_pb2.ListDirResponse, filesystem_pb2.GlobResponse):
+            m = cls.FromString(field(2, 0, varint(1)) + field(3, 2, b"entries_budget"))
+            self.assertEqual(m.truncated_reason, "entries_budget")
+        g = filesystem_pb2.GrepSummary.FromString(field(5, 0, varint(1)) + field(6, 2, b"time_budget"))
+        self.assertEqual(g.truncated_reason, "time_budget")
 
 
 class RetryAgainstServerTest(ServerTestCase):

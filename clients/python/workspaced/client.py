@@ -57,6 +57,32 @@ _PROVIDERS = {
 _CONFIG_FIELDS = {cls.DESCRIPTOR.full_name: field for field, cls in _PROVIDERS.values()}
 
 
+def _open_request(provider, capabilities=None, **provider_options):
+    """The OpenRequest that Client.open sends (see there for the arguments).
+
+    Unknown option names raise google.protobuf.json_format.ParseError, a
+    provider name that is none of the four ValueError."""
+    request = workspaces_pb2.OpenRequest()
+    if isinstance(provider, str):
+        if provider not in _PROVIDERS:
+            raise ValueError("unknown provider %r (one of %s)" % (provider, ", ".join(_PROVIDERS)))
+        field, cls = _PROVIDERS[provider]
+        config = json_format.ParseDict(provider_options, cls())
+    else:
+        if provider_options:
+            raise TypeError("provider options go into the config message")
+        config = provider
+        field = _CONFIG_FIELDS.get(config.DESCRIPTOR.full_name)
+        if field is None:
+            raise TypeError("not a provider config: %s" % config.DESCRIPTOR.full_name)
+    getattr(request, field).CopyFrom(config)
+    if capabilities is not None:
+        if isinstance(capabilities, dict):
+            capabilities = json_format.ParseDict(capabilities, common_pb2.Capabilities())
+        request.capabilities.CopyFrom(capabilities)
+    return request
+
+
 def _wrap(fn, *args, **kwargs):
     """Calls a stub method, turning grpc.RpcError into a typed error."""
     try:
@@ -245,8 +271,10 @@ class Client:
 
         provider: "memory", "local-bash", "local-sandbox" or "docker" (its
             config fields then come from provider_options, e.g.
-            image="alpine:3"), or a ready MemoryConfig / LocalBashConfig /
-            LocalSandboxConfig / DockerConfig message.
+            image="alpine:3", runtime="runsc" for docker, or pids_limit=64,
+            memory_mb=512, cpus=1.5 for local-bash and local-sandbox), or
+            a ready MemoryConfig / LocalBashConfig / LocalSandboxConfig /
+            DockerConfig message.
         capabilities: a Capabilities message or a dict in its JSON form,
             e.g. {"fs": {}, "shell": {"allowed_commands": ["sh"]}}; None
             lets the server grant `fs` with its defaults.
@@ -257,24 +285,7 @@ class Client:
         answered (Workspace.node). Open itself is never pinned, so each
         retry may land on another node.
         """
-        request = workspaces_pb2.OpenRequest()
-        if isinstance(provider, str):
-            if provider not in _PROVIDERS:
-                raise ValueError("unknown provider %r (one of %s)" % (provider, ", ".join(_PROVIDERS)))
-            field, cls = _PROVIDERS[provider]
-            config = json_format.ParseDict(provider_options, cls())
-        else:
-            if provider_options:
-                raise TypeError("provider options go into the config message")
-            config = provider
-            field = _CONFIG_FIELDS.get(config.DESCRIPTOR.full_name)
-            if field is None:
-                raise TypeError("not a provider config: %s" % config.DESCRIPTOR.full_name)
-        getattr(request, field).CopyFrom(config)
-        if capabilities is not None:
-            if isinstance(capabilities, dict):
-                capabilities = json_format.ParseDict(capabilities, common_pb2.Capabilities())
-            request.capabilities.CopyFrom(capabilities)
+        request = _open_request(provider, capabilities, **provider_options)
         policy = retry or self.open_retry
         resp, call = policy.call(lambda: self._call(self._workspaces.Open.with_call, request))
         return Workspace(self, resp.workspace, node=_node_of(call))
@@ -588,9 +599,22 @@ class Process:
 # ----------------------------------------------------------------- workspace
 
 
+class Listing(list):
+    """The FileInfo entries of list_dir or glob, a list, with how it ended:
+    `truncated` when the server cut it short, and `truncated_reason` saying
+    what did ("max_results", "response_size", "entries_budget"; "" when not
+    truncated, or from a server that predates reasons)."""
+
+    def __init__(self, entries, truncated=False, truncated_reason=""):
+        super().__init__(entries)
+        self.truncated = truncated
+        self.truncated_reason = truncated_reason
+
+
 class GrepResults:
     """An iterator of GrepMatch messages; `summary` (GrepSummary) is set
-    once the iteration is exhausted."""
+    once the iteration is exhausted. Its `truncated` and `truncated_reason`
+    say whether and why the search stopped early."""
 
     def __init__(self, responses):
         self._responses = responses
@@ -659,7 +683,8 @@ class Workspace:
         return resp.already_closed
 
     def describe(self):
-        """Returns the DescribeResponse (state, limits, isolation, ...)."""
+        """Returns the DescribeResponse (state, limits, isolation, the host
+        uid and gid its commands run as, the container's runtime, ...)."""
         return self._call(self._client._workspaces.Describe, workspaces_pb2.DescribeRequest(workspace_id=self.id))
 
     # -- files
@@ -732,9 +757,11 @@ class Workspace:
             return False
 
     def list_dir(self, path=".", depth=0, max_entries=0):
-        """Returns the FileInfo entries of a directory (`depth` levels down)."""
+        """Returns the FileInfo entries of a directory (`depth` levels down)
+        as a Listing (a list that also says whether it was truncated)."""
         req = filesystem_pb2.ListDirRequest(workspace_id=self.id, path=path, depth=depth, max_entries=max_entries)
-        return list(self._call(self._client._fs.ListDir, req).entries)
+        resp = self._call(self._client._fs.ListDir, req)
+        return Listing(resp.entries, resp.truncated, resp.truncated_reason)
 
     def make_dir(self, path, parents=False, mode=0):
         req = filesystem_pb2.MakeDirRequest(workspace_id=self.id, path=path, parents=parents, mode=mode)
@@ -750,9 +777,11 @@ class Workspace:
         return self._call(self._client._fs.Move, req).info
 
     def glob(self, pattern, path="", max_results=0):
-        """Returns the FileInfo of every path matching `pattern` (** * ? [...])."""
+        """Returns the FileInfo of every path matching `pattern` (** * ? [...])
+        as a Listing (a list that also says whether it was truncated)."""
         req = filesystem_pb2.GlobRequest(workspace_id=self.id, pattern=pattern, path=path, max_results=max_results)
-        return list(self._call(self._client._fs.Glob, req).matches)
+        resp = self._call(self._client._fs.Glob, req)
+        return Listing(resp.matches, resp.truncated, resp.truncated_reason)
 
     def grep(self, pattern, path="", include="", ignore_case=False, max_matches=0, max_depth=0):
         """Searches file contents (PCRE2); returns a GrepResults iterator of GrepMatch."""

@@ -380,6 +380,79 @@ TEST(Check, Docker)
     }
 }
 
+TEST(Check, DockerRuntimeIsRuncOrRunsc)
+{
+    for (const char *ok : {"", "runc", "runsc"}) {
+        Requests r;
+        r.docker.image = const_cast<char *>("busybox");
+        r.docker.runtime = const_cast<char *>(ok);
+        Workspace__V1__OpenRequest req = r.Of(WS_PROVIDER_DOCKER);
+        ExpectCheck({ok, 0, "", ""}, &req);
+    }
+    for (const char *bad : {"kata", "RUNC", "runc ", "io.containerd.runc.v2"}) {
+        Requests r;
+        r.docker.image = const_cast<char *>("busybox");
+        r.docker.runtime = const_cast<char *>(bad);
+        Workspace__V1__OpenRequest req = r.Of(WS_PROVIDER_DOCKER);
+        ExpectCheck(
+            {bad, -WS_EMALFORMED, "runtime", "docker.runtime must be \"runc\" or \"runsc\""}, &req);
+    }
+}
+
+// A runtime or a cap the server cannot give refuses the Open, naming it:
+// never a workspace with less isolation than was asked for.
+TEST(OpenCheck, UnenforceableAsksRefuseTheOpen)
+{
+    const struct ws_provider_ops *bash = Ops(WS_PROVIDER_LOCAL_BASH);
+    const struct ws_provider_ops *docker = Ops(WS_PROVIDER_DOCKER);
+    ASSERT_NE(bash->open_check, nullptr);
+    ASSERT_NE(docker->open_check, nullptr);
+
+    struct {
+        uint32_t pids, memory;
+        double cpus;
+        const char *cap;
+    } caps[] = {{0, 0, 0, ""}, {64, 0, 0, "pids"}, {0, 128, 0, "memory"}, {0, 0, 0.5, "cpu"}};
+    for (auto &c : caps) {
+        SCOPED_TRACE(c.cap);
+        Requests r;
+        r.bash.pids_limit = c.pids;
+        r.bash.memory_mb = c.memory;
+        r.bash.cpus = c.cpus;
+        Workspace__V1__OpenRequest req = r.Of(WS_PROVIDER_LOCAL_BASH);
+        struct ws_provider_open open = {};
+        open.req = &req;
+        struct ws_diag d = {};
+        if (!*c.cap) {
+            EXPECT_EQ(bash->open_check(nullptr, &open, &d), 0);
+            continue;
+        }
+        EXPECT_EQ(bash->open_check(nullptr, &open, &d), -WS_EFAILED);
+        EXPECT_EQ(Meta(d, "cap"), c.cap);
+        EXPECT_EQ(Meta(d, "transient"), "false");
+        EXPECT_EQ(std::string(d.message),
+                  std::string("local-bash cannot enforce the ") + c.cap + " cap on this server");
+    }
+
+    for (const char *rt : {"", "runc", "runsc"}) {
+        SCOPED_TRACE(rt);
+        Requests r;
+        r.docker.image = const_cast<char *>("busybox");
+        r.docker.runtime = const_cast<char *>(rt);
+        Workspace__V1__OpenRequest req = r.Of(WS_PROVIDER_DOCKER);
+        struct ws_provider_open open = {};
+        open.req = &req;
+        struct ws_diag d = {};
+        if (strcmp(rt, "runsc") != 0) {
+            EXPECT_EQ(docker->open_check(nullptr, &open, &d), 0) << d.message;
+            continue;
+        }
+        EXPECT_EQ(docker->open_check(nullptr, &open, &d), -WS_EFAILED);
+        EXPECT_EQ(Meta(d, "runtime"), "runsc");
+        EXPECT_STREQ(d.message, "docker runtime runsc is not available on this server");
+    }
+}
+
 TEST(Docker, DefaultImageFillsAnOpenThatNamesNone)
 {
     struct ws_provider_config cfg = {};

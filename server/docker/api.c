@@ -339,7 +339,7 @@ bool ws_docker_image_valid(const char *s)
 /* Digits of a uid or gid. */
 #define USER_PART_DIGITS_MAX 10
 
-static bool user_part(const char *s, size_t n)
+static bool user_part(const char *s, size_t n, uint32_t *ret)
 {
     uint64_t v = 0;
 
@@ -350,16 +350,39 @@ static bool user_part(const char *s, size_t n)
             return false;
         v = v * 10 + (uint64_t)(s[i] - '0');
     }
-    return v < UINT32_MAX;
+    if (v >= UINT32_MAX)
+        return false;
+    *ret = (uint32_t)v;
+    return true;
+}
+
+int ws_docker_user_parse(const char *s, uid_t *ret_uid, gid_t *ret_gid)
+{
+    const char *colon;
+    uint32_t uid, gid;
+
+    if (!s || !(colon = strchr(s, ':')) || !user_part(s, (size_t)(colon - s), &uid) ||
+        !user_part(colon + 1, strlen(colon + 1), &gid))
+        return -EINVAL;
+    *ret_uid = (uid_t)uid;
+    *ret_gid = (gid_t)gid;
+    return 0;
 }
 
 bool ws_docker_user_valid(const char *s)
 {
-    const char *colon;
+    uid_t uid;
+    gid_t gid;
 
-    if (!s || !(colon = strchr(s, ':')))
-        return false;
-    return user_part(s, (size_t)(colon - s)) && user_part(colon + 1, strlen(colon + 1));
+    return ws_docker_user_parse(s, &uid, &gid) == 0;
+}
+
+bool ws_docker_user_unprivileged(const char *s)
+{
+    uid_t uid;
+    gid_t gid;
+
+    return ws_docker_user_parse(s, &uid, &gid) == 0 && uid != 0 && gid != 0;
 }
 
 int ws_docker_user_format(uid_t uid, gid_t gid, char *buf, size_t size)
@@ -645,10 +668,74 @@ int ws_docker_container_name(const char *server_id, const char *workspace_id, ch
 static const char *const keepalive_default[] = {WS_DOCKER_KEEPALIVE_ARGV0,
                                                 WS_DOCKER_KEEPALIVE_ARGV1, NULL};
 
+/* A capability as the daemon may write it back: its name with or without
+ * "CAP_", in any case. */
+static const char *cap_base(const char *name)
+{
+    return strncasecmp(name, "CAP_", 4) == 0 ? name + 4 : name;
+}
+
+static bool cap_same(const char *a, const char *b)
+{
+    return strcasecmp(cap_base(a), cap_base(b)) == 0;
+}
+
+/* A name we send: [A-Z][A-Z0-9_]*, without "CAP_", not "ALL". */
+static bool cap_name_valid(const char *s)
+{
+    size_t n = strnlen(s, WS_DOCKER_CAP_NAME_MAX);
+
+    if (n == 0 || n >= WS_DOCKER_CAP_NAME_MAX || !(s[0] >= 'A' && s[0] <= 'Z') ||
+        strncmp(s, "CAP_", 4) == 0 || strcmp(s, "ALL") == 0)
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!((s[i] >= 'A' && s[i] <= 'Z') || is_digit(s[i]) || s[i] == '_'))
+            return false;
+    return true;
+}
+
+/* NULL, or at most WS_DOCKER_CAP_ADD_MAX valid names without repeats;
+ * their count in *ret_n. */
+static bool cap_add_valid(const char *const *caps, size_t *ret_n)
+{
+    size_t n = 0;
+
+    for (; caps && caps[n]; n++) {
+        if (n >= WS_DOCKER_CAP_ADD_MAX || !cap_name_valid(caps[n]))
+            return false;
+        for (size_t j = 0; j < n; j++)
+            if (cap_same(caps[j], caps[n]))
+                return false;
+    }
+    *ret_n = n;
+    return true;
+}
+
+/* A runtime name: [a-zA-Z0-9][a-zA-Z0-9_.-]*, shorter than
+ * WS_DOCKER_RUNTIME_MAX. */
+static bool runtime_valid(const char *s)
+{
+    size_t n = strnlen(s, WS_DOCKER_RUNTIME_MAX);
+
+    if (n == 0 || n >= WS_DOCKER_RUNTIME_MAX || !is_alnum(s[0]))
+        return false;
+    for (size_t i = 1; i < n; i++)
+        if (!is_alnum(s[i]) && s[i] != '_' && s[i] != '.' && s[i] != '-')
+            return false;
+    return true;
+}
+
+static bool has_text(const char *s)
+{
+    return s && s[0];
+}
+
 /* The spec with its defaults applied, once validated. */
 struct effective {
     int64_t pids_limit;
     int64_t tmp_bytes;
+    const char *tmp_user;
+    size_t n_cap_add;
 };
 
 static int spec_check(const struct ws_docker_container_spec *spec, struct effective *ret)
@@ -657,6 +744,7 @@ static int spec_check(const struct ws_docker_container_spec *spec, struct effect
     struct effective e = {
         .pids_limit = spec->pids_limit ? spec->pids_limit : WS_DOCKER_PIDS_DEFAULT,
         .tmp_bytes = spec->tmp_bytes ? spec->tmp_bytes : WS_DOCKER_TMP_BYTES_DEFAULT,
+        .tmp_user = has_text(spec->tmp_user) ? spec->tmp_user : spec->user,
     };
 
     if (!ws_docker_image_valid(spec->image) || !ws_docker_user_valid(spec->user) ||
@@ -677,6 +765,9 @@ static int spec_check(const struct ws_docker_container_spec *spec, struct effect
     if (e.pids_limit < 1 || e.pids_limit > WS_DOCKER_PIDS_MAX)
         return -EINVAL;
     if (e.tmp_bytes < WS_DOCKER_TMP_BYTES_MIN || e.tmp_bytes > WS_DOCKER_TMP_BYTES_MAX)
+        return -EINVAL;
+    if (!ws_docker_user_valid(e.tmp_user) || !cap_add_valid(spec->cap_add, &e.n_cap_add) ||
+        (has_text(spec->runtime) && !runtime_valid(spec->runtime)))
         return -EINVAL;
     if (ret)
         *ret = e;
@@ -710,7 +801,7 @@ int ws_docker_create_body(const struct ws_docker_container_spec *spec, char **re
     err = spec_check(spec, &e);
     if (err < 0)
         return err;
-    tmpfs_options(e.tmp_bytes, spec->user, tmpfs);
+    tmpfs_options(e.tmp_bytes, e.tmp_user, tmpfs);
     root = json_pack("{s:s, s:s, s:s}", "Image", spec->image, "User", spec->user, "WorkingDir",
                      WS_DOCKER_WORKDIR);
     if (!root)
@@ -738,6 +829,10 @@ int ws_docker_create_body(const struct ws_docker_container_spec *spec, char **re
                             "private", "PidsLimit", (json_int_t)e.pids_limit, "Init", 1,
                             "RestartPolicy", "Name", "no"));
     hc = json_object_get(root, "HostConfig");
+    if (err == 0 && e.n_cap_add)
+        err = put(hc, "CapAdd", string_array(spec->cap_add));
+    if (err == 0 && has_text(spec->runtime))
+        err = put(hc, "Runtime", json_string(spec->runtime));
     if (err == 0 && spec->init_path)
         err = json_array_append_new(json_object_get(hc, "Mounts"),
                                     json_pack("{s:s, s:s, s:s, s:b}", "Type", "bind", "Source",
@@ -1080,6 +1175,11 @@ static int read_caps(json_t *hc, struct ws_docker_hardening *h)
     {
         if (!json_is_string(s))
             return -EPROTO;
+        if (i < WS_DOCKER_CAP_ADD_MAX) {
+            if (json_string_length(s) >= sizeof(h->cap_add[i]))
+                return -EPROTO;
+            memcpy(h->cap_add[i], json_string_value(s), json_string_length(s) + 1);
+        }
         h->n_cap_add++;
     }
     return 0;
@@ -1150,6 +1250,7 @@ static int read_hardening(json_t *root, struct ws_docker_hardening *h)
         (err = get_bool(hc, "Init", &h->init)) < 0 ||
         (err = get_str(hc, "NetworkMode", h->network_mode, sizeof(h->network_mode))) < 0 ||
         (err = get_str(hc, "IpcMode", h->ipc_mode, sizeof(h->ipc_mode))) < 0 ||
+        (err = get_str(hc, "Runtime", h->runtime, sizeof(h->runtime))) < 0 ||
         (err = get_str(log, "Type", h->log_type, sizeof(h->log_type))) < 0 ||
         (err = get_str(config, "User", h->user, sizeof(h->user))) < 0 ||
         (err = get_int(hc, "PidsLimit", &h->pids_limit)) < 0 ||
@@ -1176,6 +1277,25 @@ int ws_docker_parse_hardening(const char *json, size_t len, struct ws_docker_har
     return err;
 }
 
+/* Exactly the spec's capabilities: as many entries, and each of the
+ * spec's among them (the spec has no repeats, so a repeat read back leaves
+ * one of the spec's out). */
+static bool cap_add_matches(const struct ws_docker_hardening *h,
+                            const struct ws_docker_container_spec *spec, size_t n)
+{
+    if (h->n_cap_add != n)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        bool found = false;
+
+        for (size_t j = 0; j < n && !found; j++)
+            found = cap_same(h->cap_add[j], spec->cap_add[i]);
+        if (!found)
+            return false;
+    }
+    return true;
+}
+
 const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
                                          const struct ws_docker_container_spec *spec)
 {
@@ -1187,10 +1307,12 @@ const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
         return "spec";
     if (!h->cap_drop_all)
         return "HostConfig.CapDrop";
-    if (h->n_cap_add)
+    if (!cap_add_matches(h, spec, e.n_cap_add))
         return "HostConfig.CapAdd";
     if (h->privileged)
         return "HostConfig.Privileged";
+    if (has_text(spec->runtime) && strcmp(h->runtime, spec->runtime))
+        return "HostConfig.Runtime";
     if (!h->no_new_privileges)
         return "HostConfig.SecurityOpt";
     if (!h->readonly_rootfs)
@@ -1213,7 +1335,7 @@ const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
         return "HostConfig.MemorySwap";
     if (h->nano_cpus != spec->nano_cpus)
         return "HostConfig.NanoCpus";
-    tmpfs_options(e.tmp_bytes, spec->user, tmpfs);
+    tmpfs_options(e.tmp_bytes, e.tmp_user, tmpfs);
     if (strcmp(h->tmp_options, tmpfs))
         return "HostConfig.Tmpfs";
     if (!h->workspace_rw || h->n_other_mounts || h->init_ro != (spec->init_path != NULL))

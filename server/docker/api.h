@@ -121,8 +121,17 @@ bool ws_docker_image_valid(const char *s);
 
 /* A user for the container or an exec: "uid:gid", decimal, each at most 10
  * digits and at most 4294967294 ((uid_t)-1 is not a user). Names are not
- * accepted: the read-only image's /etc/passwd is not ours to trust. */
+ * accepted: the read-only image's /etc/passwd is not ours to trust. uid
+ * and gid 0 are valid here: the server runs the in-container init as
+ * "0:0" so that it can split into the command's and its own identities. */
 bool ws_docker_user_valid(const char *s);
+
+/* As ws_docker_user_valid, and neither the uid nor the gid is 0: what a
+ * command, the container's tmpfs owner, or a user a client names may be. */
+bool ws_docker_user_unprivileged(const char *s);
+
+/* Splits a ws_docker_user_valid() string. Returns 0 or -EINVAL. */
+int ws_docker_user_parse(const char *s, uid_t *ret_uid, gid_t *ret_gid);
 
 /* Formats "uid:gid" (the default user is the server's own getuid():getgid(),
  * which the caller passes). Returns 0, -EINVAL ((uid_t)-1 or (gid_t)-1) or
@@ -229,6 +238,12 @@ int ws_docker_path_list_by_label(struct ws_docker_api_version v, const char *lab
 /* Arguments of the keepalive command, and bytes in each. */
 #define WS_DOCKER_KEEPALIVE_ARGS_MAX 8
 #define WS_DOCKER_KEEPALIVE_ARG_MAX  256
+/* Capabilities a container may be given back after CapDrop ["ALL"], and
+ * bytes (with the NUL) in each name, written or read back. */
+#define WS_DOCKER_CAP_ADD_MAX  8
+#define WS_DOCKER_CAP_NAME_MAX 32
+/* Bytes (with the NUL) in a runtime name. */
+#define WS_DOCKER_RUNTIME_MAX 64
 
 /* The process that keeps the container alive between execs when the spec
  * names none: "sleep infinity", run under Docker's init (which reaps the
@@ -257,6 +272,25 @@ struct ws_docker_container_spec {
     /* NULL, or the absolute host path of a static program bound read-only
      * at WS_DOCKER_INIT_TARGET: the wrapper every exec runs under. */
     const char *init_path;
+    /* NULL-terminated capability names given back after CapDrop ["ALL"],
+     * as HostConfig.CapAdd: Docker's names without "CAP_" ([A-Z][A-Z0-9_]*,
+     * shorter than WS_DOCKER_CAP_NAME_MAX), at most WS_DOCKER_CAP_ADD_MAX,
+     * no repeats, never "ALL". NULL or empty: no CapAdd member. The
+     * in-container init needs KILL, SETGID and SETUID to run the command
+     * as another uid than its own. Docker (seen with 20.10) gives them to
+     * an exec as "0:0" only when the container's User is root as well:
+     * for any other User it sets the bounding set alone, and with
+     * no-new-privileges the exec cannot gain what it was not given. */
+    const char *const *cap_add;
+    /* The OCI runtime, HostConfig.Runtime: a name the daemon has
+     * registered ("runc", "runsc"), [a-zA-Z0-9][a-zA-Z0-9_.-]*, shorter
+     * than WS_DOCKER_RUNTIME_MAX. NULL or "": no member, the daemon's
+     * default runtime. */
+    const char *runtime;
+    /* ws_docker_user_valid(): who owns the /tmp tmpfs. NULL or "": user.
+     * For a container whose user is root only so that the init can split
+     * identities (see cap_add), /tmp belongs to the command's uid. */
+    const char *tmp_user;
 };
 
 /* The container's name, WS_DOCKER_NAME_PREFIX "<server_id>-<workspace_id>":
@@ -271,13 +305,15 @@ int ws_docker_container_name(const char *server_id, const char *workspace_id, ch
  * as Entrypoint, replacing the image's (and with an Entrypoint given the
  * daemon no longer falls back to the image's Cmd; Cmd is sent empty);
  * User; WorkingDir /workspace; the two labels; and HostConfig with the
- * workspace bind (a Mounts entry), CapDrop ["ALL"], SecurityOpt
- * ["no-new-privileges"], ReadonlyRootfs, the /tmp tmpfs (exec, nosuid,
- * nodev, sized, owned by User), NetworkMode, PidsLimit, Memory equal to
- * MemorySwap, NanoCpus, Init, IpcMode "private", RestartPolicy "no" and
- * the bounded LogConfig. Nothing else: every other setting keeps the
- * daemon's default (in particular MaskedPaths and ReadonlyPaths, which an
- * explicit empty list would switch off, and the default seccomp profile).
+ * workspace bind (a Mounts entry), CapDrop ["ALL"], CapAdd (only when the
+ * spec lists some), SecurityOpt ["no-new-privileges"], ReadonlyRootfs, the
+ * /tmp tmpfs (exec, nosuid, nodev, sized, owned by tmp_user or User),
+ * NetworkMode, PidsLimit, Memory equal to MemorySwap, NanoCpus, Init,
+ * IpcMode "private", RestartPolicy "no", Runtime (only when the spec names
+ * one) and the bounded LogConfig. Nothing else: every other setting keeps
+ * the daemon's default (in particular MaskedPaths and ReadonlyPaths, which
+ * an explicit empty list would switch off, and the default seccomp
+ * profile).
  *
  * On success *ret_json is a NUL-terminated compact document the caller
  * frees with free(). Returns 0, -EINVAL (a spec field fails its rule) or
@@ -312,7 +348,9 @@ struct ws_docker_exec_spec {
     /* WS_DOCKER_WORKDIR or a canonical path below it (no empty, "." or ".."
      * components, no trailing '/'); NULL: WS_DOCKER_WORKDIR. */
     const char *cwd;
-    /* ws_docker_user_valid(); NULL or "": the container's user. */
+    /* ws_docker_user_valid(); NULL or "": the container's user. The server
+     * sends "0:0" for the in-container init that takes the command's and
+     * its own identities. */
     const char *user;
     bool tty;
     bool attach_stdin;
@@ -388,6 +426,11 @@ struct ws_docker_hardening {
     unsigned n_other_mounts;
     char server_id[WS_DOCKER_FIELD_MAX];    /* Config.Labels[WS_DOCKER_LABEL_SERVER] */
     char workspace_id[WS_DOCKER_FIELD_MAX]; /* Config.Labels[WS_DOCKER_LABEL_WORKSPACE] */
+    /* The first WS_DOCKER_CAP_ADD_MAX entries of HostConfig.CapAdd as the
+     * daemon wrote them ("KILL", or "CAP_KILL" from daemons that
+     * normalize). */
+    char cap_add[WS_DOCKER_CAP_ADD_MAX][WS_DOCKER_CAP_NAME_MAX];
+    char runtime[WS_DOCKER_RUNTIME_MAX]; /* HostConfig.Runtime */
 };
 
 /* Returns 0, -EPROTO (no HostConfig, a member of the wrong type, a string
@@ -398,7 +441,10 @@ int ws_docker_parse_hardening(const char *json, size_t len, struct ws_docker_har
  * the name of the API member ("HostConfig.CapDrop", ...; static), or NULL
  * when it all matches. The caller fails closed on non-NULL: the daemon may
  * drop a limit its kernel cannot enforce (PidsLimit without the pids
- * controller, MemorySwap without swap accounting) with only a warning. */
+ * controller, MemorySwap without swap accounting) with only a warning.
+ * CapAdd must hold exactly the spec's capabilities, in any order, any case
+ * and with or without "CAP_"; Runtime must be the spec's when it names
+ * one (when it does not, whatever default the daemon chose is taken). */
 const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
                                          const struct ws_docker_container_spec *spec);
 

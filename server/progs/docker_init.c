@@ -4,9 +4,9 @@
  * The server bind-mounts this static binary read-only into each workspace container and runs
  * every command through `docker exec` as
  *
- *     init run ID TIMEOUT_MS PROGRAM [ARGS...]
- *     init signal ID SIGNO
- *     init keepalive
+ *     init run [--uid U --gid G --helper H] ID TIMEOUT_MS PROGRAM [ARGS...]
+ *     init signal [--helper H] ID SIGNO
+ *     init keepalive [--helper H]
  *
  * `run` forks PROGRAM (an absolute path, or a name without '/' looked up in init's PATH as execvp
  * does, relative entries skipped; argv[0] = PROGRAM as given) as the command, in a session of its
@@ -17,7 +17,8 @@
  * and only then init writes its exit record to stderr, as one write() and as the very last bytes
  * it writes:
  *
- *     ESC _ wsinit; STATUS ESC \        (an APC sequence: terminals ignore it)
+ *     ESC _ wsinit; STATUS ESC \            (an APC sequence: terminals ignore it)
+ *     ESC _ wsinit; NONCE ; STATUS ESC \    (when init was given a nonce, see below)
  *
  * STATUS is `exited N` or `signaled N`, then ` core` when a core was dumped, then ` oom` when the
  * command died of a SIGKILL init did not send while the memory cgroup's OOM-kill counter went up.
@@ -25,7 +26,26 @@
  * cannot be executed, a message precedes `exited 127` (ENOENT) or `exited 126` (anything else).
  * Init exits with the code, or 128 + the signal.
  *
- * `keepalive` is the container's main process: it waits for HUP, INT or TERM and exits 0.
+ * The nonce: when init's environment holds WSINIT_NONCE (exactly 32 lowercase hex digits), `run`
+ * scrubs its value from its own memory and removes it from the environment before the command
+ * exists, and writes it into the record. The command never sees it, so a record the command
+ * writes itself cannot carry it; the reader that knows the nonce takes only a record with it.
+ * NONCE and STATUS cannot be confused: a nonce has no space and no ';', and neither `exited` nor
+ * `signaled` is hex.
+ *
+ * Identities: with --uid U --gid G --helper H (all three or none; decimal; none of them 0, and H
+ * differs from U) init is started as root, with CAP_SETUID, CAP_SETGID and CAP_KILL at least, and
+ * splits at once. The command's child takes the groups {G}, the gids G and the uids U before it
+ * does anything else: leaving uid 0 clears its capabilities, and it sets no-new-privileges so
+ * nothing it runs can regain any. Init itself becomes uid and gid H (groups {H}) keeping
+ * CAP_KILL alone, permitted and effective, and stays non-dumpable. So the command can neither
+ * signal, ptrace nor read /proc/PID/environ (or anything else ptrace-guarded) of init, another
+ * uid it holds no capability over, while init can still signal and kill the command's processes.
+ * `signal --helper H` drops to H with CAP_KILL the same way before it looks at anything. Without
+ * the options every process keeps the uid init was started with, as before.
+ *
+ * `keepalive` is the container's main process: it waits for HUP, INT or TERM and exits 0. With
+ * --helper H it first becomes uid and gid H with no capability at all.
  *
  * `signal` finds the `run` init(s) for ID through /proc and sends SIGNO (1..64) to every
  * descendant of them, not to the inits themselves: Docker cannot signal an exec, so this is how
@@ -34,16 +54,19 @@
  *
  * Misuse exits 127 and an internal failure before the command started exits 125, each with a
  * one-line message on stderr and no exit record; a missing record means the command's fate is
- * unknown.
+ * unknown. Failing to take the command's or the helper's identity is such an internal failure:
+ * the command is never left running with more than it was meant to have.
  *
  * Built static and without sanitizers: it runs inside images that promise nothing about their
- * libc, and it is neither pid 1 (Docker's own init is) nor privileged (often uid 0, but without
- * capabilities and with no-new-privileges, or an unprivileged uid).
+ * libc, and it is neither pid 1 (Docker's own init is) nor privileged (root only for the moment
+ * the identities above take, or an unprivileged uid).
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <limits.h>
+#include <linux/capability.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -71,6 +94,10 @@
 #define ID_HEX_DIGITS    16
 #define TIMEOUT_MS_LIMIT (1ULL << 40) /* ~35 years: "no bound" is spelled 0 */
 #define SIGNO_LIMIT      64
+#define ID_VALUE_LIMIT   4294967294ULL /* (uid_t)-1 is no user */
+
+#define NONCE_ENV        "WSINIT_NONCE"
+#define NONCE_HEX_DIGITS 32
 
 #define STATUS_OPEN  "\x1b_wsinit;"
 #define STATUS_CLOSE "\x1b\\"
@@ -135,17 +162,191 @@ static int parse_decimal(const char *s, uint64_t limit, uint64_t *ret_value)
     return 0;
 }
 
+static bool is_lower_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    }
+    return true;
+}
+
 /* An ID is what the server generates: "p_" and exactly 16 lowercase hex digits. */
 static bool valid_id(const char *id)
 {
     if (strncmp(id, ID_PREFIX, sizeof(ID_PREFIX) - 1) != 0)
         return false;
     id += sizeof(ID_PREFIX) - 1;
-    for (int i = 0; i < ID_HEX_DIGITS; i++) {
-        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f')))
-            return false;
+    return strnlen(id, ID_HEX_DIGITS + 1) == ID_HEX_DIGITS && is_lower_hex(id, ID_HEX_DIGITS);
+}
+
+/* ---- identities ---- */
+
+/* Who the command and init become; none of it when !set. */
+struct identity {
+    bool set;
+    uid_t uid;
+    gid_t gid;
+    uid_t helper; /* also the helper's gid */
+};
+
+enum { OPT_UID, OPT_GID, OPT_HELPER, OPT_COUNT };
+static const char *const option_names[OPT_COUNT] = {"--uid", "--gid", "--helper"};
+
+/* Parses the options that follow the mode word, up to the first argument that does not start
+ * with "--" (an ID never does); only --helper when !run_mode. Returns the index of that
+ * argument, or -1 after saying what is wrong. */
+static int parse_identity(int argc, char **argv, bool run_mode, struct identity *ret)
+{
+    uint64_t v[OPT_COUNT] = {0};
+    bool seen[OPT_COUNT] = {false};
+    int i = 2;
+
+    while (i < argc && strncmp(argv[i], "--", 2) == 0) {
+        int opt = -1;
+        for (int o = 0; o < OPT_COUNT; o++) {
+            if ((run_mode || o == OPT_HELPER) && strcmp(argv[i], option_names[o]) == 0)
+                opt = o;
+        }
+        if (opt < 0) {
+            say(0, "unknown option %s", argv[i]);
+            return -1;
+        }
+        if (seen[opt]) {
+            say(0, "%s given twice", argv[i]);
+            return -1;
+        }
+        if (i + 1 >= argc || parse_decimal(argv[i + 1], ID_VALUE_LIMIT, &v[opt]) < 0) {
+            say(0, "%s wants a decimal id up to %llu", argv[i], (unsigned long long)ID_VALUE_LIMIT);
+            return -1;
+        }
+        seen[opt] = true;
+        i += 2;
     }
-    return id[ID_HEX_DIGITS] == '\0';
+    struct identity id = {
+        .set = seen[OPT_HELPER],
+        .uid = (uid_t)v[OPT_UID],
+        .gid = (gid_t)v[OPT_GID],
+        .helper = (uid_t)v[OPT_HELPER],
+    };
+    if (run_mode && (seen[OPT_UID] != seen[OPT_HELPER] || seen[OPT_GID] != seen[OPT_HELPER])) {
+        say(0, "--uid, --gid and --helper go together");
+        return -1;
+    }
+    /* Root for either would hand the command, or what it can reach, everything back; one uid
+     * for both would let the command signal and trace init. */
+    if (id.set && (id.helper == 0 || (run_mode && (id.uid == 0 || id.gid == 0)))) {
+        say(0, "--uid, --gid and --helper must not be 0");
+        return -1;
+    }
+    if (id.set && run_mode && id.helper == id.uid) {
+        say(0, "--helper must differ from --uid");
+        return -1;
+    }
+    *ret = id;
+    return i;
+}
+
+/* Sets the permitted and effective capability sets to caps and the inheritable set to none;
+ * returns 0 or -errno. Raw capset(2): static glibc has no libcap. */
+static int set_capabilities(uint64_t caps)
+{
+    struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {
+        {.effective = (uint32_t)caps, .permitted = (uint32_t)caps, .inheritable = 0},
+        {.effective = (uint32_t)(caps >> 32),
+         .permitted = (uint32_t)(caps >> 32),
+         .inheritable = 0},
+    };
+    if (syscall(SYS_capset, &header, data) < 0)
+        return -errno;
+    /* The ambient set lies within permitted and inheritable and is empty by now; said for
+     * kernels that predate it (EINVAL) and to be sure on the others. */
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+        return -errno;
+    return 0;
+}
+
+/* Whether the effective set holds every capability of caps; returns 1, 0 or -errno. */
+static int have_capabilities(uint64_t caps)
+{
+    struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+    if (syscall(SYS_capget, &header, data) < 0)
+        return -errno;
+    uint64_t eff = (uint64_t)data[1].effective << 32 | data[0].effective;
+    return (eff & caps) == caps;
+}
+
+/* What splitting into the command's and the helper's identities takes. */
+#define IDENTITY_CAPS                                                                              \
+    (UINT64_C(1) << CAP_SETUID | UINT64_C(1) << CAP_SETGID | UINT64_C(1) << CAP_KILL)
+
+/* In the command's child, before anything else it does: groups {G}, gids G, uids U, then no
+ * capability in any set and no-new-privileges, so neither a setuid program nor file
+ * capabilities give anything back. Single-threaded: glibc's set*id calls are plain syscalls
+ * here. Returns 0 or -errno. */
+static int become_command_user(const struct identity *id)
+{
+    gid_t gid = id->gid;
+    if (setgroups(1, &gid) < 0 || setresgid(gid, gid, gid) < 0 ||
+        setresuid(id->uid, id->uid, id->uid) < 0)
+        return -errno;
+    int r = set_capabilities(0);
+    if (r < 0)
+        return r;
+    return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ? -errno : 0;
+}
+
+/* Init (or `signal`, or `keepalive`) becomes uid and gid H, groups {H}, keeping the
+ * capabilities caps and no other: CAP_KILL is enough to signal the command's uid, and nothing
+ * is left to change identity or files with. Returns 0 or -errno. */
+static int become_helper(uid_t helper, uint64_t caps)
+{
+    gid_t gid = (gid_t)helper;
+    /* Without KEEPCAPS, leaving uid 0 would clear the permitted set CAP_KILL is taken from. */
+    if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0 || setgroups(1, &gid) < 0 ||
+        setresgid(gid, gid, gid) < 0 || setresuid(helper, helper, helper) < 0)
+        return -errno;
+    int r = set_capabilities(caps);
+    if (r < 0)
+        return r;
+    (void)prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
+    /* A change of euid resets the dumpable flag to fs.suid_dumpable, which may be 1: say 0
+     * again, so that even a process of uid H could not trace init or read its memory. */
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 ? -errno : 0;
+}
+
+/* Takes WSINIT_NONCE out of the environment into nonce ("" when there is none): every copy of
+ * the value is overwritten in place, since /proc/PID/environ shows the memory the environment
+ * started in whatever unsetenv() does, and the name is removed so the command never inherits
+ * it. Returns 0, or -EINVAL when the value is not NONCE_HEX_DIGITS lowercase hex digits. */
+static int take_nonce(char nonce[NONCE_HEX_DIGITS + 1])
+{
+    const size_t name_len = sizeof(NONCE_ENV) - 1;
+    bool found = false, valid = false;
+
+    nonce[0] = '\0';
+    for (char **e = environ; e && *e; e++) {
+        if (strncmp(*e, NONCE_ENV "=", name_len + 1) != 0)
+            continue;
+        char *value = *e + name_len + 1;
+        size_t len = strlen(value);
+        if (!found) {
+            found = true;
+            valid = len == NONCE_HEX_DIGITS && is_lower_hex(value, len);
+            if (valid)
+                memcpy(nonce, value, NONCE_HEX_DIGITS + 1);
+        }
+        explicit_bzero(value, len);
+    }
+    if (found && unsetenv(NONCE_ENV) < 0)
+        return -errno;
+    if (found && !valid) {
+        nonce[0] = '\0';
+        return -EINVAL;
+    }
+    return 0;
 }
 
 /* Reads up to size - 1 bytes of a small kernel-generated file and NUL-terminates them; returns
@@ -415,7 +616,12 @@ struct start_error {
     int err;
 };
 
-static const char *const start_steps[] = {"cannot start a session for", "cannot execute"};
+enum { STEP_SESSION, STEP_EXEC, STEP_IDENTITY, STEP_COUNT };
+static const char *const start_steps[STEP_COUNT] = {
+    "cannot start a session for",
+    "cannot execute",
+    "cannot take the command's uid and gid for",
+};
 
 /* Runs the name argv[0] from the first directory of PATH that has it, like execvp but never
  * from a relative or empty entry (that would be the command's cwd, the workspace). Returns only
@@ -446,9 +652,11 @@ static void exec_in_path(char **argv)
     errno = denied ? EACCES : ENOENT;
 }
 
-/* In the forked child: default signals, a session of its own (with the terminal, if any), then
- * PROGRAM. Everything that fails is written to error_fd; its exit code is init's report. */
-static __attribute__((noreturn)) void start_command(char **argv, int error_fd)
+/* In the forked child: default signals, the command's identity (when given), a session of its
+ * own (with the terminal, if any), then PROGRAM. Everything that fails is written to error_fd;
+ * its exit code is init's report. */
+static __attribute__((noreturn)) void start_command(char **argv, const struct identity *id,
+                                                    int error_fd)
 {
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     struct start_error e = {0};
@@ -457,8 +665,17 @@ static __attribute__((noreturn)) void start_command(char **argv, int error_fd)
     /* SIG_IGN survives execve; EINVAL (SIGKILL, SIGSTOP, glibc's internal ones) is expected. */
     for (int sig = 1; sig < NSIG; sig++)
         (void)sigaction(sig, &dfl, NULL);
+    /* First, so that nothing below runs as root: with signals still blocked, and before the
+     * command's own code exists. */
+    if (id->set) {
+        int r = become_command_user(id);
+        if (r < 0) {
+            e = (struct start_error){.step = STEP_IDENTITY, .err = -r};
+            goto fail;
+        }
+    }
     if (setsid() < 0) {
-        e = (struct start_error){.step = 0, .err = errno};
+        e = (struct start_error){.step = STEP_SESSION, .err = errno};
         goto fail;
     }
     /* Job control for an interactive shell. Best effort: a terminal that is still some other
@@ -469,13 +686,11 @@ static __attribute__((noreturn)) void start_command(char **argv, int error_fd)
         (void)tcsetpgrp(STDIN_FILENO, getpid());
     sigemptyset(&none);
     (void)sigprocmask(SIG_SETMASK, &none, NULL);
-    if (argv[0][0] == '/') {
+    if (argv[0][0] == '/')
         execve(argv[0], argv, environ);
-        e = (struct start_error){.step = 1, .err = errno};
-    } else {
+    else
         exec_in_path(argv);
-        e = (struct start_error){.step = 1, .err = errno};
-    }
+    e = (struct start_error){.step = STEP_EXEC, .err = errno};
 fail:
     (void)!write(error_fd, &e, sizeof(e));
     _exit(e.err == ENOENT ? 127 : 126);
@@ -546,27 +761,38 @@ static int kill_descendants(int proc_fd, pid_t command, int *status, bool *reape
     }
 }
 
+#define RUN_USAGE "run [--uid U --gid G --helper H] ID TIMEOUT_MS /PROGRAM [ARGS...]"
+
 static int run(int argc, char **argv)
 {
     uint64_t timeout_ms;
-    if (argc < 5) {
-        say(0, "usage: run ID TIMEOUT_MS /PROGRAM [ARGS...]");
+    struct identity id;
+    char nonce[NONCE_HEX_DIGITS + 1];
+    int at = parse_identity(argc, argv, true, &id);
+    if (at < 0)
+        return EXIT_MISUSE;
+    if (argc - at < 3) {
+        say(0, "usage: " RUN_USAGE);
         return EXIT_MISUSE;
     }
-    if (!valid_id(argv[2])) {
+    if (!valid_id(argv[at])) {
         say(0, "bad ID (want " ID_PREFIX " and %d lowercase hex digits)", ID_HEX_DIGITS);
         return EXIT_MISUSE;
     }
-    if (parse_decimal(argv[3], TIMEOUT_MS_LIMIT, &timeout_ms) < 0) {
+    if (parse_decimal(argv[at + 1], TIMEOUT_MS_LIMIT, &timeout_ms) < 0) {
         say(0, "bad TIMEOUT_MS (want decimal milliseconds up to %llu, 0 = none)",
             (unsigned long long)TIMEOUT_MS_LIMIT);
         return EXIT_MISUSE;
     }
-    if (argv[4][0] == '\0' || (argv[4][0] != '/' && strchr(argv[4], '/'))) {
+    char **command_argv = argv + at + 2;
+    if (command_argv[0][0] == '\0' || (command_argv[0][0] != '/' && strchr(command_argv[0], '/'))) {
         say(0, "PROGRAM must be an absolute path or a name without '/'");
         return EXIT_MISUSE;
     }
-    char **command_argv = argv + 4;
+    if (take_nonce(nonce) < 0) {
+        say(0, "bad " NONCE_ENV " (want %d lowercase hex digits)", NONCE_HEX_DIGITS);
+        return EXIT_MISUSE;
+    }
 
     /* Every signal is taken synchronously below. An inherited SIG_IGN or SA_NOCLDWAIT on
      * SIGCHLD would make the kernel discard the statuses init is here to collect. */
@@ -583,10 +809,17 @@ static int run(int argc, char **argv)
         say(errno, "cannot become a subreaper");
         return EXIT_INTERNAL;
     }
-    /* The command runs as the same uid: a dumpable init would let it ptrace init or write
-     * its memory and forge the exit record. The child is dumpable again after its execve. */
+    /* Without identities the command runs as the same uid: a dumpable init would let it
+     * ptrace init or write its memory and forge the exit record. The child is dumpable again
+     * after its execve. */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
         say(errno, "cannot make init undumpable");
+        return EXIT_INTERNAL;
+    }
+    /* Checked before anything starts: without them the command could be left running as a uid
+     * init can no longer kill. */
+    if (id.set && have_capabilities(IDENTITY_CAPS) != 1) {
+        say(0, "--uid, --gid and --helper need CAP_SETUID, CAP_SETGID and CAP_KILL");
         return EXIT_INTERNAL;
     }
     int proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -610,23 +843,39 @@ static int run(int argc, char **argv)
     }
     if (command == 0) {
         (void)close(error_pipe[0]);
-        start_command(command_argv, error_pipe[1]);
+        start_command(command_argv, &id, error_pipe[1]);
     }
     (void)close(error_pipe[1]);
+    int status = 0;
+    bool reaped = false, timed_out = false;
+    /* At once, while the child is still becoming the command. Until init is H it is root, and
+     * root is out of the command's reach as H is. */
+    if (id.set) {
+        int r = become_helper(id.helper, UINT64_C(1) << CAP_KILL);
+        if (r < 0) {
+            say(-r, "cannot become the helper uid %lu", (unsigned long)id.helper);
+            (void)close(error_pipe[0]);
+            (void)kill_descendants(proc_fd, command, &status, &reaped, &all);
+            return EXIT_INTERNAL;
+        }
+    }
     /* EOF: the execve happened (the pipe is CLOEXEC). Anything else is why it did not. */
     struct start_error e;
     ssize_t n = ws_read_all(error_pipe[0], &e, sizeof(e));
     (void)close(error_pipe[0]);
-    if (n == (ssize_t)sizeof(e) && e.step >= 0 && e.step <= 1)
+    if (n == (ssize_t)sizeof(e) && e.step >= 0 && e.step < STEP_COUNT)
         say(e.err, "%s %s", start_steps[e.step], command_argv[0]);
+    /* The command never ran; an exit record would say it had. */
+    if (n == (ssize_t)sizeof(e) && e.step == STEP_IDENTITY) {
+        (void)kill_descendants(proc_fd, command, &status, &reaped, &all);
+        return EXIT_INTERNAL;
+    }
 
     /* Held by init, stdin would keep the server's writes blocking after the command closed
      * it, and stdout would hide its EOF. stderr stays for the exit record. */
     (void)close(STDIN_FILENO);
     (void)close(STDOUT_FILENO);
 
-    int status = 0;
-    bool reaped = false, timed_out = false;
     for (;;) {
         int r = reap(command, &status, &reaped);
         if (r < 0) {
@@ -657,7 +906,8 @@ static int run(int argc, char **argv)
     }
     int64_t oom_after = read_oom_counter();
 
-    char record[96];
+    char record[128];
+    const char *sep = nonce[0] ? ";" : "";
     int code, len;
     if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
@@ -665,11 +915,12 @@ static int run(int argc, char **argv)
          * not blamed on memory even if something else ran out of it meanwhile. */
         bool oom = sig == SIGKILL && !timed_out && oom_before >= 0 && oom_after > oom_before;
         code = 128 + sig;
-        len = snprintf(record, sizeof(record), STATUS_OPEN "signaled %d%s%s" STATUS_CLOSE, sig,
-                       WCOREDUMP(status) ? " core" : "", oom ? " oom" : "");
+        len = snprintf(record, sizeof(record), STATUS_OPEN "%s%ssignaled %d%s%s" STATUS_CLOSE,
+                       nonce, sep, sig, WCOREDUMP(status) ? " core" : "", oom ? " oom" : "");
     } else {
         code = WEXITSTATUS(status);
-        len = snprintf(record, sizeof(record), STATUS_OPEN "exited %d" STATUS_CLOSE, code);
+        len = snprintf(record, sizeof(record), STATUS_OPEN "%s%sexited %d" STATUS_CLOSE, nonce, sep,
+                       code);
     }
     /* The command may have left stderr's file description non-blocking. One write() of a few
      * bytes to a pipe or terminal is then whole; a short one is finished rather than lost. */
@@ -683,7 +934,14 @@ static int run(int argc, char **argv)
 
 /* ---- signal ---- */
 
-/* True when /proc/PID/cmdline is `...init run ID ...`. */
+/* The argument after the one at arg in a NUL-separated list ending at end, or NULL. */
+static const char *next_arg(const char *arg, const char *end)
+{
+    const char *next = arg + strlen(arg) + 1;
+    return next < end ? next : NULL;
+}
+
+/* True when /proc/PID/cmdline is `...init run [OPTION VALUE]... ID ...`. */
 static bool is_run_init(int proc_fd, pid_t pid, const char *id)
 {
     char path[32], buf[CMDLINE_SIZE_LIMIT];
@@ -691,34 +949,52 @@ static bool is_run_init(int proc_fd, pid_t pid, const char *id)
     ssize_t len = read_small(proc_fd, path, buf, sizeof(buf));
     if (len <= 0)
         return false;
-    const char *arg0 = buf, *end = buf + len;
-    const char *arg1 = arg0 + strlen(arg0) + 1;
-    if (arg1 >= end)
-        return false;
-    const char *arg2 = arg1 + strlen(arg1) + 1;
-    if (arg2 >= end)
-        return false;
+    /* The kernel's last NUL may be cut off by the bound: read_small's own ends the string. */
+    const char *end = buf + len;
+    const char *arg0 = buf, *arg = next_arg(arg0, end);
     size_t len0 = strlen(arg0);
-    return len0 >= 4 && strcmp(arg0 + len0 - 4, "init") == 0 && strcmp(arg1, "run") == 0 &&
-           strcmp(arg2, id) == 0;
+    if (len0 < 4 || strcmp(arg0 + len0 - 4, "init") != 0 || !arg || strcmp(arg, "run") != 0)
+        return false;
+    arg = next_arg(arg, end);
+    while (arg && strncmp(arg, "--", 2) == 0) {
+        arg = next_arg(arg, end);
+        arg = arg ? next_arg(arg, end) : NULL;
+    }
+    return arg && strcmp(arg, id) == 0;
 }
+
+#define SIGNAL_USAGE "signal [--helper H] ID SIGNO"
 
 static int signal_command(int argc, char **argv)
 {
     uint64_t signo;
-    if (argc != 4) {
-        say(0, "usage: signal ID SIGNO");
+    struct identity id;
+    int at = parse_identity(argc, argv, false, &id);
+    if (at < 0)
+        return EXIT_MISUSE;
+    if (argc - at != 2) {
+        say(0, "usage: " SIGNAL_USAGE);
         return EXIT_MISUSE;
     }
-    if (!valid_id(argv[2])) {
+    if (!valid_id(argv[at])) {
         say(0, "bad ID (want " ID_PREFIX " and %d lowercase hex digits)", ID_HEX_DIGITS);
         return EXIT_MISUSE;
     }
-    if (parse_decimal(argv[3], SIGNO_LIMIT, &signo) < 0 || signo == 0) {
+    if (parse_decimal(argv[at + 1], SIGNO_LIMIT, &signo) < 0 || signo == 0) {
         say(0, "bad SIGNO (want 1..%d)", SIGNO_LIMIT);
         return EXIT_MISUSE;
     }
     int sig = (int)signo;
+    const char *run_id = argv[at];
+    /* Before anything is read or signalled: the command's processes are reached with
+     * CAP_KILL, and nothing else of root's is kept. */
+    if (id.set) {
+        int r = become_helper(id.helper, UINT64_C(1) << CAP_KILL);
+        if (r < 0) {
+            say(-r, "cannot become the helper uid %lu", (unsigned long)id.helper);
+            return EXIT_INTERNAL;
+        }
+    }
     int proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (proc_fd < 0) {
         say(errno, "cannot open /proc");
@@ -735,7 +1011,7 @@ static int signal_command(int argc, char **argv)
     int found = 0;
     for (size_t i = 0; i < t.n; i++) {
         pid_t init = t.v[i].pid;
-        if (init == self || !is_run_init(proc_fd, init, argv[2]))
+        if (init == self || !is_run_init(proc_fd, init, run_id))
             continue;
         found++;
         r = signal_descendants(proc_fd, init, sig);
@@ -747,7 +1023,7 @@ static int signal_command(int argc, char **argv)
             r = signal_descendants(proc_fd, init, sig);
         }
         if (r < 0)
-            say(-r, "cannot list the processes of %s", argv[2]);
+            say(-r, "cannot list the processes of %s", run_id);
     }
     proc_table_free(&t);
     (void)close(proc_fd);
@@ -756,18 +1032,34 @@ static int signal_command(int argc, char **argv)
 
 /* ---- keepalive ---- */
 
+#define KEEPALIVE_USAGE "keepalive [--helper H]"
+
 /* The container's main process: nothing but waiting, so the container runs
  * whatever the image holds (no `sleep` needed, an empty image will do).
  * Docker's init is pid 1 above it, reaps what execs leave and passes the
- * stop signal on: HUP, INT or TERM end it at once, exit 0. */
-static int keepalive(int argc)
+ * stop signal on: HUP, INT or TERM end it at once, exit 0. With --helper it
+ * first becomes uid and gid H without any capability: a container whose
+ * user is root (so that `run` can split identities) then keeps no root
+ * process of ours between commands, and the commands cannot stop it. */
+static int keepalive(int argc, char **argv)
 {
     sigset_t stop;
+    struct identity id;
     int sig = 0;
+    int at = parse_identity(argc, argv, false, &id);
 
-    if (argc != 2) {
-        say(0, "usage: keepalive");
+    if (at < 0)
         return EXIT_MISUSE;
+    if (at != argc) {
+        say(0, "usage: " KEEPALIVE_USAGE);
+        return EXIT_MISUSE;
+    }
+    if (id.set) {
+        int r = become_helper(id.helper, 0);
+        if (r < 0) {
+            say(-r, "cannot become the helper uid %lu", (unsigned long)id.helper);
+            return EXIT_INTERNAL;
+        }
     }
     sigemptyset(&stop);
     sigaddset(&stop, SIGHUP);
@@ -787,7 +1079,7 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "signal") == 0)
         return signal_command(argc, argv);
     if (argc >= 2 && strcmp(argv[1], "keepalive") == 0)
-        return keepalive(argc);
-    say(0, "usage: run ID TIMEOUT_MS /PROGRAM [ARGS...] | signal ID SIGNO | keepalive");
+        return keepalive(argc, argv);
+    say(0, "usage: " RUN_USAGE " | " SIGNAL_USAGE " | " KEEPALIVE_USAGE);
     return EXIT_MISUSE;
 }

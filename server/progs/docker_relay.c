@@ -4,7 +4,7 @@
  * serves Docker commands exactly as it serves local ones.
  *
  *   workspaced-docker-relay --host DOCKER_HOST [--tls-verify --cert-path DIR]
- *                           --api MAJOR.MINOR [--tty] [--stdin]
+ *                           --api MAJOR.MINOR [--tty] [--stdin] [--nonce HEX]
  *                           --status-fd N EXEC_ID
  *
  * The server has created the exec (POST /containers/{id}/exec, the command
@@ -28,6 +28,15 @@
  * write lookalikes of its own at any earlier point, and those are output.
  * The relay strips the final record from the output and writes its STATUS
  * as the status line.
+ *
+ * With --nonce HEX (32 lowercase hex digits, the value the server gave the
+ * init as WSINIT_NONCE, which the command never sees) the record must be
+ * ESC "_wsinit;" HEX ";" STATUS ESC "\\" instead: a final record without
+ * the nonce, or with another one, is output like any other bytes, and the
+ * exit code then comes from inspect as when no record came. This is what
+ * holds when the command outlives or outruns the init (it stops the
+ * container, say) and ends the stream with a lookalike of its own. Without
+ * --nonce only the form without one is a record.
  *
  * Exit status: the command's (N for exited N, 128 + N for signaled N) when
  * the record came; otherwise the exec's ExitCode from GET /exec/{id}/json;
@@ -120,9 +129,11 @@
 /* Payload slices gathered for one writev. */
 #define GATHER_MAX 64
 /* Bytes of a possible exit record held back from the output. The longest
- * valid record, ESC "_wsinit;signaled 64 core oom" ESC "\\", is 31 bytes,
- * so anything longer is output. */
-#define RECORD_MAX 48
+ * valid record, ESC "_wsinit;" HEX ";signaled 64 core oom" ESC "\\", is 64
+ * bytes, so anything longer is output. */
+#define RECORD_MAX 80
+/* The nonce: lowercase hex digits, as the init takes it. */
+#define NONCE_HEX_DIGITS 32
 /* Connecting to the daemon (and the TLS handshake). */
 #define CONNECT_TIMEOUT_MS 10000L
 /* From sending the exec start to the end of the response head (or of an
@@ -143,7 +154,9 @@
  * terminals ignore, so a stray one does no harm on screen). */
 #define RECORD_OPEN  "\x1b_wsinit;"
 #define RECORD_CLOSE "\x1b\\"
-#define ESC          0x1b
+/* RECORD_OPEN, the nonce and ';', with the NUL. */
+#define RECORD_OPEN_MAX (sizeof(RECORD_OPEN) + NONCE_HEX_DIGITS + 1)
+#define ESC             0x1b
 
 /* A connection or call failure's message. */
 #define ERRBUF_MAX 256
@@ -155,6 +168,9 @@ struct options {
     bool stdin_on;
     int status_fd;
     const char *exec_id;
+    /* What a record starts with: RECORD_OPEN, then with --nonce the nonce
+     * and ';'. */
+    char record_open[RECORD_OPEN_MAX];
 };
 
 /* The hijacked connection: a plain socket we speak raw bytes over. */
@@ -236,7 +252,7 @@ static int wait_fd(int fd, short events, int timeout_ms)
 static void usage_line(void)
 {
     say("usage: " PROGRAM " --host DOCKER_HOST [--tls-verify --cert-path DIR] "
-        "--api MAJOR.MINOR [--tty] [--stdin] --status-fd N EXEC_ID");
+        "--api MAJOR.MINOR [--tty] [--stdin] [--nonce HEX] --status-fd N EXEC_ID");
 }
 
 /* A file descriptor number in decimal, nothing else. */
@@ -262,10 +278,31 @@ static bool fd_open(int fd)
     return fcntl(fd, F_GETFD) >= 0;
 }
 
+/* Exactly NONCE_HEX_DIGITS lowercase hex digits. */
+static bool nonce_valid(const char *s)
+{
+    size_t i;
+
+    for (i = 0; i < NONCE_HEX_DIGITS; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return s[i] == '\0';
+}
+
 /* Fills ret_opts from argv, or says what is wrong and returns -EINVAL. */
 static int parse_args(int argc, char **argv, struct options *ret_opts)
 {
-    enum { OPT_HOST = 1, OPT_TLS, OPT_CERT, OPT_API, OPT_TTY, OPT_STDIN, OPT_STATUS, OPT_N };
+    enum {
+        OPT_HOST = 1,
+        OPT_TLS,
+        OPT_CERT,
+        OPT_API,
+        OPT_TTY,
+        OPT_STDIN,
+        OPT_STATUS,
+        OPT_NONCE,
+        OPT_N
+    };
     static const struct option longopts[] = {
         {"host", required_argument, NULL, OPT_HOST},
         {"tls-verify", no_argument, NULL, OPT_TLS},
@@ -274,10 +311,11 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
         {"tty", no_argument, NULL, OPT_TTY},
         {"stdin", no_argument, NULL, OPT_STDIN},
         {"status-fd", required_argument, NULL, OPT_STATUS},
+        {"nonce", required_argument, NULL, OPT_NONCE},
         {NULL, 0, NULL, 0},
     };
     struct options o = {.status_fd = -1};
-    const char *host = NULL, *cert_path = NULL, *api = NULL, *status = NULL;
+    const char *host = NULL, *cert_path = NULL, *api = NULL, *status = NULL, *nonce = NULL;
     unsigned seen[OPT_N] = {0};
     int c, r;
 
@@ -312,6 +350,9 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
             break;
         case OPT_STATUS:
             status = optarg;
+            break;
+        case OPT_NONCE:
+            nonce = optarg;
             break;
         }
     }
@@ -353,6 +394,12 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
         say("--status-fd %d is not open", o.status_fd);
         return -EINVAL;
     }
+    if (nonce && !nonce_valid(nonce)) {
+        say("--nonce wants %d lowercase hex digits", NONCE_HEX_DIGITS);
+        return -EINVAL;
+    }
+    snprintf(o.record_open, sizeof(o.record_open), "%s%s%s", RECORD_OPEN, nonce ? nonce : "",
+             nonce ? ";" : "");
     *ret_opts = o;
     return 0;
 }
@@ -817,18 +864,20 @@ static enum record match_lit(struct cursor *c, const char *s)
     return m == l ? RECORD_FULL : RECORD_PREFIX;
 }
 
-/* Classifies s[0, n) against ESC "_wsinit;" STATUS ESC "\\" where STATUS
- * is "exited N" (0..255) or "signaled N" (1..64), decimal without leading
- * zeros, then optionally " core", then optionally " oom". Strict, so that
- * the record the relay acts on is exactly the one the init can write. */
-static enum record record_match(const uint8_t *s, size_t n)
+/* Classifies s[0, n) against OPEN STATUS ESC "\\" where OPEN is
+ * ESC "_wsinit;", or with a nonce ESC "_wsinit;" HEX ";" (the relay's
+ * record_open), and STATUS is "exited N" (0..255) or "signaled N" (1..64),
+ * decimal without leading zeros, then optionally " core", then optionally
+ * " oom". Strict, so that the record the relay acts on is exactly the one
+ * the init can write. */
+static enum record record_match(const char *open, const uint8_t *s, size_t n)
 {
     struct cursor c = {s, n};
     unsigned v = 0, digits = 0, min, max;
     bool core = false, oom = false;
     enum record m;
 
-    if ((m = match_lit(&c, RECORD_OPEN)) != RECORD_FULL)
+    if ((m = match_lit(&c, open)) != RECORD_FULL)
         return m;
     if ((m = match_lit(&c, "exited ")) == RECORD_FULL) {
         min = 0;
@@ -964,7 +1013,7 @@ static void hold_feed(struct relay *r, const uint8_t *data, size_t len)
         win[i] = at < r->held_len ? r->held[at] : data[at - r->held_len];
     }
     for (size_t i = 0; i < wlen; i++) {
-        if (win[i] == ESC && record_match(win + i, wlen - i) != RECORD_NO) {
+        if (win[i] == ESC && record_match(r->opt.record_open, win + i, wlen - i) != RECORD_NO) {
             keep = wlen - i;
             break;
         }
@@ -1251,7 +1300,7 @@ static int inspect_exit(struct relay *r)
 /* After the stream's end: the status line and the exit code. */
 static int finish(struct relay *r)
 {
-    const size_t open_len = sizeof(RECORD_OPEN) - 1, close_len = sizeof(RECORD_CLOSE) - 1;
+    const size_t open_len = strlen(r->opt.record_open), close_len = sizeof(RECORD_CLOSE) - 1;
     char line[RECORD_MAX];
     const char *p;
     size_t len;
@@ -1263,7 +1312,7 @@ static int finish(struct relay *r)
         say("the daemon's stream ended inside a frame");
         return EXIT_FAILED;
     }
-    if (record_match(r->held, r->held_len) != RECORD_FULL) {
+    if (record_match(r->opt.record_open, r->held, r->held_len) != RECORD_FULL) {
         /* A partial record at the end is output like any other bytes. */
         out_write(r, r->watched == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO, r->held,
                   r->held_len);

@@ -154,7 +154,17 @@ void ExpectHardened(json_t *root, const ws_docker_container_spec &s)
     json_t *hc = json_object_get(root, "HostConfig");
     ASSERT_TRUE(json_is_object(hc));
     EXPECT_EQ(Strings(json_object_get(hc, "CapDrop")), std::vector<std::string>{"ALL"});
-    EXPECT_EQ(json_object_get(hc, "CapAdd"), nullptr);
+    std::vector<std::string> cap_add;
+    for (size_t i = 0; s.cap_add && s.cap_add[i]; i++)
+        cap_add.push_back(s.cap_add[i]);
+    if (cap_add.empty())
+        EXPECT_EQ(json_object_get(hc, "CapAdd"), nullptr);
+    else
+        EXPECT_EQ(Strings(json_object_get(hc, "CapAdd")), cap_add);
+    if (s.runtime && s.runtime[0])
+        EXPECT_EQ(Str(hc, "Runtime"), s.runtime);
+    else
+        EXPECT_EQ(json_object_get(hc, "Runtime"), nullptr);
     EXPECT_EQ(json_object_get(hc, "Privileged"), nullptr);
     EXPECT_EQ(Strings(json_object_get(hc, "SecurityOpt")),
               std::vector<std::string>{"no-new-privileges"});
@@ -166,7 +176,7 @@ void ExpectHardened(json_t *root, const ws_docker_container_spec &s)
     json_t *tmpfs = json_object_get(hc, "Tmpfs");
     ASSERT_TRUE(json_is_object(tmpfs));
     EXPECT_EQ(Keys(tmpfs), std::set<std::string>{"/tmp"});
-    std::string u = s.user;
+    std::string u = s.tmp_user && s.tmp_user[0] ? s.tmp_user : s.user;
     std::string expect_tmp =
         "rw,exec,nosuid,nodev,size=" +
         std::to_string(s.tmp_bytes ? s.tmp_bytes : WS_DOCKER_TMP_BYTES_DEFAULT) +
@@ -209,6 +219,10 @@ void ExpectHardened(json_t *root, const ws_docker_container_spec &s)
     }
     if (s.nano_cpus)
         host_keys.insert("NanoCpus");
+    if (!cap_add.empty())
+        host_keys.insert("CapAdd");
+    if (s.runtime && s.runtime[0])
+        host_keys.insert("Runtime");
     EXPECT_EQ(Keys(hc), host_keys);
 
     EXPECT_EQ(Keys(root), kTopKeys);
@@ -339,6 +353,113 @@ TEST(DockerCreate, LimitsAtTheirBoundsAreAccepted)
     Json k(Create(s));
     ASSERT_NE(k.j, nullptr);
     ExpectHardened(k.j, s);
+}
+
+// The container of a workspace whose commands run as their own uid: root
+// in the container only so that the init can split identities, KILL,
+// SETGID and SETUID given back for that, /tmp owned by the command's uid,
+// and a runtime named.
+const char *const kInitCaps[] = {"KILL", "SETGID", "SETUID", nullptr};
+
+ws_docker_container_spec SplitSpec()
+{
+    auto s = Spec();
+    s.user = "0:0";
+    s.tmp_user = "524288:524288";
+    s.cap_add = kInitCaps;
+    s.runtime = "runsc";
+    return s;
+}
+
+TEST(DockerCreate, CapAddRuntimeAndTmpOwner)
+{
+    auto s = SplitSpec();
+    Json j(Create(s));
+    ASSERT_NE(j.j, nullptr);
+    ExpectHardened(j.j, s);
+    json_t *hc = json_object_get(j.j, "HostConfig");
+    EXPECT_EQ(Strings(json_object_get(hc, "CapAdd")),
+              (std::vector<std::string>{"KILL", "SETGID", "SETUID"}));
+    EXPECT_EQ(Str(hc, "Runtime"), "runsc");
+    EXPECT_EQ(Str(j.j, "User"), "0:0");
+    EXPECT_EQ(Str(json_object_get(hc, "Tmpfs"), "/tmp"),
+              "rw,exec,nosuid,nodev,size=67108864,mode=1777,uid=524288,gid=524288");
+    EXPECT_EQ(Strings(json_object_get(hc, "SecurityOpt")),
+              std::vector<std::string>{"no-new-privileges"});
+
+    // Empty lists and names are the same as none: no member at all.
+    const char *none[] = {nullptr};
+    s.cap_add = none;
+    s.runtime = "";
+    s.tmp_user = "";
+    Json k(Create(s));
+    ASSERT_NE(k.j, nullptr);
+    ExpectHardened(k.j, s);
+    hc = json_object_get(k.j, "HostConfig");
+    EXPECT_EQ(json_object_get(hc, "CapAdd"), nullptr);
+    EXPECT_EQ(json_object_get(hc, "Runtime"), nullptr);
+    EXPECT_EQ(Str(json_object_get(hc, "Tmpfs"), "/tmp"),
+              "rw,exec,nosuid,nodev,size=67108864,mode=1777,uid=0,gid=0");
+}
+
+TEST(DockerCreate, BadCapAddRuntimeAndTmpOwnerAreRefused)
+{
+    static const char *const all[] = {"ALL", nullptr};
+    static const char *const prefixed[] = {"CAP_KILL", nullptr};
+    static const char *const lower[] = {"kill", nullptr};
+    static const char *const twice[] = {"KILL", "SETUID", "KILL", nullptr};
+    static const char *const empty_name[] = {"", nullptr};
+    static const char *const digit_first[] = {"1KILL", nullptr};
+    static const char *const hostile[] = {"KILL\",\"SYS_ADMIN", nullptr};
+    static const char *const spaced[] = {"KILL ", nullptr};
+    static const std::string long_name(WS_DOCKER_CAP_NAME_MAX, 'K');
+    static const char *const too_long[] = {long_name.c_str(), nullptr};
+    static const char *const too_many[] = {"A", "B", "C", "D", "E", "F", "G", "H", "I", nullptr};
+    static const std::string long_runtime(WS_DOCKER_RUNTIME_MAX, 'r');
+    std::vector<std::function<void(ws_docker_container_spec &)>> bad = {
+        [](auto &s) { s.cap_add = all; },
+        [](auto &s) { s.cap_add = prefixed; },
+        [](auto &s) { s.cap_add = lower; },
+        [](auto &s) { s.cap_add = twice; },
+        [](auto &s) { s.cap_add = empty_name; },
+        [](auto &s) { s.cap_add = digit_first; },
+        [](auto &s) { s.cap_add = hostile; },
+        [](auto &s) { s.cap_add = spaced; },
+        [](auto &s) { s.cap_add = too_long; },
+        [](auto &s) { s.cap_add = too_many; },
+        [](auto &s) { s.runtime = "run sc"; },
+        [](auto &s) { s.runtime = "../runc"; },
+        [](auto &s) { s.runtime = "-runc"; },
+        [](auto &s) { s.runtime = "runc\""; },
+        [](auto &s) { s.runtime = long_runtime.c_str(); },
+        [](auto &s) { s.tmp_user = "root"; },
+        [](auto &s) { s.tmp_user = "1000"; },
+        [](auto &s) { s.tmp_user = "4294967295:0"; },
+    };
+    for (size_t i = 0; i < bad.size(); i++) {
+        auto s = SplitSpec();
+        bad[i](s);
+        EXPECT_EQ(CreateErr(s), -EINVAL) << "case " << i;
+    }
+    // At the bounds: eight names, the longest name and runtime, dots and
+    // dashes in a runtime.
+    static const char *const eight[] = {"A", "B", "C", "D", "E", "F", "G", "H", nullptr};
+    static const std::string longest_name(WS_DOCKER_CAP_NAME_MAX - 1, 'K');
+    static const char *const longest[] = {longest_name.c_str(), nullptr};
+    static const std::string longest_runtime(WS_DOCKER_RUNTIME_MAX - 1, 'r');
+    for (auto f : std::vector<std::function<void(ws_docker_container_spec &)>>{
+             [](auto &s) { s.cap_add = eight; },
+             [](auto &s) { s.cap_add = longest; },
+             [](auto &s) { s.runtime = longest_runtime.c_str(); },
+             [](auto &s) { s.runtime = "io.containerd.runc.v2"; },
+             [](auto &s) { s.runtime = "my_runtime-2"; },
+         }) {
+        auto s = SplitSpec();
+        f(s);
+        Json j(Create(s));
+        ASSERT_NE(j.j, nullptr);
+        ExpectHardened(j.j, s);
+    }
 }
 
 // Values that try to end their string and open members of their own.
@@ -492,6 +613,25 @@ TEST(DockerExec, Body)
     EXPECT_EQ(Str(j.j, "User"), "1000:100");
     EXPECT_TRUE(True(j.j, "Tty"));
     EXPECT_TRUE(True(j.j, "AttachStdin"));
+}
+
+// The init is exec'd as root in a container whose commands are not.
+TEST(DockerExec, TheInitRunsAsRoot)
+{
+    const char *argv[] = {
+        "/.workspaced-init",  "run", "--uid", "524288", "--gid", "524288", "--helper", "524287",
+        "p_0123456789abcdef", "0",   "true",  nullptr};
+    const char *envp[] = {"WSINIT_NONCE=0123456789abcdef0123456789abcdef", nullptr};
+    ws_docker_exec_spec s{};
+    s.argv = argv;
+    s.envp = envp;
+    s.user = "0:0";
+    Json j(Exec(s));
+    ASSERT_NE(j.j, nullptr);
+    ExpectExecShape(j.j, true);
+    EXPECT_EQ(Str(j.j, "User"), "0:0");
+    EXPECT_EQ(Strings(json_object_get(j.j, "Env")),
+              std::vector<std::string>{"WSINIT_NONCE=0123456789abcdef0123456789abcdef"});
 }
 
 TEST(DockerExec, Defaults)
@@ -973,6 +1113,40 @@ TEST(DockerUser, ValidAndFormat)
     EXPECT_STREQ(small, "ZZZ");
 }
 
+// What a client may name, a command may run as, or may own /tmp: valid and
+// neither id 0.
+TEST(DockerUser, UnprivilegedRefusesUidOrGidZero)
+{
+    for (const char *ok : {"1:1", "1000:1000", "4294967294:4294967294", "007:007", "1:100"})
+        EXPECT_TRUE(ws_docker_user_unprivileged(ok)) << ok;
+    for (const char *bad : {"0:0", "0:1000", "1000:0", "00:1", "1:000", "", "root:root", "-1:1",
+                            "4294967295:1", "1:1 "})
+        EXPECT_FALSE(ws_docker_user_unprivileged(bad)) << bad;
+    EXPECT_FALSE(ws_docker_user_unprivileged(nullptr));
+}
+
+TEST(DockerUser, Parse)
+{
+    uid_t uid = 77;
+    gid_t gid = 77;
+    ASSERT_EQ(ws_docker_user_parse("524288:524289", &uid, &gid), 0);
+    EXPECT_EQ(uid, 524288u);
+    EXPECT_EQ(gid, 524289u);
+    ASSERT_EQ(ws_docker_user_parse("0:0", &uid, &gid), 0);
+    EXPECT_EQ(uid, 0u);
+    EXPECT_EQ(gid, 0u);
+    ASSERT_EQ(ws_docker_user_parse("4294967294:007", &uid, &gid), 0);
+    EXPECT_EQ(uid, 4294967294u);
+    EXPECT_EQ(gid, 7u);
+    uid = 77;
+    gid = 77;
+    for (const char *bad : {"", ":", "1:", ":1", "1", "1:2:3", "4294967295:1", "1:-1", "a:b"})
+        EXPECT_EQ(ws_docker_user_parse(bad, &uid, &gid), -EINVAL) << bad;
+    EXPECT_EQ(ws_docker_user_parse(nullptr, &uid, &gid), -EINVAL);
+    EXPECT_EQ(uid, 77u) << "written on failure";
+    EXPECT_EQ(gid, 77u) << "written on failure";
+}
+
 // --- versions -----------------------------------------------------------------
 
 TEST(DockerVersion, ParseAndOrder)
@@ -1199,6 +1373,7 @@ TEST(DockerHardening, ReadBackFromInspect)
     EXPECT_EQ(h.n_other_mounts, 0u);
     EXPECT_STREQ(h.server_id, "srv1");
     EXPECT_STREQ(h.workspace_id, kWsId);
+    EXPECT_STREQ(h.runtime, "runc");
 
     auto s = InspectSpec();
     EXPECT_EQ(ws_docker_hardening_mismatch(&h, &s), nullptr);
@@ -1331,6 +1506,108 @@ TEST(DockerHardening, AcceptedEquivalentForms)
     EXPECT_EQ(h.n_cap_add, 0u);
 }
 
+// The container of SplitSpec as Docker 20.10 reads it back (the names as
+// given, the runtime named).
+std::string SplitInspect(json_t *cap_add, const char *runtime = "runsc")
+{
+    Json doc(Load(kInspect));
+    json_t *hc = json_object_get(doc.j, "HostConfig");
+    json_object_set_new(hc, "CapAdd", cap_add);
+    json_object_set_new(hc, "Runtime", json_string(runtime));
+    json_object_set_new(json_object_get(hc, "Tmpfs"), "/tmp",
+                        json_string("rw,exec,nosuid,nodev,size=67108864,mode=1777,uid=524288,"
+                                    "gid=524288"));
+    json_object_set_new(json_object_get(doc.j, "Config"), "User", json_string("0:0"));
+    return Dump(doc.j);
+}
+
+ws_docker_container_spec SplitInspectSpec()
+{
+    auto s = InspectSpec();
+    s.user = "0:0";
+    s.tmp_user = "524288:524288";
+    s.cap_add = kInitCaps;
+    s.runtime = "runsc";
+    return s;
+}
+
+TEST(DockerHardening, CapAddAndRuntimeReadBack)
+{
+    auto h = Hardening(SplitInspect(json_pack("[sss]", "KILL", "SETGID", "SETUID")));
+    EXPECT_EQ(h.n_cap_add, 3u);
+    EXPECT_STREQ(h.cap_add[0], "KILL");
+    EXPECT_STREQ(h.cap_add[1], "SETGID");
+    EXPECT_STREQ(h.cap_add[2], "SETUID");
+    EXPECT_STREQ(h.runtime, "runsc");
+    auto s = SplitInspectSpec();
+    EXPECT_EQ(ws_docker_hardening_mismatch(&h, &s), nullptr);
+
+    // The same set in another order or as newer daemons normalize it.
+    for (json_t *same : {json_pack("[sss]", "SETUID", "KILL", "SETGID"),
+                         json_pack("[sss]", "CAP_KILL", "CAP_SETGID", "CAP_SETUID"),
+                         json_pack("[sss]", "kill", "Cap_SetGid", "setuid")}) {
+        std::string doc = SplitInspect(same);
+        auto k = Hardening(doc);
+        EXPECT_EQ(ws_docker_hardening_mismatch(&k, &s), nullptr) << doc;
+    }
+    // A spec without a runtime takes whatever the daemon chose.
+    s.runtime = nullptr;
+    EXPECT_EQ(ws_docker_hardening_mismatch(&h, &s), nullptr);
+    s.runtime = "";
+    EXPECT_EQ(ws_docker_hardening_mismatch(&h, &s), nullptr);
+}
+
+TEST(DockerHardening, AnyOtherCapAddOrRuntimeIsNamed)
+{
+    auto s = SplitInspectSpec();
+    struct {
+        std::string doc;
+        const char *field;
+    } cases[] = {
+        {SplitInspect(json_null()), "HostConfig.CapAdd"},
+        {SplitInspect(json_array()), "HostConfig.CapAdd"},
+        {SplitInspect(json_pack("[ss]", "KILL", "SETUID")), "HostConfig.CapAdd"},
+        {SplitInspect(json_pack("[ssss]", "KILL", "SETGID", "SETUID", "SYS_ADMIN")),
+         "HostConfig.CapAdd"},
+        {SplitInspect(json_pack("[sss]", "KILL", "SETGID", "SYS_ADMIN")), "HostConfig.CapAdd"},
+        {SplitInspect(json_pack("[sss]", "KILL", "KILL", "SETUID")), "HostConfig.CapAdd"},
+        {SplitInspect(json_pack("[sss]", "KILL", "SETGID", "ALL")), "HostConfig.CapAdd"},
+        {SplitInspect(json_pack("[sss]", "KILL", "SETGID", "CAP_CAP_SETUID")), "HostConfig.CapAdd"},
+        {SplitInspect(json_pack("[sss]", "KILL", "SETGID", "SETUID"), "runc"),
+         "HostConfig.Runtime"},
+        {SplitInspect(json_pack("[sss]", "KILL", "SETGID", "SETUID"), ""), "HostConfig.Runtime"},
+        {SplitInspect(json_pack("[sss]", "KILL", "SETGID", "SETUID"), "RUNSC"),
+         "HostConfig.Runtime"},
+    };
+    for (auto &c : cases) {
+        auto h = Hardening(c.doc);
+        const char *m = ws_docker_hardening_mismatch(&h, &s);
+        ASSERT_NE(m, nullptr) << c.doc;
+        EXPECT_STREQ(m, c.field) << c.doc;
+    }
+    // Nine entries: more than are kept, and more than asked for.
+    std::string nine = SplitInspect(
+        json_pack("[sssssssss]", "KILL", "SETGID", "SETUID", "A", "B", "C", "D", "E", "F"));
+    auto h = Hardening(nine);
+    EXPECT_EQ(h.n_cap_add, 9u);
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&h, &s), "HostConfig.CapAdd");
+    // The spec without capabilities: the three read back are a weakening.
+    h = Hardening(SplitInspect(json_pack("[sss]", "KILL", "SETGID", "SETUID")));
+    s.cap_add = nullptr;
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&h, &s), "HostConfig.CapAdd");
+    // The tmpfs owner is compared too.
+    s = SplitInspectSpec();
+    s.tmp_user = "524288:524289";
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&h, &s), "HostConfig.Tmpfs");
+    s.tmp_user = nullptr; // then /tmp would be root's, which it is not
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&h, &s), "HostConfig.Tmpfs");
+    s = SplitInspectSpec();
+    s.cap_add = kInitCaps;
+    static const char *const bad[] = {"ALL", nullptr};
+    s.cap_add = bad;
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&h, &s), "spec");
+}
+
 TEST(DockerHardening, MalformedDocumentsAreRefused)
 {
     struct {
@@ -1343,6 +1620,10 @@ TEST(DockerHardening, MalformedDocumentsAreRefused)
         {{"HostConfig", "CapDrop"}, json_string("ALL")},
         {{"HostConfig", "CapDrop"}, json_pack("[i]", 1)},
         {{"HostConfig", "CapAdd"}, json_pack("[n]")},
+        {{"HostConfig", "CapAdd"},
+         json_pack("[s]", std::string(WS_DOCKER_CAP_NAME_MAX, 'K').c_str())},
+        {{"HostConfig", "Runtime"}, json_integer(1)},
+        {{"HostConfig", "Runtime"}, json_string(std::string(WS_DOCKER_RUNTIME_MAX, 'r').c_str())},
         {{"HostConfig", "SecurityOpt"}, json_pack("[b]", 1)},
         {{"HostConfig", "Privileged"}, json_string("false")},
         {{"HostConfig", "ReadonlyRootfs"}, json_integer(1)},

@@ -5,9 +5,11 @@
 // the exit code, the output or /proc as seen from here.
 #include <elf.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -32,6 +34,7 @@ namespace
 using Clock = std::chrono::steady_clock;
 
 const char kInitRunfile[] = "server/progs/workspaced-docker-init";
+const char kProbeRunfile[] = "tests/unit/docker_init/init-probe";
 // Long enough for any noisy machine; a test only waits this long when the
 // feature under test is broken (something was left running).
 const int kFinishWaitMs = 60000;
@@ -39,6 +42,12 @@ const int kFinishWaitMs = 60000;
 std::string Record(const std::string &status)
 {
     return "\x1b_wsinit;" + status + "\x1b\\";
+}
+
+// The record of an init that was given a nonce.
+std::string NonceRecord(const std::string &nonce, const std::string &status)
+{
+    return Record(nonce + ";" + status);
 }
 
 bool EndsWith(const std::string &s, const std::string &suffix)
@@ -200,8 +209,12 @@ class Init
         CloseFds();
     }
 
-    // Starts `init ARGS...` with stdin on /dev/null and no core dumps.
-    bool Start(const std::vector<std::string> &args)
+    // Starts `init ARGS...` with stdin on /dev/null and no core dumps,
+    // `env` ("NAME=value") added to the environment, and the capabilities
+    // in `drop` taken out of the bounding set first (so that init, started
+    // as root, lacks them).
+    bool Start(const std::vector<std::string> &args, const std::vector<std::string> &env = {},
+               const std::vector<int> &drop = {})
     {
         int out[2], err[2];
         if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
@@ -222,6 +235,12 @@ class Init
             if (null < 0 || dup2(null, 0) < 0 || dup2(out[1], 1) < 0 || dup2(err[1], 2) < 0)
                 _exit(120);
             (void)setrlimit(RLIMIT_CORE, &no_core);
+            for (const auto &e : env)
+                if (putenv(const_cast<char *>(e.c_str())) != 0)
+                    _exit(122);
+            for (int cap : drop)
+                if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0)
+                    _exit(123);
             execv(argv[0], argv.data());
             _exit(121);
         }
@@ -322,10 +341,11 @@ class Init
     Clock::time_point t0_;
 };
 
-Result RunInit(const std::vector<std::string> &args)
+Result RunInit(const std::vector<std::string> &args, const std::vector<std::string> &env = {},
+               const std::vector<int> &drop = {})
 {
     Init init;
-    if (!init.Start(args))
+    if (!init.Start(args, env, drop))
         return Result{};
     return init.Finish();
 }
@@ -867,6 +887,347 @@ TEST(DockerInitTest, KeepaliveWaitsUntilTermAndExitsZero)
     EXPECT_EQ(r.err, "");
     Result misuse = RunInit({"keepalive", "extra"});
     EXPECT_EQ(ExitCode(misuse), 127);
+}
+
+// ---- the nonce ----
+
+const char kNonce[] = "0123456789abcdef0123456789abcdef";
+const char kOtherNonce[] = "fedcba9876543210fedcba9876543210";
+
+std::string NonceEnv(const std::string &nonce = kNonce)
+{
+    return "WSINIT_NONCE=" + nonce;
+}
+
+// Shell code that writes a record to stderr in one write, as init does.
+std::string ShRecord(const std::string &body)
+{
+    return "printf '\\033_wsinit;" + body + "\\033\\\\' >&2";
+}
+
+// Given a nonce, init writes it into its record, and the command never sees
+// it: its lookalikes, with no nonce or a guessed one, are output before the
+// real record.
+TEST(DockerInitTest, TheNonceIsInTheRecordAndNotInTheCommandsEnvironment)
+{
+    Result r = RunInit(Shell(NewId(), ShRecord("exited 0") + "; " +
+                                          ShRecord(std::string(kOtherNonce) + ";exited 0") +
+                                          "; echo \"[${WSINIT_NONCE-unset}]\"; env | "
+                                          "grep -c " +
+                                          kNonce + "; exit 3"),
+                       {NonceEnv()});
+    EXPECT_EQ(ExitCode(r), 3);
+    EXPECT_EQ(r.out, "[unset]\n0\n");
+    EXPECT_EQ(r.err, Record("exited 0") + NonceRecord(kOtherNonce, "exited 0") +
+                         NonceRecord(kNonce, "exited 3"));
+}
+
+TEST(DockerInitTest, TheNonceIsInEveryKindOfRecord)
+{
+    Result r = RunInit(Shell(NewId(), "kill -USR1 $$"), {NonceEnv()});
+    EXPECT_EQ(ExitCode(r), 128 + SIGUSR1);
+    EXPECT_EQ(r.err, NonceRecord(kNonce, "signaled " + std::to_string(SIGUSR1)));
+    r = RunInit({"run", NewId(), "0", "/nonexistent/workspaced-program"}, {NonceEnv()});
+    EXPECT_EQ(ExitCode(r), 127);
+    EXPECT_TRUE(EndsWith(r.err, NonceRecord(kNonce, "exited 127"))) << r.err;
+}
+
+// /proc/PID/environ shows the memory the environment started in, whatever
+// unsetenv() does: init overwrites the value there too.
+TEST(DockerInitTest, TheNonceIsScrubbedFromInitsOwnEnviron)
+{
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root: init is not dumpable, so only root reads its environ";
+    Init init;
+    ASSERT_TRUE(init.Start(Shell(NewId(), "echo ready; exec " + Sleep(1101)), {NonceEnv()}));
+    ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
+    std::ifstream f("/proc/" + std::to_string(init.pid()) + "/environ", std::ios::binary);
+    std::string environ((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    EXPECT_NE(environ.find("WSINIT_NONCE="), std::string::npos) << "read the wrong environ?";
+    EXPECT_EQ(environ.find(kNonce), std::string::npos);
+    ASSERT_EQ(kill(init.pid(), SIGTERM), 0);
+    Result r = init.Finish();
+    EXPECT_TRUE(EndsWith(r.err, NonceRecord(kNonce, "signaled 15"))) << r.err;
+}
+
+TEST(DockerInitTest, AMalformedNonceIsMisuse)
+{
+    for (const std::string &bad : std::vector<std::string>{
+             "", "0123456789abcdef", std::string(kNonce) + "0", "0123456789ABCDEF0123456789abcdef",
+             "0123456789abcdef;123456789abcdef", "0123456789abcdeg0123456789abcdef"}) {
+        Result r = RunInit(Shell(NewId(), "echo ran"), {NonceEnv(bad)});
+        EXPECT_EQ(ExitCode(r), 127) << bad;
+        EXPECT_EQ(r.out, "") << bad;
+        EXPECT_EQ(r.err.find("workspaced-docker-init: bad WSINIT_NONCE"), 0u) << r.err;
+        EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 0u) << r.err;
+    }
+}
+
+// ---- identities: the command as U:G, init as H with CAP_KILL alone ----
+
+const uid_t kUid = 61701;
+const gid_t kGid = 61702;
+const uid_t kHelper = 61703;
+
+std::vector<std::string> Ids()
+{
+    return {"--uid",    std::to_string(kUid),   "--gid", std::to_string(kGid),
+            "--helper", std::to_string(kHelper)};
+}
+
+// `init run --uid --gid --helper ID 0 ARGV...`.
+std::vector<std::string> RunAs(const std::string &id, const std::vector<std::string> &argv)
+{
+    std::vector<std::string> a = {"run"};
+    for (const auto &x : Ids())
+        a.push_back(x);
+    a.push_back(id);
+    a.push_back("0");
+    a.insert(a.end(), argv.begin(), argv.end());
+    return a;
+}
+
+// A line of a /proc/PID/status text, its value's fields joined by single
+// spaces ("Uid:\t1\t1\t1\t1" gives "1 1 1 1"); "" when absent.
+std::string StatusValue(const std::string &status, const std::string &key)
+{
+    std::istringstream in(status);
+    for (std::string line; std::getline(in, line);) {
+        if (line.compare(0, key.size() + 1, key + ":") != 0)
+            continue;
+        std::istringstream fields(line.substr(key.size() + 1));
+        std::string out;
+        for (std::string f; fields >> f;)
+            out += (out.empty() ? "" : " ") + f;
+        return out;
+    }
+    return "";
+}
+
+std::string ProcStatus(pid_t pid)
+{
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
+
+std::string Four(unsigned long v)
+{
+    std::string s = std::to_string(v);
+    return s + " " + s + " " + s + " " + s;
+}
+
+// CAP_KILL alone, as /proc/PID/status prints a capability set.
+const char kCapKillOnly[] = "0000000000000020";
+const char kNoCaps[] = "0000000000000000";
+
+// Root, and a copy of the probe in a directory of /tmp the test's uids can
+// walk: the build tree is under a 0700 home.
+class DockerInitIdentityTest : public ::testing::Test
+{
+  protected:
+    void SetUp() override
+    {
+        if (geteuid() != 0)
+            GTEST_SKIP() << "needs root: init takes other uids only when started as root (the "
+                            "Docker provider execs it as 0:0); running as uid "
+                         << geteuid();
+        (void)InitPath();
+        char tmpl[] = "/tmp/ws-docker-init-XXXXXX";
+        ASSERT_NE(mkdtemp(tmpl), nullptr);
+        dir_ = tmpl;
+        ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
+        probe_ = dir_ + "/init-probe";
+        std::ifstream in(kProbeRunfile, std::ios::binary);
+        std::ofstream out(probe_, std::ios::binary);
+        out << in.rdbuf();
+        out.close();
+        ASSERT_TRUE(in.good() && out.good()) << "cannot copy " << kProbeRunfile;
+        ASSERT_EQ(chmod(probe_.c_str(), 0755), 0);
+    }
+    void TearDown() override
+    {
+        if (!probe_.empty())
+            unlink(probe_.c_str());
+        if (!dir_.empty())
+            rmdir(dir_.c_str());
+    }
+
+    std::string dir_, probe_;
+};
+
+// The command's child drops to U:G with no capability and no way back; init
+// becomes H with CAP_KILL alone, and still forwards signals to the command
+// (another uid: CAP_KILL is what lets it).
+TEST_F(DockerInitIdentityTest, TheCommandRunsAsUAndInitAsHWithCapKillAlone)
+{
+    Init init;
+    ASSERT_TRUE(init.Start(RunAs(NewId(), {"/bin/sh", "-c",
+                                           "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapAmb|"
+                                           "NoNewPrivs):' /proc/self/status; exec " +
+                                               probe_ + " wait-signal"})));
+    std::vector<std::string> lines = init.ReadLines(9);
+    ASSERT_EQ(lines.size(), 9u);
+    ASSERT_EQ(lines[8], "ready");
+    std::string child;
+    for (const auto &l : lines)
+        child += l + "\n";
+    EXPECT_EQ(StatusValue(child, "Uid"), Four(kUid));
+    EXPECT_EQ(StatusValue(child, "Gid"), Four(kGid));
+    EXPECT_EQ(StatusValue(child, "Groups"), std::to_string(kGid));
+    for (const char *set : {"CapInh", "CapPrm", "CapEff", "CapAmb"})
+        EXPECT_EQ(StatusValue(child, set), kNoCaps) << set;
+    EXPECT_EQ(StatusValue(child, "NoNewPrivs"), "1");
+
+    // Init drops right after the fork, concurrently with the child's exec.
+    std::string st = ProcStatus(init.pid());
+    auto t0 = Clock::now();
+    while (StatusValue(st, "Uid") != Four(kHelper) && ElapsedMs(t0) < kFinishWaitMs) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        st = ProcStatus(init.pid());
+    }
+    EXPECT_EQ(StatusValue(st, "Uid"), Four(kHelper));
+    EXPECT_EQ(StatusValue(st, "Gid"), Four(kHelper));
+    EXPECT_EQ(StatusValue(st, "Groups"), std::to_string(kHelper));
+    EXPECT_EQ(StatusValue(st, "CapEff"), kCapKillOnly);
+    EXPECT_EQ(StatusValue(st, "CapPrm"), kCapKillOnly);
+    EXPECT_EQ(StatusValue(st, "CapInh"), kNoCaps);
+    EXPECT_EQ(StatusValue(st, "CapAmb"), kNoCaps);
+
+    ASSERT_EQ(kill(init.pid(), SIGUSR1), 0);
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 0) << r.err;
+    EXPECT_EQ(r.out, child + "signal " + std::to_string(SIGUSR1) + " from uid " +
+                         std::to_string(kHelper) + "\n");
+    EXPECT_EQ(r.err, Record("exited 0"));
+}
+
+// The attack of a command on its init: once init is H, a kill, a ptrace and
+// its /proc files are all refused, and the command cannot become root
+// either. Init lives on to write the real record.
+TEST_F(DockerInitIdentityTest, TheCommandCanNeitherKillNorTraceNorReadInit)
+{
+    Result r = RunInit(RunAs(NewId(), {probe_, "attack"}));
+    EXPECT_EQ(r.out, "parent uid " + std::to_string(kHelper) +
+                         "\nkill EPERM\nptrace EPERM\nenviron EACCES\nmem EACCES\nsetuid EPERM\n");
+    EXPECT_EQ(ExitCode(r), 0) << r.err;
+    EXPECT_EQ(r.err, Record("exited 0"));
+}
+
+// What the issue saw work: the command kills init, forges `exited 0` and
+// leaves a setsid() escapee behind. As another uid, with the nonce, none of
+// it takes: the forgery is output, the real record follows, and the escapee
+// dies with the command.
+TEST_F(DockerInitIdentityTest, ForgeAndEscapeFails)
+{
+    Result r = RunInit(RunAs(NewId(), {"/bin/sh", "-c",
+                                       "kill -9 $PPID; " + ShRecord("exited 0") +
+                                           "; e=$( (setsid sh -c 'echo $$; exec " + Sleep(1102) +
+                                           " </dev/null >/dev/null 2>&1' &) ); echo $e; exit 3"}),
+                       {NonceEnv()});
+    EXPECT_EQ(ExitCode(r), 3) << r.err;
+    EXPECT_NE(r.err.find("kill: Operation not permitted"), std::string::npos) << r.err;
+    EXPECT_TRUE(EndsWith(r.err, Record("exited 0") + NonceRecord(kNonce, "exited 3"))) << r.err;
+    pid_t escapee = ToPid(r.out);
+    ASSERT_GT(escapee, 0) << r.out;
+    EXPECT_TRUE(Gone(escapee, Sleep(1102)));
+}
+
+// `signal --helper H` takes H and CAP_KILL before it signals: the command
+// sees the signal come from uid H.
+TEST_F(DockerInitIdentityTest, SignalModeDropsToTheHelperAndStillReachesTheCommand)
+{
+    const std::string id = NewId();
+    Init init;
+    ASSERT_TRUE(init.Start(RunAs(id, {probe_, "wait-signal"})));
+    ASSERT_EQ(init.ReadLines(1), std::vector<std::string>{"ready"});
+    Result s = RunInit({"signal", "--helper", std::to_string(kHelper), id, "15"});
+    EXPECT_EQ(ExitCode(s), 0) << s.err;
+    EXPECT_EQ(s.out + s.err, "");
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 0) << r.err;
+    EXPECT_EQ(r.out, "ready\nsignal 15 from uid " + std::to_string(kHelper) + "\n");
+    EXPECT_EQ(r.err, Record("exited 0"));
+}
+
+// Without every capability the split needs, init refuses before anything
+// runs, rather than leave a command it could not kill.
+TEST_F(DockerInitIdentityTest, WithoutTheCapabilitiesNothingStarts)
+{
+    for (int cap : {CAP_SETUID, CAP_SETGID, CAP_KILL}) {
+        Result r = RunInit(RunAs(NewId(), {"/bin/sh", "-c", "echo ran"}), {}, {cap});
+        EXPECT_EQ(ExitCode(r), 125) << cap;
+        EXPECT_EQ(r.out, "") << cap;
+        EXPECT_NE(r.err.find("need CAP_SETUID, CAP_SETGID and CAP_KILL"), std::string::npos)
+            << r.err;
+        EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 0u) << r.err;
+    }
+}
+
+TEST_F(DockerInitIdentityTest, KeepaliveWithAHelperHasNoCapabilityAndStillStopsOnTerm)
+{
+    Init init;
+    ASSERT_TRUE(init.Start({"keepalive", "--helper", std::to_string(kHelper)}));
+    auto t0 = Clock::now();
+    while (!InSigwait(init.pid()) && ElapsedMs(t0) < kFinishWaitMs)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(InSigwait(init.pid()));
+    std::string st = ProcStatus(init.pid());
+    EXPECT_EQ(StatusValue(st, "Uid"), Four(kHelper));
+    EXPECT_EQ(StatusValue(st, "Gid"), Four(kHelper));
+    for (const char *set : {"CapInh", "CapPrm", "CapEff", "CapAmb"})
+        EXPECT_EQ(StatusValue(st, set), kNoCaps) << set;
+    ASSERT_EQ(kill(init.pid(), SIGTERM), 0);
+    Result r = init.Finish();
+    EXPECT_EQ(ExitCode(r), 0);
+    EXPECT_EQ(r.out + r.err, "");
+}
+
+// Misuse of the options: each is refused with a message, before anything
+// runs, as root or not.
+TEST(DockerInitTest, BadIdentityOptionsAreMisuse)
+{
+    const std::string id = NewId();
+    const std::vector<std::string> sh = {id, "0", "/bin/sh", "-c", "echo ran"};
+    auto run = [&](std::vector<std::string> opts) {
+        std::vector<std::string> a = {"run"};
+        a.insert(a.end(), opts.begin(), opts.end());
+        a.insert(a.end(), sh.begin(), sh.end());
+        return a;
+    };
+    const std::vector<std::vector<std::string>> cases = {
+        run({"--uid", "0", "--gid", "2", "--helper", "3"}),
+        run({"--uid", "1", "--gid", "0", "--helper", "3"}),
+        run({"--uid", "1", "--gid", "2", "--helper", "0"}),
+        run({"--uid", "1", "--gid", "2", "--helper", "1"}),
+        run({"--uid", "1"}),
+        run({"--uid", "1", "--gid", "2"}),
+        run({"--helper", "3"}),
+        run({"--uid", "1", "--uid", "1", "--gid", "2", "--helper", "3"}),
+        run({"--uid", "-1", "--gid", "2", "--helper", "3"}),
+        run({"--uid", "4294967295", "--gid", "2", "--helper", "3"}),
+        run({"--uid", "1x", "--gid", "2", "--helper", "3"}),
+        run({"--uid", "", "--gid", "2", "--helper", "3"}),
+        run({"--user", "1", "--gid", "2", "--helper", "3"}),
+        {"run", "--uid", "1", "--gid", "2", "--helper"},
+        {"run", "--uid", "1", "--gid", "2", "--helper", "3", id, "0"},
+        {"signal", "--uid", "1", id, "15"},
+        {"signal", "--helper", "0", id, "15"},
+        {"signal", "--helper", "x", id, "15"},
+        {"signal", "--helper", "3", id},
+        {"keepalive", "--helper", "0"},
+        {"keepalive", "--uid", "1"},
+        {"keepalive", "--helper"},
+    };
+    for (const auto &c : cases) {
+        std::string what;
+        for (const auto &a : c)
+            what += a + " ";
+        Result r = RunInit(c);
+        EXPECT_EQ(ExitCode(r), 127) << what;
+        EXPECT_EQ(r.out, "") << what;
+        EXPECT_EQ(r.err.find("workspaced-docker-init: "), 0u) << what << ": " << r.err;
+        EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 0u) << what << ": " << r.err;
+    }
 }
 
 } // namespace

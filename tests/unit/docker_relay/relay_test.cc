@@ -43,6 +43,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 const char *g_relay; // the binary, from argv[1]
+const char *g_init;  // the in-container init, from argv[2]
 
 const char kDockerSock[] = "/var/run/docker.sock";
 const char kImage[] = "workspaced-test:busybox";
@@ -56,6 +57,15 @@ std::string Record(const std::string &status)
 {
     return "\x1b_wsinit;" + status + "\x1b\\";
 }
+
+// The record as the init writes it when it was given a nonce.
+std::string NonceRecord(const std::string &nonce, const std::string &status)
+{
+    return Record(nonce + ";" + status);
+}
+
+const char kNonce[] = "0123456789abcdef0123456789abcdef";
+const char kOtherNonce[] = "fedcba9876543210fedcba9876543210";
 
 // Shell code that writes the record to stderr in one write, as the init does.
 std::string ShRecord(const std::string &status)
@@ -402,8 +412,8 @@ class RealDaemon : public ::testing::Test
         ASSERT_EQ(200, img.status)
             << kImage << " is missing; build it with: bash tests/fixtures/image/build.sh";
         std::string name = "workspaced-relaytest-" + RandomHex(8);
-        json_t *doc = json_pack("{s:s, s:[ss], s:{s:s}}", "Image", kImage, "Entrypoint", "sleep",
-                                "infinity", "HostConfig", "NetworkMode", "none");
+        json_t *doc = ContainerDoc();
+        ASSERT_NE(nullptr, doc);
         char *s = json_dumps(doc, JSON_COMPACT);
         Resp c = Docker("POST", V("/containers/create?name=" + name), s);
         free(s);
@@ -420,6 +430,12 @@ class RealDaemon : public ::testing::Test
             Resp r = Docker("DELETE", V("/containers/" + container_ + "?force=true"));
             EXPECT_EQ(204, r.status) << r.body;
         }
+    }
+    // The body of the container's create.
+    virtual json_t *ContainerDoc()
+    {
+        return json_pack("{s:s, s:[ss], s:{s:s}}", "Image", kImage, "Entrypoint", "sleep",
+                         "infinity", "HostConfig", "NetworkMode", "none");
     }
     std::string V(const std::string &path)
     {
@@ -698,6 +714,109 @@ TEST_F(RealDaemon, ARefusedExecExits125WithTheDaemonsMessage)
     EXPECT_EQ("", res.status);
 }
 
+// The init and the relay together, in a container as the Docker provider
+// hardens it for commands of their own uid: user root only so that the
+// init, exec'd as 0:0, gets back KILL, SETGID and SETUID (Docker gives an
+// exec those only when the container's user is root and no-new-privileges
+// is set) and splits into the command's uid and its own; the keepalive runs
+// as the helper uid with nothing.
+class HardenedDaemon : public RealDaemon
+{
+  protected:
+    json_t *ContainerDoc() override
+    {
+        char real[PATH_MAX];
+        if (!realpath(g_init, real))
+            return nullptr;
+        return json_pack("{s:s, s:s, s:[ssss], s:{s:s, s:[s], s:[sss], s:[s], s:b, s:[{s:s, s:s, "
+                         "s:s, s:b}]}}",
+                         "Image", kImage, "User", "0:0", "Entrypoint", kInitTarget, "keepalive",
+                         "--helper", kHelper, "HostConfig", "NetworkMode", "none", "CapDrop", "ALL",
+                         "CapAdd", "KILL", "SETGID", "SETUID", "SecurityOpt", "no-new-privileges",
+                         "Init", 1, "Mounts", "Type", "bind", "Source", real, "Target", kInitTarget,
+                         "ReadOnly", 1);
+    }
+    // An exec of the init running `sh -c script` as kUser, given kNonce.
+    std::string InitExec(const std::string &script)
+    {
+        json_t *doc = json_pack("{s:[sssssssssssss], s:[s], s:s, s:b, s:b, s:b, s:b, s:s}", "Cmd",
+                                kInitTarget, "run", "--uid", kUser, "--gid", kUser, "--helper",
+                                kHelper, "p_0123456789abcdef", "0", "sh", "-c", script.c_str(),
+                                "Env", (std::string("WSINIT_NONCE=") + kNonce).c_str(), "User",
+                                "0:0", "AttachStdout", 1, "AttachStderr", 1, "AttachStdin", 0,
+                                "Tty", 0, "WorkingDir", "/");
+        char *s = json_dumps(doc, JSON_COMPACT);
+        Resp r = Docker("POST", V("/containers/" + container_ + "/exec"), s);
+        free(s);
+        json_decref(doc);
+        EXPECT_EQ(201, r.status) << r.body;
+        return JsonString(r.body, "Id");
+    }
+    // The container's processes as "UID ARGS" rows, through the daemon
+    // (which runs ps on the host and wants its PID column).
+    std::vector<std::string> Top()
+    {
+        Resp r = Docker("GET", V("/containers/" + container_ + "/top?ps_args=-o%20pid,uid,args"));
+        EXPECT_EQ(200, r.status) << r.body;
+        std::vector<std::string> rows;
+        json_t *doc = json_loads(r.body.c_str(), 0, nullptr);
+        size_t i;
+        json_t *row;
+        json_array_foreach(json_object_get(doc, "Processes"), i, row)
+        {
+            std::string line;
+            size_t j;
+            json_t *col;
+            json_array_foreach(row, j, col)
+            {
+                if (j > 0)
+                    line += (j > 1 ? " " : "") + std::string(json_string_value(col));
+            }
+            rows.push_back(line);
+        }
+        json_decref(doc);
+        return rows;
+    }
+
+    static constexpr const char *kInitTarget = "/.workspaced-init";
+    static constexpr const char *kUser = "1000";
+    static constexpr const char *kHelper = "999";
+};
+
+// The command of uid 1000 tries what the issue saw work: kill its init,
+// forge `exited 0` as the last bytes, leave a double-fork escapee (the
+// image has no setsid). The kill is refused, the forgery is output, the real
+// record (with the nonce it never saw) is the status, and nothing of the
+// command is left in the container.
+TEST_F(HardenedDaemon, ForgeAndEscapeFailsThroughTheRealInitAndDaemon)
+{
+    std::string id =
+        InitExec("echo \"[${WSINIT_NONCE-unset}] $(id -u)\"; kill -9 $PPID; " +
+                 ShRecord("exited 0") + "; (sleep 600 </dev/null >/dev/null 2>&1 &); exit 3");
+    Relay r;
+    r.Start(Args(id, {"--nonce", kNonce}));
+    Result res = r.Finish();
+    EXPECT_EQ(3, res.code) << res.err;
+    EXPECT_EQ("exited 3\n", res.status);
+    EXPECT_EQ("[unset] 1000\n", res.out);
+    EXPECT_NE(std::string::npos, res.err.find("Operation not permitted")) << res.err;
+    EXPECT_TRUE(res.err.size() >= Record("exited 0").size() &&
+                res.err.compare(res.err.size() - Record("exited 0").size(), std::string::npos,
+                                Record("exited 0")) == 0)
+        << res.err;
+    // The init killed the escapee before it wrote its record: only Docker's
+    // init (root) and the keepalive (the helper uid) are left.
+    std::vector<std::string> top = Top();
+    EXPECT_EQ(2u, top.size());
+    for (const auto &row : top)
+        EXPECT_EQ(std::string::npos, row.find("sleep")) << row;
+    bool keepalive = false;
+    for (const auto &row : top)
+        keepalive |=
+            row == std::string(kHelper) + " " + kInitTarget + " keepalive --helper " + kHelper;
+    EXPECT_TRUE(keepalive) << "no keepalive as uid " << kHelper;
+}
+
 // --- Usage ---------------------------------------------------------------------
 
 struct UsageCase {
@@ -760,6 +879,29 @@ TEST(Usage, BadCommandLinesExit127WithAMessageAndStartNothing)
          {}},
         {"tty without a terminal",
          {"--host", host, "--api", "1.41", "--tty", "--status-fd", "3", kExecId},
+         {}},
+        {"empty nonce",
+         {"--host", host, "--api", "1.41", "--nonce", "", "--status-fd", "3", kExecId},
+         {}},
+        {"short nonce",
+         {"--host", host, "--api", "1.41", "--nonce", std::string(kNonce).substr(1), "--status-fd",
+          "3", kExecId},
+         {}},
+        {"long nonce",
+         {"--host", host, "--api", "1.41", "--nonce", std::string(kNonce) + "0", "--status-fd", "3",
+          kExecId},
+         {}},
+        {"upper-case nonce",
+         {"--host", host, "--api", "1.41", "--nonce", "0123456789ABCDEF0123456789abcdef",
+          "--status-fd", "3", kExecId},
+         {}},
+        {"nonce with a separator",
+         {"--host", host, "--api", "1.41", "--nonce", "0123456789abcdef;123456789abcdef",
+          "--status-fd", "3", kExecId},
+         {}},
+        {"nonce twice",
+         {"--host", host, "--api", "1.41", "--nonce", kNonce, "--nonce", kNonce, "--status-fd", "3",
+          kExecId},
          {}},
     };
     for (const auto &c : cases) {
@@ -1137,6 +1279,92 @@ TEST(Fake, OnlyTheFinalRecordIsTaken)
     }
 }
 
+// With --nonce, the record is only the final one that carries it: one
+// without a nonce (what a command that cannot know it writes), or with
+// another, is output, and the code then comes from inspect.
+TEST(Fake, WithANonceOnlyTheFinalRecordCarryingItIsTaken)
+{
+    const struct {
+        const char *name;
+        std::string before, last;
+        int code;
+        std::string status; // "" when `last` must be output
+    } cases[] = {
+        {"nonce", "x", NonceRecord(kNonce, "exited 3"), 3, "exited 3\n"},
+        {"longest", "", NonceRecord(kNonce, "signaled 64 core oom"), 192, "signaled 64 core oom\n"},
+        {"forged before the real one", Record("exited 0") + NonceRecord(kOtherNonce, "exited 0"),
+         NonceRecord(kNonce, "signaled 9"), 137, "signaled 9\n"},
+        {"no nonce", "x", Record("exited 0"), 4, ""},
+        {"another nonce", "x", NonceRecord(kOtherNonce, "exited 0"), 4, ""},
+        {"upper-case nonce", "", NonceRecord("0123456789ABCDEF0123456789abcdef", "exited 0"), 4,
+         ""},
+        {"nonce without its ';'", "", Record(std::string(kNonce) + "exited 0"), 4, ""},
+        {"nonce and junk", "", NonceRecord(kNonce, "exited 0") + "x", 4, ""},
+        {"nonce, bad status", "", NonceRecord(kNonce, "exited 256"), 4, ""},
+        {"nonce twice", "", NonceRecord(std::string(kNonce) + ";" + kNonce, "exited 0"), 4, ""},
+    };
+    for (const auto &c : cases) {
+        // Whole, and in one-byte frames: the held-back suffix must carry a
+        // record (or its refusal) across any split.
+        for (bool bytewise : {false, true}) {
+            std::string tail = c.before + c.last, stream;
+            if (bytewise) {
+                for (char ch : tail)
+                    stream += Frame(2, std::string(1, ch));
+            } else {
+                stream = Frame(2, tail);
+            }
+            FakeDaemon d(Answer(FakeDaemon::Upgrade() + stream));
+            d.Inspect({kExited4});
+            Relay r;
+            r.Start(FakeArgs(d, {"--nonce", kNonce}));
+            Result res = r.Finish();
+            std::string what = std::string(c.name) + (bytewise ? " (bytewise)" : "");
+            EXPECT_EQ(c.code, res.code) << what << ": " << res.err;
+            EXPECT_EQ(c.status, res.status) << what;
+            if (c.status.empty()) {
+                EXPECT_EQ(0u, res.err.find(tail + "workspaced-docker-relay: no exit record"))
+                    << what << ": " << res.err;
+            } else {
+                EXPECT_EQ(c.before, res.err) << what;
+            }
+        }
+    }
+}
+
+// Without --nonce the record keeps its old form only: one with a nonce is
+// output.
+TEST(Fake, WithoutANonceARecordCarryingOneIsOutput)
+{
+    FakeDaemon d(Answer(FakeDaemon::Upgrade() + Frame(2, NonceRecord(kNonce, "exited 0"))));
+    d.Inspect({kExited4});
+    Relay r;
+    r.Start(FakeArgs(d));
+    Result res = r.Finish();
+    EXPECT_EQ(4, res.code) << res.err;
+    EXPECT_EQ("", res.status);
+    EXPECT_EQ(0u, res.err.find(NonceRecord(kNonce, "exited 0") +
+                               "workspaced-docker-relay: no exit record"))
+        << res.err;
+}
+
+TEST(Fake, InTtyModeTheNonceRecordIsOnTheOneStream)
+{
+    int master = -1, slave = -1;
+    ASSERT_EQ(0, openpty(&master, &slave, nullptr, nullptr, nullptr));
+    std::string before = Record("exited 1") + NonceRecord(kOtherNonce, "exited 1");
+    FakeDaemon d(Answer(FakeDaemon::Upgrade() + before + NonceRecord(kNonce, "signaled 2")));
+    Relay r;
+    r.Start(FakeArgs(d, {"--tty", "--nonce", kNonce}), Spawn{.tty_slave = slave});
+    close(slave);
+    r.ReadFrom(master);
+    Result res = r.Finish();
+    close(master);
+    EXPECT_EQ(130, res.code);
+    EXPECT_EQ(before, res.out);
+    EXPECT_EQ("signaled 2\n", res.status);
+}
+
 TEST(Fake, SteadySmallFramesLeaveInFewLargeWrites)
 {
     // The daemon's usual pattern under a busy command: a 4 KiB frame every
@@ -1400,11 +1628,14 @@ TEST(Fake, InTtyModeTheRecordIsOnTheOneStream)
 int main(int argc, char **argv)
 {
     ::testing::InitGoogleTest(&argc, argv);
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PATH-TO-workspaced-docker-relay\n", argv[0]);
+    if (argc != 3) {
+        fprintf(stderr,
+                "usage: %s PATH-TO-workspaced-docker-relay PATH-TO-workspaced-docker-init\n",
+                argv[0]);
         return 2;
     }
     g_relay = argv[1];
+    g_init = argv[2];
     // A relay that dies leaves its stdin pipe without a reader.
     signal(SIGPIPE, SIG_IGN);
     curl_global_init(CURL_GLOBAL_DEFAULT);

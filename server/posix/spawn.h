@@ -7,6 +7,19 @@
  * pidfd is opened right after the spawn; since only this module reaps the
  * child, its pid cannot be recycled while the struct ws_child lives.
  *
+ * posix_spawn can neither change the child's identity nor its limits, so
+ * when opts->run_as asks for anything (see struct ws_run_as) the child is
+ * made by this module instead: clone3(CLONE_VM | CLONE_VFORK | CLONE_PIDFD
+ * [| CLONE_INTO_CGROUP]) on a private stack, a child that makes raw system
+ * calls only (glibc's setresuid/setgroups would signal every thread of the
+ * server through the shared memory), the same file setup as below, and an
+ * exec failure reported back the same way. The pidfd comes from the clone
+ * itself. x86_64 only: elsewhere such a request fails with -ENOSYS.
+ * The credential change of that child marks the shared address space
+ * non-dumpable for a moment (the kernel applies fs.suid_dumpable to the mm
+ * of a task whose uid changes); the server's own setting is put back once
+ * no such spawn is in flight, so nothing else in the server may change it.
+ *
  * What the child gets:
  *   - its own session and process group (POSIX_SPAWN_SETSID): pgid == sid
  *     == pid, so the whole tree is signalled with kill(-pid, sig);
@@ -19,13 +32,15 @@
  *   - exactly opts->envp as its environment, nothing inherited;
  *   - opts->cwd_fd as its working directory (fchdir);
  *   - the server's umask, inherited unchanged: the server sets 077 at start,
- *     so files a command creates are private to the server's user unless
- *     the command widens them itself;
+ *     so files a command creates are private to the user it runs as (the
+ *     server's, or opts->run_as's) unless the command widens them itself;
  *   - stdin: /dev/null, or a pipe (WS_SPAWN_STDIN_PIPE); stdout and stderr:
  *     two separate pipes, or
  *   - with opts->pty, a pseudo-terminal instead: the slave, opened by name
  *     after setsid() and without O_NOCTTY, becomes the controlling terminal
- *     and fds 0, 1 and 2; stdin_mode is ignored (input goes to the master).
+ *     and fds 0, 1 and 2; stdin_mode is ignored (input goes to the master);
+ *     with run_as.set the slave is given to run_as.uid, as login does, so
+ *     the command can open its terminal by name.
  * The parent's ends (pipes, PTY master) are O_CLOEXEC | O_NONBLOCK and owned
  * by the struct ws_child: callers may read, write and poll them but must
  * not close them (except through ws_child_close_stdin).
@@ -53,6 +68,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 
 /* Largest grace period ws_child_kill_tree() waits between SIGTERM and
@@ -74,10 +90,63 @@
 #define WS_SPAWN_KEEP_FDS_MAX 72
 /* Buffer for the PTY slave's path (/dev/pts/N). */
 #define WS_SPAWN_PTY_NAME_MAX 64
+/* Most resource limits one spawn sets (a local command: processes, file
+ * size, address space, and one to spare). */
+#define WS_SPAWN_RLIMITS_MAX 4
 
 enum ws_spawn_stdin {
     WS_SPAWN_STDIN_NULL = 0, /* /dev/null: a read gets EOF at once */
     WS_SPAWN_STDIN_PIPE,     /* a pipe; the parent writes ws_child_stdin_fd() */
+};
+
+/* One resource limit for the child: soft and hard both become `value`, so
+ * the command cannot raise it back (an unprivileged process may lower its
+ * hard limit but never raise it). */
+struct ws_rlimit {
+    int resource; /* RLIMIT_NPROC, RLIMIT_FSIZE, RLIMIT_AS... */
+    rlim_t value; /* RLIM_INFINITY allowed */
+};
+
+/* Who the child becomes and what bounds it, applied in the child before the
+ * exec. Each part is asked separately (zero-initialised: nothing asked, and
+ * ws_spawn keeps to posix_spawn); anything asked needs the privileges to do
+ * it (CAP_SETUID/CAP_SETGID for the identity, CAP_SYS_RESOURCE to raise a
+ * hard limit or lower oom_score_adj), else ws_spawn fails with the child's
+ * -EPERM. */
+struct ws_run_as {
+    /* Switch identity: the child's real, effective and saved uid become
+     * `uid`, its gids `gid`, its supplementary groups exactly {gid}, so
+     * it keeps none of the server's group memberships. Its capabilities
+     * (effective, permitted, inheritable, ambient) are cleared and
+     * no_new_privs is set, so neither the command nor anything it execs
+     * (set-user-ID or file-capability programs included) regains the
+     * server's privileges. Neither id may be 0 (the child would stay root)
+     * nor -1 (setresuid's "unchanged"): -EINVAL. */
+    bool set;
+    uid_t uid;
+    gid_t gid;
+    /* Limits that hold for the command and everything it starts, set
+     * before the identity switch (raising a hard limit needs the server's
+     * privileges). RLIMIT_NPROC counts the processes of the child's real
+     * uid, so with a uid of its own it caps exactly that uid's processes.
+     * At most WS_SPAWN_RLIMITS_MAX; a resource out of range is -EINVAL. */
+    struct ws_rlimit rlimits[WS_SPAWN_RLIMITS_MAX];
+    size_t n_rlimits;
+    /* Write oom_score_adj (-1000..1000, else -EINVAL) for the child, so
+     * that under memory pressure the kernel kills commands before the
+     * server; the server's own value is left as it is. Without set_oom
+     * the child inherits the server's value. */
+    bool set_oom;
+    int oom_score_adj;
+    /* Start the child in the cgroup v2 directory `cgroup_fd` (an
+     * O_DIRECTORY fd, borrowed) through CLONE_INTO_CGROUP, so it is
+     * inside its caps from its first instruction and no cgroup.procs
+     * write (and its wait for an RCU grace period) is needed. Off unless
+     * into_cgroup; then cgroup_fd < 0 is -EBADF, and what the kernel
+     * refuses (not a v2 cgroup, a cgroup with controllers in its
+     * subtree_control: EBUSY...) is ws_spawn's error. */
+    bool into_cgroup;
+    int cgroup_fd;
 };
 
 struct ws_spawn_opts {
@@ -103,6 +172,8 @@ struct ws_spawn_opts {
      * seccomp program and status pipes); at most WS_SPAWN_KEEP_FDS_MAX. */
     const int *keep_fds;
     size_t n_keep_fds;
+    /* Identity and limits of the child; all off when zero-initialised. */
+    struct ws_run_as run_as;
 };
 
 struct ws_child;
@@ -123,13 +194,20 @@ struct ws_child_exit {
 /* Starts opts->argv. Returns 0 and a new child in *ret (free with
  * ws_child_free), or:
  *   -EINVAL  NULL opts/argv/envp, empty argv, argv[0] not absolute, a PTY
- *            dimension over WS_SPAWN_PTY_DIM_MAX, unknown stdin_mode;
+ *            dimension over WS_SPAWN_PTY_DIM_MAX, unknown stdin_mode, a bad
+ *            run_as field (see struct ws_run_as);
  *   -EBADF   cwd_fd < 0 (or not open: reported by the child's fchdir);
  *   -ENOENT, -EACCES, -ENOEXEC, -ENOTDIR... the exec (or fchdir) failed in
  *            the child; the failed child is already reaped and every fd
  *            this call opened is closed again;
- *   -EMFILE, -ENOMEM, -EAGAIN... resource exhaustion;
- *   -ENOSYS  no pidfd_open (Linux < 5.3); the child is killed and reaped. */
+ *   -EPERM   a run_as step the server lacks the privilege for (same: the
+ *            child is reaped);
+ *   -EMFILE, -ENOMEM, -EAGAIN... resource exhaustion (-EAGAIN also from
+ *            an exec over run_as's RLIMIT_NPROC);
+ *   -ENOSYS  no pidfd_open (Linux < 5.3; the child is killed and reaped),
+ *            or run_as asked for anything where clone3 is not available
+ *            (not x86_64, Linux < 5.3; close_range needs 5.9 and
+ *            CLONE_INTO_CGROUP 5.7). */
 int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret);
 
 /* The leader's pid, which is also the session id and process group id. */

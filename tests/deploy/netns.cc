@@ -256,15 +256,25 @@ void Network::StartGuardian()
     pid_t pid = fork();
     if (pid < 0)
         throw std::runtime_error("fork");
+    pid_t parent = getpid();
     if (pid == 0) {
         // Survives the test's own SIGTERM/SIGINT (a timeout) to clean up
-        // after it; the test's end closes the pipe.
+        // after it. The test's end writes one byte: the test removed its
+        // namespaces itself. End of file while the test still runs is not
+        // its end (a stray close of a reused fd number in the test would
+        // otherwise take the namespaces from under it): wait for the
+        // test to die, then clean up.
         signal(SIGTERM, SIG_IGN);
         signal(SIGINT, SIG_IGN);
         close(p[1]);
         char c;
-        while (read(p[0], &c, 1) < 0 && errno == EINTR)
+        ssize_t n;
+        while ((n = read(p[0], &c, 1)) < 0 && errno == EINTR)
             ;
+        if (n == 1)
+            _exit(0);
+        while (getppid() == parent)
+            usleep(100 * 1000);
         for (auto it = all.rbegin(); it != all.rend(); ++it) {
             struct stat st;
             if (stat((std::string(kNetnsDir) + "/" + *it).c_str(), &st) == 0)
@@ -280,6 +290,8 @@ void Network::StartGuardian()
 void Network::DismissGuardian()
 {
     if (guardian_fd_ >= 0) {
+        char done = 'd';
+        (void)!write(guardian_fd_, &done, 1);
         close(guardian_fd_);
         guardian_fd_ = -1;
     }

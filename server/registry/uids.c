@@ -321,6 +321,10 @@ static int kill_round(uid_t uid)
         if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, uid, uid, uid) < 0 ||
             syscall(SYS_setresuid, uid, uid, uid) < 0)
             _exit(1);
+        /* kill(-1) as anyone else (root above all) would end far more
+         * than the uid's processes: make sure the switch took. */
+        if (syscall(SYS_getuid) != uid || syscall(SYS_geteuid) != uid)
+            _exit(1);
         kill(-1, SIGKILL);
         _exit(0);
     }
@@ -335,7 +339,8 @@ int ws_uids_kill_all(uid_t uid)
     int64_t deadline = ws_mono_ms() + 2000;
     int r;
 
-    if (uid == 0)
+    /* Neither root nor (uid_t)-1, which setresuid reads as "unchanged". */
+    if (uid == 0 || uid == (uid_t)-1)
         return -EINVAL;
     for (;;) {
         r = kill_round(uid);

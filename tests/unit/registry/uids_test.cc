@@ -219,6 +219,7 @@ TEST(Uids, KillAllEndsEveryProcessOfTheUidAndNoOther)
     ASSERT_EQ(waitpid(b, &status, 0), b);
     EXPECT_FALSE(ws_uids_has_processes(bystander));
     EXPECT_EQ(ws_uids_kill_all(0), -EINVAL);
+    EXPECT_EQ(ws_uids_kill_all((uid_t)-1), -EINVAL);
 }
 
 } // namespace

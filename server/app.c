@@ -18,6 +18,7 @@
 
 #include "server/audit/audit.h"
 #include "server/base/io.h"
+#include "server/base/macros.h"
 #include "server/exec/exec.h"
 #include "server/metrics/http.h"
 #include "server/metrics/metrics.h"
@@ -27,6 +28,7 @@
 #include "server/rpc/call.h"
 #include "server/rpc/log.h"
 #include "server/rpc/services/services.h"
+#include "server/work/pool.h"
 
 struct ws_app {
     struct ws_registry *reg;
@@ -35,6 +37,9 @@ struct ws_app {
     struct ws_providers *providers;
     struct ws_audit *audit;
     struct ws_exec *exec;
+    /* Where the services' slow work runs (freed right after the RPC
+     * server, see app.h). */
+    struct ws_pool *pool;
     struct ws_services *svc;
     struct ws_rpc_server *server;
     struct ws_metrics_http *metrics;
@@ -138,13 +143,27 @@ static int claim_unix_socket(const char *listen)
 
 _Static_assert(WS_POLICY_TENANT_MAX == WS_RPC_TENANT_MAX, "one tenant name length");
 
+/* What the registry tells the operator: why it refused to start, or a
+ * warning. */
+static void registry_says(void *ud, bool error, const char *message)
+{
+    (void)ud;
+    ws_log_msg(WS_RPC_LOG_ERROR, error ? "server.start_failed" : "registry.warning", "%s", message);
+}
+
 /* [peers]: the tenant of a caller on the unix socket by its uid, from the
  * policy set in force (swapped whole on SIGHUP, so a reload applies to the
  * next call). */
 static bool peer_tenant_of(void *ud, uint32_t uid, char *ret)
 {
-    struct ws_policy_set *set = ws_registry_policy(ud);
-    bool found = ws_policy_peer_tenant(set, (uid_t)uid, ret);
+    struct ws_policy_set *set;
+    bool found;
+
+    /* A workspace's uid (its commands) is never anyone's peer. */
+    if (ws_registry_uid_in_range(ud, (uid_t)uid))
+        return false;
+    set = ws_registry_policy(ud);
+    found = ws_policy_peer_tenant(set, (uid_t)uid, ret);
 
     ws_policy_set_unref(set);
     return found;
@@ -188,6 +207,54 @@ static void command_finished(void *ud, const char *workspace_id, struct ws_proc 
         ws_services_exec_audit(app->svc, workspace_id, p, r);
 }
 
+/* The pool's two lanes from the configuration: the FS lane's threads
+ * compete with the RPC threads for the CPU, so they run at a lower
+ * priority; the DAEMON lane's mostly wait on a socket, and spawn commands,
+ * which inherit a thread's priority: theirs stays the server's. */
+static int start_pool(struct ws_app *app, const struct ws_app_config *cfg)
+{
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned fs = cfg->work.fs_threads >= 0    ? (unsigned)cfg->work.fs_threads
+                  : ncpu < 1                   ? 1
+                  : ncpu > WS_POOL_THREADS_MAX ? WS_POOL_THREADS_MAX
+                                               : (unsigned)ncpu;
+    unsigned daemon =
+        cfg->work.daemon_threads >= 0 ? (unsigned)cfg->work.daemon_threads : WS_APP_DAEMON_THREADS;
+    /* Authenticated callers are tenants each; the others share the
+     * default tenant (and the [peers] names), which then gets whole
+     * lanes, as it had all the RPC threads before. */
+    bool tenants = cfg->rpc.tokens_file || cfg->rpc.tls_client_ca;
+    unsigned running = cfg->work.tenant_running;
+    unsigned queued = cfg->work.tenant_queued
+                          ? cfg->work.tenant_queued
+                          : (tenants ? WS_POOL_DEFAULT_TENANT_QUEUED : WS_APP_SHARED_TENANT_QUEUED);
+    struct ws_pool_lane_config lanes[] = {
+        {
+            .name = WS_SERVICES_LANE_FS_NAME,
+            .threads = fs,
+            .per_tenant_running = running   ? running
+                                  : tenants ? WS_APP_FS_TENANT_RUNNING(fs)
+                                            : fs,
+            .per_tenant_queued = queued,
+            .nice = WS_APP_FS_NICE,
+        },
+        {
+            .name = WS_SERVICES_LANE_DAEMON_NAME,
+            .threads = daemon,
+            .per_tenant_running = running   ? running
+                                  : tenants ? WS_APP_DAEMON_TENANT_RUNNING
+                                            : daemon,
+            .per_tenant_queued = queued,
+        },
+    };
+    int err = ws_pool_new(lanes, WS_ELEMENTSOF(lanes), &app->pool);
+
+    if (err < 0)
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start the worker pool: %s",
+                   strerror(-err));
+    return err;
+}
+
 /* The providers' runtimes, the audit log, the exec layer and the services
  * over them: together, what a failure calls the exec layer. What was made
  * stays in app for ws_app_free. */
@@ -221,6 +288,10 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
         .sandbox_dir = sandbox_dir,
         .server_id = server_id,
         .docker_default_image = cfg->docker_default_image,
+        /* The first uid of the range no workspace ever gets. */
+        .helper_uid = ws_registry_helper_uid(app->reg) != (uid_t)-1
+                          ? ws_registry_helper_uid(app->reg)
+                          : WS_UIDS_DEFAULT_FIRST,
     };
     err = ws_providers_new(&pc, &app->providers);
     if (err >= 0)
@@ -234,6 +305,8 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
             .audit = app->audit,
             .providers = app->providers,
             .exec_path = cfg->exec_path,
+            .pool = app->pool,
+            .usage_walks = cfg->registry.tenant_max_bytes != 0,
         };
         err = ws_services_new(&deps, &app->svc);
     }
@@ -339,6 +412,7 @@ int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret)
      * so a second server on the same directory is refused untouched. */
     struct ws_registry_config rc = cfg->registry;
     rc.state_dir = cfg->state_dir;
+    rc.say = registry_says;
     err = ws_registry_new(&rc, &app->reg);
     if (err == -EBUSY) {
         ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
@@ -361,6 +435,9 @@ int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret)
                    err == -EADDRINUSE ? "another server is listening there" : strerror(-err));
         goto out;
     }
+    err = start_pool(app, cfg);
+    if (err < 0)
+        goto out;
     err = start_exec_layer(app, cfg);
     if (err < 0)
         goto out;
@@ -417,6 +494,11 @@ void ws_app_free(struct ws_app *app)
     ws_metrics_http_stop(app->metrics);
     /* No call may reach the parts below once this returns. */
     ws_rpc_server_free(app->server);
+    /* The server's shutdown (here, or in ws_app_drain when main took the
+     * server) waited for every call object, and each job holds a reference
+     * on its call: no job is left, and none ever finishes a call after
+     * its server is gone. The pool goes before everything its jobs use. */
+    ws_pool_free(app->pool);
     ws_metrics_set_source(WS_METRICS_WORKSPACES, NULL, NULL);
     ws_metrics_set_source(WS_METRICS_COMMANDS, NULL, NULL);
     if (app->reg)

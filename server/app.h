@@ -1,10 +1,13 @@
 /* The server assembled in one place: the state directory, the registry,
- * the providers' runtimes, the audit log, the exec layer, the RPC
- * services, the RPC server and the metrics listener, built in that order
- * and torn down in reverse. The registry comes before everything else
- * that writes into the state directory because it takes the directory's
- * lock; the exec layer goes before the services at teardown because its
- * last commands are recorded through them.
+ * the providers' runtimes, the audit log, the exec layer, the worker pool,
+ * the RPC services, the RPC server and the metrics listener, built in that
+ * order and torn down in reverse. The registry comes before everything
+ * else that writes into the state directory because it takes the
+ * directory's lock; the exec layer goes before the services at teardown
+ * because its last commands are recorded through them. The pool goes
+ * right after the RPC server: every job in it holds a reference on its
+ * call, and the server's shutdown waits for every call object, so by then
+ * no job is left and none can finish a call whose server is gone.
  *
  * main owns the process (flags, the configuration file, signals, exit);
  * this module owns everything main used to wire by hand. It logs its own
@@ -53,7 +56,32 @@ struct ws_app_config {
     struct ws_rpc_config rpc;
     /* GET /metrics on this address; NULL: no metrics listener. */
     const char *metrics_listen;
+    /* The worker pool that keeps slow work off the RPC threads
+     * (server/work/pool.h): the FS lane's threads (walks, searches,
+     * hashing; < 0: one per CPU), the DAEMON lane's (container daemon
+     * calls; < 0: WS_APP_DAEMON_THREADS); 0 makes a lane inline, the work
+     * running on the RPC thread as before there was a pool. Per tenant
+     * and lane: jobs running at once (0: WS_APP_FS_TENANT_RUNNING's rule
+     * and WS_APP_DAEMON_TENANT_RUNNING, within the lane's threads) and
+     * jobs waiting (0: WS_POOL_DEFAULT_TENANT_QUEUED). Without
+     * authentication (no tokens file, no client CA) every caller shares a
+     * few tenant names, so the defaults become the whole lane and
+     * WS_APP_SHARED_TENANT_QUEUED. */
+    struct {
+        int fs_threads;
+        int daemon_threads;
+        unsigned tenant_running;
+        unsigned tenant_queued;
+    } work;
 };
+
+#define WS_APP_DAEMON_THREADS        16
+#define WS_APP_DAEMON_TENANT_RUNNING 4
+/* The FS lane's default per tenant: half its threads, at least one. */
+#define WS_APP_FS_TENANT_RUNNING(threads) ((threads) / 2 > 0 ? (threads) / 2 : 1)
+/* The FS lane's threads yield to the RPC threads by this nice value. */
+#define WS_APP_FS_NICE              10
+#define WS_APP_SHARED_TENANT_QUEUED 1024
 
 /* Builds and starts the server: when it returns 0 calls are served and
  * *ret holds it. On failure the reason has been logged, everything built

@@ -34,6 +34,7 @@
 #include "server/rpc/listen.h"
 #include "server/rpc/log.h"
 #include "server/rpc/services/services.h"
+#include "server/work/pool.h"
 
 #define DEFAULT_LISTEN   WS_LISTEN_DEFAULT
 #define DEFAULT_GRACE_MS 10000
@@ -80,6 +81,13 @@ enum {
     BWRAP,
     DOCKERHOST,
     DOCKERIMAGE,
+    WORK_FS,
+    WORK_DAEMON,
+    WORK_RUNNING,
+    WORK_QUEUED,
+    UIDS_MODE,
+    UIDS_RANGE,
+    ROOT_COMMANDS,
     /* The default policy ([policy]); see server/policy/policy.h. */
     POL_PROVIDERS,
     POL_NETWORK,
@@ -100,8 +108,9 @@ enum {
 /* The file's sections, in the order the example and the README use.
  * "policy." admits one [policy.TENANT] section per tenant. */
 static const char *const conf_sections[] = {
-    "server", "auth",    "tls",       "limits", "quotas",  "exec",  "providers", "local-sandbox",
-    "docker", "metrics", "transport", "policy", "policy.", "peers", NULL,
+    "server",    "auth",   "tls",       "limits",        "quotas", "exec",
+    "work",      "uids",   "providers", "local-sandbox", "docker", "metrics",
+    "transport", "policy", "policy.",   "peers",         NULL,
 };
 
 /* What the flags and the file set. Every number is a long long, whatever
@@ -120,6 +129,11 @@ struct options {
     long long keepalive_ms;  /* -1: no keepalive */
     const char *exec_path;
     bool force_subreaper;
+    /* Workspace uids ([uids]): auto, on or off; the range ({0, 0}: the
+     * default); whether commands may run as root when they are off. */
+    enum ws_uids_mode uids_mode;
+    struct ws_uid_range uid_range;
+    bool allow_root_commands;
     const char *tokens_file;
     const char *tls_cert;
     const char *tls_key;
@@ -137,6 +151,12 @@ struct options {
     long long max_streams;
     long long memory_quota_bytes;
     long long max_connections; /* 0: half the open-file limit */
+    /* The worker pool: -1 is the default (the lane's threads: one per CPU,
+     * or WS_APP_DAEMON_THREADS), 0 an inline lane. */
+    long long work_fs_threads;
+    long long work_daemon_threads;
+    long long work_tenant_running;
+    long long work_tenant_queued;
     /* Providers: which may be opened (1 << WS_PROVIDER_*; 0: all), where
      * their backends are, the docker image an Open gets when it names
      * none. */
@@ -236,6 +256,14 @@ static void usage(FILE *f)
         "  --process-containment auto|subreaper\n"
         "                         how a command's whole tree is ended: a cgroup per\n"
         "                         command where possible (auto), or the subreaper sweep [auto]\n"
+        "  --workspace-uids auto|on|off\n"
+        "                         a host uid of its own per workspace, its files and its\n"
+        "                         commands' (auto: where the server can, as root) [auto]\n"
+        "  --workspace-uid-range FIRST-LAST\n"
+        "                         the uids workspaces get; FIRST is the helper uid\n"
+        "                         [%u-%u]\n"
+        "  --allow-root-commands  let commands run as root when workspace uids are off\n"
+        "                         or cannot be used (unsafe)\n"
         "  --providers LIST       providers an Open may name, comma-separated, from memory,\n"
         "                         local-bash, local-sandbox, docker [all]\n"
         "  --bwrap PATH           the bubblewrap binary for local-sandbox (no search)\n"
@@ -251,6 +279,18 @@ static void usage(FILE *f)
         "  --memory-quota-bytes N memory gRPC's transport may use in all [%lld]\n"
         "  --max-connections N    connections open at once; more are closed on accept\n"
         "                         [half the open-file limit, at least 64]\n"
+        "Slow work (walks, searches, hashing, container daemon calls) runs on a pool,\n"
+        "off the RPC threads:\n"
+        "  --work-fs-threads N    threads for walks, searches and hashing, at nice +10;\n"
+        "                         0 runs them on the RPC threads [number of CPUs]\n"
+        "  --work-daemon-threads N  threads for container daemon calls; 0 runs them on\n"
+        "                         the RPC threads [%d]\n"
+        "  --work-tenant-running N  jobs of one tenant running at once in a lane, 0: the\n"
+        "                         default [FS: half its threads, daemon: %d; without\n"
+        "                         authentication the whole lane]\n"
+        "  --work-tenant-queued N jobs of one tenant waiting in a lane; one more is\n"
+        "                         RESOURCE_EXHAUSTED / QUOTA, 0: the default [%d; %d\n"
+        "                         without authentication]\n"
         "Default policy (the file's [policy]; [policy.TENANT] overrides it per tenant;\n"
         "lists are comma-separated, 'none' for an empty one; re-read on SIGHUP):\n"
         "  --policy-providers LIST    kinds a tenant may open [memory,local-sandbox,docker]\n"
@@ -268,8 +308,10 @@ static void usage(FILE *f)
         "the configuration file, then the default.\n",
         WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
         (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS, WS_EXEC_GRACE_MS_DEFAULT,
-        WS_RPC_KEEPALIVE_MS_DEFAULT, MAX_MESSAGE_DEFAULT, WS_RPC_MAX_STREAMS_DEFAULT,
-        WS_RPC_MEMORY_QUOTA_DEFAULT);
+        WS_RPC_KEEPALIVE_MS_DEFAULT, WS_UIDS_DEFAULT_FIRST, WS_UIDS_DEFAULT_LAST,
+        MAX_MESSAGE_DEFAULT, WS_RPC_MAX_STREAMS_DEFAULT, WS_RPC_MEMORY_QUOTA_DEFAULT,
+        WS_APP_DAEMON_THREADS, WS_APP_DAEMON_TENANT_RUNNING, WS_POOL_DEFAULT_TENANT_QUEUED,
+        WS_APP_SHARED_TENANT_QUEUED);
 }
 
 static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)
@@ -361,6 +403,29 @@ static const char *set_containment(struct options *o, const struct setting *s, c
     return NULL;
 }
 
+static const char *set_uids_mode(struct options *o, const struct setting *s, const char *v)
+{
+    if (strcmp(v, "auto") == 0)
+        o->uids_mode = WS_UIDS_AUTO;
+    else if (strcmp(v, "on") == 0)
+        o->uids_mode = WS_UIDS_ON;
+    else if (strcmp(v, "off") == 0)
+        o->uids_mode = WS_UIDS_OFF;
+    else
+        return s->refused;
+    return NULL;
+}
+
+static const char *set_uid_range(struct options *o, const struct setting *s, const char *v)
+{
+    const char *why = NULL;
+
+    (void)s;
+    if (ws_uids_parse_range(v, &o->uid_range, &why) < 0)
+        return why;
+    return NULL;
+}
+
 static const char *set_providers(struct options *o, const struct setting *s, const char *v)
 {
     if (!parse_providers(v, &o->providers))
@@ -385,6 +450,7 @@ _Static_assert(WS_RPC_MEMORY_QUOTA_MIN == 16777216, "memory-quota-bytes range");
 _Static_assert(WS_RPC_MAX_CONNECTIONS_MAX == 1048576 && WS_RPC_MAX_CONNECTIONS_MIN == 64,
                "max-connections range");
 _Static_assert(WS_EXEC_GRACE_MS_MAX == 60000, "kill-grace-ms range");
+_Static_assert(WS_POOL_THREADS_MAX == 256, "work thread range");
 
 /* One row per setting: its id, flag, section and key, then what its
  * value is (the kind, the field, what the kind needs) and the message
@@ -441,6 +507,11 @@ static const struct setting settings[] = {
      .refused = "not a number of ms in 0..60000"},
     {CONTAIN, "process-containment", "exec", "process-containment", .kind = STRING,
      .set = set_containment, .refused = "not auto or subreaper"},
+    {UIDS_MODE, "workspace-uids", "uids", "mode", .kind = STRING, .set = set_uids_mode,
+     .refused = "not auto, on or off"},
+    {UIDS_RANGE, "workspace-uid-range", "uids", "range", .kind = STRING, .set = set_uid_range},
+    {ROOT_COMMANDS, "allow-root-commands", "uids", "allow-root-commands", .kind = SWITCH,
+     .field = FIELD(allow_root_commands)},
     {PROVIDERS, "providers", "providers", "enabled", .kind = STRING, .set = set_providers,
      .refused = "not a comma-separated list of memory, local-bash, local-sandbox, docker"},
     {BWRAP, "bwrap", "local-sandbox", "bwrap", .kind = STRING, .field = FIELD(bwrap),
@@ -466,6 +537,18 @@ static const struct setting settings[] = {
     {MAXCONNS, "max-connections", "transport", "max-connections", .kind = NUMBER,
      .field = FIELD(max_connections), .min = 1, .max = WS_RPC_MAX_CONNECTIONS_MAX,
      .refused = "not a number in 1..1048576"},
+    {WORK_FS, "work-fs-threads", "work", "fs-threads", .kind = NUMBER,
+     .field = FIELD(work_fs_threads), .min = 0, .max = WS_POOL_THREADS_MAX,
+     .refused = "not a number in 0..256 (0: inline, on the RPC threads)"},
+    {WORK_DAEMON, "work-daemon-threads", "work", "daemon-threads", .kind = NUMBER,
+     .field = FIELD(work_daemon_threads), .min = 0, .max = WS_POOL_THREADS_MAX,
+     .refused = "not a number in 0..256 (0: inline, on the RPC threads)"},
+    {WORK_RUNNING, "work-tenant-running", "work", "tenant-running", .kind = NUMBER,
+     .field = FIELD(work_tenant_running), .min = 0, .max = WS_POOL_THREADS_MAX,
+     .refused = "not a number in 0..256 (0: the lane's default)"},
+    {WORK_QUEUED, "work-tenant-queued", "work", "tenant-queued", .kind = NUMBER,
+     .field = FIELD(work_tenant_queued), .min = 0, .max = 100000,
+     .refused = "not a number in 0..100000 (0: the default)"},
     /* The policy module checks these and says why it refuses one. */
     {POL_PROVIDERS, "policy-providers", "policy", "providers", .kind = STRING, .set = set_policy},
     {POL_NETWORK, "policy-network", "policy", "network", .kind = SWITCH, .set = set_policy},
@@ -701,7 +784,10 @@ static int parse_args(int argc, char **argv, struct options *o)
     char msg[WS_CONF_MSG_MAX];
     int c, rc = -1;
 
-    *o = (struct options){.listen = DEFAULT_LISTEN, .grace_ms = DEFAULT_GRACE_MS};
+    *o = (struct options){.listen = DEFAULT_LISTEN,
+                          .grace_ms = DEFAULT_GRACE_MS,
+                          .work_fs_threads = -1,
+                          .work_daemon_threads = -1};
     if (ws_policy_set_new(&o->policy) < 0)
         return -1;
     for (i = 0; i < N_ROWS; i++)
@@ -935,6 +1021,9 @@ int main(int argc, char **argv)
                 .tenant_max_bytes = (uint64_t)o.tenant_max_bytes,
                 .providers_enabled = o.providers,
                 .policy = o.policy,
+                .uids_mode = o.uids_mode,
+                .uid_range = o.uid_range,
+                .allow_root_commands = o.allow_root_commands,
             },
         .docker_default_image = o.docker_image,
         .kill_grace_ms = (int)o.kill_grace_ms,
@@ -957,6 +1046,13 @@ int main(int argc, char **argv)
                 .max_connections = (unsigned)o.max_connections,
             },
         .metrics_listen = o.metrics_listen,
+        .work =
+            {
+                .fs_threads = (int)o.work_fs_threads,
+                .daemon_threads = (int)o.work_daemon_threads,
+                .tenant_running = (unsigned)o.work_tenant_running,
+                .tenant_queued = (unsigned)o.work_tenant_queued,
+            },
     };
     /* It says why itself when it fails. */
     if (ws_app_start(&cfg, &app) < 0)

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -45,7 +46,9 @@ std::string TmpDir()
 {
     const char *t = getenv("TEST_TMPDIR");
     std::string tmpl = std::string(t ? t : "/tmp") + "/wsdXXXXXX";
-    if (!mkdtemp(&tmpl[0]))
+    // Searchable by others: workspace uids reach their directories under
+    // the state directory made here.
+    if (!mkdtemp(&tmpl[0]) || chmod(tmpl.c_str(), 0711) != 0)
         abort();
     return tmpl;
 }

@@ -826,8 +826,8 @@ int ws_docker_create_body(const struct ws_docker_container_spec *spec, char **re
                             WS_DOCKER_WORKDIR, "ReadOnly", 0, "CapDrop", "ALL", "SecurityOpt",
                             "no-new-privileges", "ReadonlyRootfs", 1, "Tmpfs", WS_DOCKER_TMP, tmpfs,
                             "NetworkMode", spec->network_allow ? "bridge" : "none", "IpcMode",
-                            "private", "PidsLimit", (json_int_t)e.pids_limit, "Init", 1,
-                            "RestartPolicy", "Name", "no"));
+                            "private", "PidsLimit", (json_int_t)e.pids_limit, "Init",
+                            !spec->keepalive_is_pid1, "RestartPolicy", "Name", "no"));
     hc = json_object_get(root, "HostConfig");
     if (err == 0 && e.n_cap_add)
         err = put(hc, "CapAdd", string_array(spec->cap_add));
@@ -1317,7 +1317,7 @@ const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
         return "HostConfig.SecurityOpt";
     if (!h->readonly_rootfs)
         return "HostConfig.ReadonlyRootfs";
-    if (!h->init)
+    if (h->init == spec->keepalive_is_pid1)
         return "HostConfig.Init";
     if (strcmp(h->network_mode, spec->network_allow ? "bridge" : "none"))
         return "HostConfig.NetworkMode";

@@ -291,6 +291,11 @@ struct ws_docker_container_spec {
      * For a container whose user is root only so that the init can split
      * identities (see cap_add), /tmp belongs to the command's uid. */
     const char *tmp_user;
+    /* The keepalive is the container's pid 1 (HostConfig.Init false) and
+     * reaps the orphans the kernel hands it; it must then be a program
+     * that does (our init's keepalive). false: Docker's own init is pid 1
+     * above it (Init true), running as User. */
+    bool keepalive_is_pid1;
 };
 
 /* The container's name, WS_DOCKER_NAME_PREFIX "<server_id>-<workspace_id>":
@@ -308,12 +313,12 @@ int ws_docker_container_name(const char *server_id, const char *workspace_id, ch
  * workspace bind (a Mounts entry), CapDrop ["ALL"], CapAdd (only when the
  * spec lists some), SecurityOpt ["no-new-privileges"], ReadonlyRootfs, the
  * /tmp tmpfs (exec, nosuid, nodev, sized, owned by tmp_user or User),
- * NetworkMode, PidsLimit, Memory equal to MemorySwap, NanoCpus, Init,
- * IpcMode "private", RestartPolicy "no", Runtime (only when the spec names
- * one) and the bounded LogConfig. Nothing else: every other setting keeps
- * the daemon's default (in particular MaskedPaths and ReadonlyPaths, which
- * an explicit empty list would switch off, and the default seccomp
- * profile).
+ * NetworkMode, PidsLimit, Memory equal to MemorySwap, NanoCpus, Init
+ * (false when keepalive_is_pid1), IpcMode "private", RestartPolicy "no",
+ * Runtime (only when the spec names one) and the bounded LogConfig.
+ * Nothing else: every other setting keeps the daemon's default (in
+ * particular MaskedPaths and ReadonlyPaths, which an explicit empty list
+ * would switch off, and the default seccomp profile).
  *
  * On success *ret_json is a NUL-terminated compact document the caller
  * frees with free(). Returns 0, -EINVAL (a spec field fails its rule) or
@@ -444,7 +449,8 @@ int ws_docker_parse_hardening(const char *json, size_t len, struct ws_docker_har
  * controller, MemorySwap without swap accounting) with only a warning.
  * CapAdd must hold exactly the spec's capabilities, in any order, any case
  * and with or without "CAP_"; Runtime must be the spec's when it names
- * one (when it does not, whatever default the daemon chose is taken). */
+ * one (when it does not, whatever default the daemon chose is taken); Init
+ * must be off exactly when the keepalive is pid 1. */
 const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
                                          const struct ws_docker_container_spec *spec);
 

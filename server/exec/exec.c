@@ -67,6 +67,9 @@ struct ws_exec {
     struct ws_vfs *home_fs;
     char *home_root;     /* canonical path */
     bool home_root_temp; /* made by ws_exec_new: removed by ws_exec_free */
+    /* The root was opened to others' search (0711) for homes of other
+     * uids; e->lock. */
+    bool home_root_shared;
 };
 
 struct ws_exec_home {
@@ -270,8 +273,47 @@ static void home_root_close(struct ws_exec *e)
     e->home_root = NULL;
 }
 
+/* Gives directory `path` of the home root to uid:gid, through an fd that
+ * did not follow a symlink. */
+static int home_chown(struct ws_vfs *fs, const char *path, uid_t uid, gid_t gid)
+{
+    int fd, err;
+
+    err = ws_posixfs_open_dir_fd(fs, path, &fd);
+    if (err < 0)
+        return err;
+    err = fchown(fd, uid, gid) < 0 ? -errno : 0;
+    close(fd);
+    return err;
+}
+
+/* Lets other uids search (not list) the home root, so a command of
+ * another uid reaches its own home by path; names are random. e->lock
+ * held. */
+static int home_root_share(struct ws_exec *e)
+{
+    int fd, err;
+
+    if (e->home_root_shared)
+        return 0;
+    err = ws_posixfs_open_dir_fd(e->home_fs, ".", &fd);
+    if (err < 0)
+        return err;
+    err = fchmod(fd, 0711) < 0 ? -errno : 0;
+    close(fd);
+    if (err == 0)
+        e->home_root_shared = true;
+    return err;
+}
+
 int ws_exec_home_new(struct ws_exec *e, struct ws_exec_home **ret)
 {
+    return ws_exec_home_new_owned(e, (uid_t)-1, (gid_t)-1, ret);
+}
+
+int ws_exec_home_new_owned(struct ws_exec *e, uid_t uid, gid_t gid, struct ws_exec_home **ret)
+{
+    bool owned = uid != (uid_t)-1 || gid != (gid_t)-1;
     static const char hex[] = "0123456789abcdef";
     static atomic_ulong ctr;
     struct ws_exec_home *h = calloc(1, sizeof(*h));
@@ -284,6 +326,8 @@ int ws_exec_home_new(struct ws_exec *e, struct ws_exec_home **ret)
         return -ENOMEM;
     pthread_mutex_lock(&e->lock);
     err = e->home_fs ? 0 : home_root_open(e, NULL);
+    if (err == 0 && owned)
+        err = home_root_share(e);
     pthread_mutex_unlock(&e->lock);
     if (err < 0) {
         free(h);
@@ -316,6 +360,17 @@ int ws_exec_home_new(struct ws_exec *e, struct ws_exec_home **ret)
     if (err == 0) {
         snprintf(sub, sizeof(sub), "%s/run", h->name);
         err = e->home_fs->ops->mkdir(e->home_fs, sub, false, 0700);
+    }
+    /* The uid gets its two directories first and the one around them
+     * last: it reaches nothing of the home before the whole is its own. */
+    if (err == 0 && owned) {
+        snprintf(sub, sizeof(sub), "%s/home", h->name);
+        err = home_chown(e->home_fs, sub, uid, gid);
+        snprintf(sub, sizeof(sub), "%s/run", h->name);
+        if (err == 0)
+            err = home_chown(e->home_fs, sub, uid, gid);
+        if (err == 0)
+            err = home_chown(e->home_fs, h->name, uid, gid);
     }
     if (err < 0) {
         (void)e->home_fs->ops->remove(e->home_fs, h->name, true, &removed);

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #include "server/base/errors.h"
 #include "server/exec/process.h"
@@ -82,6 +83,12 @@ struct ws_exec_home;
 /* Makes a new home. Returns 0, -ENAMETOOLONG (the root's path is too
  * long) or the error of mkdir. */
 int ws_exec_home_new(struct ws_exec *e, struct ws_exec_home **ret);
+/* Same, for a command that runs as uid:gid (a workspace's own user): its
+ * directories are given to it, and the home root becomes 0711 (searchable,
+ * not listable, by other uids; homes are named at random). (uid_t)-1 and
+ * (gid_t)-1: ws_exec_home_new. Needs CAP_CHOWN; a failed chown is
+ * returned. */
+int ws_exec_home_new_owned(struct ws_exec *e, uid_t uid, gid_t gid, struct ws_exec_home **ret);
 /* HOME: an absolute path. */
 const char *ws_exec_home_dir(const struct ws_exec_home *h);
 /* XDG_RUNTIME_DIR: an absolute path. */

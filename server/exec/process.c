@@ -800,6 +800,8 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
         .pty_rows = cfg->pty_rows,
         .pty_cols = cfg->pty_cols,
     };
+    if (cfg->run_as)
+        so.run_as = *cfg->run_as;
     err = ws_tree_enter(p->tree);
     if (err < 0)
         goto fail;

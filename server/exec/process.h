@@ -159,6 +159,9 @@ struct ws_proc_config {
      * wrapper->arg in every case: freed through wrapper->free with the
      * process, or at once when the spawn fails. */
     const struct ws_proc_wrapper *wrapper;
+    /* NULL: the command runs as the server's uid; else the identity and
+     * limits given to it (struct ws_run_as in posix/spawn.h), copied. */
+    const struct ws_run_as *run_as;
 };
 
 struct ws_proc;

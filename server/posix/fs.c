@@ -24,6 +24,7 @@
 
 #include "server/base/fd.h"
 #include "server/base/io.h"
+#include "server/base/macros.h"
 
 /* Lookups that may follow symlinks in the middle of a path, as long as they
  * stay beneath the directory fd. */
@@ -43,6 +44,9 @@ struct posixfs {
     dev_t root_dev;
     ino_t root_ino;
     unsigned flags;
+    /* Owner of what this instance creates; -1: the server's. */
+    uid_t uid;
+    gid_t gid;
 };
 
 struct pfs_dir {
@@ -178,6 +182,29 @@ static int check_name(const char *name)
     if (strlen(name) > WS_VFS_NAME_MAX)
         return -ENAMETOOLONG;
     return 0;
+}
+
+/* Gives what `fd` refers to (any fd, O_PATH included) to the instance's
+ * owner, when it has one. */
+static int give(const struct posixfs *fs, int fd)
+{
+    if (fs->uid == (uid_t)-1 && fs->gid == (gid_t)-1)
+        return 0;
+    return fchownat(fd, "", fs->uid, fs->gid, AT_EMPTY_PATH) < 0 ? -errno : 0;
+}
+
+/* After mkdirat(parent_fd, name): gives the new directory to the owner
+ * through an fd that did not follow a symlink put in its place, or
+ * removes it again when that fails. */
+static int give_new_dir(const struct posixfs *fs, int parent_fd, const char *name)
+{
+    if (fs->uid == (uid_t)-1 && fs->gid == (gid_t)-1)
+        return 0;
+    ws_cleanup_fd int fd = resolve(parent_fd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0, RES_LEAF);
+    int r = fd < 0 ? fd : give(fs, fd);
+    if (r < 0)
+        (void)unlinkat(parent_fd, name, AT_REMOVEDIR);
+    return r;
 }
 
 static int open_parent(struct posixfs *fs, const struct split *s)
@@ -535,9 +562,11 @@ static int make_dirs(struct posixfs *fs, const char *dir_path, mode_t mode, int 
         const char *comp = path + i;
         int next = resolve(fs->root_fd, path, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
         if (next == -ENOENT && strcmp(comp, ".") != 0 && strcmp(comp, "..") != 0) {
-            if (mkdirat(cur, comp, mode) < 0 && errno != EEXIST)
+            bool made = mkdirat(cur, comp, mode) == 0;
+
+            if (!made && errno != EEXIST)
                 next = -errno;
-            else
+            else if (!made || (next = give_new_dir(fs, cur, comp)) == 0)
                 next = resolve(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW, 0, RES_LEAF);
             if (next == -ELOOP)
                 next = -ENOTDIR; /* a symlink where a directory must be */
@@ -578,7 +607,7 @@ static int pfs_mkdir(struct ws_vfs *vfs, const char *path, bool parents, uint32_
         return r;
 
     if (mkdirat(parent, s.leaf, m) == 0)
-        return 0;
+        return give_new_dir(fs, parent, s.leaf);
     r = -errno;
     if (r == -EEXIST && parents) {
         struct stat st;
@@ -817,6 +846,112 @@ static int pfs_move(struct ws_vfs *vfs, const char *from, const char *to, bool r
     return r;
 }
 
+/* ---- ownership ---- */
+
+/* One entry of a directory being walked by ws_posixfs_chown_tree: gives it
+ * to uid:gid unless it may stand for something outside the tree, and
+ * returns in *ret_dir_fd (else -1) a directory to enter next. */
+static int chown_entry(int dir_fd, const char *name, uint64_t tree_key, uid_t uid, gid_t gid,
+                       int *ret_dir_fd)
+{
+    ws_cleanup_fd int fd = resolve(dir_fd, name, O_PATH | O_NOFOLLOW, 0, RES_LEAF);
+    struct stat st;
+    uint64_t key;
+    mode_t mode;
+    int r;
+
+    *ret_dir_fd = -1;
+    if (fd == -ENOENT)
+        return 0; /* removed meanwhile */
+    if (fd < 0)
+        return fd;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    /* A device node is a way into a disk or a terminal, and a second link
+     * to a regular file may be a host file linked in: either would hand
+     * something outside the tree to the uid. */
+    if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || (S_ISREG(st.st_mode) && st.st_nlink > 1))
+        return 0;
+    if (S_ISDIR(st.st_mode)) {
+        r = mount_key(fd, "", &key, &mode);
+        if (r < 0)
+            return r;
+        if (key != tree_key)
+            return 0; /* another mount: not ours to change */
+    }
+    if (fchownat(fd, "", uid, gid, AT_EMPTY_PATH) < 0)
+        return -errno;
+    if (!S_ISDIR(st.st_mode))
+        return 0;
+    int dfd = resolve(dir_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0, RES_LEAF);
+    if (dfd == -ENOENT || dfd == -ELOOP || dfd == -ENOTDIR)
+        return 0; /* swapped meanwhile: not entered */
+    if (dfd < 0)
+        return dfd;
+    struct stat again;
+    if (fstat(dfd, &again) < 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino) {
+        close(dfd);
+        return 0;
+    }
+    *ret_dir_fd = dfd;
+    return 0;
+}
+
+int ws_posixfs_chown_tree(int dir_fd, uid_t uid, gid_t gid)
+{
+    DIR *stack[WS_POSIXFS_REMOVE_DEPTH_MAX];
+    size_t n = 0;
+    uint64_t key;
+    mode_t mode;
+    int r;
+
+    int fd = resolve(dir_fd, ".", O_RDONLY | O_DIRECTORY, 0, RES_BENEATH);
+    if (fd < 0)
+        return fd;
+    r = mount_key(fd, "", &key, &mode);
+    if (r == 0 && fchown(fd, uid, gid) < 0)
+        r = -errno;
+    if (r == 0 && !(stack[n] = fdopendir(fd)))
+        r = -errno;
+    if (r < 0) {
+        close(fd);
+        return r;
+    }
+    n++;
+    while (n > 0 && r == 0) {
+        DIR *top = stack[n - 1];
+        errno = 0;
+        struct dirent *de = readdir(top);
+        if (!de) {
+            r = errno ? -errno : 0;
+            closedir(top);
+            n--;
+            continue;
+        }
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+            continue;
+        r = chown_entry(dirfd(top), de->d_name, key, uid, gid, &fd);
+        if (fd < 0)
+            continue;
+        /* Deeper than the stack: that directory itself is changed, what is
+         * below it keeps its owners. */
+        if (n == WS_ELEMENTSOF(stack)) {
+            close(fd);
+            continue;
+        }
+        stack[n] = fdopendir(fd);
+        if (!stack[n]) {
+            r = -errno;
+            close(fd);
+            continue;
+        }
+        n++;
+    }
+    while (n > 0)
+        closedir(stack[--n]);
+    return r;
+}
+
 /* ---- atomic writes ---- */
 
 static void random_tmp_name(char out[TMP_NAME_LEN + 1])
@@ -856,7 +991,7 @@ static int check_leaf(int parent_fd, const char *leaf, bool if_absent, struct st
 
 /* Creates the temp file in the parent: unnamed when the file system has
  * O_TMPFILE, else under a fresh hidden name. */
-static int make_tmp(struct pfs_writer *w)
+static int create_tmp(struct pfs_writer *w)
 {
     if (!(w->fs->flags & WS_POSIXFS_NO_TMPFILE)) {
         int fd = resolve(w->parent_fd, ".", O_TMPFILE | O_WRONLY, 0600, RES_BENEATH);
@@ -881,6 +1016,25 @@ static int make_tmp(struct pfs_writer *w)
             return fd;
     }
     return -EEXIST;
+}
+
+/* create_tmp, then gives the file to the instance's owner before
+ * write_commit links it under the leaf. */
+static int make_tmp(struct pfs_writer *w)
+{
+    int r = create_tmp(w);
+
+    if (r < 0)
+        return r;
+    r = give(w->fs, w->tmp_fd);
+    if (r < 0) {
+        if (w->tmp_named)
+            (void)unlinkat(w->parent_fd, w->tmp_name, 0);
+        w->tmp_named = false;
+        close(w->tmp_fd);
+        w->tmp_fd = -1;
+    }
+    return r;
 }
 
 /* Gives the O_TMPFILE a hidden name in the parent, ready for renameat. */
@@ -1093,6 +1247,12 @@ static const struct ws_vfs_ops posixfs_ops = {
 
 int ws_posixfs_open_with(int dirfd, const char *dir_path, unsigned flags, struct ws_vfs **ret)
 {
+    return ws_posixfs_open_owned(dirfd, dir_path, flags, (uid_t)-1, (gid_t)-1, ret);
+}
+
+int ws_posixfs_open_owned(int dirfd, const char *dir_path, unsigned flags, uid_t uid, gid_t gid,
+                          struct ws_vfs **ret)
+{
     struct stat st;
 
     if (!dir_path || !*dir_path || (flags & ~(unsigned)WS_POSIXFS_NO_TMPFILE))
@@ -1115,6 +1275,8 @@ int ws_posixfs_open_with(int dirfd, const char *dir_path, unsigned flags, struct
     fs->root_dev = st.st_dev;
     fs->root_ino = st.st_ino;
     fs->flags = flags;
+    fs->uid = uid;
+    fs->gid = gid;
     fs->root_fd = ws_steal_fd(&fd);
     *ret = &fs->base;
     return 0;

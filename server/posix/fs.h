@@ -53,11 +53,21 @@
  * sticky bits dropped), else 0644; an existing file's owner is kept when the
  * server is allowed to (root).
  *
+ * Owner: an instance opened with an owner (ws_posixfs_open_owned) gives
+ * every file and directory it creates to that uid and gid before the name
+ * can be used: a write's temporary file is chowned before it is linked, a
+ * directory is chowned through an fd that did not follow a symlink, right
+ * after its mkdir (a failed chown removes the directory again). A file that
+ * replaces an existing one keeps the old owner as above. Without an owner,
+ * what it creates is the server's.
+ *
  * Thread safety: the struct ws_vfs may be used from many threads at once;
  * each dir, file or writer handle by one thread at a time.
  */
 #ifndef WS_POSIX_FS_H
 #define WS_POSIX_FS_H
+
+#include <sys/types.h>
 
 #include "server/base/errors.h"
 #include "server/vfs/vfs.h"
@@ -81,6 +91,22 @@ enum {
 int ws_posixfs_open(int dirfd, const char *dir_path, struct ws_vfs **ret);
 /* Same, with WS_POSIXFS_* flags. Unknown flags are -EINVAL. */
 int ws_posixfs_open_with(int dirfd, const char *dir_path, unsigned flags, struct ws_vfs **ret);
+
+/* Same, with an owner for everything it creates (see above); (uid_t)-1
+ * and (gid_t)-1: none, as ws_posixfs_open_with. Creating then needs
+ * CAP_CHOWN (a failed chown fails the operation). */
+int ws_posixfs_open_owned(int dirfd, const char *dir_path, unsigned flags, uid_t uid, gid_t gid,
+                          struct ws_vfs **ret);
+
+/* Gives the directory `dir_fd` (not consumed) and everything beneath it to
+ * uid:gid, never following a symlink: symlinks are changed themselves,
+ * directories are entered through fds opened without following, and
+ * another mount below is not entered. A regular file with more than one
+ * link and a device node are left as they are: either may stand for
+ * something outside the tree (a hard link to a host file, a disk). A tree
+ * deeper than WS_POSIXFS_REMOVE_DEPTH_MAX keeps its deeper levels' owners.
+ * Returns 0 or the first -errno (what was changed stays changed). */
+int ws_posixfs_chown_tree(int dir_fd, uid_t uid, gid_t gid);
 
 /* Opens the workspace directory `path` (confined like every lookup; a
  * symlink leaf is -WS_ESYMLINK_LEAF) and returns an O_RDONLY | O_DIRECTORY

@@ -45,7 +45,9 @@
  * the options every process keeps the uid init was started with, as before.
  *
  * `keepalive` is the container's main process: it waits for HUP, INT or TERM and exits 0. With
- * --helper H it first becomes uid and gid H with no capability at all.
+ * --helper H it first becomes uid and gid H with no capability at all. It may be the container's
+ * pid 1 (no Docker init above it): it then reaps every orphan the kernel hands it, whatever its
+ * uid, so no zombie of an exec whose `run` init died piles up against the pids limit.
  *
  * `signal` finds the `run` init(s) for ID through /proc and sends SIGNO (1..64) to every
  * descendant of them, not to the inits themselves: Docker cannot signal an exec, so this is how
@@ -58,8 +60,8 @@
  * the command is never left running with more than it was meant to have.
  *
  * Built static and without sanitizers: it runs inside images that promise nothing about their
- * libc, and it is neither pid 1 (Docker's own init is) nor privileged (root only for the moment
- * the identities above take, or an unprivileged uid).
+ * libc, and it is never privileged (root only for the moment the identities above take, or an
+ * unprivileged uid).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -804,8 +806,10 @@ static int run(int argc, char **argv)
         return EXIT_INTERNAL;
     }
     /* Orphans of the command, setsid() and double-fork escapees included, re-parent to init
-     * instead of Docker's pid 1: that is what lets init find them and kill them. */
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
+     * instead of the container's pid 1: that is what lets init find them and kill them. gVisor
+     * (runsc) refuses the attribute to every process but its container's first (EINVAL): there
+     * orphans go to pid 1, and an escapee outlives the command until the container goes. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 && errno != EINVAL) {
         say(errno, "cannot become a subreaper");
         return EXIT_INTERNAL;
     }
@@ -1036,15 +1040,22 @@ static int signal_command(int argc, char **argv)
 
 /* The container's main process: nothing but waiting, so the container runs
  * whatever the image holds (no `sleep` needed, an empty image will do).
- * Docker's init is pid 1 above it, reaps what execs leave and passes the
- * stop signal on: HUP, INT or TERM end it at once, exit 0. With --helper it
- * first becomes uid and gid H without any capability: a container whose
- * user is root (so that `run` can split identities) then keeps no root
- * process of ours between commands, and the commands cannot stop it. */
+ * HUP, INT or TERM end it at once, exit 0. With --helper it first becomes
+ * uid and gid H without any capability: a container whose user is root (so
+ * that `run` can split identities) then keeps no root process of ours
+ * between commands, and the commands cannot stop it.
+ *
+ * It may be the container's pid 1, with no Docker init above it: orphans
+ * (what an exec whose `run` init was itself killed leaves) are then its
+ * children, and it reaps each as it ends. Reaping takes no permission over
+ * the child, so the helper uid reaps the command's uid as well. As pid 1 it
+ * only gets the signals it waits for: the kernel drops a signal without a
+ * handler sent to pid 1 from inside its namespace, but not a blocked one. */
 static int keepalive(int argc, char **argv)
 {
-    sigset_t stop;
+    sigset_t wait_for;
     struct identity id;
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
     int sig = 0;
     int at = parse_identity(argc, argv, false, &id);
 
@@ -1061,15 +1072,23 @@ static int keepalive(int argc, char **argv)
             return EXIT_INTERNAL;
         }
     }
-    sigemptyset(&stop);
-    sigaddset(&stop, SIGHUP);
-    sigaddset(&stop, SIGINT);
-    sigaddset(&stop, SIGTERM);
-    if (sigprocmask(SIG_BLOCK, &stop, NULL) < 0)
+    sigemptyset(&wait_for);
+    sigaddset(&wait_for, SIGHUP);
+    sigaddset(&wait_for, SIGINT);
+    sigaddset(&wait_for, SIGTERM);
+    sigaddset(&wait_for, SIGCHLD);
+    /* An inherited SIG_IGN on SIGCHLD would have the kernel reap by itself
+     * and never say so; the default keeps the statuses ours to collect. */
+    if (sigprocmask(SIG_BLOCK, &wait_for, NULL) < 0 || sigaction(SIGCHLD, &dfl, NULL) < 0)
         return EXIT_INTERNAL;
-    while (sigwait(&stop, &sig) != 0)
-        ;
-    return 0;
+    for (;;) {
+        /* Orphans that ended before the wait began, and every SIGCHLD's
+         * worth since: one signal may stand for many children. */
+        while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+            ;
+        if (sigwait(&wait_for, &sig) == 0 && sig != SIGCHLD)
+            return 0;
+    }
 }
 
 int main(int argc, char **argv)

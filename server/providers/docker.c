@@ -24,6 +24,16 @@
 #define STATUS_MAX 64
 /* "p_" and 16 hex digits: the init's handle for a command. */
 #define HANDLE_LEN 18
+/* Random bytes of an exit record's nonce, and its hex digits. */
+#define NONCE_BYTES 16
+#define NONCE_HEX   (2 * NONCE_BYTES)
+/* The environment variable the init takes its nonce from. */
+#define NONCE_ENV "WSINIT_NONCE"
+/* What the init is exec'd as when it takes the identities: root, with the
+ * container's few capabilities, only until it has split. */
+#define ROOT_USER "0:0"
+/* A uid or gid in decimal, with the NUL. */
+#define ID_TEXT_MAX 12
 
 /* What the runtime knows of one workspace's container. */
 struct box {
@@ -33,6 +43,8 @@ struct box {
     /* The image's Config.Env names: removed from every exec's
      * environment. */
     char **image_env;
+    /* Whom the container's commands run as. */
+    struct ws_docker_identity id;
 };
 
 struct ws_docker_rt {
@@ -54,6 +66,8 @@ struct run {
     struct ws_docker_rt *rt;
     char container_id[WS_DOCKER_ID_LEN + 1];
     char handle[HANDLE_LEN + 1];
+    /* The helper uid `signal` drops to; 0: none (no identities). */
+    uid_t helper;
     char *argv[24];
     size_t argc;
     int status_fd;   /* ours: the relay's exit record */
@@ -404,18 +418,65 @@ static int ensure_image(struct ws_docker_rt *rt, struct ws_docker_api_version v,
     return 0;
 }
 
-/* The container's main process: our init, which the image need not
- * provide anything for. */
-static const char *const keepalive_argv[] = {WS_DOCKER_INIT_TARGET, "keepalive", NULL};
+/* What the container of a workspace with identities is given back after
+ * CapDrop ALL: enough for the init, exec'd as root, to take the command's
+ * uid and gid and to signal the command from the helper's. */
+static const char *const identity_caps[] = {"KILL", "SETGID", "SETUID", NULL};
 
-static void spec_fill(const char *server_id, const char *workspace_id, const char *dir,
-                      const Workspace__V1__DockerConfig *cfg, const char *user,
-                      const char *init_path, struct ws_docker_container_spec *ret)
+/* Neither the command nor the helper is root, and the helper is neither
+ * the command's uid nor its gid (one uid for both would let the command
+ * signal and trace the init). */
+static bool identity_valid(const struct ws_docker_identity *id)
 {
-    *ret = (struct ws_docker_container_spec){
+    if (id->uid == 0)
+        return true;
+    return id->gid != 0 && id->helper != 0 && id->helper != id->uid &&
+           (gid_t)id->helper != id->gid && id->uid != (uid_t)-1 && id->gid != (gid_t)-1 &&
+           id->helper != (uid_t)-1;
+}
+
+/* A workspace's container as asked for, with the strings its spec points
+ * at: filled in place and never copied. */
+struct container {
+    struct ws_docker_container_spec spec;
+    char user[WS_DOCKER_USER_MAX];
+    char tmp_user[WS_DOCKER_USER_MAX];
+    char helper[ID_TEXT_MAX];
+    /* The container's main process: our init, which the image need not
+     * provide anything for; with identities it becomes the helper. */
+    const char *keepalive[5];
+};
+
+static int container_fill(const char *server_id, const char *workspace_id, const char *dir,
+                          const Workspace__V1__DockerConfig *cfg,
+                          const struct ws_docker_identity *id, const char *init_path,
+                          struct container *ret)
+{
+    bool split = id->uid != 0;
+
+    ret->keepalive[0] = WS_DOCKER_INIT_TARGET;
+    ret->keepalive[1] = "keepalive";
+    ret->keepalive[2] = NULL;
+    if (split) {
+        /* Root only for the init's split: Docker gives an exec as root the
+         * container's capabilities only when the container's user is root
+         * too. */
+        snprintf(ret->user, sizeof(ret->user), "%s", ROOT_USER);
+        if (ws_docker_user_format(id->uid, id->gid, ret->tmp_user, sizeof(ret->tmp_user)) < 0)
+            return -EINVAL;
+        snprintf(ret->helper, sizeof(ret->helper), "%u", (unsigned)id->helper);
+        ret->keepalive[2] = "--helper";
+        ret->keepalive[3] = ret->helper;
+        ret->keepalive[4] = NULL;
+    } else if (cfg->user && cfg->user[0]) {
+        snprintf(ret->user, sizeof(ret->user), "%s", cfg->user);
+    } else if (ws_docker_user_format(getuid(), getgid(), ret->user, sizeof(ret->user)) < 0) {
+        return -EINVAL;
+    }
+    ret->spec = (struct ws_docker_container_spec){
         .image = cfg->image,
         .workspace_dir = dir,
-        .user = user,
+        .user = ret->user,
         .server_id = server_id,
         .workspace_id = workspace_id,
         .network_allow = cfg->network == WORKSPACE__V1__NETWORK__NETWORK_ALLOW,
@@ -423,8 +484,58 @@ static void spec_fill(const char *server_id, const char *workspace_id, const cha
         .nano_cpus = cfg->cpus > 0 ? (int64_t)(cfg->cpus * 1e9 + 0.5) : 0,
         .pids_limit = cfg->pids_limit ? cfg->pids_limit : WS_DOCKER_PIDS_DEFAULT,
         .init_path = init_path,
-        .keepalive = keepalive_argv,
+        .keepalive = ret->keepalive,
+        .cap_add = split ? identity_caps : NULL,
+        .runtime = cfg->runtime && cfg->runtime[0] ? cfg->runtime : NULL,
+        .tmp_user = split ? ret->tmp_user : NULL,
+        /* No process of the container stays root: Docker's init would,
+         * as the container's user. */
+        .keepalive_is_pid1 = split,
     };
+    return 0;
+}
+
+/* The daemon has the OCI runtime `name` registered (GET /info, Runtimes):
+ * 0, or -WS_EFAILED with d naming it. Asked before every create under a
+ * named runtime, so that its absence is said as such and a workspace is
+ * never made again under a weaker one. */
+static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v, const char *name,
+                         struct ws_diag *d)
+{
+    char path[WS_DOCKER_PATH_MAX];
+    char *body = NULL;
+    size_t len = 0;
+    long status = 0;
+    json_t *info = NULL, *runtimes;
+    bool have;
+    int err;
+
+    snprintf(path, sizeof(path), "/v%u.%u/info", v.major, v.minor);
+    err = call(rt, WS_DOCKER_HTTP_GET, path, NULL, 0, &body, &len, &status, d);
+    if (err < 0)
+        return err;
+    if (status == 200 && len <= WS_DOCKER_RESPONSE_MAX)
+        info = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    free(body);
+    runtimes = json_object_get(info, "Runtimes");
+    if (!json_is_object(runtimes)) {
+        json_decref(info);
+        ws_diag_set(d, "the Docker daemon did not say which runtimes it has (/info: HTTP %ld)",
+                    status);
+        return -WS_EFAILED;
+    }
+    have = json_is_object(json_object_get(runtimes, name));
+    json_decref(info);
+    if (!have) {
+        ws_diag_set(d,
+                    "docker runtime %s is not available on this server: the Docker daemon has "
+                    "no runtime of that name registered",
+                    name);
+        ws_diag_meta(d, "runtime", "%s", name);
+        ws_diag_meta(d, "transient", "false");
+        return -WS_EFAILED;
+    }
+    return 0;
 }
 
 /* GET /containers/{ref}/json into hardening and state; 404: -ENOENT. */
@@ -472,15 +583,17 @@ static int inspect(struct ws_docker_rt *rt, struct ws_docker_api_version v, cons
 }
 
 int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
-                        const Workspace__V1__DockerConfig *cfg, bool fresh, struct ws_diag *d)
+                        const Workspace__V1__DockerConfig *cfg,
+                        const struct ws_docker_identity *ident, bool fresh, struct ws_diag *d)
 {
-    struct ws_docker_container_spec spec;
+    struct container c;
+    const struct ws_docker_container_spec *spec = &c.spec;
     struct ws_docker_api_version v;
     struct ws_docker_hardening h;
     struct ws_docker_state st;
     struct ws_docker_created created;
     char name[WS_DOCKER_NAME_MAX + 1], path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX];
-    char user[WS_DOCKER_USER_MAX], id[WS_DOCKER_ID_LEN + 1] = "";
+    char id[WS_DOCKER_ID_LEN + 1] = "";
     const char *init = ws_docker_rt_init_path();
     char *json = NULL, *body = NULL;
     size_t len = 0;
@@ -501,14 +614,14 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
                        "daemon (DOCKER_TLS_VERIFY) yet");
         return -WS_EFAILED;
     }
-    if (cfg->user && cfg->user[0])
-        snprintf(user, sizeof(user), "%s", cfg->user);
-    else if (ws_docker_user_format(getuid(), getgid(), user, sizeof(user)) < 0)
+    if (!identity_valid(ident))
         return -EINVAL;
     err = ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name));
     if (err < 0)
         return -EINVAL;
-    spec_fill(rt->server_id, workspace_id, dir, cfg, user, init, &spec);
+    err = container_fill(rt->server_id, workspace_id, dir, cfg, ident, init, &c);
+    if (err < 0)
+        return err;
     err = version(rt, &v, d);
     if (err < 0)
         return err;
@@ -517,6 +630,7 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     if (!b)
         return -ENOMEM;
     snprintf(b->workspace_id, sizeof(b->workspace_id), "%s", workspace_id);
+    b->id = *ident;
     err = ensure_image(rt, v, cfg, &b->image_env, d);
     if (err < 0)
         goto out;
@@ -524,7 +638,7 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     if (!fresh) {
         /* Keep a container that runs and reads back right. */
         err = inspect(rt, v, name, &h, &st, id, d);
-        if (err == 0 && st.running && !ws_docker_hardening_mismatch(&h, &spec)) {
+        if (err == 0 && st.running && !ws_docker_hardening_mismatch(&h, spec)) {
             memcpy(b->container_id, id, sizeof(id));
             box_set(rt, workspace_id, b);
             return 0;
@@ -532,12 +646,17 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         if (err < 0 && err != -ENOENT)
             goto out;
     }
+    if (spec->runtime) {
+        err = runtime_check(rt, v, spec->runtime, d);
+        if (err < 0)
+            goto out;
+    }
     if (!fresh) {
         err = remove_container(rt, v, name, d);
         if (err < 0)
             goto out;
     }
-    err = ws_docker_create_body(&spec, &json);
+    err = ws_docker_create_body(spec, &json);
     if (err < 0) {
         ws_diag_set(d, "the container's configuration is not valid");
         err = err == -ENOMEM ? err : -WS_EFAILED;
@@ -593,7 +712,7 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     }
     if (err < 0)
         goto out;
-    const char *bad = ws_docker_hardening_mismatch(&h, &spec);
+    const char *bad = ws_docker_hardening_mismatch(&h, spec);
     if (bad) {
         ws_diag_set(d, "the Docker daemon did not apply %s as asked: refused", bad);
         ws_diag_meta(d, "setting", "%s", bad);
@@ -783,12 +902,25 @@ static void sig_created(void *arg, int err, long status)
 static void send_signal(struct run *r, int sig)
 {
     struct ws_docker_rt *rt = r->rt;
-    char path[WS_DOCKER_PATH_MAX], num[16], *json = NULL;
-    const char *argv[] = {WS_DOCKER_INIT_TARGET, "signal", r->handle, num, NULL};
-    struct ws_docker_exec_spec es = {.argv = argv};
+    char path[WS_DOCKER_PATH_MAX], num[16], helper[ID_TEXT_MAX], *json = NULL;
+    const char *argv[7];
+    size_t n = 0;
+    /* With identities `signal` starts as root too, and drops to the
+     * helper keeping CAP_KILL before it looks at anything. */
+    struct ws_docker_exec_spec es = {.argv = argv, .user = r->helper ? ROOT_USER : NULL};
     struct sig_call *c;
 
     snprintf(num, sizeof(num), "%d", sig);
+    argv[n++] = WS_DOCKER_INIT_TARGET;
+    argv[n++] = "signal";
+    if (r->helper) {
+        snprintf(helper, sizeof(helper), "%u", (unsigned)r->helper);
+        argv[n++] = "--helper";
+        argv[n++] = helper;
+    }
+    argv[n++] = r->handle;
+    argv[n++] = num;
+    argv[n] = NULL;
     if (ws_docker_path_container(rt->version, r->container_id, WS_DOCKER_CONTAINER_EXEC, path,
                                  sizeof(path)) < 0 ||
         ws_docker_exec_body(&es, &json) < 0)
@@ -931,18 +1063,56 @@ static int unset_list(const struct box *b, const char *const *envp, const char *
     return 0;
 }
 
+/* Lowercase hex of n bytes into out (2n + 1 bytes). */
+static void hex(const uint8_t *in, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* The command's environment for the exec: envp without any NONCE_ENV of
+ * the client's (the daemon keeps the last of a name, the init the first:
+ * neither may be the client's), then `nonce`. The array is the caller's
+ * to free; its strings are envp's and nonce. */
+static int exec_env(const char *const *envp, const char *nonce, const char ***ret)
+{
+    const size_t name_len = sizeof(NONCE_ENV) - 1;
+    size_t n = 0, k = 0;
+    const char **out;
+
+    while (envp && envp[n])
+        n++;
+    out = calloc(n + 2, sizeof(*out));
+    if (!out)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(envp[i], NONCE_ENV "=", name_len + 1) != 0)
+            out[k++] = envp[i];
+    out[k] = nonce;
+    *ret = out;
+    return 0;
+}
+
 int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *spec,
                       struct ws_proc_wrapper *ret, struct ws_diag *d)
 {
     const char *relay = ws_docker_rt_relay_path();
     char path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX], backstop[24], api[16];
     char cwd[WS_DOCKER_CWD_MAX + 1], exec_id[WS_DOCKER_ID_LEN + 1];
-    const char **argv = NULL, **unset = NULL;
+    char uid[ID_TEXT_MAX], gid[ID_TEXT_MAX], helper[ID_TEXT_MAX];
+    char nonce[NONCE_HEX + 1], nonce_env[sizeof(NONCE_ENV "=") + NONCE_HEX];
+    const char **argv = NULL, **unset = NULL, **envp = NULL;
+    struct ws_docker_identity ident = {0};
     struct ws_docker_api_version v;
     struct ws_docker_created created;
-    uint8_t rnd[8];
+    uint8_t rnd[8], nonce_rnd[NONCE_BYTES];
     char *json = NULL, *body = NULL;
-    size_t argc = 0, len = 0;
+    size_t argc = 0, len = 0, at = 0;
     long status = 0;
     struct run *r = NULL;
     struct box *b;
@@ -958,11 +1128,26 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
         return -ENOMEM;
     r->rt = rt;
     r->status_fd = r->child_fd[0] = -1;
+    /* The handle names the command to `signal`; the nonce marks the one
+     * record the init writes. Neither is for the command to guess. */
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd) ||
+        getrandom(nonce_rnd, sizeof(nonce_rnd), 0) != sizeof(nonce_rnd)) {
+        err = -errno;
+        goto out;
+    }
+    memcpy(r->handle, "p_", 2);
+    hex(rnd, sizeof(rnd), r->handle + 2);
+    hex(nonce_rnd, sizeof(nonce_rnd), nonce);
+    snprintf(nonce_env, sizeof(nonce_env), "%s=%s", NONCE_ENV, nonce);
+    err = exec_env(spec->envp, nonce_env, &envp);
+    if (err < 0)
+        goto out;
     pthread_mutex_lock(&rt->lock);
     b = box_find_locked(rt, spec->workspace_id);
     if (b) {
         memcpy(r->container_id, b->container_id, sizeof(r->container_id));
-        err = unset_list(b, spec->envp, &unset);
+        ident = b->id;
+        err = unset_list(b, envp, &unset);
     }
     pthread_mutex_unlock(&rt->lock);
     if (!b) {
@@ -972,12 +1157,7 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
     }
     if (err < 0)
         goto out;
-    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd)) {
-        err = -errno;
-        goto out;
-    }
-    snprintf(r->handle, sizeof(r->handle), "p_%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0], rnd[1],
-             rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    r->helper = ident.uid ? ident.helper : 0;
     snprintf(backstop, sizeof(backstop), "%" PRIu64,
              spec->timeout_ms ? spec->timeout_ms + WS_DOCKER_BACKSTOP_MARGIN_MS : 0);
     if (!spec->cwd || !spec->cwd[0] || !strcmp(spec->cwd, "."))
@@ -990,22 +1170,35 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
 
     for (argc = 0; spec->argv[argc]; argc++)
         ;
-    argv = calloc(argc + 5, sizeof(*argv));
+    argv = calloc(argc + 11, sizeof(*argv));
     if (!argv) {
         err = -ENOMEM;
         goto out;
     }
-    argv[0] = WS_DOCKER_INIT_TARGET;
-    argv[1] = "run";
-    argv[2] = r->handle;
-    argv[3] = backstop;
+    argv[at++] = WS_DOCKER_INIT_TARGET;
+    argv[at++] = "run";
+    if (ident.uid) {
+        snprintf(uid, sizeof(uid), "%u", (unsigned)ident.uid);
+        snprintf(gid, sizeof(gid), "%u", (unsigned)ident.gid);
+        snprintf(helper, sizeof(helper), "%u", (unsigned)ident.helper);
+        argv[at++] = "--uid";
+        argv[at++] = uid;
+        argv[at++] = "--gid";
+        argv[at++] = gid;
+        argv[at++] = "--helper";
+        argv[at++] = helper;
+    }
+    argv[at++] = r->handle;
+    argv[at++] = backstop;
     for (size_t i = 0; i < argc; i++)
-        argv[4 + i] = spec->argv[i];
+        argv[at++] = spec->argv[i];
     struct ws_docker_exec_spec es = {
         .argv = argv,
-        .envp = spec->envp,
+        .envp = envp,
         .unset = unset,
         .cwd = cwd,
+        /* Root for the init's split alone: the command never is. */
+        .user = ident.uid ? ROOT_USER : NULL,
         .tty = spec->tty,
         .attach_stdin = spec->stdin_pipe || spec->tty,
     };
@@ -1043,7 +1236,8 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
     snprintf(api, sizeof(api), "%u.%u", v.major, v.minor);
     if ((err = add(r, relay)) < 0 || (err = add(r, "--host")) < 0 ||
         (err = add(r, rt->host_arg)) < 0 || (err = add(r, "--api")) < 0 ||
-        (err = add(r, api)) < 0 || (err = add(r, "--status-fd")) < 0 || (err = add(r, "3")) < 0)
+        (err = add(r, api)) < 0 || (err = add(r, "--status-fd")) < 0 || (err = add(r, "3")) < 0 ||
+        (err = add(r, "--nonce")) < 0 || (err = add(r, nonce)) < 0)
         goto out;
     if (rt->tls && ((err = add(r, "--tls-verify")) < 0 ||
                     (rt->cert_path &&
@@ -1073,6 +1267,7 @@ out:
     run_free(r);
     free(argv);
     free(unset);
+    free(envp);
     free(json);
     free(body);
     return err;

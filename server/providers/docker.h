@@ -13,16 +13,39 @@
  * server finds what an earlier run of itself left (ws_docker_rt_reconcile).
  *
  * Commands: the server creates the exec with the command wrapped as
- *     /.workspaced-init run HANDLE BACKSTOP_MS ARGV...
+ *     /.workspaced-init run [--uid U --gid G --helper H] HANDLE BACKSTOP_MS ARGV...
  * and starts a host-side relay (workspaced-docker-relay) in the command's
  * place under the exec layer's process machinery; the relay attaches to
  * the exec (the hijacked connection: output demultiplexed into the
  * command's pipes, stdin forwarded) and reports the exit record the init
- * writes. Abort is two layers: signals and kills go into the container to
- * the init's process tree (an exec of "init signal HANDLE SIG"), and the
- * relay itself is killed with the host-side tree, so a call returns even
- * when the daemon is slow. The init bounds every command by BACKSTOP_MS on
- * its own, in case the server is gone.
+ * writes. Every exec gets a fresh 128-bit nonce in its environment
+ * (WSINIT_NONCE, which the init takes out before the command exists) and
+ * the relay the same on its command line: the init's record carries it,
+ * so a record the command writes itself is only output. Abort is two
+ * layers: signals and kills go into the container to the init's process
+ * tree (an exec of "init signal [--helper H] HANDLE SIG"), and the relay
+ * itself is killed with the host-side tree, so a call returns even when
+ * the daemon is slow. The init bounds every command by BACKSTOP_MS on its
+ * own, in case the server is gone.
+ *
+ * Identities (struct ws_docker_identity): a workspace with a uid of its
+ * own gets a container whose user is root with CAP_KILL, CAP_SETGID and
+ * CAP_SETUID alone (no-new-privileges kept), so that the init, exec'd as
+ * root, can split at once: the command becomes U:G with no capability,
+ * the init the helper uid H with CAP_KILL alone, out of the command's
+ * reach (it can neither signal, trace nor read the init, nor forge its
+ * record). The container's main process, its pid 1 (no Docker init,
+ * which would stay root), is our keepalive: it becomes H without any
+ * capability at once and reaps the orphans the kernel hands it. So while
+ * commands run, no process of the container is root but an init for the
+ * moment it splits. /tmp belongs to U:G. A workspace without a uid (the
+ * server is not root) keeps the container's user as the command's, as
+ * before.
+ *
+ * Runtimes: DockerConfig.runtime names the OCI runtime ("runsc": gVisor);
+ * before a container is created under a named one the daemon is asked
+ * whether it has it (GET /info), and a missing one fails the attach, so
+ * a workspace never falls back to a weaker runtime, at Open or later.
  *
  * Threads: every function may be called from any thread but the runtime's
  * own pump thread; the blocking ones (attach, detach, wrap, reconcile,
@@ -33,6 +56,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "server/base/errors.h"
 #include "server/docker/api.h"
@@ -56,6 +80,20 @@
 /* Every other call to the daemon. */
 #define WS_DOCKER_CALL_TIMEOUT_MS 60000L
 
+/* The helper uid when the server names none: the first uid of the
+ * default workspace uid range, which no workspace is given. */
+#define WS_DOCKER_HELPER_UID_DEFAULT 524288u
+
+/* Who runs what in a workspace's container (see Identities above). uid 0:
+ * no identities; the container's user (the config's, else the server's
+ * own uid:gid) runs everything. Else the command's uid:gid and the helper
+ * uid, all three nonzero, the helper differing from both. */
+struct ws_docker_identity {
+    uid_t uid;
+    gid_t gid;
+    uid_t helper;
+};
+
 struct ws_docker_rt;
 
 /* Creates the runtime: its own pump thread and HTTP client for the daemon
@@ -75,13 +113,17 @@ void ws_docker_rt_free(struct ws_docker_rt *rt);
 int ws_docker_rt_reconcile(struct ws_docker_rt *rt, struct ws_diag *d);
 
 /* Makes the workspace's container exist and run with the config's
- * hardening over dir (an absolute host path). fresh: create it (a name
- * already taken, by what an earlier run left, is removed and the create
- * made again); else keep a running container whose hardening reads back
- * right and replace anything else. Errors: -WS_EFAILED (d: why;
- * d->transient when the daemon is unreachable). */
+ * hardening and the identities of `id` over dir (an absolute host path);
+ * the commands wrapped later run under the same identities. fresh: create
+ * it (a name already taken, by what an earlier run left, is removed and
+ * the create made again); else keep a running container whose hardening
+ * reads back right and replace anything else. Errors: -WS_EFAILED (d:
+ * why; d->transient when the daemon is unreachable; metadata "runtime"
+ * when the daemon lacks the config's runtime), -EINVAL (`id` breaks its
+ * rules). */
 int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
-                        const Workspace__V1__DockerConfig *cfg, bool fresh, struct ws_diag *d);
+                        const Workspace__V1__DockerConfig *cfg, const struct ws_docker_identity *id,
+                        bool fresh, struct ws_diag *d);
 
 /* Stops and removes the workspace's container (and its anonymous
  * volumes); a container that does not exist is fine. Errors: -WS_EFAILED

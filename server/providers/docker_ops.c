@@ -2,7 +2,14 @@
  * hardened container of its own (docker.h), made at Open and removed at
  * Close; commands run in it through the relay. The runtime is the
  * container runtime when the server has an id to name containers by,
- * and the server's default image. */
+ * the server's default image and the helper uid.
+ *
+ * Whom commands run as: a workspace with a uid of its own (the record's)
+ * runs them as that uid and gid, or as the DockerConfig.user the
+ * operator's policy let the client name, never as root; the in-container
+ * init runs as the helper uid, which is neither. A workspace without one
+ * (the server is not root) runs them as the container's user: the
+ * config's, else the server's own, as before workspaces had uids. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +28,8 @@ struct docker_ops_rt {
     struct ws_docker_rt *docker;
     /* The image of an Open that names none; NULL: none. */
     char *default_image;
+    /* The in-container init's uid while a command runs. */
+    uid_t helper_uid;
 };
 
 static struct ws_docker_rt *runtime_of(void *rt)
@@ -53,6 +62,7 @@ static int docker_rt_new(const struct ws_provider_config *cfg, void **ret_rt)
 
     if (!t)
         return -ENOMEM;
+    t->helper_uid = cfg && cfg->helper_uid ? cfg->helper_uid : WS_DOCKER_HELPER_UID_DEFAULT;
     if (cfg && cfg->docker_default_image) {
         if (!ws_docker_image_valid(cfg->docker_default_image)) {
             err = -EINVAL;
@@ -85,11 +95,27 @@ static int docker_reconcile(void *rt, struct ws_diag *d)
 
 /* ---- the Open ---- */
 
-/* Empty means the server's own uid:gid; otherwise the rule the container
- * spec is built with. */
+/* Empty means the workspace's own uid:gid; otherwise the rule the
+ * container spec is built with. */
 static bool user_valid(const char *s)
 {
     return !*s || ws_docker_user_valid(s);
+}
+
+/* The helper uid a runtime gives its inits (the default without one). */
+static uid_t helper_of(const void *rt)
+{
+    return rt ? ((const struct docker_ops_rt *)rt)->helper_uid : WS_DOCKER_HELPER_UID_DEFAULT;
+}
+
+/* Whether a valid user is or shares an id with the helper: a command of
+ * the helper's uid could signal and trace the init. */
+static bool user_is_helper(const char *s, uid_t helper)
+{
+    uid_t uid;
+    gid_t gid;
+
+    return ws_docker_user_parse(s, &uid, &gid) == 0 && (uid == helper || gid == (gid_t)helper);
 }
 
 static int docker_check(void *rt, const Workspace__V1__OpenRequest *req, const char *const *own,
@@ -123,6 +149,19 @@ static int docker_check(void *rt, const Workspace__V1__OpenRequest *req, const c
         ws_diag_meta(d, "field", c->cpus < 0 ? "cpus" : "user");
         return -WS_EMALFORMED;
     }
+    /* Before the policy: no policy can make root a command's user. */
+    if (c->user[0] && !ws_docker_user_unprivileged(c->user)) {
+        ws_diag_set(d, "docker.user must not have uid or gid 0: commands never run as root");
+        ws_diag_meta(d, "field", "user");
+        return -WS_EMALFORMED;
+    }
+    if (c->user[0] && user_is_helper(c->user, helper_of(rt))) {
+        ws_diag_set(d,
+                    "docker.user must not have the uid or gid %u: the server's own helper has it",
+                    (unsigned)helper_of(rt));
+        ws_diag_meta(d, "field", "user");
+        return -WS_EMALFORMED;
+    }
     if (c->runtime && c->runtime[0] && strcmp(c->runtime, "runc") != 0 &&
         strcmp(c->runtime, "runsc") != 0) {
         ws_diag_set(d, "docker.runtime must be \"runc\" or \"runsc\"");
@@ -131,21 +170,6 @@ static int docker_check(void *rt, const Workspace__V1__OpenRequest *req, const c
     }
     *ret_req = req;
     return 0;
-}
-
-/* A runtime this server does not run containers under refuses the Open:
- * never a container under a weaker one than was asked for. */
-static int docker_open_check(void *rt, const struct ws_provider_open *o, struct ws_diag *d)
-{
-    const char *runtime = o->req->docker ? o->req->docker->runtime : NULL;
-
-    (void)rt;
-    if (!runtime || !runtime[0] || strcmp(runtime, "runc") == 0)
-        return 0;
-    ws_diag_set(d, "docker runtime %s is not available on this server", runtime);
-    ws_diag_meta(d, "runtime", "%s", runtime);
-    ws_diag_meta(d, "transient", "false");
-    return -WS_EFAILED;
 }
 
 static const char *docker_policy_image(const Workspace__V1__OpenRequest *req)
@@ -204,11 +228,44 @@ static void docker_list_info(void *rt, struct ws_probe *io, char *api_version, s
 
 /* ---- the workspace's container ---- */
 
+/* Whom the workspace's commands run as (see the top of this file). A
+ * recorded user that may no longer be one (a record from before uid 0 was
+ * refused, or one that is now the helper's) fails the attach: the
+ * workspace's commands would otherwise run as it. */
+static int identity_of(const void *rt, const ws_record *rec, const Workspace__V1__DockerConfig *cfg,
+                       struct ws_docker_identity *ret, struct ws_diag *d)
+{
+    struct ws_docker_identity id = {.helper = helper_of(rt)};
+
+    if (rec->uid == 0) {
+        *ret = (struct ws_docker_identity){0};
+        return 0;
+    }
+    if (!cfg->user || !cfg->user[0]) {
+        id.uid = rec->uid;
+        id.gid = rec->gid;
+    } else if (!ws_docker_user_unprivileged(cfg->user) || user_is_helper(cfg->user, id.helper) ||
+               ws_docker_user_parse(cfg->user, &id.uid, &id.gid) < 0) {
+        ws_diag_set(d, "the workspace's docker.user %.32s may not run commands on this server",
+                    cfg->user);
+        ws_diag_meta(d, "field", "user");
+        return -WS_EFAILED;
+    }
+    if (id.gid == 0 || id.uid == id.helper || id.gid == (gid_t)id.helper) {
+        ws_diag_set(d, "the workspace's uid %u cannot run commands beside the helper uid %u",
+                    (unsigned)id.uid, (unsigned)id.helper);
+        return -WS_EFAILED;
+    }
+    *ret = id;
+    return 0;
+}
+
 static int docker_attach(void *rt, const struct ws_provider_ws *w, bool fresh, struct ws_diag *d)
 {
     struct ws_docker_rt *docker = runtime_of(rt);
     const Workspace__V1__DockerConfig *cfg = config_of(w->rec);
     const struct ws_provider_open *o = w->open;
+    struct ws_docker_identity id;
     int err;
 
     if (!cfg)
@@ -217,7 +274,10 @@ static int docker_attach(void *rt, const struct ws_provider_ws *w, bool fresh, s
         ws_diag_set(d, "docker backend unavailable: the server runs without a Docker runtime");
         return -WS_EFAILED;
     }
-    err = ws_docker_rt_attach(docker, w->id, w->dir, cfg, fresh, d);
+    err = identity_of(rt, w->rec, cfg, &id, d);
+    if (err < 0)
+        return err;
+    err = ws_docker_rt_attach(docker, w->id, w->dir, cfg, &id, fresh, d);
     /* A missing image with pulls off: say that it is the operator's
      * policy, not the client's pull_policy, that kept it from a pull. */
     if (err == -WS_EFAILED && o && !o->pulls_allowed && d &&
@@ -340,6 +400,7 @@ static int docker_describe(void *rt, const struct ws_provider_ws *w,
         ci->log_driver = (char *)h->log_type;
         ci->ipc_mode = (char *)h->ipc_mode;
         ci->other_mounts = h->n_other_mounts;
+        ci->runtime = (char *)h->runtime;
     }
     resp->container = ci;
     *ret_keep = k;
@@ -352,6 +413,9 @@ const struct ws_provider_ops ws_docker_ops = {
     .isolation = "container",
     .caps = WS_CAP_FS | WS_CAP_SHELL,
     .on_disk = true,
+    /* Its commands run as the workspace's uid (or the policy's docker.user),
+     * never as the container's root. */
+    .commands_run_as_uid = true,
     .open_case = WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER,
     .record_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_DOCKER,
     .rt_new = docker_rt_new,
@@ -359,7 +423,6 @@ const struct ws_provider_ops ws_docker_ops = {
     .reconcile = docker_reconcile,
     .check = docker_check,
     .policy_image = docker_policy_image,
-    .open_check = docker_open_check,
     .record = docker_record,
     .network = docker_network,
     .probe = docker_probe,

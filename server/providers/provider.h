@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "server/base/errors.h"
 #include "server/vfs/vfs.h"
@@ -73,6 +74,11 @@ struct ws_provider_config {
     /* docker: the image of an Open that names none (a valid reference,
      * else the runtime is not made); NULL: such an Open is malformed. */
     const char *docker_default_image;
+    /* docker: the uid and gid the in-container init takes while a command
+     * of a workspace with a uid runs, one no workspace has (the first of
+     * the workspace uid range). 0: the default range's first, 524288
+     * (WS_DOCKER_HELPER_UID_DEFAULT). */
+    uid_t helper_uid;
 };
 
 /* One Open being made; valid for the duration of the Open only. */
@@ -145,6 +151,12 @@ struct ws_provider_ops {
     unsigned caps;
     /* Storage is <root>/<id>, a directory that survives a restart. */
     bool on_disk;
+    /* Its commands run as the workspace's own uid (registry.h), so its
+     * storage is given to that uid (ws_provider_uid_owns_storage). Left
+     * false by a box whose commands still run as a root without
+     * capabilities: that root could not enter a directory of another uid.
+     * Commands on the host (exec_env->on_host) count as true. */
+    bool commands_run_as_uid;
     /* The WORKSPACE__V1__OPEN_REQUEST__PROVIDER_* it answers, and the
      * WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_* it records. */
     int open_case;
@@ -244,9 +256,24 @@ const struct ws_provider *ws_provider_by_name(const char *name);
 /* p->ops->probe, or available when the provider has none. */
 void ws_provider_probe(const struct ws_provider *p, struct ws_probe *ret);
 
+/* Whether the storage of p's workspaces belongs to the workspace's uid
+ * (the directory, and what the API creates in it): only where p's
+ * commands can use files of that uid. Those that run as it do
+ * (commands_run_as_uid), and so do those that run on the host (with the
+ * server's capabilities where they do not run as the uid yet); a box whose
+ * commands run as a root without capabilities could not enter a 0700
+ * directory of another uid, so its storage stays the server's. */
+bool ws_provider_uid_owns_storage(const struct ws_provider *p);
+
 /* Storage of a new or re-attached workspace: p->ops->fs_open. */
 int ws_provider_attach_storage(const struct ws_provider *p, int dir_fd,
                                const struct ws_storage_limits *limits, struct ws_vfs **ret_fs);
+/* Same, for a provider whose storage belongs to the workspace's uid
+ * (ws_provider_uid_owns_storage, else -EINVAL): the host directory dir_fd
+ * (not consumed), where every file and directory the API creates is given
+ * to uid:gid. */
+int ws_provider_attach_owned_storage(const struct ws_provider *p, int dir_fd, uid_t uid, gid_t gid,
+                                     struct ws_vfs **ret_fs);
 
 /* ---- the set: one instance per kind ----
  *

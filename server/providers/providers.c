@@ -144,6 +144,24 @@ void ws_provider_probe(const struct ws_provider *p, struct ws_probe *ret)
         probe_always(ret);
 }
 
+bool ws_provider_uid_owns_storage(const struct ws_provider *p)
+{
+    return p->ops->on_disk &&
+           (p->ops->commands_run_as_uid || (p->ops->exec_env && p->ops->exec_env->on_host));
+}
+
+/* Every provider that may own storage keeps it in a host directory
+ * (ws_provider_fs_open_dir): opened here with the owner instead. */
+int ws_provider_attach_owned_storage(const struct ws_provider *p, int dir_fd, uid_t uid, gid_t gid,
+                                     struct ws_vfs **ret_fs)
+{
+    if (!ws_provider_uid_owns_storage(p))
+        return -EINVAL;
+    if (dir_fd < 0)
+        return -EBADF;
+    return ws_posixfs_open_owned(dir_fd, ".", 0, uid, gid, ret_fs);
+}
+
 int ws_provider_attach_storage(const struct ws_provider *p, int dir_fd,
                                const struct ws_storage_limits *limits, struct ws_vfs **ret_fs)
 {

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "server/base/macros.h"
 #include "server/base/time.h"
 #include "server/metrics/metrics.h"
+#include "server/posix/fs.h"
 #include "server/registry/ref.h"
 #include "server/registry/storage.h"
 #include "server/registry/usage.h"
@@ -67,6 +69,13 @@ struct ws_workspace {
     int64_t last_success_ms;
     int64_t last_error_ms;
     char last_error[WS_DIAG_MESSAGE_MAX + 64];
+    /* The workspace's own uid, taken from the registry's allocator
+     * (claimed from the record at start, or allocated at Open or first
+     * attach) until it is given back at Close or eviction. rec->uid and
+     * rec->gid say the same once it is recorded. */
+    bool uid_held;
+    uid_t uid;
+    gid_t gid;
 };
 
 /* What one tenant holds, for its quotas; registry lock. One per tenant
@@ -119,7 +128,31 @@ struct ws_registry {
     ws_registry_close_hook close_hook;
     void *close_hook_ud;
     struct ws_registry_runtime rt;
+    /* Workspace uids; NULL when they are off. */
+    struct ws_uids *uids;
+    struct ws_uid_range uid_range;
+    /* This server's host-wide hold on uid_range (uids.h). */
+    struct ws_uids_lease *uid_lease;
+    void (*say)(void *ud, bool error, const char *message);
+    void *say_ud;
 };
+
+/* Tells the operator (struct ws_registry_config's `say`). */
+static void say(const struct ws_registry *r, bool error, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void say(const struct ws_registry *r, bool error, const char *fmt, ...)
+{
+    char msg[PATH_MAX + 512];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (r->say)
+        r->say(r->say_ud, error, msg);
+    else
+        fprintf(stderr, "workspaced: %s\n", msg);
+}
 
 /* Ids are the only client-chosen strings that become file names, so they
  * are checked before any use: "ws_" and 32 lowercase hex digits. */
@@ -411,6 +444,20 @@ uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws)
     return c && c->fs ? c->fs->max_file_size_bytes : 0;
 }
 
+bool ws_workspace_uid(struct ws_workspace *ws, uid_t *ret_uid, gid_t *ret_gid)
+{
+    bool held;
+
+    pthread_mutex_lock(&ws->lock);
+    held = ws->uid_held;
+    if (held) {
+        *ret_uid = ws->uid;
+        *ret_gid = ws->gid;
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return held;
+}
+
 struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws)
 {
     return ws->fsops;
@@ -570,6 +617,139 @@ static void forget(struct ws_registry *r, struct ws_workspace *ws)
         p->ops->forget(p->rt, ws->id);
 }
 
+/* ---- workspace uids ---- */
+
+/* A uid of the range no workspace holds. */
+static int alloc_uid(struct ws_registry *r, uid_t *ret, struct ws_diag *d)
+{
+    int err = ws_uids_alloc(r->uids, ret);
+
+    if (err == -WS_EQUOTA) {
+        unsigned n = r->uid_range.last - r->uid_range.first;
+
+        ws_diag_set(d,
+                    "no workspace uid is free: all %u of the range %u-%u are held by workspaces "
+                    "or still run processes",
+                    n, (unsigned)r->uid_range.first + 1, (unsigned)r->uid_range.last);
+        ws_diag_meta(d, "quota", "workspace_uids");
+        ws_diag_meta(d, "limit", "%u", n);
+    }
+    return err;
+}
+
+/* Signs ws's record again with its uid and writes it over the old one.
+ * The ref token in ws->token stays as it was: callers may be reading it,
+ * and a ref's copy of the record is only ever used for its id, tenant and
+ * provider. */
+static int record_uid(struct ws_registry *r, struct ws_workspace *ws, uid_t uid, gid_t gid)
+{
+    char tmp[WS_ID_LEN + 8];
+    uint8_t *token = NULL;
+    size_t len = 0;
+    int err;
+
+    pthread_mutex_lock(&ws->lock);
+    ws->rec->uid = uid;
+    ws->rec->gid = gid;
+    err = ws_ref_sign(&r->key, ws->rec, &token, &len);
+    pthread_mutex_unlock(&ws->lock);
+    if (err == 0) {
+        snprintf(tmp, sizeof(tmp), "%s.tmp", ws->id);
+        err = ws_storage_write_file(r->records_fd, ws->id, tmp, token, len);
+    }
+    free(token);
+    if (err < 0) {
+        pthread_mutex_lock(&ws->lock);
+        ws->rec->uid = 0;
+        ws->rec->gid = 0;
+        pthread_mutex_unlock(&ws->lock);
+    }
+    return err;
+}
+
+/* Makes sure an on-disk workspace being attached (dir_fd, whose stat is
+ * st) has its uid: a record from before workspace uids, or from another
+ * range, gets a new one, recorded; and where the provider's storage is
+ * the uid's, a tree it does not own (a new workspace's empty directory,
+ * or the files of an older workspace) is given to it, never following a
+ * symlink out. Only the attaching call touches the workspace meanwhile. */
+static int ensure_uid(struct ws_registry *r, struct ws_workspace *ws, int dir_fd,
+                      const struct stat *st, struct ws_diag *d)
+{
+    bool fresh = false;
+    uid_t uid;
+    gid_t gid;
+    int err = 0;
+
+    if (!ws_workspace_uid(ws, &uid, &gid)) {
+        err = alloc_uid(r, &uid, d);
+        if (err < 0)
+            return err;
+        gid = (gid_t)uid;
+        fresh = true;
+    }
+    if (ws_provider_uid_owns_storage(ws->provider) && (st->st_uid != uid || st->st_gid != gid)) {
+        err = ws_posixfs_chown_tree(dir_fd, uid, gid);
+        if (err < 0)
+            ws_diag_set(d, "the workspace's files cannot be given to its uid %u: %s", (unsigned)uid,
+                        strerror(-err < WS_ERR_BASE ? -err : EIO));
+    }
+    if (err == 0 && fresh) {
+        err = record_uid(r, ws, uid, gid);
+        if (err < 0)
+            ws_diag_set(d, "the workspace's uid cannot be recorded: %s",
+                        strerror(-err < WS_ERR_BASE ? -err : EIO));
+    }
+    if (err < 0) {
+        /* No command has run as it: nothing to end. */
+        if (fresh)
+            ws_uids_release(r->uids, uid);
+        return err;
+    }
+    if (fresh) {
+        pthread_mutex_lock(&ws->lock);
+        ws->uid_held = true;
+        ws->uid = uid;
+        ws->gid = gid;
+        pthread_mutex_unlock(&ws->lock);
+    }
+    return 0;
+}
+
+/* Ends every process still running as ws's uid: commands that left their
+ * process tree and outlived the workspace. After its commands ended. */
+static void end_uid_processes(struct ws_registry *r, struct ws_workspace *ws)
+{
+    uid_t uid;
+    gid_t gid;
+    int err;
+
+    if (!r->uids || !ws_workspace_uid(ws, &uid, &gid))
+        return;
+    err = ws_uids_kill_all(uid);
+    if (err < 0)
+        say(r, false,
+            "workspace %s is gone, but processes of its uid %u could not all be ended (%s); "
+            "the uid is not handed out again while any of them runs",
+            ws->id, (unsigned)uid, strerror(-err));
+}
+
+/* Gives ws's uid back to the range, once: after its processes were ended
+ * and its storage removed. */
+static void release_uid(struct ws_registry *r, struct ws_workspace *ws)
+{
+    bool held;
+    uid_t uid;
+
+    pthread_mutex_lock(&ws->lock);
+    held = ws->uid_held;
+    uid = ws->uid;
+    ws->uid_held = false;
+    pthread_mutex_unlock(&ws->lock);
+    if (held && r->uids)
+        ws_uids_release(r->uids, uid);
+}
+
 /* Attaches the storage and runtime of a workspace in state OPENING and
  * makes it OPEN. Called with no registry lock held, by the one call that
  * put it in OPENING (an Open, or the first use after a restart): nobody
@@ -581,6 +761,8 @@ static int attach(struct ws_registry *r, struct ws_workspace *ws,
     struct ws_fsops *ops = NULL;
     struct stat st = {0};
     int dir_fd = -1;
+    uid_t uid;
+    gid_t gid;
     int err;
 
     if (ws->provider->ops->on_disk) {
@@ -594,8 +776,16 @@ static int attach(struct ws_registry *r, struct ws_workspace *ws,
             err = -errno;
             goto out;
         }
+        if (r->uids) {
+            err = ensure_uid(r, ws, dir_fd, &st, d);
+            if (err < 0)
+                goto out;
+        }
     }
-    err = ws_provider_attach_storage(ws->provider, dir_fd, &r->limits, &fs);
+    if (ws_provider_uid_owns_storage(ws->provider) && ws_workspace_uid(ws, &uid, &gid))
+        err = ws_provider_attach_owned_storage(ws->provider, dir_fd, uid, gid, &fs);
+    else
+        err = ws_provider_attach_storage(ws->provider, dir_fd, &r->limits, &fs);
     if (err < 0)
         goto out;
     err = ws_fsops_new(fs, &ops);
@@ -720,6 +910,8 @@ static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
     forget(r, ws);
     if (has_runtime(r, ws))
         (void)detach_runtime(r, ws, NULL);
+    end_uid_processes(r, ws);
+    release_uid(r, ws);
 }
 
 /* Whether the directory of an attached on-disk workspace is still the one
@@ -821,8 +1013,9 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     struct ws_workspace *ws = NULL;
     uint8_t *token = NULL;
     size_t token_len = 0;
-    bool reserved = false, made_dir = false;
+    bool reserved = false, made_dir = false, took_uid = false;
     char id[WS_ID_LEN + 1];
+    uid_t uid = 0;
     int err;
 
     /* The request's own checks, with the provider's defaults filled in
@@ -909,7 +1102,14 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     err = id_new(id);
     if (err < 0)
         goto out;
+    if (p->ops->on_disk && r->uids) {
+        err = alloc_uid(r, &uid, d);
+        if (err < 0)
+            goto out;
+        took_uid = true;
+    }
     if (p->ops->on_disk) {
+        /* The attach below gives it to the workspace's uid. */
         if (mkdirat(r->root_fd, id, 0700) < 0) {
             err = -errno;
             goto out;
@@ -923,6 +1123,8 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     rec.capabilities = &caps;
     rec.created_unix_ms = ws_wall_ms();
     rec.tenant = (char *)tenant_or_default(tenant);
+    rec.uid = uid;
+    rec.gid = (gid_t)uid;
     /* The provider's part of the record (docker: its defaults, and never
      * a pull when the policy allows none). */
     err = p->ops->record(&open, &rec, &recorded);
@@ -936,6 +1138,10 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     token = NULL;
     if (err < 0)
         goto out;
+    /* Not published yet: no lock needed. */
+    ws->uid_held = took_uid;
+    ws->uid = uid;
+    ws->gid = (gid_t)uid;
     err = attach(r, ws, &open, d);
     if (err < 0)
         goto out;
@@ -960,6 +1166,9 @@ out:
     free(token);
     if (err < 0 && made_dir)
         ws_storage_remove_tree(r->root_fd, id);
+    /* No command ran as it: nothing to end. */
+    if (err < 0 && took_uid)
+        ws_uids_release(r->uids, uid);
     if (reserved) {
         pthread_mutex_lock(&r->lock);
         r->live--;
@@ -1182,6 +1391,9 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
             return err;
         }
     }
+    /* Its commands ended above; what left their process trees goes now,
+     * before the files it might still be writing. */
+    end_uid_processes(r, ws);
     if (ws->provider->ops->on_disk) {
         /* Record first: a crash after this point leaves only a directory
          * without a record, which the next start removes. */
@@ -1189,6 +1401,7 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
         fsync(r->records_fd);
         ws_storage_remove_tree(r->root_fd, ws->id);
     }
+    release_uid(r, ws);
     pthread_mutex_lock(&ws->lock);
     ws->state = WS_STATE_CLOSED;
     pthread_mutex_unlock(&ws->lock);
@@ -1452,6 +1665,19 @@ static int load_records(struct ws_registry *r)
             ws_workspace_unref(ws);
             continue;
         }
+        /* Its uid, if the record has one of the range that no other record
+         * claimed; else a new one at its first attach. In memory the
+         * record's uid is the one the workspace holds in this run (0:
+         * none), the file keeps what it has until then. */
+        Record *rec = ws->rec;
+        if (r->uids && rec->uid == rec->gid && ws_uids_claim(r->uids, rec->uid) == 0) {
+            ws->uid_held = true;
+            ws->uid = rec->uid;
+            ws->gid = rec->gid;
+        } else {
+            rec->uid = 0;
+            rec->gid = 0;
+        }
         ws->counted = true;
         r->live++;
         tenant_count(r, ws_workspace_tenant(ws), 1);
@@ -1524,6 +1750,201 @@ static int lock_state_dir(struct ws_registry *r)
     return 0;
 }
 
+/* Whether workspace uids are on in this run (cfg->uids_mode), and with
+ * which range; the range is checked unless they are off. Touches no file:
+ * a refused start leaves the state directory as it was. */
+static int uids_decide(struct ws_registry *r, const struct ws_registry_config *cfg, bool *ret_on)
+{
+    struct ws_uid_range range = cfg->uid_range;
+    char why[512];
+    int err;
+
+    *ret_on = false;
+    if (cfg->uids_mode == WS_UIDS_OFF && geteuid() == 0 && !cfg->allow_root_commands) {
+        say(r, true,
+            "workspace uids are off ([uids] mode = off) and the server runs as root, so every "
+            "command would run as root: turn them on, or say allow-root-commands = true "
+            "(--allow-root-commands) to accept that");
+        return -EPERM;
+    }
+    if (cfg->uids_mode == WS_UIDS_OFF)
+        return 0;
+    if (range.first == 0 && range.last == 0)
+        range = (struct ws_uid_range){WS_UIDS_DEFAULT_FIRST, WS_UIDS_DEFAULT_LAST};
+    err =
+        ws_uids_check_range(&range, NULL, NULL, cfg->peer_uids, cfg->n_peer_uids, why, sizeof(why));
+    if (err < 0) {
+        say(r, true,
+            "the workspace uid range %u-%u cannot be used: it %s. Give a range no account, "
+            "group or peer has ([uids] range), or turn workspace uids off ([uids] mode = off)",
+            (unsigned)range.first, (unsigned)range.last, why);
+        return err;
+    }
+    err = ws_uids_usable(&range, NULL, NULL, why, sizeof(why));
+    if (err < 0 && cfg->uids_mode == WS_UIDS_ON) {
+        say(r, true, "workspace uids are on ([uids] mode = on) but cannot be used here: %s", why);
+        return err;
+    }
+    if (err < 0 && geteuid() == 0 && !cfg->allow_root_commands) {
+        say(r, true,
+            "workspace uids cannot be used here (%s), and without them every command would run "
+            "as root: give the server what it lacks, or say allow-root-commands = true "
+            "(--allow-root-commands) to accept that",
+            why);
+        return err;
+    }
+    if (err < 0) {
+        say(r, false,
+            "workspace uids are off: %s. Every workspace's files are the server's and its "
+            "commands run as the server's uid",
+            why);
+        return 0;
+    }
+    r->uid_range = range;
+    *ret_on = true;
+    return 0;
+}
+
+/* The uid of a workspace reaches its directory by path: every directory
+ * above `path` must let others search it. The state directory itself is
+ * not looked at: uids_paths opens it to search. */
+static int check_searchable(struct ws_registry *r, const char *path, const char *what)
+{
+    char buf[PATH_MAX];
+    size_t n = strlen(path);
+    struct stat st;
+    int err = 0;
+
+    if (n >= sizeof(buf))
+        return -ENAMETOOLONG;
+    memcpy(buf, path, n + 1);
+    /* From the deepest: each prefix that ends before a '/', then "/". */
+    for (size_t i = n; err == 0 && i-- > 0;) {
+        if (buf[i] != '/')
+            continue;
+        buf[i == 0 ? 1 : i] = '\0';
+        if (strcmp(buf, r->state_path) == 0)
+            continue; /* uids_paths opens it to search */
+        if (stat(buf, &st) < 0) {
+            err = -errno;
+        } else if (!(st.st_mode & S_IXOTH)) {
+            say(r, true,
+                "workspace uids need every directory above the %s to be searchable by other "
+                "users, and '%s' is not (mode %04o): put the state directory where they are (not "
+                "under a 0700 home such as /root), let others search it (chmod o+x), or turn "
+                "workspace uids off ([uids] mode = off)",
+                what, buf, (unsigned)(st.st_mode & 07777));
+            err = -EACCES;
+        }
+    }
+    return err;
+}
+
+/* With workspace uids on: every directory above the state directory and
+ * the workspace root must already let others search it (else nothing is
+ * changed); then the state directory lets others search it (0711 for a
+ * 0700 one; its entries stay private) and the workspace root becomes 0711
+ * (search, no listing). */
+static int uids_paths(struct ws_registry *r)
+{
+    struct stat st;
+    int err;
+
+    err = check_searchable(r, r->state_path, "state directory");
+    if (err == 0)
+        err = check_searchable(r, r->root_path, "workspace root");
+    if (err < 0)
+        return err;
+    if (fstat(r->state_fd, &st) < 0)
+        return -errno;
+    if (!(st.st_mode & S_IXOTH) &&
+        fchmod(r->state_fd, (st.st_mode & 07777) | S_IXGRP | S_IXOTH) < 0)
+        return -errno;
+    if (fchmod(r->root_fd, 0711) < 0)
+        return -errno;
+    return 0;
+}
+
+/* The file in the state directory that remembers the slot of the default
+ * range this server had, so that after a restart its workspaces keep
+ * their uids. */
+#define UID_RANGE_FILE "uid-range"
+
+/* Takes this server's host-wide lease on its uids: the operator's range
+ * exactly, or a slot of the default one (the slot it had before when it
+ * is free), which r->uid_range becomes. */
+static int uids_lease(struct ws_registry *r, const struct ws_registry_config *cfg)
+{
+    bool exact = cfg->uid_range.first != 0 || cfg->uid_range.last != 0;
+    struct ws_uid_range before = r->uid_range, prefer = {0, 0};
+    const char *dir = cfg->uid_lease_dir ? cfg->uid_lease_dir : WS_UIDS_LEASE_DIR;
+    bool had = false;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    char why[512], text[48];
+    int err;
+
+    if (!exact && ws_storage_read_file(r->state_fd, UID_RANGE_FILE, 64, &data, &len) == 0) {
+        char *s = strndup((const char *)data, len);
+        const char *ignored;
+
+        if (s)
+            s[strcspn(s, "\n")] = '\0';
+        had = s && ws_uids_parse_range(s, &prefer, &ignored) == 0;
+        free(s);
+        free(data);
+    }
+    /* A server without a recorded slot prefers one picked by its state
+     * directory's identity, so that fresh servers spread over the slots
+     * rather than all taking the first free one, which a stopped server's
+     * workspaces may still own files of. */
+    struct stat st;
+    if (!had && fstat(r->state_fd, &st) == 0) {
+        uint64_t size = (uint64_t)r->uid_range.last - r->uid_range.first + 1;
+        uint64_t slots = size / WS_UIDS_SLOT;
+
+        if (slots > 1) {
+            uint64_t k = ((uint64_t)st.st_dev * 0x9e3779b97f4a7c15ull) ^ (uint64_t)st.st_ino;
+            uint64_t first = r->uid_range.first + (k % slots) * WS_UIDS_SLOT;
+
+            prefer = (struct ws_uid_range){(uid_t)first, (uid_t)(first + WS_UIDS_SLOT - 1)};
+            had = true;
+        }
+    }
+    err = ws_uids_lease_take(dir, &r->uid_range, exact, had ? &prefer : NULL, &r->uid_lease, why,
+                             sizeof(why));
+    if (err < 0) {
+        say(r, true, "the workspace uid range %u-%u cannot be used: it %s", (unsigned)before.first,
+            (unsigned)before.last, why);
+        return err;
+    }
+    if (!exact) {
+        len = (size_t)snprintf(text, sizeof(text), "%u-%u\n", (unsigned)r->uid_range.first,
+                               (unsigned)r->uid_range.last);
+        err = ws_storage_write_file(r->state_fd, UID_RANGE_FILE, UID_RANGE_FILE ".tmp",
+                                    (const uint8_t *)text, len);
+        if (err < 0)
+            say(r, true, "cannot record the workspace uid range in the state directory: %s",
+                strerror(-err));
+    }
+    return err;
+}
+
+bool ws_registry_uids_on(const struct ws_registry *r)
+{
+    return r->uids != NULL;
+}
+
+uid_t ws_registry_helper_uid(const struct ws_registry *r)
+{
+    return r->uids ? ws_uids_helper(r->uids) : (uid_t)-1;
+}
+
+bool ws_registry_uid_in_range(const struct ws_registry *r, uid_t uid)
+{
+    return r->uids && uid >= r->uid_range.first && uid <= r->uid_range.last;
+}
+
 int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **ret)
 {
     struct ws_registry *r;
@@ -1533,6 +1954,8 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     if (!r)
         return -ENOMEM;
     r->state_fd = r->records_fd = r->root_fd = r->lock_fd = -1;
+    r->say = cfg->say;
+    r->say_ud = cfg->say_ud;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->policy_lock, NULL);
     if (cfg->policy) {
@@ -1557,6 +1980,10 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
     r->limits.memory_max_bytes =
         cfg->memory_max_bytes ? cfg->memory_max_bytes : WS_DEFAULT_MEMORY_MAX_BYTES;
+    bool uids_on = false;
+    err = uids_decide(r, cfg, &uids_on);
+    if (err < 0)
+        goto fail;
     r->closed = calloc(WS_CLOSED_IDS_KEPT, sizeof(*r->closed));
     err = -ENOMEM;
     if (!r->closed)
@@ -1587,6 +2014,15 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     err = -ENOMEM;
     if (!r->state_path || !r->root_path)
         goto fail;
+    if (uids_on) {
+        err = uids_paths(r);
+        if (err == 0)
+            err = uids_lease(r, cfg);
+        if (err == 0)
+            err = ws_uids_new(&r->uid_range, NULL, &r->uids);
+        if (err < 0)
+            goto fail;
+    }
     err = load_records(r);
     if (err < 0)
         goto fail;
@@ -1624,6 +2060,8 @@ void ws_registry_free(struct ws_registry *r)
     }
     free(r->state_path);
     free(r->root_path);
+    ws_uids_free(r->uids);
+    ws_uids_lease_free(r->uid_lease);
     ws_policy_set_unref(r->policy);
     pthread_mutex_destroy(&r->policy_lock);
     pthread_mutex_destroy(&r->lock);

@@ -14,6 +14,22 @@
  * evicted workspace; a directory without a record is garbage from an
  * interrupted Close and is removed at start.
  *
+ * Workspace uids (uids.h): with them on, every on-disk workspace has a host
+ * uid of its own (gid the same number), allocated at Open, kept in its
+ * record and claimed again at start; a record made before (uid 0) or under
+ * another range gets a new one at its first attach. Where the provider's
+ * commands can use files of that uid (ws_provider_uid_owns_storage), the
+ * workspace's directory and everything the API creates in it are that
+ * uid's; a tree not owned by it at attach is given to it by a walk that
+ * never follows a symlink. At Close, after the commands ended, every
+ * process still running as the uid is killed, and the uid goes back to
+ * the range. Since commands of those uids must reach their directories by
+ * path, the state directory becomes searchable by others (0711: its
+ * entries are private) and the workspace root 0711 (x only: no listing;
+ * ids are 128 bits of randomness), and every directory above them must
+ * already be searchable by others: a state directory under a 0700 home
+ * (root's /root) is refused at start.
+ *
  * After a restart every record is known in state CONFIGURED; the first
  * call on it (or Resolve of its ref) re-attaches it, probing the provider's
  * backend live. Memory workspaces die with the process.
@@ -46,6 +62,7 @@
 #include "server/base/errors.h"
 #include "server/policy/policy.h"
 #include "server/providers/provider.h"
+#include "server/registry/uids.h"
 #include "server/vfs/ops.h"
 #include "workspace/v1/workspaces.pb-c.h"
 
@@ -60,6 +77,19 @@
  * without authentication (also the owner of records made before tenants). */
 #define WS_TENANT_MAX     64
 #define WS_TENANT_DEFAULT "default"
+
+/* Whether workspaces get host uids of their own. */
+enum ws_uids_mode {
+    /* On where they can be used: the server runs as root and its user
+     * namespace maps the range (ws_uids_usable); else off, said once
+     * through `say`. */
+    WS_UIDS_AUTO = 0,
+    /* On, or ws_registry_new refuses to start. */
+    WS_UIDS_ON,
+    /* Off: every workspace's files are the server's, records keep the
+     * uids they have for a later start with uids on. */
+    WS_UIDS_OFF,
+};
 
 struct ws_registry_config {
     const char *state_dir;
@@ -89,6 +119,32 @@ struct ws_registry_config {
     /* The operator's policy (finished; the registry takes its own
      * reference). NULL: the default policy with nothing configured. */
     struct ws_policy_set *policy;
+    /* Workspace uids (see above). The range ({0, 0}: WS_UIDS_DEFAULT_FIRST
+     * to WS_UIDS_DEFAULT_LAST) is checked at start unless the mode is off:
+     * one that holds an account, a group or one of `peer_uids` (the
+     * [peers] map's uids) refuses the start in auto mode too, since the
+     * range must then be fixed. An exhausted range is -WS_EQUOTA at Open
+     * (metadata quota=workspace_uids). */
+    enum ws_uids_mode uids_mode;
+    struct ws_uid_range uid_range;
+    const uid_t *peer_uids;
+    size_t n_peer_uids;
+    /* Without it a server that runs as root refuses to start when
+     * workspace uids are off or cannot be used: its commands would run as
+     * root. */
+    bool allow_root_commands;
+    /* Where the host's uid leases are (uids.h); NULL: WS_UIDS_LEASE_DIR.
+     * Without an operator's range (uid_range {0, 0}) the server takes a
+     * slot of WS_UIDS_SLOT uids of the default range, and keeps it in its
+     * state directory for the next start. */
+    const char *uid_lease_dir;
+    /* How the registry tells the operator something: why ws_registry_new
+     * refused to start (`error` true; it then returns -EINVAL or -errno),
+     * why workspace uids are off in auto mode, processes of a closed
+     * workspace's uid that could not be ended. NULL: a line on standard
+     * error. */
+    void (*say)(void *ud, bool error, const char *message);
+    void *say_ud;
 };
 
 enum ws_state {
@@ -112,6 +168,14 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
  * Only once no call is in flight (the RPC server has shut down): an
  * attach in progress uses the registry until it returns. */
 void ws_registry_free(struct ws_registry *r);
+
+/* Whether workspaces get uids of their own in this run. */
+bool ws_registry_uids_on(const struct ws_registry *r);
+/* The helper uid of the range (uids.h), or (uid_t)-1 when uids are off. */
+uid_t ws_registry_helper_uid(const struct ws_registry *r);
+/* Whether uid is of the workspace uid range in force (false when uids are
+ * off): the helper's or a workspace's, never a caller's peer. */
+bool ws_registry_uid_in_range(const struct ws_registry *r, uid_t uid);
 
 /* Whether Open may name provider `kind` (struct ws_registry_config's
  * providers_enabled). */
@@ -249,6 +313,10 @@ Workspace__V1__Network ws_workspace_network(const struct ws_workspace *ws);
 /* The persisted record (its provider's config in the `config` oneof). */
 const ws_record *ws_workspace_record(const struct ws_workspace *ws);
 uint64_t ws_workspace_max_file_size(const struct ws_workspace *ws);
+/* The workspace's own uid and gid, when it has one in this run (uids on,
+ * an on-disk workspace that was opened or attached); false otherwise (its
+ * commands run as the server). */
+bool ws_workspace_uid(struct ws_workspace *ws, uid_t *ret_uid, gid_t *ret_gid);
 /* The generic file operations over the workspace's storage; NULL unless
  * the workspace is open. */
 struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws);

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
@@ -12,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +27,8 @@
 /* The ids the kernel and every distribution reserve for "no mapping". */
 #define OVERFLOW_ID 65534u
 #define INVALID_16  65535u
+/* The kernel allows 340 extents in an id map; more lines are not read. */
+#define MAP_EXTENTS_MAX 340
 
 struct ws_uids {
     pthread_mutex_t lock;
@@ -125,6 +130,309 @@ int ws_uids_check_range(const struct ws_uid_range *range, const char *passwd_pat
         }
     fclose(f);
     return r;
+}
+
+/* Whether the id map at `path` ("inside outside count" lines) maps every
+ * id of `range`; -errno when it cannot be read. */
+static int map_covers(const char *path, const struct ws_uid_range *range, uid_t *ret_missing)
+{
+    unsigned long inside[MAP_EXTENTS_MAX], count[MAP_EXTENTS_MAX];
+    size_t n = 0;
+    uint64_t id = range->first;
+    FILE *f = fopen(path, "re");
+
+    if (!f)
+        return -errno;
+    for (unsigned long in_, out_, cnt;
+         n < WS_ELEMENTSOF(inside) && fscanf(f, "%lu %lu %lu", &in_, &out_, &cnt) == 3;) {
+        inside[n] = in_;
+        count[n++] = cnt;
+    }
+    fclose(f);
+    /* Walk the range from its first id, jumping to the end of whichever
+     * extent holds the next id; extents do not overlap. */
+    while (id <= range->last) {
+        size_t i;
+
+        for (i = 0; i < n; i++)
+            if (id >= inside[i] && id - inside[i] < count[i])
+                break;
+        if (i == n) {
+            *ret_missing = (uid_t)id;
+            return 0;
+        }
+        id = (uint64_t)inside[i] + count[i];
+    }
+    *ret_missing = (uid_t)-1;
+    return 0;
+}
+
+int ws_uids_usable(const struct ws_uid_range *range, const char *uid_map_path,
+                   const char *gid_map_path, char *why, size_t why_size)
+{
+    static const struct {
+        int cap;
+        const char *name;
+    } caps[] = {
+        {CAP_CHOWN, "CAP_CHOWN"},
+        {CAP_KILL, "CAP_KILL"},
+        {CAP_SETGID, "CAP_SETGID"},
+        {CAP_SETUID, "CAP_SETUID"},
+    };
+    struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3};
+    struct __user_cap_data_struct data[2] = {{0}};
+    const char *paths[2] = {uid_map_path ? uid_map_path : "/proc/self/uid_map",
+                            gid_map_path ? gid_map_path : "/proc/self/gid_map"};
+
+    if (geteuid() != 0) {
+        snprintf(why, why_size, "the server does not run as root (uid %u)", (unsigned)geteuid());
+        return -EPERM;
+    }
+    if (syscall(SYS_capget, &hdr, data) < 0) {
+        int r = -errno;
+
+        snprintf(why, why_size, "cannot read the server's capabilities: %s", strerror(-r));
+        return r;
+    }
+    for (size_t i = 0; i < WS_ELEMENTSOF(caps); i++)
+        if (!(data[caps[i].cap / 32].effective & (1u << (caps[i].cap % 32)))) {
+            snprintf(why, why_size, "the server runs as root without %s", caps[i].name);
+            return -EPERM;
+        }
+    for (size_t i = 0; i < 2; i++) {
+        uid_t missing;
+        int r = map_covers(paths[i], range, &missing);
+
+        if (r < 0) {
+            snprintf(why, why_size, "cannot read %s: %s", paths[i], strerror(-r));
+            return r;
+        }
+        if (missing != (uid_t)-1) {
+            snprintf(why, why_size,
+                     "the server's user namespace does not map %s %u (%s): its root can neither "
+                     "chown to nor become the range's ids",
+                     i == 0 ? "uid" : "gid", (unsigned)missing, paths[i]);
+            return -EPERM;
+        }
+    }
+    return 0;
+}
+
+/* ---- host-wide leases ---- */
+
+struct ws_uids_lease {
+    int fd; /* the flocked lease file, held open */
+};
+
+/* Whether two ranges share an id. */
+static bool overlaps(const struct ws_uid_range *a, const struct ws_uid_range *b)
+{
+    return a->first <= b->last && b->first <= a->last;
+}
+
+/* The range a lease file is named after ("FIRST-LAST"), or false. */
+static bool lease_name(const char *name, struct ws_uid_range *ret)
+{
+    unsigned long first, last;
+    int n = 0;
+
+    if (sscanf(name, "%lu-%lu%n", &first, &last, &n) != 2 || name[n] != '\0' ||
+        !isdigit((unsigned char)name[0]) || first > last || last > UINT32_MAX)
+        return false;
+    *ret = (struct ws_uid_range){(uid_t)first, (uid_t)last};
+    return true;
+}
+
+/* The live leases of dir_fd into live[] (at most max; more are refused as
+ * -E2BIG: a host with that many servers is not one we know). A lease whose
+ * file takes our lock has no holder: it is removed. */
+static int live_leases(int dir_fd, struct ws_uid_range *live, pid_t *pids, size_t max,
+                       size_t *ret_n)
+{
+    int fd = dup(dir_fd);
+    DIR *d;
+    struct dirent *e;
+    size_t n = 0;
+    int err = 0;
+
+    if (fd < 0)
+        return -errno;
+    d = fdopendir(fd);
+    if (!d) {
+        err = -errno;
+        close(fd);
+        return err;
+    }
+    while (err == 0 && (e = readdir(d))) {
+        struct ws_uid_range r;
+        int lf;
+
+        if (!lease_name(e->d_name, &r))
+            continue;
+        lf = openat(dir_fd, e->d_name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (lf < 0)
+            continue;
+        if (flock(lf, LOCK_EX | LOCK_NB) == 0) {
+            /* Its holder is gone. */
+            (void)unlinkat(dir_fd, e->d_name, 0);
+        } else if (n == max) {
+            err = -E2BIG;
+        } else {
+            char buf[32] = {0};
+
+            (void)ws_pread_all(lf, buf, sizeof(buf) - 1, 0);
+            pids[n] = (pid_t)atoi(buf);
+            live[n++] = r;
+        }
+        close(lf);
+    }
+    closedir(d);
+    *ret_n = n;
+    return err;
+}
+
+/* Whether `want` overlaps no live lease; else the first it does, in *hit. */
+static bool lease_free(const struct ws_uid_range *want, const struct ws_uid_range *live, size_t n,
+                       size_t *hit)
+{
+    for (size_t i = 0; i < n; i++)
+        if (overlaps(want, &live[i])) {
+            *hit = i;
+            return false;
+        }
+    return true;
+}
+
+/* Creates and locks the lease file of `r` (no live lease overlaps it, and
+ * takers are serialised: the lock cannot be contended but by a holder that
+ * died and left the file, which the lock then takes over). */
+static int take_lease(int dir_fd, const struct ws_uid_range *r, int *ret_fd)
+{
+    char name[32], pid[24];
+    int fd, err;
+
+    snprintf(name, sizeof(name), "%u-%u", (unsigned)r->first, (unsigned)r->last);
+    fd = openat(dir_fd, name, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        err = errno == EWOULDBLOCK ? -EBUSY : -errno;
+        close(fd);
+        return err;
+    }
+    snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    err = ftruncate(fd, 0) < 0 ? -errno : ws_pwrite_all(fd, pid, strlen(pid), 0);
+    if (err < 0) {
+        close(fd);
+        return err;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+int ws_uids_lease_take(const char *dir, struct ws_uid_range *range, bool exact,
+                       const struct ws_uid_range *prefer, struct ws_uids_lease **ret, char *why,
+                       size_t why_size)
+{
+    struct ws_uid_range live[256];
+    pid_t pids[WS_ELEMENTSOF(live)];
+    struct ws_uid_range chosen = {0, 0};
+    struct ws_uids_lease *l;
+    size_t n = 0, hit = 0;
+    int dir_fd = -1, lock_fd = -1, fd = -1, err;
+    bool found = false;
+
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        err = -errno;
+        snprintf(why, why_size, "cannot make %s: %s", dir, strerror(-err));
+        return err;
+    }
+    dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (dir_fd < 0) {
+        err = -errno;
+        snprintf(why, why_size, "cannot open %s: %s", dir, strerror(-err));
+        return err;
+    }
+    lock_fd = openat(dir_fd, ".lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (lock_fd < 0 || flock(lock_fd, LOCK_EX) < 0) {
+        err = -errno;
+        snprintf(why, why_size, "cannot lock %s/.lock: %s", dir, strerror(-err));
+        goto out;
+    }
+    err = live_leases(dir_fd, live, pids, WS_ELEMENTSOF(live), &n);
+    if (err < 0) {
+        snprintf(why, why_size, "cannot read the uid leases in %s: %s", dir, strerror(-err));
+        goto out;
+    }
+    if (exact) {
+        found = lease_free(range, live, n, &hit);
+        chosen = *range;
+    } else {
+        uint64_t size = (uint64_t)range->last - range->first + 1;
+        uint64_t slot = size < WS_UIDS_SLOT ? size : WS_UIDS_SLOT;
+
+        if (prefer && prefer->first >= range->first && prefer->last <= range->last &&
+            (uint64_t)prefer->last - prefer->first + 1 == slot &&
+            (prefer->first - range->first) % slot == 0 && lease_free(prefer, live, n, &hit)) {
+            chosen = *prefer;
+            found = true;
+        }
+        for (uint64_t f = range->first; !found && f + slot - 1 <= range->last; f += slot) {
+            chosen = (struct ws_uid_range){(uid_t)f, (uid_t)(f + slot - 1)};
+            found = lease_free(&chosen, live, n, &hit);
+        }
+    }
+    if (!found) {
+        err = -EBUSY;
+        if (exact)
+            snprintf(why, why_size,
+                     "overlaps the range %u-%u that another workspaced (pid %ld) holds on this "
+                     "host; give each server a range of its own",
+                     (unsigned)live[hit].first, (unsigned)live[hit].last, (long)pids[hit]);
+        else
+            snprintf(why, why_size,
+                     "has no slot of %u uids that another workspaced on this host does not hold "
+                     "already (%zu do)",
+                     WS_UIDS_SLOT, n);
+        goto out;
+    }
+    err = take_lease(dir_fd, &chosen, &fd);
+    if (err < 0) {
+        snprintf(why, why_size, "cannot take the lease %s/%u-%u: %s", dir, (unsigned)chosen.first,
+                 (unsigned)chosen.last, strerror(-err));
+        goto out;
+    }
+    l = malloc(sizeof(*l));
+    if (!l) {
+        err = -ENOMEM;
+        snprintf(why, why_size, "out of memory");
+        goto out;
+    }
+    l->fd = fd;
+    fd = -1;
+    *range = chosen;
+    *ret = l;
+out:
+    if (fd >= 0) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "%u-%u", (unsigned)chosen.first, (unsigned)chosen.last);
+        (void)unlinkat(dir_fd, name, 0);
+        close(fd);
+    }
+    if (lock_fd >= 0)
+        close(lock_fd);
+    close(dir_fd);
+    return err;
+}
+
+void ws_uids_lease_free(struct ws_uids_lease *l)
+{
+    if (!l)
+        return;
+    /* The file stays: the next taker sees it unlocked and removes it. */
+    close(l->fd);
+    free(l);
 }
 
 int ws_uids_new(const struct ws_uid_range *range, bool (*has_processes)(uid_t uid),

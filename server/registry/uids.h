@@ -48,6 +48,46 @@ int ws_uids_check_range(const struct ws_uid_range *range, const char *passwd_pat
                         const char *group_path, const uid_t *taken, size_t n_taken, char *why,
                         size_t why_size);
 
+/* Whether this process can act as every uid and gid of `range`: it runs
+ * as root with CAP_CHOWN, CAP_KILL, CAP_SETGID and CAP_SETUID, and its
+ * user namespace maps each of the range's ids (`uid_map_path` and
+ * `gid_map_path`; NULL: /proc/self/uid_map and gid_map). A namespace that
+ * maps uid 0 alone (Bazel's linux-sandbox, a rootless container) has a
+ * root that can neither chown to nor become those ids. Returns 0, or
+ * -EPERM with `why` saying what is missing, or -errno when a map cannot
+ * be read. */
+int ws_uids_usable(const struct ws_uid_range *range, const char *uid_map_path,
+                   const char *gid_map_path, char *why, size_t why_size);
+
+/* ---- host-wide leases ----
+ *
+ * Two servers on one host that handed out the same uid would share a user
+ * between their workspaces (files, signals), and one's Close would kill the
+ * other's commands. So every server that gives workspaces uids holds a
+ * lease on its range for its whole life: a file FIRST-LAST in `dir`
+ * (WS_UIDS_LEASE_DIR, made 0700), flocked. A lease whose holder died is
+ * free (its lock went with it) and is removed by the next taker; takers
+ * serialise on `dir`/.lock. */
+#define WS_UIDS_LEASE_DIR "/run/workspaced-uids"
+/* The default range is shared out in slots of this many uids, so that the
+ * servers of one host (a test suite, several nodes) each get their own
+ * without configuration. */
+#define WS_UIDS_SLOT 2048u
+
+struct ws_uids_lease;
+
+/* Takes a lease. With `exact`, on *range itself: -EBUSY, with `why`
+ * naming the live lease that overlaps it. Else on a slot of WS_UIDS_SLOT
+ * uids of *range (the whole range when it is smaller): `prefer` first when
+ * it is a free slot (the one this server had before, so its workspaces keep
+ * their uids; NULL: none), else the first free one, which *range becomes;
+ * -EBUSY when every slot is leased. Other failures are -errno with `why`. */
+int ws_uids_lease_take(const char *dir, struct ws_uid_range *range, bool exact,
+                       const struct ws_uid_range *prefer, struct ws_uids_lease **ret, char *why,
+                       size_t why_size);
+/* Gives the lease up (accepts NULL). */
+void ws_uids_lease_free(struct ws_uids_lease *l);
+
 struct ws_uids;
 
 /* `has_processes` says whether a uid still has processes (NULL:

@@ -80,6 +80,10 @@ static const struct errmap {
     {-WS_EPOLICY, GRPC_STATUS_PERMISSION_DENIED, "POLICY"},
     {-ECANCELED, GRPC_STATUS_CANCELLED, "CANCELLED"},
     {-ETIMEDOUT, GRPC_STATUS_DEADLINE_EXCEEDED, "DEADLINE"},
+    /* The server stopped taking work (its worker pool, a daemon client)
+     * before this call's could run: another server, or this one after a
+     * restart, may take it. */
+    {-ESHUTDOWN, GRPC_STATUS_UNAVAILABLE, "SHUTTING_DOWN"},
     {-ENOSYS, GRPC_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED"},
 };
 
@@ -129,6 +133,7 @@ static const struct {
     {"POLICY", "refused by the operator's policy"},
     {"CANCELLED", "cancelled"},
     {"DEADLINE", "deadline exceeded"},
+    {"SHUTTING_DOWN", "the server is shutting down"},
     {"UNIMPLEMENTED", "not implemented"},
     {"INTERNAL", "internal error"},
 };

@@ -1,6 +1,9 @@
 /* Edit: replace old_text by new_text in a whole file. The read, the
- * checks and the atomic rewrite all happen under the workspace's commit
- * lock, so no write through the same ws_fsops slips in between (a lost
+ * if_match hash and the new content are made outside the workspace's
+ * commit lock (a large file must not hold up every other write of the
+ * workspace); under the lock the edit only makes sure that the file is
+ * still the one it read before it commits, and starts over when it is
+ * not, so no write through the same ws_fsops slips in between (a lost
  * update). */
 #include "server/vfs/ops.h"
 
@@ -11,10 +14,17 @@
 #include <openssl/evp.h>
 
 #include "server/vfs/internal.h"
+#include "server/work/pool.h"
 
 /* First allocation when the opened file claims to be empty (it may have
  * grown since). */
 #define EDIT_MIN_BUF 4096
+/* Tries that read outside the lock. After as many changes of the file
+ * an edit with if_match is a conflict, and one without reads under the
+ * lock (bounded by max_size, and sure to succeed). */
+#define EDIT_TRIES_UNLOCKED 2
+/* edit_once: the file changed before the commit; nothing was written. */
+#define EDIT_AGAIN 1
 
 static int size_cap(uint64_t max_size, struct ws_diag *d)
 {
@@ -24,13 +34,15 @@ static int size_cap(uint64_t max_size, struct ws_diag *d)
 }
 
 /* Reads the whole file into a malloc'd buffer, failing with -EFBIG past
- * max_size (0: no cap). */
-static int read_all(struct ws_vfs *fs, const char *path, uint64_t max_size, struct ws_diag *d,
-                    unsigned char **ret_buf, size_t *ret_len)
+ * max_size (0: no cap) and checking ctl (may be NULL) every
+ * WS_BUDGET_CHECK_BYTES. *ret_st is the file as it was opened. */
+static int read_all(struct ws_vfs *fs, const char *path, uint64_t max_size,
+                    const struct ws_work_ctl *ctl, struct ws_diag *d, unsigned char **ret_buf,
+                    size_t *ret_len, struct ws_stat *ret_st)
 {
     struct ws_vfs_file *f = NULL;
     unsigned char *buf = NULL;
-    size_t len = 0, cap;
+    size_t len = 0, cap, next_check = 0;
     struct ws_stat st;
     int r;
 
@@ -55,6 +67,12 @@ static int read_all(struct ws_vfs *fs, const char *path, uint64_t max_size, stru
     for (;;) {
         ssize_t n;
 
+        if (ctl && len >= next_check) {
+            r = ws_work_ctl_check(ctl);
+            if (r < 0)
+                goto out;
+            next_check = len + WS_BUDGET_CHECK_BYTES;
+        }
         if (len == cap) {
             size_t ncap = cap * 2;
             unsigned char *nbuf;
@@ -88,6 +106,7 @@ static int read_all(struct ws_vfs *fs, const char *path, uint64_t max_size, stru
     }
     *ret_buf = buf;
     *ret_len = len;
+    *ret_st = st;
     buf = NULL;
     r = 0;
 out:
@@ -141,23 +160,56 @@ static int write_edited(struct ws_write_session *s, const unsigned char *buf, si
     return 0;
 }
 
-static int check_if_match(const char *if_match, const unsigned char *buf, size_t len,
-                          struct ws_diag *d)
+/* SHA-256 of buf, checking ctl (may be NULL) every
+ * WS_BUDGET_CHECK_BYTES. */
+static int sha256_buf(const unsigned char *buf, size_t len, const struct ws_work_ctl *ctl,
+                      char ret_hex[WS_SHA256_HEX_LEN + 1])
 {
-    char want[WS_SHA256_HEX_LEN + 1], actual[WS_SHA256_HEX_LEN + 1];
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int dlen = 0;
+    EVP_MD_CTX *md;
+    size_t off = 0;
     int r;
 
-    r = ws_sha256_parse(if_match, want);
-    if (r < 0) {
-        ws_diag_set(d, "if_match must be 64 hex digits");
-        ws_diag_meta(d, "field", "if_match");
-        return r;
+    md = EVP_MD_CTX_new();
+    if (!md)
+        return -ENOMEM;
+    if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+        r = -WS_EINTERNAL;
+        goto out;
     }
-    if (EVP_Digest(buf, len, digest, &dlen, EVP_sha256(), NULL) != 1 || dlen != 32)
-        return -WS_EINTERNAL;
-    ws_sha256_hex(digest, actual);
+    do {
+        size_t n = len - off < WS_BUDGET_CHECK_BYTES ? len - off : WS_BUDGET_CHECK_BYTES;
+
+        r = ws_work_ctl_check(ctl);
+        if (r < 0)
+            goto out;
+        if (EVP_DigestUpdate(md, buf + off, n) != 1) {
+            r = -WS_EINTERNAL;
+            goto out;
+        }
+        off += n;
+    } while (off < len);
+    if (EVP_DigestFinal_ex(md, digest, &dlen) != 1 || dlen != 32) {
+        r = -WS_EINTERNAL;
+        goto out;
+    }
+    ws_sha256_hex(digest, ret_hex);
+    r = 0;
+out:
+    EVP_MD_CTX_free(md);
+    return r;
+}
+
+static int check_if_match(const char *want, const unsigned char *buf, size_t len,
+                          const struct ws_work_ctl *ctl, struct ws_diag *d)
+{
+    char actual[WS_SHA256_HEX_LEN + 1];
+    int r;
+
+    r = sha256_buf(buf, len, ctl, actual);
+    if (r < 0)
+        return r;
     if (strcmp(want, actual) == 0)
         return 0;
     ws_diag_set(d, "content changed");
@@ -165,43 +217,37 @@ static int check_if_match(const char *if_match, const unsigned char *buf, size_t
     return -WS_ECONFLICT;
 }
 
-int ws_edit(struct ws_fsops *ops, const struct ws_edit_request *req, struct ws_diag *d,
-            struct ws_edit_result *ret)
+/* One try at the edit: reads the file (under the commit lock when
+ * `locked`), checks and edits it, then commits under the lock if the file
+ * is still the one read. 0, -errno, or EDIT_AGAIN when it changed first
+ * (nothing written). */
+static int edit_once(struct ws_fsops *ops, const struct ws_edit_request *req, const char *want,
+                     bool locked, struct ws_diag *d, struct ws_edit_result *ret)
 {
+    const struct ws_work_ctl *ctl = req->budget ? req->budget->ctl : NULL;
     struct ws_write_session *s = NULL;
     struct ws_write_result wr;
     unsigned char *buf = NULL;
     size_t len = 0;
-    uint64_t matches, new_size;
-    bool has_if_match = req->if_match && req->if_match[0];
+    uint64_t matches, new_size, commits;
+    struct ws_stat st;
     int r;
 
-    r = ws_vfs_check_path(req->path);
-    if (r < 0)
-        return r;
-    if (!req->old_text || req->old_len == 0) {
-        ws_diag_set(d, "old_text is empty");
-        ws_diag_meta(d, "field", "old_text");
-        return -WS_EMALFORMED;
-    }
-    if (!req->new_text && req->new_len) {
-        ws_diag_meta(d, "field", "new_text");
-        return -WS_EMALFORMED;
-    }
-
-    pthread_mutex_lock(&ops->commit_lock);
-    r = read_all(ops->fs, req->path, req->max_size, d, &buf, &len);
+    if (locked)
+        pthread_mutex_lock(&ops->commit_lock);
+    commits = ws_fsops_commits(ops);
+    r = read_all(ops->fs, req->path, req->max_size, ctl, d, &buf, &len, &st);
     if (r < 0) {
         /* An if_match on a missing file is a conflict, as for writes. */
-        if (r == -ENOENT && has_if_match) {
+        if (r == -ENOENT && want) {
             ws_diag_set(d, "file does not exist");
             ws_diag_meta(d, "actual_sha256", "%s", "");
             r = -WS_ECONFLICT;
         }
         goto out;
     }
-    if (has_if_match) {
-        r = check_if_match(req->if_match, buf, len, d);
+    if (want) {
+        r = check_if_match(want, buf, len, ctl, d);
         if (r < 0)
             goto out;
     }
@@ -242,7 +288,15 @@ int ws_edit(struct ws_fsops *ops, const struct ws_edit_request *req, struct ws_d
     r = write_edited(s, buf, len, req, d);
     if (r < 0)
         goto out;
-    r = ws_write_commit_held(s, d, &wr);
+    if (!locked) {
+        pthread_mutex_lock(&ops->commit_lock);
+        locked = true;
+        if (!ws_target_unchanged(ops, req->path, commits, &st)) {
+            r = EDIT_AGAIN;
+            goto out;
+        }
+    }
+    r = ws_write_commit_held(s, &wr);
     s = NULL;
     if (r < 0)
         goto out;
@@ -254,7 +308,49 @@ int ws_edit(struct ws_fsops *ops, const struct ws_edit_request *req, struct ws_d
     r = 0;
 out:
     ws_write_abort(s);
-    pthread_mutex_unlock(&ops->commit_lock);
+    if (locked)
+        pthread_mutex_unlock(&ops->commit_lock);
     free(buf);
     return r;
+}
+
+int ws_edit(struct ws_fsops *ops, const struct ws_edit_request *req, struct ws_diag *d,
+            struct ws_edit_result *ret)
+{
+    char want[WS_SHA256_HEX_LEN + 1];
+    bool has_if_match = req->if_match && req->if_match[0];
+    int r;
+
+    r = ws_vfs_check_path(req->path);
+    if (r < 0)
+        return r;
+    if (!req->old_text || req->old_len == 0) {
+        ws_diag_set(d, "old_text is empty");
+        ws_diag_meta(d, "field", "old_text");
+        return -WS_EMALFORMED;
+    }
+    if (!req->new_text && req->new_len) {
+        ws_diag_meta(d, "field", "new_text");
+        return -WS_EMALFORMED;
+    }
+    if (has_if_match) {
+        r = ws_sha256_parse(req->if_match, want);
+        if (r < 0) {
+            ws_diag_set(d, "if_match must be 64 hex digits");
+            ws_diag_meta(d, "field", "if_match");
+            return r;
+        }
+    }
+    for (int tries = 1;; tries++) {
+        bool locked = !has_if_match && tries > EDIT_TRIES_UNLOCKED;
+
+        r = edit_once(ops, req, has_if_match ? want : NULL, locked, d, ret);
+        if (r != EDIT_AGAIN)
+            return r;
+        if (has_if_match && tries == EDIT_TRIES_UNLOCKED) {
+            /* What it holds now is not known without a third hash. */
+            ws_diag_set(d, "content changed while it was compared");
+            return -WS_ECONFLICT;
+        }
+    }
 }

@@ -289,13 +289,20 @@ out:
 int ws_glob(struct ws_fsops *ops, const char *base, const char *pattern, unsigned max_results,
             ws_entry_cb cb, void *userdata, bool *ret_truncated)
 {
+    return ws_glob_within(ops, base, pattern, max_results, NULL, cb, userdata, ret_truncated, NULL);
+}
+
+int ws_glob_within(struct ws_fsops *ops, const char *base, const char *pattern,
+                   unsigned max_results, const struct ws_budget *budget, ws_entry_cb cb,
+                   void *userdata, bool *ret_truncated, enum ws_trunc_reason *ret_reason)
+{
     char norm[WS_VFS_PATH_MAX + 1];
     struct ws_globpat *p = NULL;
     struct ws_walk *w = NULL;
     struct ws_walk_entry e;
     uint64_t *states = NULL;
     unsigned count = 0;
-    bool truncated = false;
+    enum ws_trunc_reason reason = WS_TRUNC_NONE;
     size_t words;
     int r;
 
@@ -323,7 +330,7 @@ int ws_glob(struct ws_fsops *ops, const char *base, const char *pattern, unsigne
         goto out;
     }
     ws_globpat_start(p, states);
-    r = ws_walk_open(ops->fs, base, norm, 0, &w);
+    r = ws_walk_open(ops->fs, base, norm, 0, budget, &w);
     if (r < 0)
         goto out;
     while ((r = ws_walk_next(w, &e)) > 0) {
@@ -344,7 +351,7 @@ int ws_glob(struct ws_fsops *ops, const char *base, const char *pattern, unsigne
         }
         if (accept) {
             if (count == max_results) {
-                truncated = true;
+                reason = WS_TRUNC_MAX_RESULTS;
                 break;
             }
             r = cb(userdata, &(struct ws_entry){.path = e.path, .path_len = e.path_len, .st = st});
@@ -360,8 +367,12 @@ int ws_glob(struct ws_fsops *ops, const char *base, const char *pattern, unsigne
     }
     if (r < 0)
         goto out;
+    if (reason == WS_TRUNC_NONE && ws_walk_truncated(w))
+        reason = WS_TRUNC_ENTRIES_BUDGET;
     if (ret_truncated)
-        *ret_truncated = truncated;
+        *ret_truncated = reason != WS_TRUNC_NONE;
+    if (ret_reason)
+        *ret_reason = reason;
     r = 0;
 out:
     ws_walk_free(w);

@@ -14,10 +14,29 @@
  * GREP_LONG_OVERLAP bytes of the previous one (a match longer than that
  * across a window boundary is missed); it is reported once, cut at
  * WS_GREP_LINE_MAX, so memory stays one chunk whatever the line length.
+ *
+ * A request's budget: the CPU time of the threads that run it, summed over
+ * every ws_grep_next call; the ctl with it; and the walk's entry budgets.
+ * The time and the ctl are looked at before every pcre2_match call and
+ * every file, cheaply: reading a clock costs about as much as matching a
+ * short line, so the ctl and the monotonic clock are read only once the
+ * time stamp counter says some tens of microseconds went by, and the
+ * thread's CPU clock (a system call) only once the monotonic clock, which
+ * never advances less than the thread's CPU time, says GREP_CPU_CHECK_NS
+ * may have been spent.
+ *
+ * PCRE2's limits hold per start position, not per call: one call over a
+ * chunk of short lines that each cost just under the limit runs for
+ * seconds, and one over a long line of such start positions as well. So
+ * under a budget a call tries a bounded number of start positions (an
+ * offset limit), and a whole-chunk call also gets a lower limit per start
+ * position (hitting it switches the file to line by line, as the full
+ * limit does): no single call can outrun the budget by much.
  */
 #include "server/vfs/ops.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,7 +45,9 @@
 #endif
 #include <pcre2.h>
 
+#include "server/base/time.h"
 #include "server/vfs/internal.h"
+#include "server/work/pool.h"
 
 /* Bytes read and matched at once. */
 #define GREP_CHUNK (128 * 1024)
@@ -46,6 +67,20 @@
 #define GREP_STEP_BYTES (16 * 1024 * 1024)
 #define GREP_FILE_COST  4096
 #define GREP_ENTRY_COST 64
+/* Under a budget: start positions one pcre2_match call tries, and the
+ * steps each may take, over a chunk; and the start positions of one call
+ * in a line (with the full limit). A call then costs at most a few tens
+ * of milliseconds, and normal text still goes at whole-chunk speed. */
+#define GREP_CHUNK_STARTS      4096
+#define GREP_CHUNK_MATCH_LIMIT 10000
+#define GREP_LINE_STARTS       64
+/* Time stamp counter ticks between two looks at the ctl and the clocks:
+ * 10 to 50 microseconds at the counter's usual rates. */
+#define GREP_CHECK_TICKS 50000
+/* CPU time a search may spend between two readings of its clock. */
+#define GREP_CPU_CHECK_NS (1000 * 1000)
+/* ws_grep.halt once the CPU budget is spent. */
+#define GREP_HALT_TIME 1
 
 #define GREP_COMPILE_OPTS                                                                          \
     (PCRE2_MULTILINE | PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | PCRE2_NEVER_BACKSLASH_C)
@@ -55,6 +90,10 @@ struct ws_grep {
     pcre2_code *re;
     pcre2_match_data *md;
     pcre2_match_context *mctx;
+    pcre2_match_context *mctx_chunk; /* whole-chunk calls; NULL: mctx */
+    /* Calls try a bounded number of start positions (a budget, and a
+     * pattern whose matches do not depend on where a call starts). */
+    bool windows;
     pcre2_jit_stack *jit_stack;
 
     struct ws_globpat *include; /* NULL: every file */
@@ -66,8 +105,18 @@ struct ws_grep {
     unsigned max_depth;
     uint64_t max_matches;
     bool done;
-    int64_t budget;
+    int64_t step_left; /* work left in this ws_grep_next call */
     struct ws_grep_summary sum;
+
+    /* The request's budget (has_budget false: none). */
+    bool has_budget;
+    struct ws_budget budget;
+    int64_t cpu_used_ns;      /* by the ws_grep_next calls that returned */
+    int64_t call_cpu_start;   /* thread CPU time when this call began */
+    int64_t cpu_checked_mono; /* monotonic time of the last CPU reading */
+    uint64_t checked_ticks;   /* cheap_ticks() at the last look at the ctl */
+    bool check_due;           /* look at the ctl at the next chance */
+    int halt;                 /* 0, GREP_HALT_TIME, or the ctl's -errno */
 
     /* The file being scanned. */
     struct ws_vfs_file *file;
@@ -95,6 +144,76 @@ struct ws_grep {
     size_t path_len;
     char path[WS_WALK_PATH_MAX + 1];
 };
+
+/* Thread CPU time the request has used, this call included. */
+static int64_t cpu_spent(const struct ws_grep *g)
+{
+    return g->cpu_used_ns + ws_clock_ns(CLOCK_THREAD_CPUTIME_ID) - g->call_cpu_start;
+}
+
+/* ws_work_ctl_check against a monotonic time already read: this runs
+ * before every pcre2_match, and one clock reading is a fair share of a
+ * short line's cost. */
+static int ctl_check_at(const struct ws_work_ctl *ctl, int64_t now_ns)
+{
+    if (!ctl)
+        return 0;
+    if (ctl->deadline_mono_ms > 0 && now_ns / WS_NSEC_PER_MSEC >= ctl->deadline_mono_ms)
+        return -ETIMEDOUT;
+    if (__atomic_load_n(&ctl->cancelled, __ATOMIC_ACQUIRE))
+        return -ECANCELED;
+    return 0;
+}
+
+/* A clock that costs a few cycles to read, used only to tell when the
+ * real clocks are worth reading (which costs about as much as matching a
+ * short line): the time stamp counter on x86-64, which counts at a
+ * constant one to a few GHz, elsewhere the monotonic clock itself. */
+static inline uint64_t cheap_ticks(void)
+{
+#if defined(__x86_64__)
+    return __builtin_ia32_rdtsc();
+#else
+    return (uint64_t)ws_mono_ns();
+#endif
+}
+
+/* Whether the search must stop now: the ctl stopped or the CPU budget is
+ * spent (g->halt says which). Callers then return -EAGAIN, which
+ * ws_grep_next turns into the end of the search. Called before every
+ * pcre2_match, so it looks at the ctl and the clocks only once
+ * GREP_CHECK_TICKS have passed since it last did, or on the first call
+ * of each ws_grep_next. */
+static bool grep_halted(struct ws_grep *g)
+{
+    uint64_t ticks;
+    int64_t now;
+    int r;
+
+    if (!g->has_budget)
+        return false;
+    if (g->halt)
+        return true;
+    ticks = cheap_ticks();
+    if (!g->check_due && ticks - g->checked_ticks < GREP_CHECK_TICKS)
+        return false;
+    g->check_due = false;
+    g->checked_ticks = ticks;
+    now = ws_mono_ns();
+    r = ctl_check_at(g->budget.ctl, now);
+    if (r < 0) {
+        g->halt = r;
+        return true;
+    }
+    if (g->budget.cpu_budget_ns <= 0 || now - g->cpu_checked_mono < GREP_CPU_CHECK_NS)
+        return false;
+    g->cpu_checked_mono = now;
+    if (cpu_spent(g) >= g->budget.cpu_budget_ns) {
+        g->halt = GREP_HALT_TIME;
+        return true;
+    }
+    return false;
+}
 
 /* Newlines in p[0, n), eight bytes at a time. */
 static uint64_t count_nl(const unsigned char *p, size_t n)
@@ -133,17 +252,59 @@ static bool is_limit(int rc)
            rc == PCRE2_ERROR_NOMEMORY;
 }
 
+/* match_call: the search must stop (grep_halted). */
+#define GREP_RC_HALTED INT_MIN
+
+/* pcre2_match of subj[0, len) from `start`. Under a budget the budget is
+ * checked first and, with windows, each call tries at most `starts` start
+ * positions, the next call going on after them, until a match, an error
+ * or the end. Returns pcre2_match's result or GREP_RC_HALTED. */
+static int match_call(struct ws_grep *g, const unsigned char *subj, size_t len, size_t start,
+                      uint32_t opts, bool chunk)
+{
+    pcre2_match_context *mctx = chunk && g->mctx_chunk ? g->mctx_chunk : g->mctx;
+    size_t starts = chunk ? GREP_CHUNK_STARTS : GREP_LINE_STARTS;
+
+    if (!g->has_budget)
+        return pcre2_match(g->re, subj, len, start, opts, g->md, mctx);
+    for (;;) {
+        size_t last;
+        int rc;
+
+        if (grep_halted(g))
+            return GREP_RC_HALTED;
+        if (!g->windows || len - start <= starts) {
+            if (g->windows)
+                pcre2_set_offset_limit(mctx, PCRE2_UNSET);
+            return pcre2_match(g->re, subj, len, start, opts, g->md, mctx);
+        }
+        last = start + starts - 1;
+        pcre2_set_offset_limit(mctx, last);
+        rc = pcre2_match(g->re, subj, len, start, opts, g->md, mctx);
+        if (rc != PCRE2_ERROR_NOMATCH)
+            return rc;
+        /* A start inside a UTF-8 sequence is no start at all. */
+        for (start = last + 1; start < len && (subj[start] & 0xc0) == 0x80; start++)
+            ;
+        if (start >= len)
+            return rc;
+    }
+}
+
 /* 1 match (ovector in g->md), 0 none, -1 a limit or another matching
- * error (the file's scan stops). */
+ * error (the file's scan stops), -EAGAIN when the search must stop
+ * (grep_halted). */
 static int match(struct ws_grep *g, const unsigned char *subj, size_t len, size_t start,
                  uint32_t opts)
 {
-    int rc = pcre2_match(g->re, subj, len, start, opts, g->md, g->mctx);
+    int rc = match_call(g, subj, len, start, opts, false);
 
     if (rc >= 0)
         return 1;
     if (rc == PCRE2_ERROR_NOMATCH)
         return 0;
+    if (rc == GREP_RC_HALTED)
+        return -EAGAIN;
     return -1;
 }
 
@@ -188,7 +349,7 @@ static int read_more(struct ws_grep *g)
         }
         g->have += (size_t)n;
         g->file_off += (uint64_t)n;
-        g->budget -= n;
+        g->step_left -= n;
         /* A short read up to the size the file had when opened is the
          * end: one read() per small file instead of two. */
         if (g->have < GREP_CHUNK && g->file_off >= g->file_size)
@@ -258,6 +419,8 @@ static int region_next_per_line(struct ws_grep *g, struct ws_grep_match *m)
 
         g->pos = nl ? le + 1 : g->region;
         rc = match(g, g->buf + ls, le - ls, 0, 0);
+        if (rc == -EAGAIN)
+            return rc;
         if (rc < 0) {
             file_limited(g);
             return 0;
@@ -271,7 +434,8 @@ static int region_next_per_line(struct ws_grep *g, struct ws_grep_match *m)
 }
 
 /* Next matching line of the region: 1 (*m filled), 0 when the region is
- * done or the file was stopped (g->file NULL). */
+ * done or the file was stopped (g->file NULL), -EAGAIN when the search
+ * must stop (grep_halted). */
 static int region_next(struct ws_grep *g, struct ws_grep_match *m)
 {
     while (g->pos < g->region) {
@@ -282,7 +446,9 @@ static int region_next(struct ws_grep *g, struct ws_grep_match *m)
 
         if (g->per_line)
             return region_next_per_line(g, m);
-        rc = pcre2_match(g->re, g->buf, g->region, g->pos, 0, g->md, g->mctx);
+        rc = match_call(g, g->buf, g->region, g->pos, 0, true);
+        if (rc == GREP_RC_HALTED)
+            return -EAGAIN;
         if (rc == PCRE2_ERROR_NOMATCH) {
             g->pos = g->region;
             return 0;
@@ -316,6 +482,8 @@ static int region_next(struct ws_grep *g, struct ws_grep_match *m)
             /* The match runs past the end of the line: does the line
              * match on its own? */
             rc = match(g, g->buf + ls, le - ls, 0, 0);
+            if (rc == -EAGAIN)
+                return rc;
             if (rc < 0) {
                 file_limited(g);
                 return 0;
@@ -356,6 +524,8 @@ static int long_next(struct ws_grep *g, struct ws_grep_match *m)
                     (g->long_first ? 0 : PCRE2_NOTBOL) | (g->long_final ? 0 : PCRE2_NOTEOL);
 
                 r = match(g, g->buf, g->long_end, 0, opts);
+                if (r == -EAGAIN)
+                    return r; /* the search ends: it never resumes */
                 if (r < 0) {
                     file_limited(g);
                     return 0;
@@ -378,7 +548,7 @@ static int long_next(struct ws_grep *g, struct ws_grep_match *m)
             long_exit(g);
             return 0;
         }
-        if (g->budget <= 0)
+        if (g->step_left <= 0)
             return -EAGAIN; /* resumes here: the window is searched */
         keep = g->long_reported ? 0 : (g->have < GREP_LONG_OVERLAP ? g->have : GREP_LONG_OVERLAP);
         memmove(g->buf, g->buf + g->have - keep, keep);
@@ -413,7 +583,7 @@ static int file_next(struct ws_grep *g, struct ws_grep_match *m)
                 return r;
             continue;
         }
-        if (g->budget <= 0)
+        if (g->step_left <= 0 || grep_halted(g))
             return -EAGAIN;
         r = refill(g);
         if (r < 0)
@@ -437,7 +607,7 @@ static void file_start(struct ws_grep *g, struct ws_vfs_file *f, const struct ws
     memcpy(g->path, path, len);
     g->path[len] = '\0';
     g->path_len = len;
-    g->budget -= GREP_FILE_COST;
+    g->step_left -= GREP_FILE_COST;
 }
 
 /* Opens the next file to search: 1, 0 when there are none left, -errno. */
@@ -466,12 +636,12 @@ static int next_file(struct ws_grep *g)
         struct ws_vfs_file *f;
         struct ws_stat st;
 
-        if (g->budget <= 0)
+        if (g->step_left <= 0 || grep_halted(g))
             return -EAGAIN;
         r = ws_walk_next(g->walk, &e);
         if (r <= 0)
             return r;
-        g->budget -= GREP_ENTRY_COST;
+        g->step_left -= GREP_ENTRY_COST;
         type = e.type;
 
         if (g->include) {
@@ -510,14 +680,32 @@ static int next_file(struct ws_grep *g)
     }
 }
 
-int ws_grep_next(struct ws_grep *g, unsigned batch, ws_grep_cb cb, void *userdata)
+static void truncate_for(struct ws_grep *g, enum ws_trunc_reason reason)
+{
+    g->sum.truncated = true;
+    g->sum.truncated_reason = reason;
+    g->done = true;
+    if (g->file)
+        file_close(g);
+}
+
+/* A step that returned -EAGAIN: 1 to come back later, or the search ends
+ * here because its budget said so (0, truncated) or its ctl (-errno). */
+static int paused(struct ws_grep *g)
+{
+    if (g->halt == 0)
+        return 1;
+    if (g->halt < 0)
+        return g->halt;
+    truncate_for(g, WS_TRUNC_TIME_BUDGET);
+    return 0;
+}
+
+static int grep_next(struct ws_grep *g, unsigned batch, ws_grep_cb cb, void *userdata)
 {
     unsigned reported = 0;
     int r;
 
-    if (g->done)
-        return 0;
-    g->budget = GREP_STEP_BYTES;
     for (;;) {
         struct ws_grep_match m;
 
@@ -526,25 +714,25 @@ int ws_grep_next(struct ws_grep *g, unsigned batch, ws_grep_cb cb, void *userdat
         if (!g->file) {
             r = next_file(g);
             if (r == -EAGAIN)
-                return 1;
+                return paused(g);
             if (r < 0)
                 return r;
             if (r == 0) {
                 g->done = true;
+                if (g->walk && ws_walk_truncated(g->walk))
+                    truncate_for(g, WS_TRUNC_ENTRIES_BUDGET);
                 return 0;
             }
         }
         r = file_next(g, &m);
         if (r == -EAGAIN)
-            return 1;
+            return paused(g);
         if (r < 0)
             return r;
         if (r == 0)
             continue;
         if (g->sum.matches >= g->max_matches) {
-            g->sum.truncated = true;
-            g->done = true;
-            file_close(g);
+            truncate_for(g, WS_TRUNC_MAX_RESULTS);
             return 0;
         }
         g->sum.matches++;
@@ -553,6 +741,33 @@ int ws_grep_next(struct ws_grep *g, unsigned batch, ws_grep_cb cb, void *userdat
         if (r < 0)
             return r;
     }
+}
+
+int ws_grep_next(struct ws_grep *g, unsigned batch, ws_grep_cb cb, void *userdata)
+{
+    bool timed = g->has_budget && g->budget.cpu_budget_ns > 0;
+    int r;
+
+    if (g->halt < 0)
+        return g->halt;
+    if (g->done)
+        return 0;
+    g->step_left = GREP_STEP_BYTES;
+    g->check_due = true;
+    if (timed) {
+        g->call_cpu_start = ws_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+        g->cpu_checked_mono = ws_mono_ns();
+        /* Spent in earlier calls: stop before doing anything. */
+        if (g->cpu_used_ns >= g->budget.cpu_budget_ns)
+            g->halt = GREP_HALT_TIME;
+    }
+    r = g->halt ? paused(g) : grep_next(g, batch, cb, userdata);
+    if (timed)
+        g->cpu_used_ns = cpu_spent(g);
+    /* A stop the walk saw first stays the answer, as one seen here does. */
+    if (r < 0 && g->halt == 0 && g->has_budget && ws_budget_check(&g->budget) == r)
+        g->halt = r;
+    return r;
 }
 
 void ws_grep_get_summary(const struct ws_grep *g, struct ws_grep_summary *ret)
@@ -572,6 +787,7 @@ void ws_grep_free(struct ws_grep *g)
     free(g->buf);
     pcre2_match_data_free(g->md);
     pcre2_match_context_free(g->mctx);
+    pcre2_match_context_free(g->mctx_chunk);
     pcre2_jit_stack_free(g->jit_stack);
     pcre2_code_free(g->re);
     free(g);
@@ -600,6 +816,23 @@ static bool needs_lines(const char *p, size_t len)
     return false;
 }
 
+/* Constructs whose result depends on where a pcre2_match call starts
+ * (\G) or that end a call's search early ((*COMMIT) and the other
+ * verbs): patterns with them are matched without windows. */
+static bool starts_matter(const char *p, size_t len)
+{
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (p[i] == '\\') {
+            if (p[i + 1] == 'G')
+                return true;
+            i++;
+        } else if (p[i] == '(' && p[i + 1] == '*') {
+            return true;
+        }
+    }
+    return false;
+}
+
 static int compile(struct ws_grep *g, const struct ws_grep_request *req, struct ws_diag *d)
 {
     pcre2_compile_context *cctx = NULL;
@@ -614,13 +847,15 @@ static int compile(struct ws_grep *g, const struct ws_grep_request *req, struct 
         return -WS_EBADPATTERN;
     }
     g->always_lines = needs_lines(req->pattern, len);
+    g->windows = g->has_budget && !starts_matter(req->pattern, len);
     cctx = pcre2_compile_context_create(NULL);
     if (!cctx)
         return -ENOMEM;
     pcre2_set_newline(cctx, PCRE2_NEWLINE_LF);
     g->re = pcre2_compile((PCRE2_SPTR)req->pattern, len,
-                          GREP_COMPILE_OPTS | (req->ignore_case ? PCRE2_CASELESS : 0), &err,
-                          &erroff, cctx);
+                          GREP_COMPILE_OPTS | (req->ignore_case ? PCRE2_CASELESS : 0) |
+                              (g->windows ? PCRE2_USE_OFFSET_LIMIT : 0),
+                          &err, &erroff, cctx);
     pcre2_compile_context_free(cctx);
     if (!g->re) {
         PCRE2_UCHAR msg[WS_DIAG_MESSAGE_MAX];
@@ -647,6 +882,12 @@ static int compile(struct ws_grep *g, const struct ws_grep_request *req, struct 
         g->jit_stack = pcre2_jit_stack_create(GREP_JIT_STACK_MIN, GREP_JIT_STACK_MAX, NULL);
         if (g->jit_stack)
             pcre2_jit_stack_assign(g->mctx, NULL, g->jit_stack);
+    }
+    if (g->has_budget) {
+        g->mctx_chunk = pcre2_match_context_copy(g->mctx);
+        if (!g->mctx_chunk)
+            return -ENOMEM;
+        pcre2_set_match_limit(g->mctx_chunk, GREP_CHUNK_MATCH_LIMIT);
     }
     return 0;
 }
@@ -704,6 +945,10 @@ int ws_grep_start(struct ws_fsops *ops, const struct ws_grep_request *req, struc
     if (!g)
         return -ENOMEM;
     g->ops = ops;
+    if (req->budget) {
+        g->has_budget = true;
+        g->budget = *req->budget;
+    }
     g->max_matches = req->max_matches ? req->max_matches : WS_GREP_DEFAULT_MATCHES;
     g->max_depth = req->max_depth ? req->max_depth : WS_LIST_DEPTH_MAX;
     r = compile(g, req, d);
@@ -735,7 +980,7 @@ int ws_grep_start(struct ws_fsops *ops, const struct ws_grep_request *req, struc
         goto out;
     switch (st.type) {
     case WS_FT_DIRECTORY:
-        r = ws_walk_open(ops->fs, path, base, 0, &g->walk);
+        r = ws_walk_open(ops->fs, path, base, 0, g->has_budget ? &g->budget : NULL, &g->walk);
         if (r < 0)
             goto out;
         break;

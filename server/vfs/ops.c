@@ -1,5 +1,5 @@
-/* The per-workspace state of the generic layer, path normalization and
- * whole-file hashing. */
+/* The per-workspace state of the generic layer, budgets, path
+ * normalization and whole-file hashing. */
 #include "server/vfs/ops.h"
 
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 
 #include "server/vfs/internal.h"
+#include "server/work/pool.h"
 
 /* Read size when hashing a whole file. */
 #define SHA_READ_CHUNK (64 * 1024)
@@ -40,6 +41,39 @@ void ws_fsops_free(struct ws_fsops *ops)
 struct ws_vfs *ws_fsops_vfs(struct ws_fsops *ops)
 {
     return ops->fs;
+}
+
+int ws_budget_check(const struct ws_budget *b)
+{
+    return b ? ws_work_ctl_check(b->ctl) : 0;
+}
+
+const char *ws_trunc_reason_name(enum ws_trunc_reason r)
+{
+    switch (r) {
+    case WS_TRUNC_MAX_RESULTS:
+        return "max_results";
+    case WS_TRUNC_ENTRIES_BUDGET:
+        return "entries_budget";
+    case WS_TRUNC_TIME_BUDGET:
+        return "time_budget";
+    case WS_TRUNC_NONE:
+        break;
+    }
+    return "";
+}
+
+bool ws_target_unchanged(struct ws_fsops *ops, const char *path, uint64_t commits,
+                         const struct ws_stat *was)
+{
+    struct ws_stat now;
+
+    if (ws_fsops_commits(ops) != commits)
+        return false;
+    if (ops->fs->ops->stat(ops->fs, path, &now) < 0)
+        return false;
+    return now.type == was->type && now.size == was->size && now.mtime_ns == was->mtime_ns &&
+           now.nlink == was->nlink;
 }
 
 int ws_path_normalize(const char *path, char *buf, size_t size)
@@ -111,23 +145,16 @@ int ws_sha256_parse(const char *in, char ret_hex[WS_SHA256_HEX_LEN + 1])
     return 0;
 }
 
-int ws_sha256_file(struct ws_vfs *fs, const char *path, char ret_hex[WS_SHA256_HEX_LEN + 1])
+int ws_sha256_open_file(struct ws_vfs *fs, struct ws_vfs_file *f, uint64_t max_size,
+                        const struct ws_work_ctl *ctl, char ret_hex[WS_SHA256_HEX_LEN + 1])
 {
-    struct ws_vfs_file *f = NULL;
     EVP_MD_CTX *md = NULL;
     unsigned char *buf = NULL;
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int dlen = 0;
-    struct ws_stat st;
-    uint64_t off = 0;
+    uint64_t off = 0, next_check = 0;
     int r;
 
-    r = ws_vfs_check_path(path);
-    if (r < 0)
-        return r;
-    r = fs->ops->open_read(fs, path, &f, &st);
-    if (r < 0)
-        return r;
     buf = malloc(SHA_READ_CHUNK);
     md = EVP_MD_CTX_new();
     if (!buf || !md) {
@@ -139,8 +166,15 @@ int ws_sha256_file(struct ws_vfs *fs, const char *path, char ret_hex[WS_SHA256_H
         goto out;
     }
     for (;;) {
-        ssize_t n = fs->ops->pread(f, buf, SHA_READ_CHUNK, off);
+        ssize_t n;
 
+        if (ctl && off >= next_check) {
+            r = ws_work_ctl_check(ctl);
+            if (r < 0)
+                goto out;
+            next_check = off + WS_BUDGET_CHECK_BYTES;
+        }
+        n = fs->ops->pread(f, buf, SHA_READ_CHUNK, off);
         if (n < 0) {
             r = (int)n;
             goto out;
@@ -152,6 +186,10 @@ int ws_sha256_file(struct ws_vfs *fs, const char *path, char ret_hex[WS_SHA256_H
             goto out;
         }
         off += (uint64_t)n;
+        if (max_size && off > max_size) {
+            r = -EFBIG;
+            goto out;
+        }
     }
     if (EVP_DigestFinal_ex(md, digest, &dlen) != 1 || dlen != 32) {
         r = -WS_EINTERNAL;
@@ -162,6 +200,22 @@ int ws_sha256_file(struct ws_vfs *fs, const char *path, char ret_hex[WS_SHA256_H
 out:
     EVP_MD_CTX_free(md);
     free(buf);
+    return r;
+}
+
+int ws_sha256_file(struct ws_vfs *fs, const char *path, char ret_hex[WS_SHA256_HEX_LEN + 1])
+{
+    struct ws_vfs_file *f = NULL;
+    struct ws_stat st;
+    int r;
+
+    r = ws_vfs_check_path(path);
+    if (r < 0)
+        return r;
+    r = fs->ops->open_read(fs, path, &f, &st);
+    if (r < 0)
+        return r;
+    r = ws_sha256_open_file(fs, f, 0, NULL, ret_hex);
     fs->ops->close(f);
     return r;
 }

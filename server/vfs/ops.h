@@ -4,8 +4,13 @@
  * explicit stack, no recursion) and bound every count a client controls.
  *
  * Thread safety: the functions take the workspace's `struct ws_fsops`
- * which serializes the check-then-commit step of conditional writes and
- * edits; everything else runs concurrently.
+ * which serializes the commit step of writes and edits; everything else,
+ * including the hashing an if_match needs, runs concurrently.
+ *
+ * Work budgets: the slow operations (walks, grep, the hashing behind
+ * if_match) also come in a form that takes a `struct ws_budget`, which
+ * bounds the work one request may do and lets its caller cancel it. A NULL
+ * budget bounds nothing beyond the fixed limits below.
  */
 #ifndef WS_VFS_OPS_H
 #define WS_VFS_OPS_H
@@ -18,6 +23,57 @@
 #include "server/vfs/vfs.h"
 
 #define WS_SHA256_HEX_LEN 64
+
+struct ws_work_ctl; /* server/work/pool.h */
+
+/* ---- work budgets ---- */
+
+/* Defaults for a request's budget (the server's configuration may change
+ * them). */
+#define WS_BUDGET_DEFAULT_MAX_ENTRIES   1000000
+#define WS_BUDGET_DEFAULT_CPU_NS        (10LL * 1000000000LL)
+#define WS_BUDGET_DEFAULT_DIR_NAMES_MAX 100000
+
+/* What one request may spend. The struct is read during the call that
+ * takes it (ws_grep_start copies it); `ctl` must stay valid for as long as
+ * the work runs (for grep, until ws_grep_free).
+ *
+ * A budget that runs out is not an error: the operation returns what it
+ * found, with truncated = true and the reason. A stopped ctl is: the
+ * operation returns -ECANCELED (cancelled) or -ETIMEDOUT (deadline
+ * passed), checked every 256 directory entries read or reported, every
+ * 1 MiB hashed or read, and in a grep before a PCRE2 call once some tens
+ * of microseconds went by since the last look (and at the start of each
+ * ws_grep_next). */
+struct ws_budget {
+    /* NULL: never cancelled, no deadline. */
+    const struct ws_work_ctl *ctl;
+    /* Directory entries a walk reads in all (ListDir, Glob, grep's file
+     * walk); 0: no bound. */
+    uint64_t max_entries;
+    /* Grep only: CPU time of the threads that run the search, summed over
+     * the whole request (every ws_grep_next call); 0: no bound. Looked
+     * at between PCRE2 calls, and under a budget a call tries at most 64
+     * start positions of a line (or 4,096 of a chunk, with a lower limit
+     * per position), so a search overruns it by about one line's cost. */
+    int64_t cpu_budget_ns;
+    /* Names of one directory a walk holds in memory at once; a directory
+     * with more is walked through its smallest names only. 0: every name,
+     * up to a fixed 1,000,000 (more is -WS_ELIMIT, as without a budget). */
+    size_t dir_names_max;
+};
+
+/* Why a listing, glob or grep stopped before the end. */
+enum ws_trunc_reason {
+    WS_TRUNC_NONE = 0,
+    WS_TRUNC_MAX_RESULTS,    /* the request's own limit */
+    WS_TRUNC_ENTRIES_BUDGET, /* budget max_entries or dir_names_max */
+    WS_TRUNC_TIME_BUDGET,    /* budget cpu_budget_ns */
+};
+
+/* The reason as the API spells it: "", "max_results", "entries_budget",
+ * "time_budget". */
+const char *ws_trunc_reason_name(enum ws_trunc_reason r);
 
 /* Per-workspace state of the generic layer. */
 struct ws_fsops;
@@ -54,8 +110,19 @@ int ws_write_append(struct ws_write_session *s, const void *buf, size_t len, str
  * metadata "actual_sha256") and commits, atomically with respect to other
  * writes through the same ws_fsops. Frees the session. An if_match that
  * is not 64 hex digits (either case) is -WS_EMALFORMED, metadata "field",
- * at begin. `ret` may be NULL. */
+ * at begin. `ret` may be NULL.
+ *
+ * The current content is hashed before the commit lock is taken, and
+ * under it the target is checked to be the one hashed (no commit through
+ * this ws_fsops since, same type, size, mtime and link count); if it is
+ * not, it is hashed once more, and a second change is -WS_ECONFLICT
+ * without "actual_sha256" (the content it settles on is not known). A
+ * target larger than the session's max_size is -EFBIG (metadata "limit",
+ * "field" = "if_match") without being read. */
 int ws_write_commit(struct ws_write_session *s, struct ws_diag *d, struct ws_write_result *ret);
+/* The same, hashing within `budget` (only its ctl applies; NULL: none). */
+int ws_write_commit_within(struct ws_write_session *s, const struct ws_budget *budget,
+                           struct ws_diag *d, struct ws_write_result *ret);
 /* Frees the session; the old content stays. Accepts NULL. */
 void ws_write_abort(struct ws_write_session *s);
 
@@ -70,6 +137,8 @@ struct ws_edit_request {
     bool replace_all;
     const char *if_match;
     uint64_t max_size;
+    /* Only its ctl applies (reading and hashing); NULL: none. */
+    const struct ws_budget *budget;
 };
 
 struct ws_edit_result {
@@ -79,12 +148,16 @@ struct ws_edit_result {
 };
 
 /* -WS_ENOMATCH / -WS_EMULTIMATCH with metadata "matches"; -EFBIG past
- * max_size (the file or the result; metadata "limit"); -WS_EMALFORMED for
- * an empty old_text; -WS_ECONFLICT as for writes. Occurrences are counted
- * left to right without overlap. The whole read-modify-write holds the
- * commit lock, so no write through the same ws_fsops is lost. The file's
- * mode is kept. The old content is kept on every error. `ret` may be
- * NULL. */
+ * max_size (the file or the result; metadata "limit"), a file over it
+ * refused before it is read; -WS_EMALFORMED for an empty old_text;
+ * -WS_ECONFLICT as for writes. Occurrences are counted left to right
+ * without overlap. The file is read, hashed and edited outside the commit
+ * lock; under it the target is checked to be the one read (as for
+ * writes), and if it is not the edit starts over, so no write through the
+ * same ws_fsops is lost. An edit with if_match that finds the file changed
+ * twice is -WS_ECONFLICT; one without reads under the lock on its third
+ * try. The file's mode is kept. The old content is kept on every error.
+ * `ret` may be NULL. */
 int ws_edit(struct ws_fsops *ops, const struct ws_edit_request *req, struct ws_diag *d,
             struct ws_edit_result *ret);
 
@@ -113,6 +186,11 @@ typedef int (*ws_entry_cb)(void *userdata, const struct ws_entry *e);
  * -WS_ELIMIT. */
 int ws_list(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max_entries,
             ws_entry_cb cb, void *userdata, bool *ret_truncated);
+/* ws_list within `budget` (NULL: none). *ret_reason (may be NULL) says
+ * why the listing is truncated, WS_TRUNC_NONE when it is not. */
+int ws_list_within(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max_entries,
+                   const struct ws_budget *budget, ws_entry_cb cb, void *userdata,
+                   bool *ret_truncated, enum ws_trunc_reason *ret_reason);
 
 /* Matches `pattern` (see filesystem.proto) below `base` ("" or "." for the
  * root). Pattern errors are -WS_EBADPATTERN: empty, absolute, over
@@ -125,6 +203,11 @@ int ws_list(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max
  * WS_LIST_MAX_ENTRIES is -WS_ELIMIT. */
 int ws_glob(struct ws_fsops *ops, const char *base, const char *pattern, unsigned max_results,
             ws_entry_cb cb, void *userdata, bool *ret_truncated);
+/* ws_glob within `budget` (NULL: none); *ret_reason as for
+ * ws_list_within. */
+int ws_glob_within(struct ws_fsops *ops, const char *base, const char *pattern,
+                   unsigned max_results, const struct ws_budget *budget, ws_entry_cb cb,
+                   void *userdata, bool *ret_truncated, enum ws_trunc_reason *ret_reason);
 
 /* Does `path` (workspace-relative) match the glob `pattern`? 1, 0, or
  * -WS_EBADPATTERN. Used by grep's include filter. */
@@ -152,6 +235,9 @@ struct ws_grep_request {
     bool ignore_case;
     unsigned max_matches; /* 0 = default */
     unsigned max_depth;   /* 0 = WS_LIST_DEPTH_MAX; 1 = the files directly in path */
+    /* NULL: none. Copied by ws_grep_start; its ctl must outlive the
+     * grep. */
+    const struct ws_budget *budget;
 };
 
 struct ws_grep_match {
@@ -169,6 +255,7 @@ struct ws_grep_summary {
     uint64_t limited_files;        /* stopped by a PCRE2 match/depth/heap limit */
     uint64_t matches;
     bool truncated;
+    enum ws_trunc_reason truncated_reason; /* WS_TRUNC_NONE unless truncated */
 };
 
 /* A grep in progress: created by ws_grep_start, advanced by ws_grep_next
@@ -181,7 +268,9 @@ struct ws_grep;
 int ws_grep_start(struct ws_fsops *ops, const struct ws_grep_request *req, struct ws_diag *d,
                   struct ws_grep **ret);
 /* Reports up to `batch` matches (0: no limit) through cb, then returns 1
- * if more may follow, 0 when the search is complete (or truncated). It
+ * if more may follow, 0 when the search is complete (or truncated, also
+ * by its budget), -ECANCELED / -ETIMEDOUT when the budget's ctl stopped
+ * (and again on every later call). It
  * also returns 1 after a bounded amount of work (about 16 MiB read) even
  * with fewer matches, possibly none, so a caller can check for
  * cancellation between calls. The match's strings are valid during the

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server/vfs/internal.h"
+#include "server/work/pool.h"
 
 /* One name of a directory, stored in the frame's name arena. */
 struct went {
@@ -29,6 +30,11 @@ struct frame {
 
 struct ws_walk {
     struct ws_vfs *fs;
+    const struct ws_budget *budget; /* NULL: none */
+    uint64_t entries;               /* names read */
+    uint64_t ticks;                 /* names read or returned, for the ctl checks */
+    bool spent;                     /* max_entries reached with names still unread */
+    bool names_dropped;             /* a directory held more than dir_names_max */
     unsigned nframes;
     bool have_last; /* the last entry returned can be descended into */
     const char *last_name;
@@ -136,22 +142,53 @@ static int frame_add(struct frame *f, const char *name, size_t len, enum ws_ftyp
     return 0;
 }
 
-/* Reads every entry of f->dir, sorted, keeping the `keep` smallest
- * (0: all, up to WS_WALK_DIR_MAX). */
-static int frame_fill(struct ws_vfs *fs, struct frame *f, size_t keep)
+/* Counts one name read or returned; every WS_BUDGET_CHECK_ENTRIES, the
+ * budget's ctl decides whether the walk goes on. */
+static int walk_tick(struct ws_walk *w)
 {
-    struct ws_dirent ent;
-    int r;
+    if (!w->budget || (++w->ticks & (WS_BUDGET_CHECK_ENTRIES - 1)) != 0)
+        return 0;
+    return ws_budget_check(w->budget);
+}
 
-    while ((r = fs->ops->readdir(f->dir, &ent)) > 0) {
+/* Reads every entry of f->dir, sorted, keeping the `keep` smallest
+ * (0: all, up to WS_WALK_DIR_MAX), within the walk's budget. */
+static int frame_fill(struct ws_walk *w, struct frame *f, size_t keep)
+{
+    const struct ws_budget *b = w->budget;
+    struct ws_dirent ent;
+    bool budget_keeps = false;
+    int r = 0;
+
+    /* The budget's bound on names held applies when it is the tighter
+     * one; a directory cut by it is a truncated walk, one cut by the
+     * caller's `keep` is the caller's business. */
+    if (b && b->dir_names_max) {
+        size_t most = b->dir_names_max < WS_WALK_DIR_MAX ? b->dir_names_max : WS_WALK_DIR_MAX;
+
+        if (!keep || most < keep) {
+            keep = most;
+            budget_keeps = true;
+        }
+    }
+    while (!w->spent && (r = w->fs->ops->readdir(f->dir, &ent)) > 0) {
         if (ent.name_len == 0 || ent.name_len > WS_VFS_NAME_MAX)
             continue;
+        r = walk_tick(w);
+        if (r < 0)
+            return r;
+        if (b && b->max_entries && w->entries >= b->max_entries) {
+            w->spent = true;
+            break;
+        }
+        w->entries++;
         if (!keep && f->n >= WS_WALK_DIR_MAX)
             return -WS_ELIMIT;
         r = frame_add(f, ent.name, ent.name_len, ent.type);
         if (r < 0)
             return r;
         if (keep && f->n >= 2 * keep) {
+            w->names_dropped |= budget_keeps;
             r = frame_trim(f, keep);
             if (r < 0)
                 return r;
@@ -159,8 +196,10 @@ static int frame_fill(struct ws_vfs *fs, struct frame *f, size_t keep)
     }
     if (r < 0)
         return r;
-    if (keep)
+    if (keep) {
+        w->names_dropped |= budget_keeps && f->n > keep;
         return frame_trim(f, keep);
+    }
     frame_sort(f);
     return 0;
 }
@@ -181,7 +220,7 @@ static int walk_push(struct ws_walk *w, struct ws_vfs_dir *dir, size_t path_len,
     int r;
 
     *f = (struct frame){.dir = dir, .path_len = path_len, .depth = depth};
-    r = frame_fill(w->fs, f, keep);
+    r = frame_fill(w, f, keep);
     if (r < 0) {
         frame_clear(w->fs, f);
         return r;
@@ -191,7 +230,7 @@ static int walk_push(struct ws_walk *w, struct ws_vfs_dir *dir, size_t path_len,
 }
 
 int ws_walk_open(struct ws_vfs *fs, const char *open_path, const char *base, size_t keep,
-                 struct ws_walk **ret)
+                 const struct ws_budget *budget, struct ws_walk **ret)
 {
     struct ws_walk *w;
     struct ws_vfs_dir *dir = NULL;
@@ -200,10 +239,14 @@ int ws_walk_open(struct ws_vfs *fs, const char *open_path, const char *base, siz
 
     if (blen > WS_VFS_PATH_MAX)
         return -WS_EBADPATH;
+    r = ws_budget_check(budget);
+    if (r < 0)
+        return r;
     w = calloc(1, sizeof(*w));
     if (!w)
         return -ENOMEM;
     w->fs = fs;
+    w->budget = budget;
     memcpy(w->path, base, blen + 1);
     r = fs->ops->opendir(fs, open_path, &dir);
     if (r < 0)
@@ -226,12 +269,18 @@ int ws_walk_next(struct ws_walk *w, struct ws_walk_entry *ret)
         struct frame *f = &w->frames[w->nframes - 1];
         const struct went *e;
         size_t pos;
+        int r;
 
         if (f->idx >= f->n) {
             frame_clear(w->fs, f);
             w->nframes--;
             continue;
         }
+        /* The names were read already, but each one returned costs its
+         * caller a stat or more: a cancel must stop that too. */
+        r = walk_tick(w);
+        if (r < 0)
+            return r;
         e = &f->ents[f->idx++];
         pos = f->path_len;
         if (pos > 0)
@@ -263,6 +312,10 @@ int ws_walk_descend(struct ws_walk *w, size_t keep)
 
     if (!w->have_last || w->nframes == 0)
         return -EINVAL;
+    if (w->spent) {
+        w->have_last = false;
+        return 0;
+    }
     top = &w->frames[w->nframes - 1];
     if (top->depth + 1 > WS_LIST_DEPTH_MAX)
         return -WS_ELIMIT;
@@ -271,6 +324,11 @@ int ws_walk_descend(struct ws_walk *w, size_t keep)
         return r;
     w->have_last = false;
     return walk_push(w, dir, w->last_path_len, top->depth + 1, keep);
+}
+
+bool ws_walk_truncated(const struct ws_walk *w)
+{
+    return w->spent || w->names_dropped;
 }
 
 void ws_walk_free(struct ws_walk *w)
@@ -285,11 +343,18 @@ void ws_walk_free(struct ws_walk *w)
 int ws_list(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max_entries,
             ws_entry_cb cb, void *userdata, bool *ret_truncated)
 {
+    return ws_list_within(ops, path, depth, max_entries, NULL, cb, userdata, ret_truncated, NULL);
+}
+
+int ws_list_within(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max_entries,
+                   const struct ws_budget *budget, ws_entry_cb cb, void *userdata,
+                   bool *ret_truncated, enum ws_trunc_reason *ret_reason)
+{
     char base[WS_VFS_PATH_MAX + 1];
     struct ws_walk *w = NULL;
     struct ws_walk_entry e;
     unsigned count = 0;
-    bool truncated = false;
+    enum ws_trunc_reason reason = WS_TRUNC_NONE;
     int r;
 
     if (depth > WS_LIST_DEPTH_MAX || max_entries > WS_LIST_MAX_ENTRIES)
@@ -306,14 +371,14 @@ int ws_list(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max
         return r;
     /* One name more than can be reported, to tell a full listing from a
      * truncated one. */
-    r = ws_walk_open(ops->fs, path, base, (size_t)max_entries + 1, &w);
+    r = ws_walk_open(ops->fs, path, base, (size_t)max_entries + 1, budget, &w);
     if (r < 0)
         return r;
     while ((r = ws_walk_next(w, &e)) > 0) {
         struct ws_stat st;
 
         if (count == max_entries) {
-            truncated = true;
+            reason = WS_TRUNC_MAX_RESULTS;
             break;
         }
         r = ops->fs->ops->stat_at(e.dir, e.name, &st);
@@ -334,8 +399,12 @@ int ws_list(struct ws_fsops *ops, const char *path, unsigned depth, unsigned max
     }
     if (r < 0)
         goto out;
+    if (reason == WS_TRUNC_NONE && ws_walk_truncated(w))
+        reason = WS_TRUNC_ENTRIES_BUDGET;
     if (ret_truncated)
-        *ret_truncated = truncated;
+        *ret_truncated = reason != WS_TRUNC_NONE;
+    if (ret_reason)
+        *ret_reason = reason;
     r = 0;
 out:
     ws_walk_free(w);

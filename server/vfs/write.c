@@ -1,5 +1,8 @@
 /* Write sessions: a vfs writer plus a running SHA-256, the size cap and
- * the if_match check done under the workspace's commit lock. */
+ * the if_match check. The check hashes the target before the workspace's
+ * commit lock is taken (a large file must not hold up every other write
+ * of the workspace) and, under the lock, only makes sure that the target
+ * is still the file it hashed. */
 #include "server/vfs/ops.h"
 
 #include <errno.h>
@@ -9,6 +12,11 @@
 #include <openssl/evp.h>
 
 #include "server/vfs/internal.h"
+#include "server/work/pool.h"
+
+/* Hashes of the target one commit makes at most: the second change of
+ * the target between its hash and the lock is a conflict. */
+#define IF_MATCH_TRIES 2
 
 struct ws_write_session {
     struct ws_fsops *ops;
@@ -107,25 +115,48 @@ int ws_write_append(struct ws_write_session *s, const void *buf, size_t len, str
     return 0;
 }
 
-/* Compares the current content of the target with if_match. */
-static int check_if_match(struct ws_write_session *s, struct ws_diag *d)
+/* Hashes the current target into `actual` ("" when there is none) and
+ * notes what it was in *ret_st. A target over the session's size cap is
+ * refused from its stat, before a byte of it is read. */
+static int hash_target(struct ws_write_session *s, const struct ws_work_ctl *ctl, struct ws_diag *d,
+                       char actual[WS_SHA256_HEX_LEN + 1], struct ws_stat *ret_st)
 {
-    char actual[WS_SHA256_HEX_LEN + 1];
+    struct ws_vfs *fs = s->ops->fs;
+    struct ws_vfs_file *f = NULL;
+    struct ws_stat st;
     int r;
 
-    r = ws_sha256_file(s->ops->fs, s->path, actual);
-    if (r == -ENOENT)
+    r = fs->ops->open_read(fs, s->path, &f, &st);
+    if (r == -ENOENT) {
         actual[0] = '\0';
-    else if (r < 0)
-        return r;
-    if (strcmp(actual, s->if_match) == 0)
         return 0;
+    }
+    if (r < 0)
+        return r;
+    if (s->max_size && st.size > s->max_size)
+        r = -EFBIG;
+    else
+        r = ws_sha256_open_file(fs, f, s->max_size, ctl, actual);
+    fs->ops->close(f);
+    if (r == -EFBIG) {
+        ws_diag_set(d, "file larger than %llu bytes", (unsigned long long)s->max_size);
+        ws_diag_meta(d, "limit", "%llu", (unsigned long long)s->max_size);
+        ws_diag_meta(d, "field", "if_match");
+    }
+    if (r < 0)
+        return r;
+    *ret_st = st;
+    return 0;
+}
+
+static int conflict(const char *actual, struct ws_diag *d)
+{
     ws_diag_set(d, "%s", actual[0] ? "content changed" : "file does not exist");
     ws_diag_meta(d, "actual_sha256", "%s", actual);
     return -WS_ECONFLICT;
 }
 
-int ws_write_commit_held(struct ws_write_session *s, struct ws_diag *d, struct ws_write_result *ret)
+int ws_write_commit_held(struct ws_write_session *s, struct ws_write_result *ret)
 {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int dlen = 0;
@@ -133,7 +164,7 @@ int ws_write_commit_held(struct ws_write_session *s, struct ws_diag *d, struct w
     struct ws_vfs_writer *w;
     int r;
 
-    if (s->failed) {
+    if (s->failed || s->has_if_match) {
         r = -EINVAL;
         goto out;
     }
@@ -141,14 +172,12 @@ int ws_write_commit_held(struct ws_write_session *s, struct ws_diag *d, struct w
         r = -WS_EINTERNAL;
         goto out;
     }
-    if (s->has_if_match) {
-        r = check_if_match(s, d);
-        if (r < 0)
-            goto out;
-    }
     w = s->w;
     s->w = NULL; /* write_commit frees it whatever happens */
     r = s->ops->fs->ops->write_commit(w, &res.st);
+    /* Counted whatever the result: a failed commit may still have
+     * changed the target, and a needless second hash is cheap. */
+    __atomic_store_n(&s->ops->commits, s->ops->commits + 1, __ATOMIC_RELEASE);
     if (r < 0)
         goto out;
     res.bytes_written = s->written;
@@ -163,12 +192,58 @@ out:
 
 int ws_write_commit(struct ws_write_session *s, struct ws_diag *d, struct ws_write_result *ret)
 {
+    return ws_write_commit_within(s, NULL, d, ret);
+}
+
+int ws_write_commit_within(struct ws_write_session *s, const struct ws_budget *budget,
+                           struct ws_diag *d, struct ws_write_result *ret)
+{
+    const struct ws_work_ctl *ctl = budget ? budget->ctl : NULL;
     struct ws_fsops *ops = s->ops;
+    char actual[WS_SHA256_HEX_LEN + 1];
     int r;
 
+    if (s->failed) {
+        r = -EINVAL;
+        goto fail;
+    }
+    if (s->has_if_match) {
+        for (int tries = 1;; tries++) {
+            uint64_t commits = ws_fsops_commits(ops);
+            struct ws_stat st;
+            bool same;
+
+            r = hash_target(s, ctl, d, actual, &st);
+            if (r < 0)
+                goto fail;
+            if (strcmp(actual, s->if_match) != 0) {
+                r = conflict(actual, d);
+                goto fail;
+            }
+            pthread_mutex_lock(&ops->commit_lock);
+            same = ws_target_unchanged(ops, s->path, commits, &st);
+            if (same) {
+                /* Checked: from here on it is a plain commit. */
+                s->has_if_match = false;
+                r = ws_write_commit_held(s, ret);
+            }
+            pthread_mutex_unlock(&ops->commit_lock);
+            if (same)
+                return r;
+            if (tries == IF_MATCH_TRIES) {
+                /* What it holds now is not known without a third hash. */
+                ws_diag_set(d, "content changed while it was compared");
+                r = -WS_ECONFLICT;
+                goto fail;
+            }
+        }
+    }
     pthread_mutex_lock(&ops->commit_lock);
-    r = ws_write_commit_held(s, d, ret);
+    r = ws_write_commit_held(s, ret);
     pthread_mutex_unlock(&ops->commit_lock);
+    return r;
+fail:
+    session_free(s);
     return r;
 }
 

@@ -5,6 +5,7 @@
 // line naming the key and the line (and the server refuses to start with
 // it), and the deployment files in server/deploy stay valid, the example's
 // policy included.
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -195,6 +197,55 @@ TEST(ConfigTest, FileSettingsAreInForceAndFlagsOverrideThem)
     }
 }
 
+// Threads of process `pid` whose name starts with `prefix`.
+int ThreadsNamed(pid_t pid, const std::string &prefix)
+{
+    std::string dir = "/proc/" + std::to_string(pid) + "/task";
+    int n = 0;
+    DIR *d = opendir(dir.c_str());
+    if (!d)
+        return -1;
+    while (struct dirent *e = readdir(d)) {
+        std::ifstream comm(dir + "/" + e->d_name + "/comm");
+        std::string name;
+        if (e->d_name[0] != '.' && std::getline(comm, name) &&
+            name.compare(0, prefix.size(), prefix) == 0)
+            n++;
+    }
+    closedir(d);
+    return n;
+}
+
+// [work] sizes the worker pool's lanes (their threads are named after
+// them), a flag overrides it, and a lane of 0 threads still serves its
+// calls, on the RPC threads.
+TEST(ConfigTest, WorkSettingsSizeThePool)
+{
+    std::string conf = WriteConf("[work]\nfs-threads = 3\ndaemon-threads = 2\ntenant-running = "
+                                 "1\ntenant-queued = 8\n");
+    std::string err;
+    EXPECT_EQ(wstest::RunServerToExit({"--check-config", conf, "--state-dir", "/x"}, &err), 0)
+        << err;
+    {
+        wstest::Server srv({"--config", conf});
+        EXPECT_EQ(ThreadsNamed(srv.pid(), "ws-fs-"), 3);
+        EXPECT_EQ(ThreadsNamed(srv.pid(), "ws-daemon-"), 2);
+    }
+    wstest::Server srv({"--config", conf, "--work-fs-threads", "0", "--work-daemon-threads", "0"});
+    EXPECT_EQ(ThreadsNamed(srv.pid(), "ws-fs-"), 0);
+    EXPECT_EQ(ThreadsNamed(srv.pid(), "ws-daemon-"), 0);
+    auto ws = srv.workspaces();
+    OpenResponse opened;
+    ASSERT_TRUE(OpenProvider(ws.get(), "memory", &opened).ok());
+    auto fs = srv.fs();
+    ListDirRequest req;
+    req.set_workspace_id(opened.workspace().id());
+    ListDirResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    EXPECT_TRUE(fs->ListDir(&ctx, req, &resp).ok());
+}
+
 TEST(ConfigTest, TokensFileFromTheFileIsEnforced)
 {
     const std::string token = "tok-config-0123456789";
@@ -371,6 +422,17 @@ TEST(ConfigTest, BadFilesExit2NamingKeyAndLine)
          "2: key \"docker.default-image\": not a valid image reference"},
         {"message size out of range", "[transport]\nmax-message-bytes = 1024\n",
          "2: key \"transport.max-message-bytes\": not a number of bytes in 65536..67108864"},
+        {"more work threads than a lane holds", "[work]\nfs-threads = 257\n",
+         "2: key \"work.fs-threads\": not a number in 0..256 (0: inline, on the RPC threads)"},
+        {"negative daemon threads", "[work]\ndaemon-threads = -1\n",
+         "2: key \"work.daemon-threads\": not a number in 0..256 (0: inline, on the RPC "
+         "threads)"},
+        {"tenant running that is not a number", "[work]\ntenant-running = all\n",
+         "2: key \"work.tenant-running\": not a number in 0..256 (0: the lane's default)"},
+        {"tenant queue out of range", "[work]\ntenant-queued = 100001\n",
+         "2: key \"work.tenant-queued\": not a number in 0..100000 (0: the default)"},
+        {"work key in another section", "[server]\nfs-threads = 2\n",
+         "2: key \"server.fs-threads\": unknown key"},
         // Rules between settings, reported on the line of the key.
         {"tls cert without key", "[server]\n[tls]\ncert = /etc/ws/cert.pem\n",
          "3: key \"tls.cert\": tls.cert and tls.key go together"},
@@ -494,6 +556,16 @@ TEST(ConfigTest, FlagsAndFileShareChecksAndRules)
         EXPECT_EQ(err, std::string("workspaced: invalid value '") + addr +
                            "' for --listen: not HOST:PORT with a port in 0..65535, or unix:PATH\n");
     }
+    st =
+        wstest::RunServerToExit({"--state-dir", "/nonexistent", "--work-fs-threads", "1000"}, &err);
+    EXPECT_TRUE(Exited2(st));
+    EXPECT_EQ(err, "workspaced: invalid value '1000' for --work-fs-threads: not a number in 0..256 "
+                   "(0: inline, on the RPC threads)\n");
+    st = wstest::RunServerToExit({"--state-dir", "/nonexistent", "--work-tenant-queued", "-4"},
+                                 &err);
+    EXPECT_TRUE(Exited2(st));
+    EXPECT_EQ(err, "workspaced: invalid value '-4' for --work-tenant-queued: not a number in "
+                   "0..100000 (0: the default)\n");
     st = wstest::RunServerToExit({"--state-dir", "/nonexistent", "--providers", "podman"}, &err);
     EXPECT_TRUE(Exited2(st));
     EXPECT_EQ(err, "workspaced: invalid value 'podman' for --providers: not a comma-separated list "

@@ -27,10 +27,12 @@
 #include <jansson.h>
 
 #include "tests/e2e/harness.h"
+#include "tests/testutil/fake_dockerd.h"
 
 using grpc::ClientContext;
 using grpc::StatusCode;
 using namespace workspace::v1;
+using testutil::FakeDockerd;
 using wstest::ArgvProcess;
 using wstest::EventLog;
 using wstest::Server;
@@ -48,6 +50,11 @@ const std::vector<std::string> kAllowed = {
     "false", "printf", "ps",   "kill",  "dd",   "yes", "stat", "touch", "pwd", "/bin/echo",
 };
 
+// The in-container capabilities of a workspace with a uid of its own: what
+// the init needs to take the command's uid and gid and to signal it from
+// the helper's.
+const std::set<std::string> kIdentityCaps = {"KILL", "SETGID", "SETUID"};
+
 // ---- the daemon, asked directly ----
 
 struct Reply {
@@ -61,13 +68,15 @@ size_t Collect(char *p, size_t size, size_t n, void *ud)
     return size * n;
 }
 
-Reply Docker(const std::string &method, const std::string &path, const std::string &body = "")
+// One call to the daemon listening on `sock`.
+Reply DockerAt(const std::string &sock, const std::string &method, const std::string &path,
+               const std::string &body = "")
 {
     Reply r;
     CURL *c = curl_easy_init();
     struct curl_slist *h = curl_slist_append(nullptr, "Content-Type: application/json");
     std::string url = "http://docker" + path;
-    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, kSock);
+    curl_easy_setopt(c, CURLOPT_UNIX_SOCKET_PATH, sock.c_str());
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method.c_str());
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
@@ -81,6 +90,11 @@ Reply Docker(const std::string &method, const std::string &path, const std::stri
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
     return r;
+}
+
+Reply Docker(const std::string &method, const std::string &path, const std::string &body = "")
+{
+    return DockerAt(kSock, method, path, body);
 }
 
 struct Json {
@@ -164,6 +178,83 @@ std::vector<std::string> Top(const std::string &cid)
     return out;
 }
 
+// Host pid and command line of every process in the container.
+std::vector<std::pair<std::string, std::string>> TopProcesses(const std::string &cid)
+{
+    Reply r = Docker("GET", "/containers/" + cid + "/top");
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::vector<std::pair<std::string, std::string>> out;
+    Json j(r.body);
+    size_t pid_col = SIZE_MAX, i;
+    json_t *v;
+    json_array_foreach(json_object_get(j.root, "Titles"), i,
+                       v) if (json_is_string(v) && !strcmp(json_string_value(v), "PID")) pid_col =
+        i;
+    json_t *row;
+    json_array_foreach(json_object_get(j.root, "Processes"), i, row)
+    {
+        json_t *pid = json_array_get(row, pid_col);
+        json_t *cmd = json_array_get(row, json_array_size(row) - 1);
+        if (json_is_string(pid) && json_is_string(cmd))
+            out.emplace_back(json_string_value(pid), json_string_value(cmd));
+    }
+    return out;
+}
+
+// The values of a "Uid:" or "Gid:" line of /proc/PID/status (real,
+// effective, saved, file system); empty when the process is gone.
+std::vector<std::string> StatusIds(const std::string &pid, const std::string &key)
+{
+    std::istringstream in(wstest::ReadHostFile("/proc/" + pid + "/status"));
+    std::vector<std::string> ids;
+    for (std::string line; std::getline(in, line);)
+        if (line.compare(0, key.size() + 1, key + ":") == 0) {
+            std::istringstream f(line.substr(key.size() + 1));
+            for (std::string id; f >> id;)
+                ids.push_back(id);
+        }
+    return ids;
+}
+
+// HostConfig.CapAdd as the daemon reports it, without "CAP_".
+std::set<std::string> CapAdd(const Json &j)
+{
+    std::set<std::string> caps;
+    size_t i;
+    json_t *v;
+    json_array_foreach(j.at("HostConfig.CapAdd"), i, v)
+    {
+        std::string c = json_is_string(v) ? json_string_value(v) : "?";
+        caps.insert(c.compare(0, 4, "CAP_") == 0 ? c.substr(4) : c);
+    }
+    return caps;
+}
+
+struct Owner {
+    uid_t uid = 0;
+    gid_t gid = 0;
+};
+
+// Who owns a workspace's directory on the host: its own uid, which its
+// commands run as.
+Owner OwnerOf(const std::string &dir)
+{
+    struct stat st;
+    Owner o;
+    EXPECT_EQ(stat(dir.c_str(), &st), 0) << dir << ": " << strerror(errno);
+    o.uid = st.st_uid;
+    o.gid = st.st_gid;
+    return o;
+}
+
+// Whether the daemon has gVisor's runtime registered (tests/fixtures/
+// dockerd.sh does it when runsc is installed).
+bool DaemonHasRunsc()
+{
+    Json info(Docker("GET", "/info").body);
+    return json_is_object(json_object_get(info.at("Runtimes"), "runsc"));
+}
+
 int CountInTop(const std::string &cid, const std::string &marker)
 {
     int n = 0;
@@ -181,6 +272,37 @@ int WaitTopGone(const std::string &cid, const std::string &marker, int timeout_m
     while ((n = CountInTop(cid, marker)) > 0 && Clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
     return n;
+}
+
+// The processes of the container other than its own main process (our
+// keepalive, under Docker's init when the container has one): what a
+// command left behind.
+std::vector<std::string> Leftovers(const std::string &cid)
+{
+    std::vector<std::string> out;
+    for (const auto &line : Top(cid))
+        if (line.find("/.workspaced-init keepalive") == std::string::npos)
+            out.push_back(line);
+    return out;
+}
+
+// Polls until the container holds nothing but its main process; returns
+// what was still there at the deadline.
+std::vector<std::string> WaitLeftoversGone(const std::string &cid, int timeout_ms)
+{
+    auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::vector<std::string> left;
+    while (!(left = Leftovers(cid)).empty() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return left;
+}
+
+std::string Joined(const std::vector<std::string> &v)
+{
+    std::string s;
+    for (const auto &e : v)
+        s += "\n  " + e;
+    return s;
 }
 
 // Offset of the first byte where a and b differ (npos when equal).
@@ -246,6 +368,7 @@ struct DockerOptions {
     uint32_t pids_limit = 0;
     bool pull_never = false;
     std::string user;
+    std::string runtime;
     std::vector<std::string> allowed = kAllowed;
     uint64_t max_duration_ms = 0;
 };
@@ -263,6 +386,7 @@ grpc::Status OpenDocker(Workspaces::Stub *stub, const DockerOptions &o, wstest::
     if (o.pull_never)
         dc->set_pull_policy(PULL_NEVER);
     dc->set_user(o.user);
+    dc->set_runtime(o.runtime);
     req.mutable_capabilities()->mutable_fs();
     ShellCapability *shell = req.mutable_capabilities()->mutable_shell();
     for (const auto &c : o.allowed)
@@ -353,7 +477,10 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
     json_t *drop = j.at("HostConfig.CapDrop");
     ASSERT_TRUE(json_is_array(drop));
     EXPECT_STREQ(json_string_value(json_array_get(drop, 0)), "ALL");
-    EXPECT_EQ(json_array_size(j.at("HostConfig.CapAdd")), 0u);
+    // Given back: what the init needs to split into the command's uid and
+    // its own, and nothing more (the commands get none of it:
+    // CommandsSeeOnlyTheHardenedContainer).
+    EXPECT_EQ(CapAdd(j), kIdentityCaps);
     EXPECT_FALSE(j.flag("HostConfig.Privileged"));
     EXPECT_TRUE(j.flag("HostConfig.ReadonlyRootfs"));
     json_t *sec = j.at("HostConfig.SecurityOpt");
@@ -364,11 +491,21 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
     EXPECT_EQ(j.num("HostConfig.Memory"), 256LL << 20);
     EXPECT_EQ(j.num("HostConfig.MemorySwap"), 256LL << 20);
     EXPECT_EQ(j.num("HostConfig.NanoCpus"), 500000000LL);
-    EXPECT_TRUE(j.flag("HostConfig.Init"));
+    // Our keepalive is pid 1, not Docker's init, which would stay root.
+    EXPECT_FALSE(j.flag("HostConfig.Init"));
     EXPECT_EQ(j.str("HostConfig.LogConfig.Type"), "local");
-    EXPECT_EQ(j.str("Config.User"), std::to_string(getuid()) + ":" + std::to_string(getgid()));
+    // Root only so that the init can split identities at once; /tmp is the
+    // workspace's uid's, as its directory is.
+    EXPECT_EQ(j.str("Config.User"), "0:0");
     EXPECT_EQ(j.str("Config.WorkingDir"), "/workspace");
     EXPECT_NE(j.str("HostConfig.Tmpfs./tmp").find("size="), std::string::npos);
+    Owner own = OwnerOf(srv_->workspace_dir(w.id));
+    EXPECT_NE(own.uid, 0u) << "the workspace has no uid of its own";
+    EXPECT_NE(j.str("HostConfig.Tmpfs./tmp")
+                  .find(",uid=" + std::to_string(own.uid) + ",gid=" + std::to_string(own.gid)),
+              std::string::npos)
+        << j.str("HostConfig.Tmpfs./tmp");
+    EXPECT_EQ(j.str("HostConfig.Runtime"), "runc");
     json_t *labels = j.at("Config.Labels");
     EXPECT_STREQ(json_string_value(json_object_get(labels, "dev.workspaced.workspace")),
                  w.id.c_str());
@@ -387,6 +524,10 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
     EXPECT_EQ(d.container().id(), cid);
     EXPECT_TRUE(d.container().running());
     EXPECT_TRUE(d.container().cap_drop_all());
+    EXPECT_EQ(d.container().cap_add(), kIdentityCaps.size());
+    EXPECT_FALSE(d.container().init());
+    EXPECT_EQ(d.container().user(), "0:0");
+    EXPECT_EQ(d.container().runtime(), "runc");
     EXPECT_TRUE(d.container().no_new_privileges());
     EXPECT_TRUE(d.container().read_only_rootfs());
     EXPECT_EQ(d.container().network_mode(), "none");
@@ -467,16 +608,19 @@ TEST_F(DockerTest, FilesAreSharedBothWaysWithMatchingOwnership)
                            "cat /workspace/dir/from-api.txt && "
                            "stat -c '%u:%g' /workspace/dir/from-api.txt && "
                            "echo 'written in the container' > /workspace/dir/from-ct.txt"}));
+    // Both belong to the workspace's own uid, which owns its directory.
+    Owner own = OwnerOf(srv_->workspace_dir(w.id));
+    EXPECT_NE(own.uid, 0u) << "the workspace has no uid of its own";
     EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
-    EXPECT_EQ(r.stdout(), "written through the API\n" + std::to_string(getuid()) + ":" +
-                              std::to_string(getgid()) + "\n");
+    EXPECT_EQ(r.stdout(), "written through the API\n" + std::to_string(own.uid) + ":" +
+                              std::to_string(own.gid) + "\n");
     std::string got;
     ASSERT_TRUE(wstest::Read(fs.get(), w.id, "dir/from-ct.txt", &got).ok());
     EXPECT_EQ(got, "written in the container\n");
     struct stat st;
     ASSERT_EQ(stat((srv_->workspace_dir(w.id) + "/dir/from-ct.txt").c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, getuid());
-    EXPECT_EQ(st.st_gid, getgid());
+    EXPECT_EQ(st.st_uid, own.uid);
+    EXPECT_EQ(st.st_gid, own.gid);
 }
 
 // ---- streaming and exit records ----
@@ -663,6 +807,180 @@ TEST_F(DockerTest, SendSignalReachesTheTreeInTheContainer)
     EXPECT_EQ(log.exit.cause(), EXIT_CAUSE_EXITED);
     EXPECT_EQ(log.exit.exit_code(), 5);
     EXPECT_NE(log.out.data.find("got-usr1"), std::string::npos);
+}
+
+// ---- the command against its init ----
+
+// The attack: the command kills the init that wraps it, writes a lookalike
+// of the init's exit record as the last bytes of the stream and leaves a
+// detached process behind. The init is out of the command's reach (another
+// uid), the record it writes carries a nonce the command never saw (so the
+// lookalike is only output) and every process of the command dies with it,
+// so the real status is reported and nothing outlives the command or the
+// next command's timeout.
+TEST_F(DockerTest, ACommandCannotForgeItsExitOrEscape)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    ASSERT_FALSE(cid.empty());
+    std::string m = wstest::UniqueSleep();
+    RunResponse r =
+        RunIn(*srv_, w.id,
+              ArgvProcess({"sh", "-c",
+                           "kill -9 $PPID; printf '\\033_wsinit;exited 0\\033\\\\' >&2; "
+                           "setsid sleep " +
+                               m + " & exit 3"}));
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED) << r.exited().DebugString();
+    EXPECT_EQ(r.exited().exit_code(), 3) << r.stderr();
+    EXPECT_NE(r.stderr().find("\x1b_wsinit;exited 0\x1b\\"), std::string::npos) << r.stderr();
+    std::vector<std::string> left = WaitLeftoversGone(cid, 10000);
+    EXPECT_TRUE(left.empty()) << "left in the container after the command:" << Joined(left);
+
+    std::string m2 = wstest::UniqueSleep();
+    ProcessConfig pc = ArgvProcess({"sleep", m2});
+    pc.set_timeout_ms(500);
+    r = RunIn(*srv_, w.id, pc);
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_TIMEOUT) << r.exited().DebugString();
+    left = WaitLeftoversGone(cid, 10000);
+    EXPECT_TRUE(left.empty()) << "left in the container after the timeout:" << Joined(left);
+    EXPECT_EQ(CountInTop(cid, m), 0) << "the escapee outlived the next command's timeout";
+}
+
+// The commands run as the workspace's own uid (the owner of its directory),
+// never root, and nothing of the container runs as root while they do: the
+// keepalive (pid 1) and the command's init are the helper uid, the command
+// the workspace's.
+TEST_F(DockerTest, CommandsRunAsTheWorkspacesUidAndNothingAsRoot)
+{
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    ASSERT_FALSE(cid.empty());
+    Owner own = OwnerOf(srv_->workspace_dir(w.id));
+    ASSERT_NE(own.uid, 0u) << "the workspace has no uid of its own (the server runs as root, "
+                              "where workspace uids are on)";
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"sh", "-c", "id -u; id -g; id -G"}));
+    const std::string uid = std::to_string(own.uid), gid = std::to_string(own.gid);
+    EXPECT_EQ(r.stdout(), uid + "\n" + gid + "\n" + gid + "\n") << r.stderr();
+
+    std::string m = wstest::UniqueSleep();
+    auto ex = srv_->exec();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = wstest::StartStream(ex.get(), &ctx, w.id, ArgvProcess({"sleep", m}));
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (CountInTop(cid, m) < 2 && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // The init's command line and the sleep's both carry the marker.
+    ASSERT_EQ(CountInTop(cid, m), 2) << "the command never ran";
+
+    std::set<std::string> helpers;
+    bool saw_keepalive = false, saw_init = false, saw_sleep = false;
+    for (const auto &[pid, cmd] : TopProcesses(cid)) {
+        SCOPED_TRACE(pid + " " + cmd);
+        std::vector<std::string> uids = StatusIds(pid, "Uid"), gids = StatusIds(pid, "Gid");
+        ASSERT_EQ(uids.size(), 4u);
+        ASSERT_EQ(gids.size(), 4u);
+        for (const auto &id : uids)
+            EXPECT_NE(id, "0");
+        for (const auto &id : gids)
+            EXPECT_NE(id, "0");
+        if (cmd.find("keepalive") != std::string::npos) {
+            saw_keepalive = true;
+            helpers.insert(uids[0]);
+        } else if (cmd.find(" run ") != std::string::npos) {
+            saw_init = true;
+            helpers.insert(uids[0]);
+        } else if (cmd == "sleep " + m) {
+            saw_sleep = true;
+            EXPECT_EQ(uids, std::vector<std::string>(4, uid));
+            EXPECT_EQ(gids, std::vector<std::string>(4, gid));
+        } else {
+            ADD_FAILURE() << "an unexpected process in the container";
+        }
+    }
+    EXPECT_TRUE(saw_keepalive && saw_init && saw_sleep);
+    // One helper uid for both, and not the workspace's.
+    EXPECT_EQ(helpers.size(), 1u);
+    EXPECT_EQ(helpers.count(uid), 0u);
+    ctx.TryCancel();
+    EventLog log;
+    wstest::ReadEvents(stream.get(), &log);
+    stream->Finish();
+}
+
+// uid or gid 0 is never a command's user, whatever the policy allows; a
+// user the policy allows replaces the workspace's uid for the commands and
+// /tmp.
+TEST_F(DockerTest, ADockerUserIsNeverRootAndOtherwiseThePolicys)
+{
+    for (const char *user : {"0:0", "5:0", "0:5"}) {
+        DockerOptions o;
+        o.user = user;
+        grpc::Status s = OpenDocker(ws_.get(), o, nullptr);
+        EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED") << user;
+        EXPECT_EQ(wstest::Decode(s).metadata["field"], "user") << user;
+    }
+    std::string server_id = wstest::ReadHostFile(srv_->state_dir() + "/server-id");
+    EXPECT_TRUE(ContainersLabelled("dev.workspaced.server", server_id).empty());
+
+    srv_ = std::make_unique<Server>(std::vector<std::string>{"--policy-docker-users", "4242:4343"});
+    ws_ = srv_->workspaces();
+    DockerOptions o;
+    o.user = "4242:4343";
+    wstest::Ws w = Open(o);
+    RunResponse r =
+        RunIn(*srv_, w.id, ArgvProcess({"sh", "-c", "id -u; id -g; stat -c %u:%g /tmp"}));
+    EXPECT_EQ(r.stdout(), "4242\n4343\n4242:4343\n") << r.stderr();
+}
+
+// An unknown runtime is the client's mistake; a known one the daemon lacks
+// fails the Open, and a later Resolve, rather than run under another.
+TEST_F(DockerTest, ARuntimeIsRuncOrRunsc)
+{
+    DockerOptions o;
+    o.runtime = "kata";
+    grpc::Status s = OpenDocker(ws_.get(), o, nullptr);
+    EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
+    EXPECT_EQ(wstest::Decode(s).metadata["field"], "runtime");
+}
+
+// runsc: the container runs under gVisor, whose kernel is not the host's:
+// /proc/version inside is gVisor's own, where a runc container reads the
+// host's.
+TEST_F(DockerTest, RunscRunsTheContainerUnderGvisor)
+{
+    ASSERT_TRUE(DaemonHasRunsc()) << "the daemon has no runsc runtime: tests/fixtures/dockerd.sh "
+                                     "registers it (these tests never skip)";
+    DockerOptions o;
+    o.runtime = "runsc";
+    wstest::Ws w = Open(o);
+    std::string cid = ContainerOf(w.id);
+    ASSERT_FALSE(cid.empty());
+    Json j(Docker("GET", "/containers/" + cid + "/json").body);
+    EXPECT_EQ(j.str("HostConfig.Runtime"), "runsc");
+    DescribeRequest dr;
+    dr.set_workspace_id(w.id);
+    DescribeResponse d;
+    ClientContext ctx;
+    ASSERT_TRUE(ws_->Describe(&ctx, dr, &d).ok());
+    EXPECT_EQ(d.container().runtime(), "runsc");
+
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"true"}));
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED) << r.stderr();
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    const std::string host = wstest::ReadHostFile("/proc/version");
+    ASSERT_FALSE(host.empty());
+    r = RunIn(*srv_, w.id, ArgvProcess({"cat", "/proc/version"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    EXPECT_NE(r.stdout(), "") << r.stderr();
+    EXPECT_NE(r.stdout(), host) << "the kernel in the container is the host's";
+    // The workspace's uid, not root, under gVisor too.
+    r = RunIn(*srv_, w.id, ArgvProcess({"id", "-u"}));
+    EXPECT_EQ(r.stdout(), std::to_string(OwnerOf(srv_->workspace_dir(w.id)).uid) + "\n");
+
+    wstest::Ws plain = Open();
+    r = RunIn(*srv_, plain.id, ArgvProcess({"cat", "/proc/version"}));
+    EXPECT_EQ(r.stdout(), host);
 }
 
 // ---- limits and network ----
@@ -1005,7 +1323,8 @@ TEST_F(DockerTest, HostileValuesChangeNothingInTheContainersConfig)
     EXPECT_WS_ERROR(s, StatusCode::PERMISSION_DENIED, "CWD_ESCAPE");
     Json ja(Docker("GET", "/containers/" + cid + "/json").body);
     EXPECT_FALSE(ja.flag("HostConfig.Privileged"));
-    EXPECT_EQ(json_array_size(ja.at("HostConfig.CapAdd")), 0u);
+    EXPECT_EQ(CapAdd(ja), CapAdd(jb));
+    EXPECT_EQ(CapAdd(ja), kIdentityCaps);
     EXPECT_EQ(ja.str("Config.Image"), jb.str("Config.Image"));
     EXPECT_EQ(ja.str("Path"), jb.str("Path"));
     EXPECT_EQ(ja.str("Config.User"), jb.str("Config.User"));
@@ -1116,6 +1435,66 @@ TEST_F(DockerTest, EvictionRemovesTheContainer)
     grpc::Status s = wstest::RunProcess(ex.get(), w.id, ArgvProcess({"true"}), &resp);
     EXPECT_WS_ERROR(s, StatusCode::NOT_FOUND, "WORKSPACE_EVICTED");
     EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 404);
+}
+
+// ---- a daemon without the runtime (a fake one) ----
+
+grpc::Status OpenRunsc(Workspaces::Stub *stub, wstest::Ws *ret)
+{
+    DockerOptions o;
+    o.runtime = "runsc";
+    return OpenDocker(stub, o, ret);
+}
+
+// A workspace never runs under another runtime than it asked for: when the
+// daemon has no runsc, the Open fails naming it and nothing is created, and
+// a workspace made under runsc is not made again under the daemon's default
+// after a restart of a server whose daemon lost it.
+TEST(DockerRuntimeTest, AMissingRuntimeFailsClosedAtOpenAndResolve)
+{
+    FakeDockerd fake;
+    fake.SetRuntimes({"runc"});
+    const std::vector<std::string> args = {"--docker-host", fake.Host(), "--providers",
+                                           "memory,local-bash,docker"};
+    const std::string create = "POST /v1.43/containers/create";
+    wstest::Ws w;
+    std::string state;
+    {
+        Server srv(args);
+        auto ws = srv.workspaces();
+        grpc::Status s = OpenRunsc(ws.get(), nullptr);
+        EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+        EXPECT_EQ(wstest::Decode(s).metadata["runtime"], "runsc");
+        EXPECT_NE(s.error_message().find("runsc"), std::string::npos) << s.error_message();
+        EXPECT_EQ(fake.Requests(create), 0);
+
+        fake.SetRuntimes({"runc", "runsc"});
+        s = OpenRunsc(ws.get(), &w);
+        ASSERT_TRUE(s.ok()) << s.error_message();
+        EXPECT_EQ(fake.Requests(create), 1);
+        state = srv.state_dir();
+        srv.Kill();
+    }
+    // The daemon lost both the runtime and the container (a daemon
+    // restarted without its runsc registration): the next attach makes the
+    // container again, and must not under runc.
+    fake.SetRuntimes({"runc"});
+    for (const auto &id : fake.Containers())
+        EXPECT_EQ(
+            DockerAt(fake.socket_path(), "DELETE", "/containers/" + id + "?force=true").status,
+            204);
+    Server srv(args, state);
+    auto ws = srv.workspaces();
+    ResolveRequest rr;
+    rr.mutable_ref()->set_token(w.token);
+    ResolveResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Status s = ws->Resolve(&ctx, rr, &resp);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("runsc"), std::string::npos) << s.error_message();
+    EXPECT_EQ(fake.Requests(create), 1) << "made again under another runtime";
+    EXPECT_EQ(fake.Unhandled(), 0);
 }
 
 } // namespace

@@ -643,6 +643,10 @@ class ExecHost : public ::testing::Test
         exec_ = srv_->exec();
         fs_ = srv_->fs();
         outside_ = wstest::MakeTempDir("outside");
+        // Writable by the workspace's uid too: a plant that ran as the
+        // command must be able to leave its marker, or "no marker" proves
+        // nothing.
+        EXPECT_EQ(chmod(outside_.c_str(), 01777), 0);
     }
 
     RunResponse RunOk(const wstest::Ws &ws, const ProcessConfig &p)
@@ -745,8 +749,10 @@ TEST_F(ExecHost, PlantedGitconfigDoesNotRun)
     const std::string plant = "[core]\n\tfsmonitor = \"touch " + marker + ";:\"\n";
     ASSERT_TRUE(wstest::Write(fs_.get(), ws.id, ".gitconfig", plant).ok());
     const std::string wsdir = srv_->workspace_dir(ws.id);
-    // The plant works where HOME is the workspace: run by hand here.
-    HostRun({"git", "status"}, {"HOME=" + wsdir}, wsdir);
+    // The plant works where HOME is the workspace: run by hand here (as
+    // root, over the workspace uid's directory, which git then reads only
+    // when told it is safe).
+    HostRun({"git", "-c", "safe.directory=*", "status"}, {"HOME=" + wsdir}, wsdir);
     ASSERT_TRUE(Exists(marker)) << "the planted fsmonitor did not run even outside the server";
     ASSERT_EQ(unlink(marker.c_str()), 0);
 
@@ -776,7 +782,7 @@ TEST_F(ExecHost, PlantedRepositoryConfigDoesNotRun)
                     .ok());
     ASSERT_EQ(chmod((srv_->workspace_dir(ws.id) + "/.git/hooks/pre-commit").c_str(), 0755), 0);
     const std::string wsdir = srv_->workspace_dir(ws.id);
-    HostRun({"git", "status"}, {}, wsdir);
+    HostRun({"git", "-c", "safe.directory=*", "status"}, {}, wsdir);
     ASSERT_TRUE(Exists(marker)) << "the planted fsmonitor did not run even outside the server";
     ASSERT_EQ(unlink(marker.c_str()), 0);
 

@@ -384,7 +384,8 @@ class HostileTest : public ::testing::Test
   protected:
     void SetUp() override
     {
-        outside_ = wstest::MakeTempDir("outside");
+        // Beside the state directory: a hard link needs one mount.
+        outside_ = wstest::MakeHostTempDir("wsoutside");
         wstest::WriteHostFile(outside_ + "/secret", "top secret");
         srv_ = std::make_unique<Server>();
         wsstub_ = srv_->workspaces();

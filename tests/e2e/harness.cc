@@ -20,8 +20,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -42,12 +44,6 @@ namespace
 {
 
 const char *kBinary = "server/workspaced";
-
-std::string TestTmp()
-{
-    const char *t = getenv("TEST_TMPDIR");
-    return t ? t : "/tmp";
-}
 
 std::string HashOf(const std::string &data)
 {
@@ -127,13 +123,73 @@ pid_t Spawn(const std::vector<std::string> &args, const std::vector<std::string>
 
 } // namespace
 
+namespace
+{
+
+// State directories to remove at exit, and the process that made them (a
+// forked child that exits must not remove its parent's).
+std::mutex g_state_dirs_lock;
+std::vector<std::string> g_state_dirs;
+pid_t g_state_dirs_owner = -1;
+
+void RemoveStateDirs()
+{
+    std::lock_guard<std::mutex> l(g_state_dirs_lock);
+    if (getpid() != g_state_dirs_owner)
+        return;
+    for (const auto &d : g_state_dirs) {
+        std::error_code ec;
+        // Symlinks inside are removed, never followed.
+        std::filesystem::remove_all(d, ec);
+        std::filesystem::remove(d + ".stderr", ec);
+    }
+    g_state_dirs.clear();
+}
+
+} // namespace
+
+std::string MakeStateDir()
+{
+    return MakeHostTempDir("wsstate");
+}
+
+std::string MakeHostTempDir(const std::string &prefix)
+{
+    std::string path = "/tmp/" + prefix + ".XXXXXX";
+    std::vector<char> tmpl(path.begin(), path.end());
+    tmpl.push_back('\0');
+    if (!mkdtemp(tmpl.data()) || chmod(tmpl.data(), 0711) != 0)
+        throw std::runtime_error("mkdtemp " + path);
+    std::lock_guard<std::mutex> l(g_state_dirs_lock);
+    if (g_state_dirs_owner != getpid()) {
+        g_state_dirs.clear();
+        g_state_dirs_owner = getpid();
+        static std::once_flag once;
+        std::call_once(once, [] { atexit(RemoveStateDirs); });
+    }
+    g_state_dirs.push_back(tmpl.data());
+    return tmpl.data();
+}
+
 std::string MakeTempDir(const std::string &prefix)
 {
-    std::string tmpl = TestTmp() + "/" + prefix + "XXXXXX";
+    // One directory of this process's under /tmp holds them all.
+    static std::mutex lock;
+    static std::string base;
+    static pid_t base_owner = -1;
+    std::string tmpl;
+    {
+        std::lock_guard<std::mutex> l(lock);
+        if (base_owner != getpid()) {
+            base = MakeHostTempDir("wstest");
+            base_owner = getpid();
+        }
+        tmpl = base + "/" + prefix + "XXXXXX";
+    }
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data()))
-        throw std::runtime_error("mkdtemp");
+    if (!mkdtemp(buf.data()) || chmod(buf.data(), 0711) != 0)
+        throw std::runtime_error("mkdtemp " + tmpl);
     return buf.data();
 }
 
@@ -176,9 +232,9 @@ std::string ReadHostFile(const std::string &path)
 namespace
 {
 
-// A directory for the server's socket: under the test's temporary
-// directory when the path fits a sockaddr_un (108 bytes with its NUL),
-// else a fresh one under /tmp.
+// A directory for the server's socket: a MakeTempDir one when the path
+// fits a sockaddr_un (108 bytes with its NUL), else a fresh one under
+// /tmp.
 std::string SocketDir()
 {
     std::string dir = MakeTempDir("sock");
@@ -194,7 +250,7 @@ std::string SocketDir()
 } // namespace
 
 Server::Server(std::vector<std::string> args, std::string state_dir, std::vector<std::string> env)
-    : state_dir_(state_dir.empty() ? MakeTempDir("state") : state_dir)
+    : state_dir_(state_dir.empty() ? MakeStateDir() : state_dir)
 {
     bool has_listen = false, has_policy = false, has_auth = false;
     for (const auto &a : args) {

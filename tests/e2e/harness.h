@@ -25,8 +25,22 @@
 namespace wstest
 {
 
-// A fresh directory under the test's temporary directory.
+// A fresh directory, mode 0711, in a directory of this process's under
+// /tmp that is removed with everything in it when the process exits. Not
+// under the test's temporary directory (under /root, 0700): a server that
+// runs as root refuses a state directory that its workspaces' uids cannot
+// reach, and tests make state directories here and below.
 std::string MakeTempDir(const std::string &prefix);
+
+// A fresh state directory for a server: /tmp/wsstate.XXXXXX, mode 0711,
+// removed with everything in it when this process exits. Not under the
+// test's temporary directory: that lives under /root (0700), and a server
+// that runs as root gives each workspace a uid of its own, which must be
+// able to reach the workspace's directory by path.
+std::string MakeStateDir();
+// Same, /tmp/<prefix>.XXXXXX: for what must share a mount with the state
+// directory (a hard link into a workspace).
+std::string MakeHostTempDir(const std::string &prefix);
 
 // Every regular file under `dir` with its content hash, for "nothing outside
 // changed" checks.

@@ -249,6 +249,8 @@ TEST(PolicyTest, ForbiddenBindsAreRefusedEvenUnderARoot)
 {
     char tmpl[] = "/tmp/wspolicyXXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
+    // Workspace uids reach their directories under the state directory.
+    ASSERT_EQ(chmod(tmpl, 0711), 0);
     const std::string root = RealPath(tmpl);
     struct Cleanup {
         std::string dir;
@@ -413,8 +415,11 @@ TEST(PolicyTest, DockerImagesUsersAndPulls)
         Refused(DoOpen(ws.get(), Docker("alpine:3")), "docker-images", "image", "alpine:3"));
     EXPECT_TRUE(Refused(DoOpen(ws.get(), Docker("evil/busybox:1")), "docker-images", "image",
                         "evil/busybox:1"));
-    EXPECT_TRUE(
-        Refused(DoOpen(ws.get(), Docker("busybox:1", "0:0")), "docker-users", "user", "0:0"));
+    // Root is refused before any policy: no command ever runs as root.
+    wstest::Error root = wstest::Decode(DoOpen(ws.get(), Docker("busybox:1", "0:0")));
+    EXPECT_EQ(root.code, StatusCode::INVALID_ARGUMENT);
+    EXPECT_EQ(root.reason, "MALFORMED");
+    EXPECT_EQ(root.message, "docker.user must not have uid or gid 0: commands never run as root");
     EXPECT_TRUE(Refused(DoOpen(ws.get(), Docker("busybox:1", "1001:1001")), "docker-users", "user",
                         "1001:1001"));
     // A pull policy beyond the two that need no registry when the image is

@@ -7,6 +7,8 @@ set -euo pipefail
 readme=README.md
 server=server/workspaced
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/readme.XXXXXX")
+# Workspace uids reach their directories under the state directory.
+chmod 711 "$tmp"
 # The socket's own directory: a unix socket's path has at most 107 bytes,
 # and the test's temporary directory can be longer.
 sock=$(mktemp -d /tmp/readme-sock.XXXXXX)

@@ -61,6 +61,13 @@ TEST(Server, CreatesStateDirPrivate)
     Server srv(std::vector<std::string>({}), state);
     struct stat st;
     ASSERT_EQ(stat(state.c_str(), &st), 0);
+    // Workspace uids (on: the tests run as root) must reach their own
+    // directories through it: others may search it, never list it or
+    // read what is in it.
+    EXPECT_EQ(st.st_mode & 0777, 0711u);
+    ASSERT_EQ(stat((state + "/workspaces").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0711u);
+    ASSERT_EQ(stat((state + "/records").c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0700u);
     ASSERT_EQ(stat((state + "/ref.key").c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0600u);

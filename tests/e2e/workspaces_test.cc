@@ -4,7 +4,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
 #include <set>
+#include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -252,7 +258,7 @@ TEST(Workspaces, DescribeAndList)
 
 TEST(Workspaces, RestartResumesWithFilesIntact)
 {
-    std::string state = wstest::MakeTempDir("restart");
+    std::string state = wstest::MakeStateDir();
     std::string token, id, mem_token;
     {
         Server srv({}, state);
@@ -304,7 +310,7 @@ TEST(Workspaces, VanishedDirectoryIsEvicted)
 
 TEST(Workspaces, VanishedDirectoryWhileDownIsEvictedAfterRestart)
 {
-    std::string state = wstest::MakeTempDir("evict");
+    std::string state = wstest::MakeStateDir();
     std::string token, id;
     {
         Server srv({}, state);
@@ -319,6 +325,255 @@ TEST(Workspaces, VanishedDirectoryWhileDownIsEvictedAfterRestart)
     auto ws = srv.workspaces();
     ResolveResponse rr;
     EXPECT_WS_ERROR(Resolve(ws.get(), token, &rr), StatusCode::NOT_FOUND, "WORKSPACE_EVICTED");
+}
+
+// ---- a uid per workspace ----
+
+// The server's default range of workspace uids; its first is the helpers'.
+constexpr uid_t kUidFirst = 524288, kUidLast = 589823;
+
+// Whether a server started by this test gives workspaces uids of their
+// own: it runs as root, in a user namespace that maps the whole range (not
+// Bazel's linux-sandbox, which maps uid 0 alone). Empty, or why not.
+std::string WhyNoUids()
+{
+    if (geteuid() != 0)
+        return "the test does not run as root";
+    for (const char *map : {"/proc/self/uid_map", "/proc/self/gid_map"}) {
+        std::istringstream in(wstest::ReadHostFile(map));
+        bool covered = false;
+        for (unsigned long inside, outside, count; in >> inside >> outside >> count;)
+            covered = covered || (inside <= kUidFirst && kUidLast - inside < count);
+        if (!covered)
+            return std::string(map) + " does not map the workspace uid range";
+    }
+    return "";
+}
+
+#define REQUIRE_UIDS()                                                                             \
+    do {                                                                                           \
+        std::string why_ = WhyNoUids();                                                            \
+        if (!why_.empty())                                                                         \
+            GTEST_SKIP() << "workspace uids are off here: " << why_;                               \
+    } while (0)
+
+struct stat LstatOrDie(const std::string &path)
+{
+    struct stat st = {};
+    EXPECT_EQ(lstat(path.c_str(), &st), 0) << path << ": " << strerror(errno);
+    return st;
+}
+
+grpc::Status MakeDir(FileSystem::Stub *fs, const std::string &id, const std::string &path,
+                     bool parents)
+{
+    ClientContext ctx;
+    MakeDirRequest req;
+    MakeDirResponse resp;
+    req.set_workspace_id(id);
+    req.set_path(path);
+    req.set_parents(parents);
+    return fs->MakeDir(&ctx, req, &resp);
+}
+
+// Each on-disk workspace gets a uid of its own from the range (never 0,
+// never the helpers'), which owns its directory, and keeps it across a
+// restart: the restarted server claims the recorded uids, so a new
+// workspace gets neither.
+TEST(WorkspaceUids, EachWorkspaceHasItsOwnUidAcrossRestarts)
+{
+    REQUIRE_UIDS();
+    std::string state = wstest::MakeStateDir();
+    std::string a, b;
+    uid_t ua, ub;
+    {
+        Server srv({}, state);
+        auto ws = srv.workspaces();
+        a = wstest::Open(ws.get(), "local-bash").id;
+        b = wstest::Open(ws.get(), "local-bash").id;
+        struct stat sa = LstatOrDie(srv.workspace_dir(a));
+        struct stat sb = LstatOrDie(srv.workspace_dir(b));
+        ua = sa.st_uid;
+        ub = sb.st_uid;
+        for (const struct stat &st : {sa, sb}) {
+            EXPECT_GT(st.st_uid, kUidFirst) << "0 and the helpers' uid are no workspace's";
+            EXPECT_LE(st.st_uid, kUidLast);
+            EXPECT_EQ(st.st_gid, st.st_uid);
+            EXPECT_EQ(st.st_mode & 07777, 0700u);
+        }
+        EXPECT_NE(ua, ub);
+        // Commands of those uids reach their directories by path: the
+        // root can be searched, not listed.
+        EXPECT_EQ(LstatOrDie(state + "/workspaces").st_mode & 07777, 0711u);
+        EXPECT_TRUE(LstatOrDie(state).st_mode & S_IXOTH);
+        EXPECT_EQ(srv.Stop(), 0) << wstest::ReadHostFile(srv.stderr_path());
+    }
+    Server srv({}, state);
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    // A new workspace, before the old ones are used again: their recorded
+    // uids were claimed at start, it gets neither.
+    std::string c = wstest::Open(ws.get(), "local-bash").id;
+    uid_t uc = LstatOrDie(srv.workspace_dir(c)).st_uid;
+    EXPECT_NE(uc, ua);
+    EXPECT_NE(uc, ub);
+    EXPECT_GT(uc, kUidFirst);
+    EXPECT_LE(uc, kUidLast);
+    // Attached again (first use after the restart, in the other order),
+    // still theirs.
+    ASSERT_TRUE(wstest::Write(fs.get(), b, "after", "x").ok());
+    ASSERT_TRUE(wstest::Write(fs.get(), a, "after", "x").ok());
+    EXPECT_EQ(LstatOrDie(srv.workspace_dir(a)).st_uid, ua);
+    EXPECT_EQ(LstatOrDie(srv.workspace_dir(b)).st_uid, ub);
+    EXPECT_EQ(LstatOrDie(srv.workspace_dir(a) + "/after").st_uid, ua);
+    EXPECT_EQ(LstatOrDie(srv.workspace_dir(b) + "/after").st_uid, ub);
+}
+
+// What the API writes is the workspace's uid's: WriteFile (new file, new
+// parents), MakeDir (with and without parents). A file that replaces one
+// of another owner keeps that owner.
+TEST(WorkspaceUids, FilesTheApiCreatesAreTheWorkspaceUids)
+{
+    REQUIRE_UIDS();
+    Server srv;
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    std::string id = wstest::Open(ws.get(), "local-bash").id;
+    std::string dir = srv.workspace_dir(id);
+    uid_t uid = LstatOrDie(dir).st_uid;
+    ASSERT_GT(uid, kUidFirst);
+
+    ASSERT_TRUE(wstest::Write(fs.get(), id, "f.txt", "data").ok());
+    ASSERT_TRUE(wstest::Write(fs.get(), id, "p1/p2/g.txt", "data", nullptr, true).ok());
+    ASSERT_TRUE(MakeDir(fs.get(), id, "m", false).ok());
+    ASSERT_TRUE(MakeDir(fs.get(), id, "q1/q2", true).ok());
+    for (const char *rel : {"f.txt", "p1", "p1/p2", "p1/p2/g.txt", "m", "q1", "q1/q2"}) {
+        struct stat st = LstatOrDie(dir + "/" + rel);
+        EXPECT_EQ(st.st_uid, uid) << rel;
+        EXPECT_EQ(st.st_gid, uid) << rel;
+    }
+    // Replaced through the API: the new content keeps the old file's owner.
+    wstest::WriteHostFile(dir + "/roots", "old");
+    ASSERT_EQ(LstatOrDie(dir + "/roots").st_uid, 0u);
+    ASSERT_TRUE(wstest::Write(fs.get(), id, "roots", "new").ok());
+    EXPECT_EQ(wstest::ReadHostFile(dir + "/roots"), "new");
+    EXPECT_EQ(LstatOrDie(dir + "/roots").st_uid, 0u);
+    // And a file of the workspace's stays its own when replaced.
+    ASSERT_TRUE(wstest::Write(fs.get(), id, "f.txt", "again").ok());
+    EXPECT_EQ(LstatOrDie(dir + "/f.txt").st_uid, uid);
+}
+
+// Two servers on one host (a test suite, the nodes of a cluster on one
+// machine): each leases a slot of its own of the default range, so their
+// workspaces never share a uid and one's Close, which ends every process
+// of its workspace's uid, never ends the other's command; a restarted
+// server gets its slot back, so its workspaces keep their uids.
+TEST(WorkspaceUids, TwoServersOnOneHostNeverShareAUid)
+{
+    REQUIRE_UIDS();
+    std::string state_a = wstest::MakeStateDir();
+    uid_t ua;
+    std::string a_id;
+    {
+        Server a({}, state_a);
+        Server b;
+        auto wa = a.workspaces();
+        auto wb = b.workspaces();
+        // The first workspace of each: the same uid, were the servers to
+        // share a range.
+        std::string first = wstest::OpenShell(wa.get(), {"sleep"}).id;
+        wstest::Ws in_b = wstest::OpenShell(wb.get(), {"sleep"});
+        a_id = wstest::OpenShell(wa.get(), {"sleep"}).id;
+        ua = LstatOrDie(a.workspace_dir(first)).st_uid;
+        uid_t ub = LstatOrDie(b.workspace_dir(in_b.id)).st_uid;
+        ASSERT_GT(ua, kUidFirst);
+        ASSERT_GT(ub, kUidFirst);
+        EXPECT_NE(ua, ub);
+        EXPECT_NE((ua - kUidFirst) / 2048, (ub - kUidFirst) / 2048) << "one slot, two servers";
+
+        // b's command runs while a closes a workspace of its own.
+        auto exb = b.exec();
+        RunResponse r;
+        grpc::Status st;
+        std::thread run([&] {
+            st = wstest::RunProcess(exb.get(), in_b.id, wstest::ArgvProcess({"sleep", "2"}), &r);
+        });
+        auto t0 = std::chrono::steady_clock::now();
+        while (wstest::CountProcsWithMarker("sleep 2") == 0 &&
+               std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20))
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        CloseResponse cr;
+        ASSERT_TRUE(Close(wa.get(), first, &cr).ok());
+        ua = LstatOrDie(a.workspace_dir(a_id)).st_uid;
+        run.join();
+        ASSERT_TRUE(st.ok()) << st.error_message();
+        EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+        EXPECT_EQ(r.exited().exit_code(), 0);
+        EXPECT_EQ(a.Stop(), 0);
+        EXPECT_EQ(b.Stop(), 0);
+    }
+    // Restarted: its slot (recorded in its state directory) again.
+    Server a({}, state_a);
+    auto fs = a.fs();
+    ASSERT_TRUE(wstest::Write(fs.get(), a_id, "again", "x").ok());
+    EXPECT_EQ(LstatOrDie(a.workspace_dir(a_id) + "/again").st_uid, ua);
+}
+
+// What a review found: every local-bash command ran as the server's uid
+// (root under the README), so one workspace's commands could read every
+// other's files and signal its processes. Now a command runs as its
+// workspace's uid with its one group, no capability, no_new_privs, and an
+// oom_score_adj of 1000 (the server's own stays as it was); another
+// workspace's directory is closed to it, and Describe says the uid.
+TEST(WorkspaceUids, LocalBashCommandsRunAsTheWorkspacesUid)
+{
+    REQUIRE_UIDS();
+    Server srv;
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    auto exec = srv.exec();
+    wstest::Ws a = wstest::OpenShell(ws.get(), {"id", "cat", "ls"});
+    wstest::Ws b = wstest::OpenShell(ws.get(), {"id"});
+    const uid_t ua = LstatOrDie(srv.workspace_dir(a.id)).st_uid;
+    const uid_t ub = LstatOrDie(srv.workspace_dir(b.id)).st_uid;
+    ASSERT_GT(ua, kUidFirst);
+    ASSERT_NE(ua, ub);
+    const std::string oom_before =
+        wstest::ReadHostFile("/proc/" + std::to_string(srv.pid()) + "/oom_score_adj");
+    auto run = [&](const std::string &id, const std::vector<std::string> &argv) {
+        RunResponse r;
+        grpc::Status st = wstest::RunProcess(exec.get(), id, wstest::ArgvProcess(argv), &r);
+        EXPECT_TRUE(st.ok()) << st.error_message();
+        return r;
+    };
+
+    EXPECT_EQ(run(a.id, {"id", "-u"}).stdout(), std::to_string(ua) + "\n");
+    EXPECT_EQ(run(a.id, {"id", "-G"}).stdout(), std::to_string(ua) + "\n");
+    EXPECT_EQ(run(b.id, {"id", "-u"}).stdout(), std::to_string(ub) + "\n");
+    std::string status = run(a.id, {"cat", "/proc/self/status"}).stdout();
+    EXPECT_NE(status.find("CapEff:\t0000000000000000\n"), std::string::npos) << status;
+    EXPECT_NE(status.find("CapPrm:\t0000000000000000\n"), std::string::npos) << status;
+    EXPECT_NE(status.find("NoNewPrivs:\t1\n"), std::string::npos) << status;
+    EXPECT_EQ(run(a.id, {"cat", "/proc/self/oom_score_adj"}).stdout(), "1000\n");
+    EXPECT_EQ(wstest::ReadHostFile("/proc/" + std::to_string(srv.pid()) + "/oom_score_adj"),
+              oom_before);
+
+    // b's files, by absolute path: closed to a's uid.
+    ASSERT_TRUE(wstest::Write(fs.get(), b.id, "secret", "b's").ok());
+    RunResponse r = run(a.id, {"cat", srv.workspace_dir(b.id) + "/secret"});
+    EXPECT_NE(r.exited().exit_code(), 0);
+    EXPECT_NE(r.stderr().find("Permission denied"), std::string::npos) << r.stderr();
+    r = run(a.id, {"ls", srv.state_dir() + "/workspaces"});
+    EXPECT_NE(r.exited().exit_code(), 0);
+    EXPECT_NE(r.stderr().find("Permission denied"), std::string::npos) << r.stderr();
+
+    ClientContext ctx;
+    DescribeRequest dreq;
+    DescribeResponse d;
+    dreq.set_workspace_id(a.id);
+    ASSERT_TRUE(ws->Describe(&ctx, dreq, &d).ok());
+    EXPECT_EQ(d.uid(), ua);
+    EXPECT_EQ(d.gid(), ua);
 }
 
 } // namespace

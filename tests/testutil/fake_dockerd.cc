@@ -282,6 +282,37 @@ std::vector<std::string> FakeDockerd::Containers() const
     return ids;
 }
 
+void FakeDockerd::SetRuntimes(std::vector<std::string> names)
+{
+    std::lock_guard<std::mutex> l(mu_);
+    runtimes_ = std::move(names);
+    has_runtimes_ = true;
+}
+
+bool FakeDockerd::HasRuntimes() const
+{
+    std::lock_guard<std::mutex> l(mu_);
+    return has_runtimes_;
+}
+
+// Only what the server reads of dockerd's /info: each runtime as an object,
+// as dockerd writes {"path": ...}.
+FakeDockerd::Response FakeDockerd::Info() const
+{
+    json_t *runtimes = json_object();
+    {
+        std::lock_guard<std::mutex> l(mu_);
+        for (const auto &name : runtimes_)
+            json_object_set_new(runtimes, name.c_str(), json_pack("{s:s}", "path", name.c_str()));
+    }
+    json_t *doc = json_pack("{s:o}", "Runtimes", runtimes);
+    char *text = json_dumps(doc, JSON_COMPACT);
+    std::string body = text ? text : "{}";
+    free(text);
+    json_decref(doc);
+    return Response{200, body};
+}
+
 // Joins the connection threads that have ended, so a long test does not
 // pile them up.
 void FakeDockerd::ReapLocked()
@@ -485,6 +516,8 @@ FakeDockerd::Response FakeDockerd::Handle(const Request &r)
         return Response{200, kVersionDoc};
     if (r.method == "GET" && p == "/containers/json")
         return Response{200, "[]"};
+    if (r.method == "GET" && p == "/info" && HasRuntimes())
+        return Info();
     if (r.method == "GET" && StartsWith(p, "/images/") && EndsWith(p, "/json") &&
         p.size() > sizeof("/images//json") - 1)
         return ImageInspect();

@@ -7,6 +7,10 @@
 // What it answers (any path may carry a "/vMAJOR.MINOR" prefix):
 //   GET    /_ping                          200 "OK"
 //   GET    /version                        200 {"ApiVersion":"1.43",...}
+//   GET    /info                           200 {"Runtimes":{...}}: the runtimes of
+//                                          SetRuntimes, once a test called it (before,
+//                                          not handled, like any call a test did not
+//                                          set the fake up for)
 //   GET    /containers/json?...            200 [] (nothing for a reconcile to remove)
 //   GET    /images/REF/json                200, an image without VOLUMEs; while
 //                                          HoldImageInspect(true), the answer waits
@@ -86,6 +90,8 @@ class FakeDockerd
     int Unhandled() const;
     // Ids of the containers that exist now (created and not deleted).
     std::vector<std::string> Containers() const;
+    // The OCI runtimes GET /info reports as registered from now on.
+    void SetRuntimes(std::vector<std::string> names);
 
   private:
     struct Request;
@@ -106,6 +112,8 @@ class FakeDockerd
     void Serve(Conn *c);
     Response Handle(const Request &r);
     Response ImageInspect();
+    bool HasRuntimes() const;
+    Response Info() const;
     Response Create(const Request &r, const std::string &query);
     Response ContainerOp(const std::string &method, const std::string &ref, const std::string &op);
     Container *FindLocked(const std::string &ref);
@@ -126,6 +134,8 @@ class FakeDockerd
     int unhandled_ = 0;
     std::mt19937_64 rng_;
     std::map<std::string, Container> containers_; // by id
+    bool has_runtimes_ = false;
+    std::vector<std::string> runtimes_;
     std::list<std::unique_ptr<Conn>> conns_;
 };
 

@@ -114,6 +114,8 @@ class Server:
 
     def __init__(self, extra_args=(), tcp=False):
         self.tmp = tempfile.mkdtemp(prefix="wsd-", dir=os.environ.get("TEST_TMPDIR"))
+        # Workspace uids reach their directories under the state directory.
+        os.chmod(self.tmp, 0o711)
         self.state = os.path.join(self.tmp, "state")
         self.stopped = False
         self.socket_dir = None

@@ -12,6 +12,14 @@
  * pump thread). `sending` and `kick` under the call's own mutex make sure
  * exactly one of them sends and no wakeup is lost between "nothing to
  * send" and "something arrived".
+ *
+ * A launch into a workspace whose provider wraps its commands (the wrapper
+ * may create an exec over a container daemon's API, or set up a network
+ * for the command), or whose byte-quota charge may walk the tenant's
+ * workspaces, runs on the pool's DAEMON lane rather than on the
+ * completion-queue thread; the rest of the call stays where it was. Such a
+ * launch can end after the client cancelled: it then kills what it
+ * started, as on_cancel would have.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -134,6 +142,31 @@ static int vet(const struct ws_services *s, const struct ws_workspace *ws,
     return err;
 }
 
+/* Whether a command of provider p needs work of the provider's own
+ * before it starts (exec_wrap), which may wait on a daemon or on the
+ * setup of the command's network: a plain spawn on the host does not. */
+static bool wrap_blocks(const struct ws_provider *p)
+{
+    return p->ops->exec_wrap != NULL;
+}
+
+/* Whether the launch into workspace ws_id goes to the DAEMON lane. An id
+ * that names no workspace of the caller's launches here, and fails. */
+static bool launch_offloaded(struct ws_call *call, const char *ws_id)
+{
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_workspace *ws;
+    bool blocks;
+
+    if (s->usage_walks)
+        return true;
+    if (ws_registry_peek(s->reg, ws_call_tenant(call), ws_id, &ws) < 0)
+        return false;
+    blocks = wrap_blocks(ws_workspace_provider(ws));
+    ws_workspace_unref(ws);
+    return blocks;
+}
+
 static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__ProcessConfig *pc,
                   const struct launch *how, struct ws_workspace **ret_ws, struct ws_proc **ret)
 {
@@ -147,6 +180,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     char ws_dir[WS_SERVICES_DIR_MAX];
     struct ws_proc_wrapper wrap = {0};
     struct ws_exec_home *own_home = NULL;
+    struct ws_run_as run_as = {0};
     int cwd_fd = -1;
     int err;
 
@@ -182,11 +216,20 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     err = ws_services_provider_ws(s, ws, ws_dir, sizeof(ws_dir), &w);
     if (err < 0)
         goto fail;
-    /* A command that is not in a box of its own runs on the host with the
-     * server's uid: it gets a home of its own (not the workspace, where
-     * the client writes files) and the guard's narrower environment. */
+    /* A command that is not in a box of its own runs on the host, as the
+     * workspace's own uid when it has one (else the server's): it gets a
+     * home of its own (not the workspace, where the client writes files)
+     * and the guard's narrower environment. */
+    if (xe->on_host && ws_workspace_uid(ws, &run_as.uid, &run_as.gid)) {
+        run_as.set = true;
+        /* Under memory pressure the kernel kills commands, not the
+         * server. */
+        run_as.set_oom = true;
+        run_as.oom_score_adj = WS_SERVICES_COMMAND_OOM_SCORE_ADJ;
+    }
     if (xe->on_host) {
-        err = ws_exec_home_new(s->exec, &own_home);
+        err = run_as.set ? ws_exec_home_new_owned(s->exec, run_as.uid, run_as.gid, &own_home)
+                         : ws_exec_home_new(s->exec, &own_home);
         if (err < 0) {
             ws_diag_set(&d, "the command's home directory cannot be made: %s", strerror(-err));
             if (err != -ENOMEM)
@@ -242,6 +285,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .capture_bytes = how->capture_bytes,
         .wait_for_subscriber = how->wait_for_subscriber,
         .wrapper = p->ops->exec_wrap ? &wrap : NULL,
+        .run_as = run_as.set ? &run_as : NULL,
     };
     err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, own_home,
                             &d, ret);
@@ -346,8 +390,13 @@ static void fill_exited(struct exited_pb *e, const struct ws_proc_result *r,
 /* ---- Run ---- */
 
 struct run {
+    struct ws_services_job job;
+    /* The request, copied for a launch on the pool. */
+    ProtobufCMessage *req;
     struct ws_call *call;
     struct ws_workspace *ws;
+    /* Set by the launch, which may run on a pool thread while run_cancel
+     * reads it: accessed atomically. */
     struct ws_proc *p;
 };
 
@@ -387,13 +436,56 @@ out:
     ws_call_unref(r->call); /* the done callback's reference */
 }
 
+static void run_cancel(struct ws_call *call);
+
+/* Starts the command of `req` and waits for it to end (run_done). */
+static void run_launch(struct ws_call *call, const Workspace__V1__RunRequest *req)
+{
+    const Workspace__V1__ProcessConfig *pc = req->process;
+    struct run *r = ws_call_data(call);
+    struct ws_workspace *ws = NULL;
+    struct ws_proc *p = NULL;
+    bool want_stdin = req->stdin_data.len > 0 || (pc && pc->stdin);
+    struct launch how = {
+        .stdin_pipe = want_stdin,
+        .ring_bytes = RUN_RING_BYTES,
+        .capture_bytes = pc && pc->max_output_bytes ? pc->max_output_bytes : RUN_OUTPUT_DEFAULT,
+    };
+
+    if (launch(call, req->workspace_id, pc, &how, &ws, &p) < 0)
+        return;
+    r->ws = ws;
+    __atomic_store_n(&r->p, p, __ATOMIC_RELEASE);
+    if (want_stdin && !(pc && pc->pty)) {
+        if (req->stdin_data.len)
+            (void)ws_proc_write_stdin(p, req->stdin_data.data, req->stdin_data.len, NULL, NULL);
+        (void)ws_proc_close_stdin(p);
+    }
+    ws_call_ref(call);
+    if (ws_proc_on_done(p, run_done, r) < 0) {
+        ws_call_unref(call);
+        ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    /* On the pool, a cancel may have come before the process was there to
+     * be killed. */
+    if (ws_call_cancelled(call))
+        run_cancel(call);
+}
+
+static void run_launch_job(struct ws_call *call)
+{
+    struct run *r = ws_call_data(call);
+
+    run_launch(call, (const Workspace__V1__RunRequest *)r->req);
+}
+
 static void run_start(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__RunRequest *req = (const Workspace__V1__RunRequest *)msg;
     const Workspace__V1__ProcessConfig *pc = req->process;
     struct run *r;
-    struct ws_workspace *ws = NULL;
-    struct ws_proc *p = NULL;
 
     if (pc && pc->background) {
         ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
@@ -417,35 +509,30 @@ static void run_start(struct ws_call *call, const ProtobufCMessage *msg)
     }
     r->call = call;
     ws_call_set_data(call, r);
-    bool want_stdin = req->stdin_data.len > 0 || (pc && pc->stdin);
-    struct launch how = {
-        .stdin_pipe = want_stdin,
-        .ring_bytes = RUN_RING_BYTES,
-        .capture_bytes = pc && pc->max_output_bytes ? pc->max_output_bytes : RUN_OUTPUT_DEFAULT,
-    };
-    if (launch(call, req->workspace_id, pc, &how, &ws, &p) < 0)
+    ws_services_job_init(&r->job, call);
+    if (!launch_offloaded(call, req->workspace_id)) {
+        run_launch(call, req);
         return;
-    r->ws = ws;
-    r->p = p;
-    if (want_stdin && !(pc && pc->pty)) {
-        if (req->stdin_data.len)
-            (void)ws_proc_write_stdin(p, req->stdin_data.data, req->stdin_data.len, NULL, NULL);
-        (void)ws_proc_close_stdin(p);
     }
-    ws_call_ref(call);
-    if (ws_proc_on_done(p, run_done, r) < 0) {
-        ws_call_unref(call);
-        ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
+    r->req = ws_services_message_copy(msg);
+    if (!r->req) {
         ws_call_fail(call, -ENOMEM, NULL);
+        return;
     }
+    ws_services_offload(call, &r->job, WS_SERVICES_LANE_DAEMON, run_launch_job, NULL);
 }
 
 static void run_cancel(struct ws_call *call)
 {
     struct run *r = ws_call_data(call);
+    struct ws_proc *p;
 
-    if (r && r->p)
-        ws_proc_kill(r->p, WS_CAUSE_CANCELLED, true);
+    if (!r)
+        return;
+    ws_services_job_cancel(call, &r->job);
+    p = __atomic_load_n(&r->p, __ATOMIC_ACQUIRE);
+    if (p)
+        ws_proc_kill(p, WS_CAUSE_CANCELLED, true);
 }
 
 static void run_destroy(struct ws_call *call)
@@ -456,14 +543,20 @@ static void run_destroy(struct ws_call *call)
         return;
     ws_proc_unref(r->p);
     ws_workspace_unref(r->ws);
+    if (r->req)
+        protobuf_c_message_free_unpacked(r->req, NULL);
     free(r);
 }
 
 /* ---- event streams (Start, Attach) ---- */
 
 struct stream {
+    struct ws_services_job job;
+    /* Start: the request, copied for a launch on the pool. */
+    ProtobufCMessage *req;
     struct ws_call *call;
     struct ws_workspace *ws;
+    /* Set under `lock` when Start's launch runs on the pool. */
     struct ws_proc *p;
     struct ws_sub *sub;
     bool owner;      /* Start: the stream's end may kill the process */
@@ -663,10 +756,18 @@ static void stream_sent(struct ws_call *call, bool ok)
 static void stream_cancel(struct ws_call *call)
 {
     struct stream *st = ws_call_data(call);
+    struct ws_proc *p;
 
-    if (!st || !st->p)
+    if (!st)
         return;
+    ws_services_job_cancel(call, &st->job);
     pthread_mutex_lock(&st->lock);
+    p = st->p;
+    if (!p) {
+        /* Start's launch has not ended: it looks for the cancel itself. */
+        pthread_mutex_unlock(&st->lock);
+        return;
+    }
     st->finished = true;
     struct ws_sub *sub = NULL;
     if (st->looping) {
@@ -677,8 +778,8 @@ static void stream_cancel(struct ws_call *call)
         st->sub = NULL;
     }
     pthread_mutex_unlock(&st->lock);
-    if (st->owner && !ws_proc_background(st->p))
-        ws_proc_kill(st->p, WS_CAUSE_CANCELLED, true);
+    if (st->owner && !ws_proc_background(p))
+        ws_proc_kill(p, WS_CAUSE_CANCELLED, true);
     ws_sub_close(sub);
 }
 
@@ -691,6 +792,8 @@ static void stream_destroy(struct ws_call *call)
     /* The subscriber is gone: it held a reference to this call. */
     ws_proc_unref(st->p);
     ws_workspace_unref(st->ws);
+    if (st->req)
+        protobuf_c_message_free_unpacked(st->req, NULL);
     pthread_mutex_destroy(&st->lock);
     free(st);
 }
@@ -750,6 +853,52 @@ static void stdin_written(void *arg, int err)
     ws_call_unref(st->call);
 }
 
+/* Starts the command of `req`, and streams its events. */
+static void start_launch(struct ws_call *call, const Workspace__V1__StartRequest *req)
+{
+    struct stream *st = ws_call_data(call);
+    const Workspace__V1__ProcessConfig *pc = req->start->process;
+    struct ws_workspace *ws = NULL;
+    struct ws_proc *p = NULL;
+    size_t ring = pc && pc->max_output_bytes ? pc->max_output_bytes : START_RING_DEFAULT;
+
+    if (ring < START_RING_MIN)
+        ring = START_RING_MIN;
+    struct launch how = {
+        .stdin_pipe = pc && pc->stdin,
+        .background = pc && pc->background,
+        .ring_bytes = ring,
+        .wait_for_subscriber = true,
+    };
+    if (launch(call, req->start->workspace_id, pc, &how, &ws, &p) < 0)
+        return;
+    pthread_mutex_lock(&st->lock);
+    st->ws = ws;
+    st->p = p;
+    st->owner = true;
+    st->want_stdin = pc->stdin || pc->pty;
+    pthread_mutex_unlock(&st->lock);
+    if (stream_attach(st, 0) < 0) {
+        ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    /* On the pool, a cancel may have come before there was a process and a
+     * subscriber to end: end them now, as on_cancel would have. */
+    if (ws_call_cancelled(call)) {
+        stream_cancel(call);
+        return;
+    }
+    start_recv(st);
+}
+
+static void start_launch_job(struct ws_call *call)
+{
+    struct stream *st = ws_call_data(call);
+
+    start_launch(call, (const Workspace__V1__StartRequest *)st->req);
+}
+
 static void start_start(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__StartRequest *req = (const Workspace__V1__StartRequest *)msg;
@@ -771,25 +920,17 @@ static void start_start(struct ws_call *call, const ProtobufCMessage *msg)
         ws_call_fail(call, -ENOMEM, NULL);
         return;
     }
-    size_t ring = pc && pc->max_output_bytes ? pc->max_output_bytes : START_RING_DEFAULT;
-    if (ring < START_RING_MIN)
-        ring = START_RING_MIN;
-    struct launch how = {
-        .stdin_pipe = pc && pc->stdin,
-        .background = pc && pc->background,
-        .ring_bytes = ring,
-        .wait_for_subscriber = true,
-    };
-    if (launch(call, req->start->workspace_id, pc, &how, &st->ws, &st->p) < 0)
+    ws_services_job_init(&st->job, call);
+    if (!launch_offloaded(call, req->start->workspace_id)) {
+        start_launch(call, req);
         return;
-    st->owner = true;
-    st->want_stdin = pc->stdin || pc->pty;
-    if (stream_attach(st, 0) < 0) {
-        ws_proc_kill(st->p, WS_CAUSE_CANCELLED, false);
+    }
+    st->req = ws_services_message_copy(msg);
+    if (!st->req) {
         ws_call_fail(call, -ENOMEM, NULL);
         return;
     }
-    start_recv(st);
+    ws_services_offload(call, &st->job, WS_SERVICES_LANE_DAEMON, start_launch_job, NULL);
 }
 
 static void start_message(struct ws_call *call, const ProtobufCMessage *msg)

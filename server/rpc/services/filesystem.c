@@ -1,5 +1,12 @@
 /* FileSystem: the ten file RPCs over the workspace's fs ops.
  *
+ * What may take long runs on the pool's FS lane, off the completion-queue
+ * threads: Grep (its start and every batch), Glob, ListDir, a recursive
+ * Remove, and a WriteFile commit or an EditFile with if_match (a hash of
+ * the whole file) or with the byte quota on (a charge may walk the
+ * tenant's workspaces), and MakeDir with the byte quota on. Stat, ReadFile,
+ * Move and the rest stay on the thread that delivered the call.
+ *
  * The per-tenant byte quota (ws_registry_usage_charge): a write or an
  * edit is charged what it adds before it is committed and refused, the
  * old content untouched, when that does not fit; what shrinks is always
@@ -66,6 +73,19 @@ static int fs_workspace(struct ws_call *call, const char *id, const char *path,
     }
     *ret = ws;
     return 0;
+}
+
+/* The start of a unary call whose work may go to the FS lane: its state,
+ * with the request copied and the workspace looked up, `path` checked.
+ * NULL: the call was failed. */
+static struct ws_services_unary *fs_unary(struct ws_call *call, const ProtobufCMessage *msg,
+                                          const char *id, const char *path)
+{
+    struct ws_services_unary *u = ws_services_unary_new(call, msg);
+
+    if (!u || fs_workspace(call, id, path, &u->ws) < 0)
+        return NULL;
+    return u;
 }
 
 /* The call succeeded: its file event (NULL: none) goes into the audit
@@ -195,8 +215,15 @@ static void read_sent(struct ws_call *call, bool ok)
 /* ---- WriteFile ---- */
 
 struct write_state {
+    struct ws_services_job job;
     struct ws_workspace *ws;
     struct ws_write_session *session;
+    /* The session handed to the commit on the FS lane: only that job (or
+     * its skipped) touches it. */
+    struct ws_write_session *committing;
+    /* The commit hashes the old content (if_match) or may walk for the
+     * byte quota: it goes to the FS lane. */
+    bool slow_commit;
     char *path;
     /* Bytes appended, and the length of the file being replaced when the
      * write began (for the byte quota's early refusal). */
@@ -211,6 +238,7 @@ static void write_destroy(struct ws_call *call)
     if (!st)
         return;
     ws_write_abort(st->session);
+    ws_write_abort(st->committing);
     ws_workspace_unref(st->ws);
     free(st->path);
     free(st);
@@ -269,6 +297,9 @@ static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
         ws_call_fail(call, -ENOMEM, NULL);
         return;
     }
+    ws_services_job_init(&st->job, call);
+    st->slow_commit = (h->if_match && h->if_match[0]) ||
+                      ((struct ws_services *)ws_call_method_data(call))->usage_walks;
     err = ws_write_begin(ws_workspace_fsops(st->ws), &wr, &d, &st->session);
     if (err < 0) {
         write_failed(call, st, err, &d);
@@ -281,19 +312,17 @@ static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
         ws_call_recv(call);
 }
 
-/* Commits the write (the client sent `finish`) and answers. */
-static void write_commit(struct ws_call *call, struct write_state *st)
+/* Commits session s (the client sent `finish`) and answers. */
+static void commit_now(struct ws_call *call, struct write_state *st, struct ws_write_session *s)
 {
     Workspace__V1__WriteFileResponse resp = WORKSPACE__V1__WRITE_FILE_RESPONSE__INIT;
     Workspace__V1__FileInfo info;
     struct ws_write_result res;
-    struct ws_write_session *s = st->session;
     struct ws_registry *reg = registry_of(call);
     struct ws_diag d = {0};
     int64_t delta = (int64_t)st->written - (int64_t)file_size(st->ws, st->path);
     int err;
 
-    st->session = NULL;
     if (delta > 0) {
         err = ws_registry_usage_charge(reg, st->ws, delta, &d);
         if (err < 0) {
@@ -321,6 +350,39 @@ static void write_commit(struct ws_call *call, struct write_state *st)
                                       .has_content = true,
                                       .size = res.st.size,
                                       .sha256 = res.sha256});
+}
+
+static void commit_run(struct ws_call *call)
+{
+    struct write_state *st = ws_call_data(call);
+    struct ws_write_session *s = st->committing;
+
+    st->committing = NULL;
+    commit_now(call, st, s);
+}
+
+/* The commit never ran (cancelled, deadline, shutdown): the old content
+ * stays. */
+static void commit_skipped(struct ws_call *call)
+{
+    struct write_state *st = ws_call_data(call);
+
+    ws_write_abort(st->committing);
+    st->committing = NULL;
+}
+
+/* Commits the write, here or on the FS lane. */
+static void write_commit(struct ws_call *call, struct write_state *st)
+{
+    struct ws_write_session *s = st->session;
+
+    st->session = NULL;
+    if (!st->slow_commit) {
+        commit_now(call, st, s);
+        return;
+    }
+    st->committing = s;
+    ws_services_offload(call, &st->job, WS_SERVICES_LANE_FS, commit_run, commit_skipped);
 }
 
 static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
@@ -383,8 +445,11 @@ static void write_cancel(struct ws_call *call)
 {
     struct write_state *st = ws_call_data(call);
 
-    /* A cancelled write must leave the old content: drop the temp file. */
+    /* A cancelled write must leave the old content: drop the temp file,
+     * and the commit if it still waits for the FS lane (its skipped drops
+     * that session; a commit already running finishes). */
     if (st) {
+        ws_services_job_cancel(call, &st->job);
         ws_write_abort(st->session);
         st->session = NULL;
     }
@@ -409,20 +474,17 @@ static int64_t edit_growth(const Workspace__V1__EditFileRequest *req, uint64_t o
     return grow > INT64_MAX ? INT64_MAX : (int64_t)grow;
 }
 
-static void edit(struct ws_call *call, const ProtobufCMessage *msg)
+static void do_edit(struct ws_call *call, struct ws_workspace *ws,
+                    const Workspace__V1__EditFileRequest *req)
 {
-    const Workspace__V1__EditFileRequest *req = (const void *)msg;
     Workspace__V1__EditFileResponse resp = WORKSPACE__V1__EDIT_FILE_RESPONSE__INIT;
     Workspace__V1__FileInfo info;
-    struct ws_workspace *ws = NULL;
     struct ws_edit_result res;
     struct ws_registry *reg = registry_of(call);
     struct ws_diag d = {0};
     int64_t charged = 0;
     int err;
 
-    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
-        return;
     uint64_t old_size = file_size(ws, req->path);
     charged = edit_growth(req, old_size, ws_workspace_max_file_size(ws));
     if (charged > 0) {
@@ -467,6 +529,33 @@ out:
         ws_registry_usage_refund(reg, ws, charged);
     else if (charged < 0)
         ws_registry_usage_stale(reg, ws_workspace_id(ws)); /* grew past the charge: a race */
+}
+
+static void edit_run(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+
+    do_edit(call, u->ws, (const void *)u->req);
+}
+
+/* An edit with if_match hashes the whole file, and a charge of the byte
+ * quota may walk the tenant's workspaces: on the FS lane. */
+static void edit(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__EditFileRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_services_unary *u;
+    struct ws_workspace *ws;
+
+    if ((req->if_match && req->if_match[0]) || s->usage_walks) {
+        u = fs_unary(call, msg, req->workspace_id, req->path);
+        if (u)
+            ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, edit_run, NULL);
+        return;
+    }
+    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
+        return;
+    do_edit(call, ws, req);
     ws_workspace_unref(ws);
 }
 
@@ -560,19 +649,16 @@ struct listing {
 /* Walks into `entries` and answers with what it found: `resp`, whose
  * fields the entries, their count and the truncated flag go to (ListDir
  * and Glob name them differently). */
-static void run_listing(struct ws_call *call, const char *workspace_id, const struct listing *l,
+static void run_listing(struct ws_call *call, struct ws_workspace *ws, const struct listing *l,
                         ProtobufCMessage *resp, Workspace__V1__FileInfo ***ret_entries,
                         size_t *ret_n, protobuf_c_boolean *ret_truncated)
 {
     const char *path = root_if_empty(l->path);
-    struct ws_workspace *ws = NULL;
+    struct ws_fsops *ops = ws_workspace_fsops(ws);
     struct entries es = {0};
     bool truncated = false;
     int err;
 
-    if (fs_workspace(call, workspace_id, path, &ws) < 0)
-        return;
-    struct ws_fsops *ops = ws_workspace_fsops(ws);
     if (l->pattern)
         err = ws_glob(ops, path, l->pattern, l->max, entries_add, &es, &truncated);
     else
@@ -588,32 +674,52 @@ static void run_listing(struct ws_call *call, const char *workspace_id, const st
     fs_finish(call, ws, resp, NULL);
 out:
     entries_free(&es);
-    ws_workspace_unref(ws);
+}
+
+static void list_dir_run(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+    const Workspace__V1__ListDirRequest *req = (const void *)u->req;
+    Workspace__V1__ListDirResponse resp = WORKSPACE__V1__LIST_DIR_RESPONSE__INIT;
+    struct listing l = {.path = req->path, .depth = req->depth, .max = req->max_entries};
+
+    run_listing(call, u->ws, &l, &resp.base, &resp.entries, &resp.n_entries, &resp.truncated);
 }
 
 static void list_dir(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__ListDirRequest *req = (const void *)msg;
-    Workspace__V1__ListDirResponse resp = WORKSPACE__V1__LIST_DIR_RESPONSE__INIT;
-    struct listing l = {.path = req->path, .depth = req->depth, .max = req->max_entries};
+    struct ws_services_unary *u = fs_unary(call, msg, req->workspace_id, root_if_empty(req->path));
 
-    run_listing(call, req->workspace_id, &l, &resp.base, &resp.entries, &resp.n_entries,
-                &resp.truncated);
+    if (u)
+        ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, list_dir_run, NULL);
+}
+
+static void glob_run(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+    const Workspace__V1__GlobRequest *req = (const void *)u->req;
+    Workspace__V1__GlobResponse resp = WORKSPACE__V1__GLOB_RESPONSE__INIT;
+    struct listing l = {.path = req->path, .pattern = req->pattern, .max = req->max_results};
+
+    run_listing(call, u->ws, &l, &resp.base, &resp.matches, &resp.n_matches, &resp.truncated);
 }
 
 static void glob(struct ws_call *call, const ProtobufCMessage *msg)
 {
     const Workspace__V1__GlobRequest *req = (const void *)msg;
-    Workspace__V1__GlobResponse resp = WORKSPACE__V1__GLOB_RESPONSE__INIT;
-    struct listing l = {.path = req->path, .pattern = req->pattern, .max = req->max_results};
+    struct ws_services_unary *u = fs_unary(call, msg, req->workspace_id, root_if_empty(req->path));
 
-    run_listing(call, req->workspace_id, &l, &resp.base, &resp.matches, &resp.n_matches,
-                &resp.truncated);
+    if (u)
+        ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, glob_run, NULL);
 }
 
 /* ---- Grep ---- */
 
 struct grep_state {
+    struct ws_services_job job;
+    /* The request, for the job that starts the search. */
+    Workspace__V1__GrepRequest *req;
     struct ws_workspace *ws;
     struct ws_grep *grep;
     Workspace__V1__GrepMatch matches[GREP_BATCH];
@@ -638,6 +744,8 @@ static void grep_destroy(struct ws_call *call)
     grep_clear(gs);
     ws_grep_free(gs->grep);
     ws_workspace_unref(gs->ws);
+    if (gs->req)
+        protobuf_c_message_free_unpacked(&gs->req->base, NULL);
     free(gs);
 }
 
@@ -673,8 +781,11 @@ static int grep_collect(void *userdata, const struct ws_grep_match *m)
     return 0;
 }
 
-static void grep_next(struct ws_call *call, struct grep_state *gs)
+/* One batch, on the FS lane: sent, or sent with the summary and the
+ * status when the search is over. */
+static void grep_next(struct ws_call *call)
 {
+    struct grep_state *gs = ws_call_data(call);
     Workspace__V1__GrepResponse resp = WORKSPACE__V1__GREP_RESPONSE__INIT;
     Workspace__V1__GrepSummary summary = WORKSPACE__V1__GREP_SUMMARY__INIT;
     struct ws_grep_summary sum;
@@ -689,6 +800,7 @@ static void grep_next(struct ws_call *call, struct grep_state *gs)
     resp.matches = gs->ptrs;
     resp.n_matches = gs->n;
     if (more) {
+        /* Last: once sent, grep_sent may queue the next batch. */
         ws_call_send(call, &resp.base);
         return;
     }
@@ -702,31 +814,45 @@ static void grep_next(struct ws_call *call, struct grep_state *gs)
     fs_finish(call, gs->ws, &resp.base, NULL);
 }
 
-static void grep_start(struct ws_call *call, const ProtobufCMessage *msg)
+/* On the FS lane: compiles the pattern (which may take long too), then
+ * the first batch. */
+static void grep_begin(struct ws_call *call)
 {
-    const Workspace__V1__GrepRequest *req = (const void *)msg;
-    struct grep_state *gs;
+    struct grep_state *gs = ws_call_data(call);
+    const Workspace__V1__GrepRequest *req = gs->req;
     struct ws_diag d = {0};
-    const char *path = root_if_empty(req->path);
-    int err;
-
-    gs = stream_state(call, sizeof(*gs));
-    if (!gs || fs_workspace(call, req->workspace_id, path, &gs->ws) < 0)
-        return;
     struct ws_grep_request gr = {
-        .path = path,
+        .path = root_if_empty(req->path),
         .pattern = req->pattern,
         .include = req->include,
         .ignore_case = req->ignore_case,
         .max_matches = req->max_matches,
         .max_depth = req->max_depth,
     };
-    err = ws_grep_start(ws_workspace_fsops(gs->ws), &gr, &d, &gs->grep);
+    int err = ws_grep_start(ws_workspace_fsops(gs->ws), &gr, &d, &gs->grep);
+
     if (err < 0) {
         ws_services_fail(call, gs->ws, err, &d);
         return;
     }
-    grep_next(call, gs);
+    grep_next(call);
+}
+
+static void grep_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__GrepRequest *req = (const void *)msg;
+    struct grep_state *gs;
+
+    gs = stream_state(call, sizeof(*gs));
+    if (!gs || fs_workspace(call, req->workspace_id, root_if_empty(req->path), &gs->ws) < 0)
+        return;
+    gs->req = (Workspace__V1__GrepRequest *)ws_services_message_copy(msg);
+    if (!gs->req) {
+        ws_call_fail(call, -ENOMEM, NULL);
+        return;
+    }
+    ws_services_job_init(&gs->job, call);
+    ws_services_offload(call, &gs->job, WS_SERVICES_LANE_FS, grep_begin, NULL);
 }
 
 static void grep_sent(struct ws_call *call, bool ok)
@@ -734,7 +860,15 @@ static void grep_sent(struct ws_call *call, bool ok)
     struct grep_state *gs = ws_call_data(call);
 
     if (ok && !ws_call_cancelled(call))
-        grep_next(call, gs);
+        ws_services_offload(call, &gs->job, WS_SERVICES_LANE_FS, grep_next, NULL);
+}
+
+static void grep_cancel(struct ws_call *call)
+{
+    struct grep_state *gs = ws_call_data(call);
+
+    if (gs)
+        ws_services_job_cancel(call, &gs->job);
 }
 
 /* ---- Stat, MakeDir, Remove, Move ---- */
@@ -773,17 +907,14 @@ static void stat_file(struct ws_call *call, const ProtobufCMessage *msg)
     ws_workspace_unref(ws);
 }
 
-static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
+static void do_make_dir(struct ws_call *call, struct ws_workspace *ws,
+                        const Workspace__V1__MakeDirRequest *req)
 {
-    const Workspace__V1__MakeDirRequest *req = (const void *)msg;
     Workspace__V1__MakeDirResponse resp = WORKSPACE__V1__MAKE_DIR_RESPONSE__INIT;
-    struct ws_workspace *ws;
+    struct ws_vfs *fs = vfs_of(ws);
     struct ws_diag d = {0};
     int err;
 
-    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
-        return;
-    struct ws_vfs *fs = vfs_of(ws);
     err = ws_registry_usage_charge(registry_of(call), ws, 0, &d);
     if (err == 0)
         err = fs->ops->mkdir(fs, req->path, req->parents, req->mode ? req->mode & 0777 : 0755);
@@ -791,34 +922,82 @@ static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
         ws_services_fail(call, ws, err, &d);
     else
         finish_info(call, ws, req->path, &resp.base, &resp.info, NULL);
+}
+
+static void make_dir_run(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+
+    do_make_dir(call, u->ws, (const void *)u->req);
+}
+
+/* With the byte quota on, the charge may walk the tenant's workspaces:
+ * on the FS lane. */
+static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__MakeDirRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_services_unary *u;
+    struct ws_workspace *ws;
+
+    if (s->usage_walks) {
+        u = fs_unary(call, msg, req->workspace_id, req->path);
+        if (u)
+            ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, make_dir_run, NULL);
+        return;
+    }
+    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
+        return;
+    do_make_dir(call, ws, req);
     ws_workspace_unref(ws);
 }
 
-static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
+static void do_remove(struct ws_call *call, struct ws_workspace *ws,
+                      const Workspace__V1__RemoveRequest *req)
 {
-    const Workspace__V1__RemoveRequest *req = (const void *)msg;
     Workspace__V1__RemoveResponse resp = WORKSPACE__V1__REMOVE_RESPONSE__INIT;
-    struct ws_workspace *ws;
+    struct ws_vfs *fs = vfs_of(ws);
     struct ws_diag d = {0};
     uint64_t removed = 0;
     int err;
 
-    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
-        return;
-    struct ws_vfs *fs = vfs_of(ws);
     err = fs->ops->remove(fs, req->path, req->recursive, &removed);
     if (err < 0) {
         if (err == -EXDEV)
             ws_diag_set(&d, "the path is the workspace root or outside it");
         ws_services_fail(call, ws, err, &d);
-        goto out;
+        return;
     }
     resp.removed = removed;
     ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws));
     /* Audit hook. */
     fs_finish(call, ws, &resp.base,
               &(struct ws_audit_file){.event = "remove", .path = req->path, .count = removed});
-out:
+}
+
+static void remove_run(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+
+    do_remove(call, u->ws, (const void *)u->req);
+}
+
+/* A recursive Remove walks the tree: on the FS lane. */
+static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__RemoveRequest *req = (const void *)msg;
+    struct ws_services_unary *u;
+    struct ws_workspace *ws;
+
+    if (req->recursive) {
+        u = fs_unary(call, msg, req->workspace_id, req->path);
+        if (u)
+            ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, remove_run, NULL);
+        return;
+    }
+    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
+        return;
+    do_remove(call, ws, req);
     ws_workspace_unref(ws);
 }
 
@@ -859,21 +1038,22 @@ size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out)
                            &workspace__v1__write_file_request__descriptor, .on_start = write_start,
                            .on_message = write_message, .on_sent = write_sent,
                            .on_cancel = write_cancel, .on_destroy = write_destroy),
-        WS_SERVICES_UNARY("/workspace.v1.FileSystem/EditFile",
-                          &workspace__v1__edit_file_request__descriptor, edit),
-        WS_SERVICES_UNARY("/workspace.v1.FileSystem/ListDir",
-                          &workspace__v1__list_dir_request__descriptor, list_dir),
-        WS_SERVICES_UNARY("/workspace.v1.FileSystem/Glob", &workspace__v1__glob_request__descriptor,
-                          glob),
+        WS_SERVICES_OFFLOADED("/workspace.v1.FileSystem/EditFile",
+                              &workspace__v1__edit_file_request__descriptor, edit),
+        WS_SERVICES_OFFLOADED("/workspace.v1.FileSystem/ListDir",
+                              &workspace__v1__list_dir_request__descriptor, list_dir),
+        WS_SERVICES_OFFLOADED("/workspace.v1.FileSystem/Glob",
+                              &workspace__v1__glob_request__descriptor, glob),
         WS_SERVICES_METHOD("/workspace.v1.FileSystem/Grep", WS_RPC_SERVER_STREAM,
                            &workspace__v1__grep_request__descriptor, .on_start = grep_start,
-                           .on_sent = grep_sent, .on_destroy = grep_destroy),
+                           .on_sent = grep_sent, .on_cancel = grep_cancel,
+                           .on_destroy = grep_destroy),
         WS_SERVICES_UNARY("/workspace.v1.FileSystem/Stat", &workspace__v1__stat_request__descriptor,
                           stat_file),
-        WS_SERVICES_UNARY("/workspace.v1.FileSystem/MakeDir",
-                          &workspace__v1__make_dir_request__descriptor, make_dir),
-        WS_SERVICES_UNARY("/workspace.v1.FileSystem/Remove",
-                          &workspace__v1__remove_request__descriptor, remove_path),
+        WS_SERVICES_OFFLOADED("/workspace.v1.FileSystem/MakeDir",
+                              &workspace__v1__make_dir_request__descriptor, make_dir),
+        WS_SERVICES_OFFLOADED("/workspace.v1.FileSystem/Remove",
+                              &workspace__v1__remove_request__descriptor, remove_path),
         WS_SERVICES_UNARY("/workspace.v1.FileSystem/Move", &workspace__v1__move_request__descriptor,
                           move),
     };

@@ -1,5 +1,6 @@
 /* Providers.ListProviders: every kind, its capabilities and a live probe,
- * and the caller's policy. */
+ * and the caller's policy. The probes may ask a container daemon: the
+ * call runs on the pool's DAEMON lane. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -7,7 +8,7 @@
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/providers.pb-c.h"
 
-static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
+static void list_providers_run(struct ws_call *call)
 {
     Workspace__V1__ListProvidersResponse resp = WORKSPACE__V1__LIST_PROVIDERS_RESPONSE__INIT;
     Workspace__V1__ProviderInfo infos[WS_PROVIDERS_MAX];
@@ -26,7 +27,6 @@ static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
     const struct ws_provider *p;
     size_t n = 0;
 
-    (void)req;
     /* In kind order, as ws_providers_get numbers them. */
     for (; n < WS_PROVIDERS_MAX && (p = ws_providers_get(s->providers, (enum ws_provider_kind)n));
          n++) {
@@ -78,11 +78,19 @@ static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
     ws_policy_set_unref(pset);
 }
 
+static void list_providers(struct ws_call *call, const ProtobufCMessage *req)
+{
+    struct ws_services_unary *u = ws_services_unary_new(call, req);
+
+    if (u)
+        ws_services_offload(call, &u->job, WS_SERVICES_LANE_DAEMON, list_providers_run, NULL);
+}
+
 size_t ws_services_providers(struct ws_services *s, struct ws_rpc_method *out)
 {
     static const struct ws_rpc_method methods[] = {
-        WS_SERVICES_UNARY("/workspace.v1.Providers/ListProviders",
-                          &workspace__v1__list_providers_request__descriptor, list_providers),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Providers/ListProviders",
+                              &workspace__v1__list_providers_request__descriptor, list_providers),
     };
 
     return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/audit/audit.h"
+#include "server/base/time.h"
 #include "server/base/utf8.h"
 #include "server/rpc/log.h"
 #include "server/rpc/services/internal.h"
@@ -48,6 +49,18 @@ int ws_services_new(const struct ws_services_deps *deps, struct ws_services **re
         goto out;
     s->reg = deps->reg;
     s->exec = deps->exec;
+    s->pool = deps->pool;
+    s->usage_walks = deps->usage_walks;
+    if (s->pool) {
+        int fs = ws_pool_lane(s->pool, WS_SERVICES_LANE_FS_NAME);
+        int daemon = ws_pool_lane(s->pool, WS_SERVICES_LANE_DAEMON_NAME);
+
+        err = -EINVAL;
+        if (fs < 0 || daemon < 0)
+            goto out;
+        s->lanes[WS_SERVICES_LANE_FS] = (unsigned)fs;
+        s->lanes[WS_SERVICES_LANE_DAEMON] = (unsigned)daemon;
+    }
     s->audit = deps->audit;
     s->providers = deps->providers;
     n += ws_services_providers(s, s->methods + n);
@@ -94,6 +107,150 @@ void ws_services_drain(struct ws_services *s)
 {
     atomic_store(&s->draining, true);
     ws_services_health_drain(s);
+}
+
+/* ---- jobs ---- */
+
+void ws_services_job_init(struct ws_services_job *j, struct ws_call *call)
+{
+    int64_t left = ws_call_deadline_remaining_ms(call);
+
+    j->call = call;
+    j->ctl.cancelled = false;
+    /* A deadline too far to add to the clock is no deadline; one that
+     * passed already is now. */
+    if (left == INT64_MAX || left > INT64_MAX / 4)
+        j->ctl.deadline_mono_ms = 0;
+    else
+        j->ctl.deadline_mono_ms = ws_mono_ms() + (left > 0 ? left : 0);
+}
+
+static void job_run(const struct ws_work_ctl *ctl, void *arg)
+{
+    struct ws_services_job *j = arg;
+    /* The call's state, j included, may go with the reference. */
+    struct ws_call *call = j->call;
+
+    (void)ctl;
+    j->run(call);
+    ws_call_unref(call);
+}
+
+/* The call for a job that did not run: err is -ECANCELED, -ETIMEDOUT,
+ * -ESHUTDOWN, or the refusal of the submit with d. */
+static void job_not_run(struct ws_services_job *j, int err, const struct ws_diag *d)
+{
+    struct ws_diag why = {0};
+
+    if (j->skipped)
+        j->skipped(j->call);
+    if (!d) {
+        if (err == -ETIMEDOUT)
+            ws_diag_set(&why, "the deadline passed before the work could start");
+        else if (err == -ESHUTDOWN)
+            ws_diag_set(&why, "the server is shutting down");
+        d = &why;
+    }
+    /* A call its client cancelled is over already: this sends nothing. */
+    ws_call_fail(j->call, err, d);
+}
+
+static void job_skipped(void *arg, int err)
+{
+    struct ws_services_job *j = arg;
+    struct ws_call *call = j->call;
+
+    job_not_run(j, err, NULL);
+    ws_call_unref(call);
+}
+
+void ws_services_offload(struct ws_call *call, struct ws_services_job *j,
+                         enum ws_services_lane lane, void (*run)(struct ws_call *call),
+                         void (*skipped)(struct ws_call *call))
+{
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_diag d = {0};
+    int err;
+
+    j->run = run;
+    j->skipped = skipped;
+    if (!s->pool) {
+        run(call);
+        return;
+    }
+    struct ws_pool_job job = {
+        .run = job_run,
+        .skipped = job_skipped,
+        .arg = j,
+        .tenant = ws_call_tenant(call),
+        .ctl = &j->ctl,
+    };
+    ws_call_ref(call);
+    err = ws_pool_submit(s->pool, s->lanes[lane], &job, &d);
+    if (err < 0) {
+        /* Neither callback will come: the refusal ends the call. */
+        job_not_run(j, err, err == -WS_EQUOTA ? &d : NULL);
+        ws_call_unref(call);
+    }
+}
+
+void ws_services_job_cancel(struct ws_call *call, struct ws_services_job *j)
+{
+    struct ws_services *s = ws_call_method_data(call);
+
+    if (s->pool)
+        ws_pool_cancel(s->pool, &j->ctl);
+    else
+        ws_work_ctl_cancel(&j->ctl);
+}
+
+ProtobufCMessage *ws_services_message_copy(const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    uint8_t *buf = malloc(len ? len : 1);
+    ProtobufCMessage *copy = NULL;
+
+    if (!buf)
+        return NULL;
+    protobuf_c_message_pack(msg, buf);
+    copy = protobuf_c_message_unpack(msg->descriptor, NULL, len, buf);
+    free(buf);
+    return copy;
+}
+
+struct ws_services_unary *ws_services_unary_new(struct ws_call *call, const ProtobufCMessage *req)
+{
+    struct ws_services_unary *u = calloc(1, sizeof(*u));
+
+    if (u)
+        u->req = ws_services_message_copy(req);
+    if (!u || !u->req) {
+        free(u);
+        ws_call_fail(call, -ENOMEM, NULL);
+        return NULL;
+    }
+    ws_services_job_init(&u->job, call);
+    ws_call_set_data(call, u);
+    return u;
+}
+
+void ws_services_unary_cancel(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+
+    if (u)
+        ws_services_job_cancel(call, &u->job);
+}
+
+void ws_services_unary_destroy(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+
+    if (!u)
+        return;
+    protobuf_c_message_free_unpacked(u->req, NULL);
+    ws_workspace_unref(u->ws);
+    free(u);
 }
 
 static Workspace__V1__FileType file_type(enum ws_ftype t)

@@ -26,6 +26,7 @@ struct ws_audit;
 struct ws_providers;
 struct ws_proc;
 struct ws_proc_result;
+struct ws_pool;
 
 /* The parts the handlers work with, built by the caller, which keeps them
  * alive until after ws_services_free. */
@@ -43,14 +44,27 @@ struct ws_services_deps {
      * PATH of its own; NULL: WS_SERVICES_EXEC_PATH_DEFAULT. Copied. A
      * command run in a box finds only the dirs bound into the box. */
     const char *exec_path;
+    /* Where slow work runs, off the completion-queue threads: a pool with
+     * the lanes WS_SERVICES_LANE_FS_NAME (walks, searches, hashing) and
+     * WS_SERVICES_LANE_DAEMON_NAME (container daemon calls and the spawns
+     * behind them). NULL: all of it runs on the handler's thread. */
+    struct ws_pool *pool;
+    /* The registry keeps a byte quota, whose charges may walk a tenant's
+     * workspaces (ws_registry_usage_charge): such charges go to the pool
+     * too. */
+    bool usage_walks;
 };
 
+#define WS_SERVICES_LANE_FS_NAME     "fs"
+#define WS_SERVICES_LANE_DAEMON_NAME "daemon"
+
 /* The services own only their method table, the exec path's copy and the
- * Health watchers. Returns 0, -EINVAL (exec_path is not valid) or
- * -ENOMEM. */
+ * Health watchers. Returns 0, -EINVAL (exec_path is not valid, or the
+ * pool lacks one of the two lanes) or -ENOMEM. */
 int ws_services_new(const struct ws_services_deps *deps, struct ws_services **ret);
-/* Only after the RPC server that used the methods has shut down. Accepts
- * NULL. */
+/* Only after the RPC server that used the methods has shut down (which
+ * waits for every job of theirs in the pool: each holds a reference on its
+ * call). Accepts NULL. */
 void ws_services_free(struct ws_services *s);
 
 /* The exec layer's callback for a finished command (struct

@@ -1,4 +1,10 @@
-/* Workspaces: Open, Resolve, Close, Describe, List. */
+/* Workspaces: Open, Resolve, Close, Describe, List.
+ *
+ * Open, Resolve, Close and a Describe whose provider has a section of its
+ * own may talk to a container daemon (a pull, an attach, a detach, an
+ * inspect): they run on the pool's DAEMON lane, so a slow daemon holds up
+ * only its own tenant's calls. List and ReadAudit read the server's own
+ * state and stay on the thread that delivered the call. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +75,22 @@ static const char *error_reason(int err)
     return reason;
 }
 
-static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
+/* The state of an offloaded call, and its request copy as type T. */
+#define UNARY_REQ(call, T) ((const T *)((struct ws_services_unary *)ws_call_data(call))->req)
+
+/* Hands the call to the DAEMON lane: run gets the request copy. */
+static void on_daemon(struct ws_call *call, const ProtobufCMessage *msg,
+                      void (*run)(struct ws_call *call))
 {
-    const Workspace__V1__OpenRequest *req = (const void *)msg;
+    struct ws_services_unary *u = ws_services_unary_new(call, msg);
+
+    if (u)
+        ws_services_offload(call, &u->job, WS_SERVICES_LANE_DAEMON, run, NULL);
+}
+
+static void open_run(struct ws_call *call)
+{
+    const Workspace__V1__OpenRequest *req = UNARY_REQ(call, Workspace__V1__OpenRequest);
     struct ws_services *s = ws_call_method_data(call);
     Workspace__V1__OpenResponse resp = WORKSPACE__V1__OPEN_RESPONSE__INIT;
     struct ws_workspace *ws = NULL;
@@ -85,9 +104,14 @@ static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
     finish_workspace(call, err, &d, ws, &resp.base, &resp.workspace);
 }
 
-static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
+static void open_ws(struct ws_call *call, const ProtobufCMessage *msg)
 {
-    const Workspace__V1__ResolveRequest *req = (const void *)msg;
+    on_daemon(call, msg, open_run);
+}
+
+static void resolve_run(struct ws_call *call)
+{
+    const Workspace__V1__ResolveRequest *req = UNARY_REQ(call, Workspace__V1__ResolveRequest);
     struct ws_services *s = ws_call_method_data(call);
     Workspace__V1__ResolveResponse resp = WORKSPACE__V1__RESOLVE_RESPONSE__INIT;
     struct ws_workspace *ws = NULL;
@@ -105,9 +129,14 @@ static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
     finish_workspace(call, err, &d, ws, &resp.base, &resp.workspace);
 }
 
-static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
+static void resolve_ws(struct ws_call *call, const ProtobufCMessage *msg)
 {
-    const Workspace__V1__CloseRequest *req = (const void *)msg;
+    on_daemon(call, msg, resolve_run);
+}
+
+static void close_run(struct ws_call *call)
+{
+    const Workspace__V1__CloseRequest *req = UNARY_REQ(call, Workspace__V1__CloseRequest);
     struct ws_services *s = ws_call_method_data(call);
     Workspace__V1__CloseResponse resp = WORKSPACE__V1__CLOSE_RESPONSE__INIT;
     struct ws_diag d = {0};
@@ -134,6 +163,11 @@ static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
     ws_call_finish(call, &resp.base);
 }
 
+static void close_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    on_daemon(call, msg, close_run);
+}
+
 static Workspace__V1__WorkspaceState state_of(enum ws_state st)
 {
     return (Workspace__V1__WorkspaceState)st; /* same numbering by design */
@@ -144,30 +178,29 @@ static void append(char **ops, size_t *n, const char *name)
     ops[(*n)++] = (char *)name;
 }
 
-static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
+/* Answers a Describe of ws (a reference the caller keeps). */
+static void describe(struct ws_call *call, struct ws_workspace *ws)
 {
-    const Workspace__V1__DescribeRequest *req = (const void *)msg;
     struct ws_services *s = ws_call_method_data(call);
     Workspace__V1__DescribeResponse resp = WORKSPACE__V1__DESCRIBE_RESPONSE__INIT;
     Workspace__V1__Limits limits = WORKSPACE__V1__LIMITS__INIT;
     struct ws_workspace_info info;
-    struct ws_workspace *ws = NULL;
-    struct ws_diag d = {0};
     char *ops[16];
     size_t n_ops = 0;
-    int err;
 
-    err = ws_registry_peek(s->reg, ws_call_tenant(call), req->workspace_id, &ws);
-    if (err < 0) {
-        ws_diag_set(&d, "no such workspace");
-        ws_call_fail(call, err, &d);
-        return;
-    }
     ws_workspace_describe(ws, &info);
     const Workspace__V1__Capabilities *caps = ws_workspace_capabilities(ws);
     resp.id = (char *)ws_workspace_id(ws);
     resp.provider = (char *)ws_workspace_provider(ws)->ops->name;
     resp.state = state_of(info.state);
+    uid_t uid;
+    gid_t gid;
+    /* Only where its commands and files are that uid's. */
+    if (ws_provider_uid_owns_storage(ws_workspace_provider(ws)) &&
+        ws_workspace_uid(ws, &uid, &gid)) {
+        resp.uid = uid;
+        resp.gid = gid;
+    }
     resp.isolation = (char *)ws_workspace_provider(ws)->ops->isolation;
     resp.capabilities = (Workspace__V1__Capabilities *)caps;
     resp.network = ws_workspace_network(ws);
@@ -218,7 +251,44 @@ static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
     ws_policy_set_unref(pset);
     if (p->ops->describe)
         p->ops->describe_free(keep);
-    ws_workspace_unref(ws);
+}
+
+static void describe_run(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+
+    describe(call, u->ws);
+}
+
+/* The provider's section may ask its daemon (a container inspected):
+ * such a Describe goes to the DAEMON lane. */
+static void describe_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__DescribeRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    struct ws_services_unary *u;
+    struct ws_workspace *ws = NULL;
+    struct ws_diag d = {0};
+    int err;
+
+    err = ws_registry_peek(s->reg, ws_call_tenant(call), req->workspace_id, &ws);
+    if (err < 0) {
+        ws_diag_set(&d, "no such workspace");
+        ws_call_fail(call, err, &d);
+        return;
+    }
+    if (!ws_workspace_provider(ws)->ops->describe) {
+        describe(call, ws);
+        ws_workspace_unref(ws);
+        return;
+    }
+    u = ws_services_unary_new(call, msg);
+    if (!u) {
+        ws_workspace_unref(ws);
+        return;
+    }
+    u->ws = ws;
+    ws_services_offload(call, &u->job, WS_SERVICES_LANE_DAEMON, describe_run, NULL);
 }
 
 /* A summary with its own copy of the workspace's id, which it points at
@@ -397,14 +467,14 @@ out:
 size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
 {
     static const struct ws_rpc_method methods[] = {
-        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Open", &workspace__v1__open_request__descriptor,
-                          open_ws),
-        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Resolve",
-                          &workspace__v1__resolve_request__descriptor, resolve_ws),
-        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Close",
-                          &workspace__v1__close_request__descriptor, close_ws),
-        WS_SERVICES_UNARY("/workspace.v1.Workspaces/Describe",
-                          &workspace__v1__describe_request__descriptor, describe_ws),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/Open",
+                              &workspace__v1__open_request__descriptor, open_ws),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/Resolve",
+                              &workspace__v1__resolve_request__descriptor, resolve_ws),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/Close",
+                              &workspace__v1__close_request__descriptor, close_ws),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/Describe",
+                              &workspace__v1__describe_request__descriptor, describe_ws),
         WS_SERVICES_UNARY("/workspace.v1.Workspaces/List", &workspace__v1__list_request__descriptor,
                           list_ws),
         WS_SERVICES_UNARY("/workspace.v1.Workspaces/ReadAudit",

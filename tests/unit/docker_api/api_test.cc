@@ -169,7 +169,7 @@ void ExpectHardened(json_t *root, const ws_docker_container_spec &s)
     EXPECT_EQ(Strings(json_object_get(hc, "SecurityOpt")),
               std::vector<std::string>{"no-new-privileges"});
     EXPECT_TRUE(True(hc, "ReadonlyRootfs"));
-    EXPECT_TRUE(True(hc, "Init"));
+    EXPECT_EQ(json_is_true(json_object_get(hc, "Init")), !s.keepalive_is_pid1);
     EXPECT_EQ(Str(hc, "NetworkMode"), s.network_allow ? "bridge" : "none");
     EXPECT_EQ(Str(hc, "IpcMode"), "private");
     EXPECT_EQ(Int(hc, "PidsLimit"), s.pids_limit ? s.pids_limit : WS_DOCKER_PIDS_DEFAULT);
@@ -1555,6 +1555,31 @@ TEST(DockerHardening, CapAddAndRuntimeReadBack)
     EXPECT_EQ(ws_docker_hardening_mismatch(&h, &s), nullptr);
     s.runtime = "";
     EXPECT_EQ(ws_docker_hardening_mismatch(&h, &s), nullptr);
+}
+
+// A keepalive that is the container's pid 1: Init off in the body, and
+// read back as such; Docker's init where the spec wants none (or none where
+// it wants one) is named.
+TEST(DockerHardening, InitIsOffExactlyWhenTheKeepaliveIsPidOne)
+{
+    auto s = SplitSpec();
+    s.keepalive_is_pid1 = true;
+    Json j(Create(s));
+    ASSERT_NE(j.j, nullptr);
+    ExpectHardened(j.j, s);
+    json_t *hc = json_object_get(j.j, "HostConfig");
+    EXPECT_TRUE(json_is_false(json_object_get(hc, "Init")));
+
+    auto spec = SplitInspectSpec();
+    Json doc(Load(SplitInspect(json_pack("[sss]", "KILL", "SETGID", "SETUID"))));
+    auto with_init = Hardening(Dump(doc.j));
+    json_object_set_new(json_object_get(doc.j, "HostConfig"), "Init", json_false());
+    auto without = Hardening(Dump(doc.j));
+    EXPECT_EQ(ws_docker_hardening_mismatch(&with_init, &spec), nullptr);
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&without, &spec), "HostConfig.Init");
+    spec.keepalive_is_pid1 = true;
+    EXPECT_EQ(ws_docker_hardening_mismatch(&without, &spec), nullptr);
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&with_init, &spec), "HostConfig.Init");
 }
 
 TEST(DockerHardening, AnyOtherCapAddOrRuntimeIsNamed)

@@ -4,9 +4,11 @@
 // and stderr on pipes, and every property is checked from the exit record,
 // the exit code, the output or /proc as seen from here.
 #include <elf.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/prctl.h>
@@ -1180,6 +1182,110 @@ TEST_F(DockerInitIdentityTest, KeepaliveWithAHelperHasNoCapabilityAndStillStopsO
     Result r = init.Finish();
     EXPECT_EQ(ExitCode(r), 0);
     EXPECT_EQ(r.out + r.err, "");
+}
+
+// The host pid of the process running exactly `cmdline`, or -1.
+pid_t FindProcess(const std::string &cmdline)
+{
+    DIR *d = opendir("/proc");
+    pid_t found = -1;
+    if (!d)
+        return -1;
+    for (struct dirent *e; found < 0 && (e = readdir(d));) {
+        pid_t pid = ToPid(e->d_name);
+        if (pid > 0 && Cmdline(pid) == cmdline)
+            found = pid;
+    }
+    closedir(d);
+    return found;
+}
+
+// As the container's pid 1 (no Docker init above it) keepalive is where the
+// kernel sends the container's orphans: an exec whose init died leaves its
+// children to it. It reaps each as it ends, though the orphan is another
+// uid's, so none stays a zombie holding one of the container's pids.
+TEST(DockerInitTest, KeepaliveAsPidOneReapsOrphans)
+{
+    if (geteuid() != 0)
+        GTEST_SKIP() << "needs root: a pid namespace of its own; running as uid " << geteuid();
+    const std::string init = InitPath(), helper = std::to_string(kHelper);
+    const std::string sleeper = Sleep(2), seconds = sleeper.substr(strlen("sleep "));
+    int ready[2];
+    ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+    // The namespace's creator stays until its pid 1 ends, as Docker's shim
+    // does.
+    pid_t creator = fork();
+    ASSERT_GE(creator, 0);
+    if (creator == 0) {
+        if (unshare(CLONE_NEWPID) < 0)
+            _exit(120);
+        pid_t one = fork();
+        if (one == 0) {
+            execl(init.c_str(), init.c_str(), "keepalive", "--helper", helper.c_str(),
+                  (char *)NULL);
+            _exit(121);
+        }
+        if (one < 0 || write(ready[1], &one, sizeof(one)) != (ssize_t)sizeof(one))
+            _exit(122);
+        int st = 0;
+        (void)waitpid(one, &st, 0);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 123);
+    }
+    close(ready[1]);
+    pid_t one = -1;
+    ASSERT_EQ(read(ready[0], &one, sizeof(one)), (ssize_t)sizeof(one));
+    close(ready[0]);
+    auto t0 = Clock::now();
+    while (!InSigwait(one) && ElapsedMs(t0) < kFinishWaitMs)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(InSigwait(one)) << "keepalive never waited";
+
+    // What a `docker exec` is: a process that enters the namespace from
+    // outside. Its child there leaves a sleep behind and exits.
+    int ns = open(("/proc/" + std::to_string(one) + "/ns/pid").c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(ns, 0) << strerror(errno);
+    pid_t exec = fork();
+    ASSERT_GE(exec, 0);
+    if (exec == 0) {
+        if (setns(ns, CLONE_NEWPID) < 0)
+            _exit(120);
+        pid_t parent = fork();
+        if (parent == 0) {
+            pid_t orphan = fork();
+            if (orphan == 0) {
+                execlp("sleep", "sleep", seconds.c_str(), (char *)NULL);
+                _exit(127);
+            }
+            _exit(orphan > 0 ? 0 : 1);
+        }
+        int st = 0;
+        if (parent < 0 || waitpid(parent, &st, 0) != parent)
+            _exit(1);
+        _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 1);
+    }
+    close(ns);
+    int st = 0;
+    ASSERT_EQ(waitpid(exec, &st, 0), exec);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
+
+    pid_t orphan = -1;
+    t0 = Clock::now();
+    while ((orphan = FindProcess(sleeper)) < 0 && ElapsedMs(t0) < kFinishWaitMs)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_GT(orphan, 0) << "the orphan never ran";
+    std::vector<std::string> fields = StatFields(orphan);
+    ASSERT_GE(fields.size(), 2u);
+    EXPECT_EQ(ToPid(fields[1]), one) << "the orphan's parent is not keepalive";
+    // It ends by itself; then it must be gone, not a zombie.
+    t0 = Clock::now();
+    while (!(fields = StatFields(orphan)).empty() && ElapsedMs(t0) < kFinishWaitMs)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(fields.empty()) << "the orphan is still there, state " << fields[0]
+                                << " (Z: keepalive did not reap it)";
+
+    ASSERT_EQ(kill(one, SIGTERM), 0);
+    ASSERT_EQ(waitpid(creator, &st, 0), creator);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "status " << st;
 }
 
 // Misuse of the options: each is refused with a message, before anything

@@ -369,6 +369,24 @@ TEST(Check, Docker)
          {"name as user", -WS_EMALFORMED, "user", "docker.user must be \"uid:gid\""}},
         {"busybox", "", -1, {"negative cpus", -WS_EMALFORMED, "cpus", "docker.user must be"}},
         {"", "root", -1, {"image first", -WS_EMALFORMED, "image", ""}},
+        // Root is never a command's user, whatever the policy says.
+        {"busybox",
+         "0:0",
+         0,
+         {"root", -WS_EMALFORMED, "user",
+          "docker.user must not have uid or gid 0: commands never run as root"}},
+        {"busybox", "5:0", 0, {"gid 0", -WS_EMALFORMED, "user", "docker.user must not have uid"}},
+        {"busybox", "0:5", 0, {"uid 0", -WS_EMALFORMED, "user", "docker.user must not have uid"}},
+        // Nor the in-container init's helper uid (the default's, here).
+        {"busybox",
+         "524288:1000",
+         0,
+         {"helper uid", -WS_EMALFORMED, "user",
+          "docker.user must not have the uid or gid 524288: the server's own helper has it"}},
+        {"busybox",
+         "1000:524288",
+         0,
+         {"helper gid", -WS_EMALFORMED, "user", "docker.user must not have the uid or gid"}},
     };
     for (auto &c : cases) {
         Requests r;
@@ -378,6 +396,38 @@ TEST(Check, Docker)
         Workspace__V1__OpenRequest req = r.Of(WS_PROVIDER_DOCKER);
         ExpectCheck(c.want, &req);
     }
+}
+
+// The helper uid is the server's (the first of its workspace uid range), not
+// a fixed number.
+TEST(Docker, UserIsNeverTheConfiguredHelper)
+{
+    struct ws_provider_config cfg = {};
+    cfg.helper_uid = 700000;
+    struct ws_providers *ps = nullptr;
+    ASSERT_EQ(ws_providers_new(&cfg, &ps), 0);
+    for (const char *user : {"700000:1000", "1000:700000", "524288:1000"}) {
+        SCOPED_TRACE(user);
+        Requests r;
+        r.docker.image = const_cast<char *>("busybox");
+        r.docker.user = const_cast<char *>(user);
+        Workspace__V1__OpenRequest req = r.Of(WS_PROVIDER_DOCKER);
+        union ws_provider_scratch scratch;
+        const Workspace__V1__OpenRequest *checked = nullptr;
+        const struct ws_provider *p = nullptr;
+        struct ws_diag d = {};
+        int err = ws_providers_check(ps, &req, nullptr, 0, &scratch, &d, &checked, &p);
+        if (strcmp(user, "524288:1000") == 0) {
+            EXPECT_EQ(err, 0) << d.message;
+            continue;
+        }
+        EXPECT_EQ(err, -WS_EMALFORMED);
+        EXPECT_EQ(Meta(d, "field"), "user");
+        EXPECT_STREQ(d.message,
+                     "docker.user must not have the uid or gid 700000: the server's own helper "
+                     "has it");
+    }
+    ws_providers_free(ps);
 }
 
 TEST(Check, DockerRuntimeIsRuncOrRunsc)
@@ -404,9 +454,7 @@ TEST(Check, DockerRuntimeIsRuncOrRunsc)
 TEST(OpenCheck, UnenforceableAsksRefuseTheOpen)
 {
     const struct ws_provider_ops *bash = Ops(WS_PROVIDER_LOCAL_BASH);
-    const struct ws_provider_ops *docker = Ops(WS_PROVIDER_DOCKER);
     ASSERT_NE(bash->open_check, nullptr);
-    ASSERT_NE(docker->open_check, nullptr);
 
     struct {
         uint32_t pids, memory;
@@ -434,23 +482,9 @@ TEST(OpenCheck, UnenforceableAsksRefuseTheOpen)
                   std::string("local-bash cannot enforce the ") + c.cap + " cap on this server");
     }
 
-    for (const char *rt : {"", "runc", "runsc"}) {
-        SCOPED_TRACE(rt);
-        Requests r;
-        r.docker.image = const_cast<char *>("busybox");
-        r.docker.runtime = const_cast<char *>(rt);
-        Workspace__V1__OpenRequest req = r.Of(WS_PROVIDER_DOCKER);
-        struct ws_provider_open open = {};
-        open.req = &req;
-        struct ws_diag d = {};
-        if (strcmp(rt, "runsc") != 0) {
-            EXPECT_EQ(docker->open_check(nullptr, &open, &d), 0) << d.message;
-            continue;
-        }
-        EXPECT_EQ(docker->open_check(nullptr, &open, &d), -WS_EFAILED);
-        EXPECT_EQ(Meta(d, "runtime"), "runsc");
-        EXPECT_STREQ(d.message, "docker runtime runsc is not available on this server");
-    }
+    // Docker's runtime is asked of the daemon itself, at every attach
+    // (Open and Resolve alike): docker_test's runtime tests.
+    EXPECT_EQ(Ops(WS_PROVIDER_DOCKER)->open_check, nullptr);
 }
 
 TEST(Docker, DefaultImageFillsAnOpenThatNamesNone)

@@ -5,6 +5,7 @@
 // List and other workspaces go on. Also: a Resolve that makes the runtime
 // again, a failed attach, and storage that vanishes during an attach.
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -28,14 +29,24 @@ namespace
 // comes near it.
 constexpr auto kBlocked = std::chrono::seconds(10);
 
+// A fresh state directory under /tmp, searchable by others as one must
+// be when the registry gives workspaces uids of their own (the test's own
+// temporary directory is under /root, 0700); removed at exit.
 std::string TempDir()
 {
-    std::string t =
-        std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/attXXXXXX";
-    std::vector<char> buf(t.begin(), t.end());
-    buf.push_back('\0');
-    EXPECT_NE(mkdtemp(buf.data()), nullptr);
-    return buf.data();
+    static std::vector<std::string> made;
+    char tmpl[] = "/tmp/wsatt.XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    EXPECT_EQ(chmod(tmpl, 0711), 0);
+    if (made.empty())
+        atexit([] {
+            for (const auto &d : made) {
+                std::error_code ec;
+                std::filesystem::remove_all(d, ec);
+            }
+        });
+    made.push_back(tmpl);
+    return tmpl;
 }
 
 // A runtime whose attach of one workspace (`held_id`, attaches of the

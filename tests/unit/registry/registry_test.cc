@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -18,14 +19,24 @@ extern "C" {
 namespace
 {
 
+// A fresh state directory under /tmp, searchable by others as one must
+// be when the registry gives workspaces uids of their own (the test's own
+// temporary directory is under /root, 0700); removed at exit.
 std::string TempDir()
 {
-    std::string t =
-        std::string(getenv("TEST_TMPDIR") ? getenv("TEST_TMPDIR") : "/tmp") + "/regXXXXXX";
-    std::vector<char> buf(t.begin(), t.end());
-    buf.push_back('\0');
-    EXPECT_NE(mkdtemp(buf.data()), nullptr);
-    return buf.data();
+    static std::vector<std::string> made;
+    char tmpl[] = "/tmp/wsreg.XXXXXX";
+    EXPECT_NE(mkdtemp(tmpl), nullptr);
+    EXPECT_EQ(chmod(tmpl, 0711), 0);
+    if (made.empty())
+        atexit([] {
+            for (const auto &d : made) {
+                std::error_code ec;
+                std::filesystem::remove_all(d, ec);
+            }
+        });
+    made.push_back(tmpl);
+    return tmpl;
 }
 
 Workspace__V1__OpenRequest LocalBashRequest(Workspace__V1__LocalBashConfig *cfg)

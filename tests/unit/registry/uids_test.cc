@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <thread>
@@ -220,6 +221,152 @@ TEST(Uids, KillAllEndsEveryProcessOfTheUidAndNoOther)
     EXPECT_FALSE(ws_uids_has_processes(bystander));
     EXPECT_EQ(ws_uids_kill_all(0), -EINVAL);
     EXPECT_EQ(ws_uids_kill_all((uid_t)-1), -EINVAL);
+}
+
+// Whether the server may use a range here is read from its user
+// namespace's id maps: every uid and gid of the range must be mapped (one
+// extent or several). A namespace that maps uid 0 alone is refused, naming
+// the first id it lacks and the map.
+TEST(Uids, UsableOnlyWhereTheNamespaceMapsTheRange)
+{
+    if (geteuid() != 0)
+        GTEST_SKIP() << "the check asks for root first";
+    struct ws_uid_range r = {612000, 612099};
+    auto Usable = [&](const std::string &uid_map, const std::string &gid_map, std::string *why) {
+        std::string u = TempFile(uid_map), g = TempFile(gid_map);
+        char buf[512] = "";
+        int ret = ws_uids_usable(&r, u.c_str(), g.c_str(), buf, sizeof(buf));
+        unlink(u.c_str());
+        unlink(g.c_str());
+        *why = buf;
+        return ret;
+    };
+    const std::string all = "         0          0 4294967295\n";
+    std::string why;
+    EXPECT_EQ(Usable(all, all, &why), 0) << why;
+    // Two extents that together cover it.
+    EXPECT_EQ(Usable("0 0 612050\n612050 700000 50\n", all, &why), 0) << why;
+    // Bazel's linux-sandbox: uid 0 alone.
+    EXPECT_EQ(Usable("0 0 1\n", all, &why), -EPERM);
+    EXPECT_NE(why.find("does not map uid 612000"), std::string::npos) << why;
+    // A hole in the middle, and the gid map.
+    EXPECT_EQ(Usable("0 0 612050\n612051 612051 1000\n", all, &why), -EPERM);
+    EXPECT_NE(why.find("does not map uid 612050"), std::string::npos) << why;
+    EXPECT_EQ(Usable(all, "0 0 612099\n", &why), -EPERM);
+    EXPECT_NE(why.find("does not map gid 612099"), std::string::npos) << why;
+    // The real maps of this process.
+    char buf[512] = "";
+    int real = ws_uids_usable(&r, nullptr, nullptr, buf, sizeof(buf));
+    EXPECT_TRUE(real == 0 || real == -EPERM) << buf;
+}
+
+// ---- host-wide leases ----
+
+std::string LeaseDir()
+{
+    char path[] = "/tmp/wslease.XXXXXX";
+    EXPECT_NE(mkdtemp(path), nullptr);
+    return path;
+}
+
+struct LeaseFree {
+    void operator()(ws_uids_lease *l) const
+    {
+        ws_uids_lease_free(l);
+    }
+};
+using Lease = std::unique_ptr<ws_uids_lease, LeaseFree>;
+
+// Takes a lease; the range it got, or {0, 0} and the error in *err.
+ws_uid_range Take(const std::string &dir, ws_uid_range range, bool exact, Lease *out,
+                  int *err = nullptr, std::string *why = nullptr,
+                  const ws_uid_range *prefer = nullptr)
+{
+    ws_uids_lease *l = nullptr;
+    char buf[512] = "";
+    int r = ws_uids_lease_take(dir.c_str(), &range, exact, prefer, &l, buf, sizeof(buf));
+    if (err)
+        *err = r;
+    if (why)
+        *why = buf;
+    if (r < 0)
+        return {0, 0};
+    out->reset(l);
+    return range;
+}
+
+// Servers on one host never share a uid: without an operator's range each
+// takes its own slot of the default one, in order; an exact range that
+// overlaps a held one is refused, naming it; a disjoint one is taken.
+TEST(UidLeases, EachServerGetsASlotOfItsOwn)
+{
+    std::string dir = LeaseDir();
+    const ws_uid_range def = {WS_UIDS_DEFAULT_FIRST, WS_UIDS_DEFAULT_LAST};
+    Lease a, b, c, d;
+    ws_uid_range ra = Take(dir, def, false, &a);
+    ws_uid_range rb = Take(dir, def, false, &b);
+    EXPECT_EQ(ra.first, WS_UIDS_DEFAULT_FIRST);
+    EXPECT_EQ(ra.last, WS_UIDS_DEFAULT_FIRST + WS_UIDS_SLOT - 1);
+    EXPECT_EQ(rb.first, WS_UIDS_DEFAULT_FIRST + WS_UIDS_SLOT);
+    EXPECT_EQ(rb.last, WS_UIDS_DEFAULT_FIRST + 2 * WS_UIDS_SLOT - 1);
+
+    int err = 0;
+    std::string why;
+    ws_uid_range over = {WS_UIDS_DEFAULT_FIRST + 100, WS_UIDS_DEFAULT_FIRST + 200};
+    EXPECT_EQ(Take(dir, over, true, &c, &err, &why).first, 0u);
+    EXPECT_EQ(err, -EBUSY);
+    EXPECT_EQ(why, "overlaps the range 524288-526335 that another workspaced (pid " +
+                       std::to_string(getpid()) +
+                       ") holds on this host; give each server a range of its own");
+    ws_uid_range apart = {700000, 700100};
+    ws_uid_range rc = Take(dir, apart, true, &c, &err);
+    EXPECT_EQ(err, 0);
+    EXPECT_EQ(rc.first, 700000u);
+    EXPECT_EQ(rc.last, 700100u);
+    // A slot-sized default range with both slots... of a small range: the
+    // whole range is one slot, and a second taker finds none.
+    ws_uid_range small = {800000, 800009};
+    Lease e;
+    EXPECT_EQ(Take(dir, small, false, &d).last, 800009u);
+    EXPECT_EQ(Take(dir, small, false, &e, &err, &why).first, 0u);
+    EXPECT_EQ(err, -EBUSY);
+    EXPECT_EQ(why, "has no slot of 2048 uids that another workspaced on this host does not hold "
+                   "already (4 do)");
+}
+
+// A lease given up, or left by a holder that died without giving it up,
+// is free again; a server that names the slot it had gets it back when it
+// is free, and the first free one when it is not.
+TEST(UidLeases, AGoneHolderFreesItsSlotAndAPreferredSlotComesBack)
+{
+    std::string dir = LeaseDir();
+    const ws_uid_range def = {WS_UIDS_DEFAULT_FIRST, WS_UIDS_DEFAULT_LAST};
+    const ws_uid_range third = {WS_UIDS_DEFAULT_FIRST + 2 * WS_UIDS_SLOT,
+                                WS_UIDS_DEFAULT_FIRST + 3 * WS_UIDS_SLOT - 1};
+    // A holder that dies (SIGKILL, no cleanup) with the first slot.
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        Lease held;
+        ws_uid_range r = Take(dir, def, false, &held);
+        _exit(r.first == WS_UIDS_DEFAULT_FIRST ? 0 : 1);
+    }
+    int st = 0;
+    ASSERT_EQ(waitpid(pid, &st, 0), pid);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    struct stat sb;
+    ASSERT_EQ(stat((dir + "/524288-526335").c_str(), &sb), 0) << "the dead holder left its file";
+
+    Lease a, b, c;
+    EXPECT_EQ(Take(dir, def, false, &a, nullptr, nullptr, &third).first, third.first);
+    // The dead holder's slot is the first free one.
+    EXPECT_EQ(Take(dir, def, false, &b).first, WS_UIDS_DEFAULT_FIRST);
+    // Preferred but held: the next free one.
+    EXPECT_EQ(Take(dir, def, false, &c, nullptr, nullptr, &third).first,
+              WS_UIDS_DEFAULT_FIRST + WS_UIDS_SLOT);
+    a.reset();
+    Lease d;
+    EXPECT_EQ(Take(dir, def, false, &d, nullptr, nullptr, &third).first, third.first);
 }
 
 } // namespace

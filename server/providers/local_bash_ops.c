@@ -41,6 +41,7 @@ static const struct ws_provider_exec_env local_bash_exec_env = {
     .path = NULL,
     .home = NULL,
     .on_host = true,
+    .spawn_as_uid = true,
     .foreign_root = false,
 };
 

@@ -188,6 +188,7 @@ static const struct ws_provider_exec_env sandbox_exec_env = {
     .home = WS_SANDBOX_WORKSPACE,
     .on_host = false,
     .foreign_root = false,
+    .spawn_as_uid = true,
 };
 
 static int sandbox_exec_wrap(void *rt, const struct ws_provider_ws *w,
@@ -206,6 +207,9 @@ static int sandbox_exec_wrap(void *rt, const struct ws_provider_ws *w,
         .n_ro = sc ? sc->n_read_only_paths : 0,
         .argv = c->argv,
         .pty = c->pty,
+        /* The spawn runs bwrap as it (spawn_as_uid). */
+        .uid = w->rec->uid,
+        .gid = w->rec->gid,
     };
     int err;
 
@@ -358,6 +362,7 @@ const struct ws_provider_ops ws_local_sandbox_ops = {
     .isolation = "namespaces+seccomp",
     .caps = WS_CAP_FS | WS_CAP_SHELL,
     .on_disk = true,
+    .commands_run_as_uid = true,
     .open_case = WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX,
     .record_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_SANDBOX,
     .rt_new = sandbox_rt_new,

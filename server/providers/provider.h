@@ -117,6 +117,13 @@ struct ws_provider_exec_env {
     /* Runs on the host with the server's uid: a home and runtime dir of
      * its own, and the guard's narrower environment. */
     bool on_host;
+    /* What the server spawns for a command (the command itself on the
+     * host, or the box around it) runs as the workspace's uid when it has
+     * one, with no capability: local-bash, and local-sandbox (whose user
+     * namespace then maps that uid alone). A provider whose spawn talks to
+     * a daemon on the server's behalf (docker's relay) leaves it false and
+     * switches the uid inside its box. */
+    bool spawn_as_uid;
     /* argv[0] is looked up in the box's own file system, not the host's. */
     bool foreign_root;
 };

@@ -120,6 +120,7 @@ struct ws_sandbox {
     struct ws_seccomp *seccomp;
     char etc[PATH_MAX];    /* the /etc snapshot; "" when none could be made */
     char resolv[PATH_MAX]; /* resolv.conf for network, beside it; "" when none */
+    char init[PATH_MAX];   /* a copy of the init program, beside it; "" when none */
     struct ws_limits_host *limits;
     struct root_entry roots[N_ROOT_DIRS];
     pthread_mutex_t lock;
@@ -135,7 +136,7 @@ struct run {
     /* Given to bwrap as 3, 4, ...: the seccomp memfd, the info and status
      * write ends, with network the read end of init's go pipe, then one
      * O_PATH fd per extra bind. */
-    int child_fds[4 + 2 * WS_SANDBOX_BINDS_MAX];
+    int child_fds[8 + 2 * WS_SANDBOX_BINDS_MAX];
     size_t n_child_fds;
     int info_fd; /* read ends */
     int status_fd;
@@ -254,7 +255,7 @@ static void remove_old_snapshots(const char *dir)
         return;
     for (struct dirent *e; (e = readdir(d));) {
         char path[PATH_MAX];
-        if (strncmp(e->d_name, "etc.", 4) != 0)
+        if (strncmp(e->d_name, "etc.", 4) != 0 && strncmp(e->d_name, "init.", 5) != 0)
             continue;
         if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path))
             continue;
@@ -269,7 +270,9 @@ static int make_etc_snapshot(const char *dir, char *ret, size_t size)
     char path[PATH_MAX], parent[PATH_MAX];
     int budget = ETC_ENTRIES_MAX, r;
 
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+    /* Searchable, not listable: bwrap runs as a workspace's uid and finds
+     * what it binds by path (it resolves even an fd bind's path again). */
+    if ((mkdir(dir, 0711) < 0 && errno != EEXIST) || chmod(dir, 0711) < 0)
         return -errno;
     remove_old_snapshots(dir);
     if (snprintf(path, sizeof(path), "%s/etc.%d", dir, (int)getpid()) >= (int)sizeof(path))
@@ -312,6 +315,31 @@ static int make_etc_snapshot(const char *dir, char *ret, size_t size)
     }
     if (r < 0) {
         (void)nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        return r;
+    }
+    snprintf(ret, size, "%s", path);
+    return 0;
+}
+
+/* Copies the sandbox's init program to dir/init.<pid> (0755), where a
+ * workspace's uid can reach it: the program's own directory may be below
+ * one it cannot search (a build tree in a 0700 home). */
+static int copy_init(const char *dir, char *ret, size_t size)
+{
+    const char *init = ws_probe_sandbox_init_path();
+    char path[PATH_MAX];
+    int r;
+
+    if (!init)
+        return 0; /* none: wrap fails closed */
+    if (snprintf(path, sizeof(path), "%s/init.%d", dir, (int)getpid()) >= (int)sizeof(path))
+        return -ENAMETOOLONG;
+    (void)unlink(path);
+    r = copy_file(init, path);
+    if (r == 0 && chmod(path, 0755) < 0)
+        r = -errno;
+    if (r < 0) {
+        (void)unlink(path);
         return r;
     }
     snprintf(ret, size, "%s", path);
@@ -370,8 +398,13 @@ int ws_sandbox_new(const char *dir, struct ws_sandbox **ret)
         r = make_etc_snapshot(dir, sb->etc, sizeof(sb->etc));
         if (r == 0) {
             r = make_resolv(dir, sb->resolv, sizeof(sb->resolv));
-            if (r < 0)
+            if (r == 0)
+                r = copy_init(dir, sb->init, sizeof(sb->init));
+            if (r < 0) {
                 (void)nftw(sb->etc, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+                if (sb->resolv[0])
+                    (void)unlink(sb->resolv);
+            }
         }
         if (r < 0) {
             ws_limits_host_free(sb->limits);
@@ -420,6 +453,8 @@ void ws_sandbox_free(struct ws_sandbox *sb)
         (void)nftw(sb->etc, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     if (sb->resolv[0])
         (void)unlink(sb->resolv);
+    if (sb->init[0])
+        (void)unlink(sb->init);
     pthread_mutex_destroy(&sb->lock);
     free(sb);
 }
@@ -1078,6 +1113,15 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     add(r, "--as-pid-1");
     add2(r, "--cap-drop", "ALL");
     add2(r, "--hostname", "workspace");
+    /* The workspace's uid is the sandbox's too: bwrap, spawned as it,
+     * maps it alone, so inside and out a command is that uid, not a root
+     * without capabilities that tools would take for root. */
+    if (spec->uid != 0) {
+        snprintf(num, sizeof(num), "%u", (unsigned)spec->uid);
+        add2(r, "--uid", num);
+        snprintf(num, sizeof(num), "%u", (unsigned)spec->gid);
+        add2(r, "--gid", num);
+    }
     add3(r, "--ro-bind", "/usr", "/usr");
     for (size_t i = 0; i < N_ROOT_DIRS; i++) {
         const struct root_entry *e = &sb->roots[i];
@@ -1132,7 +1176,7 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
         r->n_child_fds++;
         add3(r, ro ? "--ro-bind-fd" : "--bind-fd", num, buf);
     }
-    add3(r, "--ro-bind", init, WS_SANDBOX_INIT_PATH);
+    add3(r, "--ro-bind", sb->init[0] ? sb->init : init, WS_SANDBOX_INIT_PATH);
     /* After every bind: the root itself (bwrap's tmpfs) becomes read-only,
      * the mounts on it keep their own modes. */
     add2(r, "--remount-ro", "/");

@@ -93,6 +93,14 @@ struct ws_sandbox_spec {
     /* The vetted command: argv[0] an absolute path visible inside. */
     const char *const *argv;
     bool pty;
+    /* The workspace's uid and gid, which bwrap is spawned as (the caller
+     * sees to that) and which the sandbox's user namespace maps, inside
+     * and out; 0: none, bwrap runs as the server's uid. With a uid every
+     * server-side path (the workspace, the /etc snapshot, the init) is
+     * bound by an fd opened here, since that uid may search none of the
+     * server's directories. */
+    uid_t uid;
+    gid_t gid;
 };
 
 /* Fills *ret with the wrapper that runs spec->argv sandboxed. Returns 0;

@@ -1646,7 +1646,9 @@ int main(int argc, char **argv)
     std::string tmpl = opt.tmp + "/auth_bench.XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data()))
+    // Searchable by others: workspace uids reach their directories under
+    // the state directory made here.
+    if (!mkdtemp(buf.data()) || chmod(buf.data(), 0711) != 0)
         Die("mkdtemp %s: %s", tmpl.c_str(), strerror(errno));
     Run run{opt, buf.data(), ""};
     if (!opt.keep)

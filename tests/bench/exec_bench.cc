@@ -94,7 +94,7 @@ struct Options {
     int server_threads = 0; // 0: the server's default
     bool keep = false;
     // Parts to run: any of "run", "stream", "concurrent", comma-separated.
-    std::string only = "run,stream,concurrent";
+    std::string only = "run,uids,stream,concurrent";
 };
 
 // The server under test, killed by Die so that a failed run leaves no
@@ -339,7 +339,8 @@ uint64_t RawStream(uint64_t len, char *buf, size_t cap)
 class Server
 {
   public:
-    Server(const std::string &binary, const std::string &state_dir, int threads)
+    Server(const std::string &binary, const std::string &state_dir, int threads,
+           const std::vector<std::string> &extra = {})
     {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -354,6 +355,7 @@ class Server
             argv.push_back("--threads");
             argv.push_back(std::to_string(threads));
         }
+        argv.insert(argv.end(), extra.begin(), extra.end());
         std::vector<char *> args;
         for (auto &a : argv)
             args.push_back(a.data());
@@ -826,6 +828,7 @@ StreamResult RpcStream(v1::Exec::Stub *exec, const std::string &id, uint64_t len
 struct Env {
     const Options &opt;
     Server &server;
+    std::string state_dir;
     std::shared_ptr<grpc::Channel> channel;
     v1::Exec::Stub *exec;
     std::string ws_id;
@@ -899,6 +902,40 @@ void BenchRun(Env &e)
          Goal(idelta <= kGoalRunDeltaUs, Fmt("%+.2f ms, goal <= +1 ms", idelta / 1000))});
     g_rows.push_back({op + " p99", Us(iw.p99_us), base, Us(ir.p99_us), Ratio(iw.p99_us, ir.p99_us),
                       Fmt("(%+.2f ms)", (iw.p99_us - ir.p99_us) / 1000)});
+}
+
+// Run of `true` in local-bash as the workspace's own uid (the clone3
+// spawn that switches identity) against the same on a second server that
+// runs commands as its own uid (workspace uids off, --allow-root-commands:
+// the spawn before the switch), the two servers measured in turns.
+void BenchUids(Env &e, const std::string &state_dir)
+{
+    struct stat st;
+    std::string dir = e.state_dir + "/workspaces/" + e.ws_id;
+    if (stat(dir.c_str(), &st) != 0 || st.st_uid == 0)
+        Fail("the server under test gave %s no uid of its own: workspace uids are off",
+             dir.c_str());
+    Server off(e.opt.server, state_dir, e.opt.server_threads,
+               {"--workspace-uids", "off", "--allow-root-commands"});
+    auto channel = off.NewChannel(0);
+    auto workspaces = v1::Workspaces::NewStub(channel);
+    auto exec = v1::Exec::NewStub(channel);
+    std::string id = OpenWorkspace(workspaces.get());
+    v1::RunRequest on_req = TrueRequest(e.ws_id), off_req = TrueRequest(id);
+    auto run_on = [&] { RpcRunTrue(e.exec, on_req); };
+    auto run_off = [&] { RpcRunTrue(exec.get(), off_req); };
+    run_on();
+    run_off();
+    std::vector<Lat> l = Measure({run_on, run_off}, e.opt.warmup, e.opt.iters);
+    const Lat &on = l[0], &was = l[1];
+    const char *base = "Run true as the server's uid (uids off)";
+    g_rows.push_back({"Run true p50 as the workspace's uid", Us(on.p50_us), base, Us(was.p50_us),
+                      Ratio(on.p50_us, was.p50_us),
+                      Goal(on.p50_us <= was.p50_us * 1.05, "goal: within 5%")});
+    g_rows.push_back({"Run true p99 as the workspace's uid", Us(on.p99_us), base, Us(was.p99_us),
+                      Ratio(on.p99_us, was.p99_us),
+                      Fmt("(%+.2f ms)", (on.p99_us - was.p99_us) / 1000)});
+    CloseWorkspace(workspaces.get(), id);
 }
 
 void BenchStream(Env &e)
@@ -1131,25 +1168,27 @@ void BenchConcurrent(Env &e)
 
 void Usage(FILE *f)
 {
-    fprintf(f, "usage: exec_bench --server PATH [options]\n"
-               "  --server PATH        the workspaced binary (required)\n"
-               "  --server-threads N   pass --threads N to the server [its default]\n"
-               "  --tmp DIR            where the server's state directory goes [$TMPDIR or /tmp]\n"
-               "  --iters N            timed Runs of true (and of each baseline) [2000]\n"
-               "  --warmup N           untimed iterations of each before [200]\n"
-               "  --idle-iters N       Runs (and raw spawns) timed one at a time after a pause;\n"
-               "                       0: none [100]\n"
-               "  --idle-ms N          the pause [50]\n"
-               "  --stream-mib N       bytes streamed by head -c, in MiB [1024]\n"
-               "  --stream-runs N      streams of each side (median reported) [3]\n"
-               "  --stream-ring-kib N  Start's max_output_bytes (replay ring) in KiB;\n"
-               "                       0: the server's default [0]\n"
-               "  --concurrency N      threads running Runs at once [100]\n"
-               "  --conc-each N        Runs per thread per round [20]\n"
-               "  --conc-rounds N      rounds of each side, alternated [2]\n"
-               "  --channels N         gRPC channels (connections) the threads share [1]\n"
-               "  --only LIST          parts to run, comma-separated: run,stream,concurrent [all]\n"
-               "  --keep               keep the state directory\n");
+    fprintf(
+        f,
+        "usage: exec_bench --server PATH [options]\n"
+        "  --server PATH        the workspaced binary (required)\n"
+        "  --server-threads N   pass --threads N to the server [its default]\n"
+        "  --tmp DIR            where the server's state directory goes [$TMPDIR or /tmp]\n"
+        "  --iters N            timed Runs of true (and of each baseline) [2000]\n"
+        "  --warmup N           untimed iterations of each before [200]\n"
+        "  --idle-iters N       Runs (and raw spawns) timed one at a time after a pause;\n"
+        "                       0: none [100]\n"
+        "  --idle-ms N          the pause [50]\n"
+        "  --stream-mib N       bytes streamed by head -c, in MiB [1024]\n"
+        "  --stream-runs N      streams of each side (median reported) [3]\n"
+        "  --stream-ring-kib N  Start's max_output_bytes (replay ring) in KiB;\n"
+        "                       0: the server's default [0]\n"
+        "  --concurrency N      threads running Runs at once [100]\n"
+        "  --conc-each N        Runs per thread per round [20]\n"
+        "  --conc-rounds N      rounds of each side, alternated [2]\n"
+        "  --channels N         gRPC channels (connections) the threads share [1]\n"
+        "  --only LIST          parts to run, comma-separated: run,uids,stream,concurrent [all]\n"
+        "  --keep               keep the state directory\n");
 }
 
 int ParseInt(const char *flag, const char *s, int min, int max)
@@ -1235,7 +1274,9 @@ int main(int argc, char **argv)
     std::string tmpl = opt.tmp + "/exec_bench.XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data()))
+    // Searchable by others: workspace uids reach their directories under
+    // the state directory made here.
+    if (!mkdtemp(buf.data()) || chmod(buf.data(), 0711) != 0)
         Die("mkdtemp %s: %s", tmpl.c_str(), strerror(errno));
     std::string base = buf.data();
     if (!opt.keep)
@@ -1250,7 +1291,7 @@ int main(int argc, char **argv)
         auto channel = server.NewChannel(0);
         auto workspaces = v1::Workspaces::NewStub(channel);
         auto exec = v1::Exec::NewStub(channel);
-        Env e{opt, server, channel, exec.get(), ""};
+        Env e{opt, server, state, channel, exec.get(), ""};
         e.ws_id = OpenWorkspace(workspaces.get());
 
         printf("exec_bench: %ld CPUs, Linux %s, server pid %d, Run iters %d (+%d warm-up), "
@@ -1268,6 +1309,11 @@ int main(int argc, char **argv)
         if (wanted("run")) {
             Part("Run true", [&] { BenchRun(e); });
             fprintf(stderr, "exec_bench: Run latencies done at %.1f s\n",
+                    Seconds(start, Clock::now()));
+        }
+        if (wanted("uids")) {
+            Part("workspace uids", [&] { BenchUids(e, base + "/state-uids-off"); });
+            fprintf(stderr, "exec_bench: uid switch done at %.1f s\n",
                     Seconds(start, Clock::now()));
         }
         if (wanted("stream")) {

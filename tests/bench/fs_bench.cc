@@ -72,7 +72,7 @@ struct Options {
     bool memory = true;
     bool keep = false;
     // Parts to run: any of "small", "big", "grep", comma-separated.
-    std::string only = "small,big,grep";
+    std::string only = "small,big,grep,pool";
 };
 
 // The server under test, killed by Die so that a failed run leaves no
@@ -241,7 +241,8 @@ double RunTimed(const std::vector<std::string> &argv, const std::string &out_pat
 class Server
 {
   public:
-    Server(const std::string &binary, const std::string &state_dir, int threads)
+    Server(const std::string &binary, const std::string &state_dir, int threads,
+           const std::vector<std::string> &extra = {})
     {
         int p[2];
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -256,6 +257,7 @@ class Server
             argv.push_back("--threads");
             argv.push_back(std::to_string(threads));
         }
+        argv.insert(argv.end(), extra.begin(), extra.end());
         std::vector<char *> args;
         for (auto &a : argv)
             args.push_back(a.data());
@@ -1049,6 +1051,83 @@ void BenchGrep(Env &e)
                       "-", "-"});
 }
 
+// Glob of every .txt file under "tree"; the count of matches.
+size_t RpcGlob(v1::FileSystem::Stub *fs, const std::string &id)
+{
+    grpc::ClientContext ctx;
+    v1::GlobRequest req;
+    v1::GlobResponse resp;
+    req.set_workspace_id(id);
+    req.set_pattern("tree/**/*.txt");
+    req.set_max_results(100000);
+    Check(fs->Glob(&ctx, req, &resp), "Glob");
+    return (size_t)resp.matches_size();
+}
+
+size_t RpcListDir(v1::FileSystem::Stub *fs, const std::string &id)
+{
+    grpc::ClientContext ctx;
+    v1::ListDirRequest req;
+    v1::ListDirResponse resp;
+    req.set_workspace_id(id);
+    req.set_path("tree");
+    req.set_depth(2);
+    Check(fs->ListDir(&ctx, req, &resp), "ListDir");
+    return (size_t)resp.entries_size();
+}
+
+// Grep, Glob and ListDir through the worker pool's FS lane (the server
+// under test) against a second server that runs them inline on its RPC
+// threads (--work-fs-threads 0, as before there was a pool), unloaded,
+// the two measured in turns over trees of the same shape.
+void BenchPool(Env &e, const std::string &state_dir)
+{
+    static const char kPattern[] = "xyzzy_[0-9]";
+    const int dirs = 20, files = 50;
+    Server inline_srv(e.opt.server, state_dir, e.opt.server_threads,
+                      {"--work-fs-threads", "0", "--work-daemon-threads", "0"});
+    auto workspaces = v1::Workspaces::NewStub(inline_srv.channel());
+    auto fs = v1::FileSystem::NewStub(inline_srv.channel());
+    std::string id = OpenWorkspace(workspaces.get(), false);
+    std::string pool_tree = e.ws_dir + "/tree", inline_tree = state_dir + "/workspaces/" + id;
+    RemoveTree(pool_tree);
+    uint64_t want = MakeGrepTree(pool_tree, dirs, files);
+    if (MakeGrepTree(inline_tree + "/tree", dirs, files) != want)
+        Die("the two grep trees differ");
+    uint64_t nf = 0;
+    auto grep_pool = [&] {
+        if (RpcGrep(e.fs, e.ws_id, kPattern, &nf) != want)
+            Die("Grep (pool): wrong count");
+    };
+    auto grep_inline = [&] {
+        if (RpcGrep(fs.get(), id, kPattern, &nf) != want)
+            Die("Grep (inline): wrong count");
+    };
+    auto glob_pool = [&] { RpcGlob(e.fs, e.ws_id); };
+    auto glob_inline = [&] { RpcGlob(fs.get(), id); };
+    auto list_pool = [&] { RpcListDir(e.fs, e.ws_id); };
+    auto list_inline = [&] { RpcListDir(fs.get(), id); };
+    if (RpcGlob(e.fs, e.ws_id) != (size_t)(dirs * files) ||
+        RpcGlob(fs.get(), id) != (size_t)(dirs * files))
+        Die("Glob: wrong count");
+    int iters = std::max(50, e.opt.iters / 10), warmup = std::max(5, e.opt.warmup / 10);
+    std::vector<Lat> l = Measure(
+        {grep_pool, grep_inline, glob_pool, glob_inline, list_pool, list_inline}, warmup, iters);
+    const char *names[] = {"Grep", "Glob", "ListDir depth 2"};
+    for (int k = 0; k < 3; k++) {
+        const Lat &pool = l[2 * k], &inl = l[2 * k + 1];
+        std::string op = Fmt("%s (%d files) via the pool", names[k], dirs * files);
+        std::string base = Fmt("%s inline on the RPC thread", names[k]);
+        g_rows.push_back({op + " p50", Us(pool.p50_us), base, Us(inl.p50_us),
+                          Ratio(pool.p50_us, inl.p50_us),
+                          Goal(pool.p50_us <= inl.p50_us * 1.10, "goal: within 10%")});
+        g_rows.push_back({op + " p99", Us(pool.p99_us), base, Us(inl.p99_us),
+                          Ratio(pool.p99_us, inl.p99_us), "-"});
+    }
+    RemoveTree(pool_tree);
+    CloseWorkspace(workspaces.get(), id);
+}
+
 void Usage(FILE *f)
 {
     fprintf(f, "usage: fs_bench --server PATH [options]\n"
@@ -1063,7 +1142,7 @@ void Usage(FILE *f)
                "  --grep-dirs N      directories in the grep tree [100]\n"
                "  --grep-files N     files per directory [100]\n"
                "  --grep-runs N      timed greps each (median reported) [3]\n"
-               "  --only LIST        parts to run, comma-separated: small,big,grep [all]\n"
+               "  --only LIST        parts to run, comma-separated: small,big,grep,pool [all]\n"
                "  --no-memory        skip the memory-provider rows\n"
                "  --keep             keep the state directory\n");
 }
@@ -1151,7 +1230,9 @@ int main(int argc, char **argv)
     std::string tmpl = opt.tmp + "/fs_bench.XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data()))
+    // Searchable by others: workspace uids reach their directories under
+    // the state directory made here.
+    if (!mkdtemp(buf.data()) || chmod(buf.data(), 0711) != 0)
         Die("mkdtemp %s: %s", tmpl.c_str(), strerror(errno));
     std::string base = buf.data();
     if (!opt.keep)
@@ -1195,6 +1276,11 @@ int main(int argc, char **argv)
         }
         if (wanted("grep"))
             BenchGrep(e);
+        if (wanted("pool")) {
+            BenchPool(e, base + "/state-inline");
+            fprintf(stderr, "fs_bench: pool against inline done at %.1f s\n",
+                    Seconds(start, Clock::now()));
+        }
 
         CloseWorkspace(workspaces.get(), e.ws_id);
         if (opt.memory)

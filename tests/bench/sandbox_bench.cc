@@ -1203,7 +1203,9 @@ int main(int argc, char **argv)
     std::string tmpl = opt.tmp + "/sandbox_bench.XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data()))
+    // Searchable by others: workspace uids reach their directories under
+    // the state directory made here.
+    if (!mkdtemp(buf.data()) || chmod(buf.data(), 0711) != 0)
         Die("mkdtemp %s: %s", tmpl.c_str(), strerror(errno));
     std::string base = Absolute(buf.data());
     if (!opt.keep)

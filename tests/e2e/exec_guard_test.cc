@@ -539,6 +539,11 @@ TEST(Guard, CwdMustStayInsideTheWorkspace)
     ASSERT_EQ(symlink(g_sentinel.c_str(), (g.dir() + "/out").c_str()), 0);
     ASSERT_EQ(symlink("../..", (g.dir() + "/up").c_str()), 0);
     std::filesystem::create_directories(g.dir() + "/sub");
+    // The workspace's own, as one made through the API or by a command:
+    // commands run as the workspace's uid.
+    struct stat owner;
+    ASSERT_EQ(stat(g.dir().c_str(), &owner), 0);
+    ASSERT_EQ(chown((g.dir() + "/sub").c_str(), owner.st_uid, owner.st_gid), 0);
     ASSERT_EQ(symlink((g_sentinel + "/dir").c_str(), (g.dir() + "/sub/deep").c_str()), 0);
     // Through a link that leads out: PATH_ESCAPE.
     for (const std::string cwd : {"out/dir", "up/x", "sub/deep/."}) {

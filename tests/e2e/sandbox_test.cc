@@ -162,7 +162,9 @@ std::string HostTempDir(const std::string &prefix, std::vector<std::string> *cle
     std::string tmpl = g_host_tmp + "/" + prefix + "XXXXXX";
     std::vector<char> buf(tmpl.begin(), tmpl.end());
     buf.push_back('\0');
-    if (!mkdtemp(buf.data()))
+    // Open to every uid: a sandbox's commands run as their workspace's
+    // own uid, with that uid's permissions on what is bound in.
+    if (!mkdtemp(buf.data()) || chmod(buf.data(), 0777) != 0)
         throw std::runtime_error("mkdtemp " + tmpl + ": " + strerror(errno));
     std::string dir = RealPath(buf.data());
     cleanup->push_back(dir);
@@ -600,6 +602,7 @@ class SandboxTest : public ::testing::Test
         std::vector<std::string> args = {"--exec-path", exec_path_};
         for (const auto &a : PolicyArgs())
             args.push_back(a);
+        args.insert(args.end(), extra_args_.begin(), extra_args_.end());
         srv_ = std::make_unique<Server>(args);
         wsstub_ = srv_->workspaces();
         exec_ = srv_->exec();
@@ -741,6 +744,8 @@ class SandboxTest : public ::testing::Test
 
     std::vector<std::string> cleanup_;
     std::string bind_root_, probe_dir_, probe_, exec_path_, state_;
+    // More flags for the server (a fixture's own).
+    std::vector<std::string> extra_args_;
     std::unique_ptr<TcpListener> loopback_;
     std::unique_ptr<Server> srv_;
     std::unique_ptr<Workspaces::Stub> wsstub_;
@@ -968,6 +973,16 @@ std::ostream &operator<<(std::ostream &os, const HostTraces &t)
 class ProbeControlTest : public SandboxTest, public ::testing::WithParamInterface<ControlCase>
 {
   protected:
+    // The controls run as the server's uid, as local-bash commands did
+    // before workspaces had uids of their own: a workspace's uid has no
+    // capability and no_new_privs, so a control that needs what root has
+    // would otherwise prove nothing. The sandbox under test is the same.
+    void SetUp() override
+    {
+        extra_args_ = {"--workspace-uids", "off", "--allow-root-commands"};
+        SandboxTest::SetUp();
+    }
+
     void TearDown() override
     {
         listeners_.clear();
@@ -1582,6 +1597,86 @@ TEST_F(SandboxTest, BindsLiveUnderMnt)
 
 // ---- 3. what a command can write ----
 
+// What a review found: bwrap, spawned as the server (root), mapped the
+// sandbox's uid 0 to the host's root, so a breakout landed as root, every
+// workspace shared one uid, and inside tools saw a root without
+// capabilities and took root-only paths that then failed. Now bwrap runs
+// as the workspace's own uid, which its user namespace maps alone: the
+// same uid inside and out, owning /workspace and what the command writes;
+// no process of the sandbox is root on the host (read from /proc while a
+// command runs); and another workspace's uid differs.
+TEST_F(SandboxTest, CommandsRunAsTheWorkspacesUidInsideAndOut)
+{
+    if (geteuid() != 0)
+        GTEST_SKIP() << "workspace uids need a server that runs as root";
+    wstest::Ws a = OpenOk();
+    wstest::Ws b = OpenOk();
+    struct stat sa, sb;
+    ASSERT_EQ(stat(WsDir(a).c_str(), &sa), 0);
+    ASSERT_EQ(stat(WsDir(b).c_str(), &sb), 0);
+    ASSERT_NE(sa.st_uid, 0u) << "workspace uids are off";
+    EXPECT_NE(sa.st_uid, sb.st_uid);
+    const std::string uid = std::to_string(sa.st_uid);
+
+    EXPECT_EQ(RunOk(a, ArgvProcess({"id", "-u"})).stdout(), uid + "\n");
+    EXPECT_EQ(RunOk(a, ArgvProcess({"id", "-g"})).stdout(), uid + "\n");
+    EXPECT_EQ(Sh(a, "stat -c %u /workspace").stdout(), uid + "\n");
+    ASSERT_EQ(RunOk(a, ArgvProcess({"touch", "made-inside"})).exited().exit_code(), 0);
+    struct stat sm;
+    ASSERT_EQ(stat((WsDir(a) + "/made-inside").c_str(), &sm), 0);
+    EXPECT_EQ(sm.st_uid, sa.st_uid);
+    ASSERT_TRUE(wstest::Write(fs_.get(), a.id, "made-by-api", "x").ok());
+    ASSERT_EQ(stat((WsDir(a) + "/made-by-api").c_str(), &sm), 0);
+    EXPECT_EQ(sm.st_uid, sa.st_uid);
+
+    // While a command runs: every process of the sandbox (bwrap, init,
+    // the command) is the workspace's uid on the host, none root.
+    std::string m = wstest::UniqueSleep();
+    ProcessConfig sleeper = ArgvProcess({"sleep", m});
+    sleeper.set_timeout_ms(4000);
+    std::thread run([&] { (void)RunOk(a, sleeper); });
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (wstest::CountProcsWithMarker(m) == 0 && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::vector<pid_t> tree;
+    std::vector<pid_t> frontier = {srv_->pid()};
+    while (!frontier.empty()) {
+        pid_t p = frontier.back();
+        frontier.pop_back();
+        std::istringstream kids(wstest::ReadHostFile("/proc/" + std::to_string(p) + "/task/" +
+                                                     std::to_string(p) + "/children"));
+        for (pid_t k; kids >> k;) {
+            tree.push_back(k);
+            frontier.push_back(k);
+        }
+        // The server's other threads' children too.
+        DIR *d = opendir(("/proc/" + std::to_string(p) + "/task").c_str());
+        for (struct dirent *e; d && (e = readdir(d));) {
+            if (e->d_name[0] == '.' || std::to_string(p) == e->d_name)
+                continue;
+            std::istringstream more(wstest::ReadHostFile("/proc/" + std::to_string(p) + "/task/" +
+                                                         e->d_name + "/children"));
+            for (pid_t k; more >> k;) {
+                tree.push_back(k);
+                frontier.push_back(k);
+            }
+        }
+        if (d)
+            closedir(d);
+    }
+    ASSERT_GE(tree.size(), 3u) << "bwrap, init and the command";
+    for (pid_t p : tree) {
+        std::string status = wstest::ReadHostFile("/proc/" + std::to_string(p) + "/status");
+        if (status.empty())
+            continue; // gone meanwhile
+        EXPECT_NE(status.find("\nUid:\t" + uid + "\t" + uid + "\t" + uid + "\t" + uid + "\n"),
+                  std::string::npos)
+            << "pid " << p << " is not the workspace's uid:\n"
+            << status;
+    }
+    run.join();
+}
+
 TEST_F(SandboxTest, WorkspaceIsTheOnlyWritablePlace)
 {
     const std::string rw_dir = HostTempDir("ws-sbx-rw", &cleanup_);
@@ -2166,8 +2261,11 @@ TEST_F(SandboxTest, HostileBindsAreRefused)
 TEST_F(SandboxTest, BindPathsSwappedAfterOpenStayOutOfTheStateDir)
 {
     const std::string host = HostTempDir("ws-sbx-swap", &cleanup_);
+    // Writable by the workspaces' uids, whose commands swap them.
     ASSERT_EQ(mkdir((host + "/a").c_str(), 0755), 0);
     ASSERT_EQ(mkdir((host + "/a/b").c_str(), 0755), 0);
+    ASSERT_EQ(chmod((host + "/a").c_str(), 0777), 0);
+    ASSERT_EQ(chmod((host + "/a/b").c_str(), 0777), 0);
     SandboxOptions oa;
     oa.rw = {host};
     wstest::Ws a = OpenOk(oa);

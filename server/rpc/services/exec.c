@@ -216,11 +216,12 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     err = ws_services_provider_ws(s, ws, ws_dir, sizeof(ws_dir), &w);
     if (err < 0)
         goto fail;
-    /* A command that is not in a box of its own runs on the host, as the
-     * workspace's own uid when it has one (else the server's): it gets a
-     * home of its own (not the workspace, where the client writes files)
-     * and the guard's narrower environment. */
-    if (xe->on_host && ws_workspace_uid(ws, &run_as.uid, &run_as.gid)) {
+    /* What is spawned runs as the workspace's own uid when it has one
+     * (else the server's): the command on the host, or the box around it. A
+     * command that is not in a box of its own gets a home of its own (not
+     * the workspace, where the client writes files) and the guard's
+     * narrower environment. */
+    if (xe->spawn_as_uid && ws_workspace_uid(ws, &run_as.uid, &run_as.gid)) {
         run_as.set = true;
         /* Under memory pressure the kernel kills commands, not the
          * server. */

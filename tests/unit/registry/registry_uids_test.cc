@@ -310,6 +310,7 @@ TEST_F(RegistryUids, CloseEndsEveryProcessOfTheUid)
 TEST_F(RegistryUids, OldRecordGetsAUidAndItsTreeWithoutFollowingSymlinks)
 {
     cfg_.uids_mode = WS_UIDS_OFF;
+    cfg_.allow_root_commands = true;
     ASSERT_EQ(Start(), 0) << errors_;
     EXPECT_FALSE(ws_registry_uids_on(reg_));
     std::string id = Open();
@@ -375,7 +376,15 @@ TEST_F(RegistryUids, ARangeThatHoldsAnAccountIsRefused)
     cfg_.n_peer_uids = 1;
     EXPECT_EQ(Start(), -EINVAL);
     EXPECT_NE(errors_.find("a peer's"), std::string::npos) << errors_;
+    // Off, a server that runs as root refuses to start unless the
+    // operator accepts that commands run as root.
     cfg_.uids_mode = WS_UIDS_OFF;
+    errors_.clear();
+    EXPECT_EQ(Start(), -EPERM);
+    EXPECT_EQ(errors_, "workspace uids are off ([uids] mode = off) and the server runs as root, so "
+                       "every command would run as root: turn them on, or say "
+                       "allow-root-commands = true (--allow-root-commands) to accept that\n");
+    cfg_.allow_root_commands = true;
     EXPECT_EQ(Start(), 0) << errors_;
     EXPECT_FALSE(ws_registry_uids_on(reg_));
 }
@@ -397,6 +406,7 @@ TEST_F(RegistryUids, UnsearchableDirectoryAboveIsRefused)
         EXPECT_NE(errors_.find("'" + priv + "' is not (mode 0700)"), std::string::npos) << errors_;
     }
     cfg_.uids_mode = WS_UIDS_OFF;
+    cfg_.allow_root_commands = true;
     ASSERT_EQ(Start(), 0) << errors_;
     EXPECT_EQ(Lstat(state + "/workspaces").st_mode & 07777, 0700u);
     // Searchable: on, and the state directory opened to search (0711).

@@ -13,6 +13,8 @@ t0=$(date +%s)
 bash bazel/setup.sh || exit 1
 bash tests/fixtures/dockerd.sh || exit 1
 bash tests/fixtures/image/build.sh || exit 1
+# A real Debian with Python's test suite, for //tests/e2e:stdlib_test.
+bash tests/fixtures/debian/build.sh || exit 1
 # The Node client's modules, pinned by its package-lock.json.
 (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) || exit 1
 

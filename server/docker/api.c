@@ -840,6 +840,13 @@ int ws_docker_create_body(const struct ws_docker_container_spec *spec, char **re
                                               "ReadOnly", 1)) < 0
                   ? -ENOMEM
                   : 0;
+    for (int i = 0; err == 0 && spec->passwd_path && spec->group_path && i < 2; i++)
+        err = json_array_append_new(json_object_get(hc, "Mounts"),
+                                    json_pack("{s:s, s:s, s:s, s:b}", "Type", "bind", "Source",
+                                              i ? spec->group_path : spec->passwd_path, "Target",
+                                              i ? "/etc/group" : "/etc/passwd", "ReadOnly", 1)) < 0
+                  ? -ENOMEM
+                  : 0;
     if (err == 0)
         err = put(hc, "LogConfig",
                   json_pack("{s:s, s:{s:s, s:s, s:s}}", "Type", WS_DOCKER_LOG_DRIVER, "Config",
@@ -1224,6 +1231,9 @@ static int read_mounts(json_t *root, struct ws_docker_hardening *h)
             h->workspace_rw = true;
         else if (!strcmp(dest, WS_DOCKER_INIT_TARGET) && !strcmp(type, "bind") && !rw)
             h->init_ro = true;
+        else if ((!strcmp(dest, "/etc/passwd") || !strcmp(dest, "/etc/group")) &&
+                 !strcmp(type, "bind") && !rw)
+            h->accounts_ro++;
         else
             h->n_other_mounts++;
     }
@@ -1338,7 +1348,8 @@ const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
     tmpfs_options(e.tmp_bytes, e.tmp_user, tmpfs);
     if (strcmp(h->tmp_options, tmpfs))
         return "HostConfig.Tmpfs";
-    if (!h->workspace_rw || h->n_other_mounts || h->init_ro != (spec->init_path != NULL))
+    if (!h->workspace_rw || h->n_other_mounts || h->init_ro != (spec->init_path != NULL) ||
+        h->accounts_ro != (spec->passwd_path && spec->group_path ? 2u : 0u))
         return "Mounts";
     if (strcmp(h->server_id, spec->server_id) || strcmp(h->workspace_id, spec->workspace_id))
         return "Config.Labels";

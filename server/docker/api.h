@@ -296,6 +296,10 @@ struct ws_docker_container_spec {
      * that does (our init's keepalive). false: Docker's own init is pid 1
      * above it (Init true), running as User. */
     bool keepalive_is_pid1;
+    /* NULL, or absolute host paths of files bound read-only over the
+     * image's /etc/passwd and /etc/group (both or neither). */
+    const char *passwd_path;
+    const char *group_path;
 };
 
 /* The container's name, WS_DOCKER_NAME_PREFIX "<server_id>-<workspace_id>":
@@ -428,6 +432,8 @@ struct ws_docker_hardening {
     bool workspace_rw;
     /* A read-only bind at WS_DOCKER_INIT_TARGET exists. */
     bool init_ro;
+    /* Read-only binds at /etc/passwd and /etc/group. */
+    unsigned accounts_ro;
     unsigned n_other_mounts;
     char server_id[WS_DOCKER_FIELD_MAX];    /* Config.Labels[WS_DOCKER_LABEL_SERVER] */
     char workspace_id[WS_DOCKER_FIELD_MAX]; /* Config.Labels[WS_DOCKER_LABEL_WORKSPACE] */

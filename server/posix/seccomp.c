@@ -303,6 +303,32 @@ static int add_socket_rules(scmp_filter_ctx ctx, int nr)
     return rule(ctx, SCMP_ACT_ERRNO(EPERM), nr, 2, netlink);
 }
 
+/* EPERM for an id below id_floor in the arguments of the calls that give
+ * a process or a file an id (see ws_seccomp_new_ids). The ids are 32-bit,
+ * zero-extended; -1 ("unchanged") is above every floor. */
+static int add_id_rules(scmp_filter_ctx ctx, unsigned id_floor)
+{
+    static const struct {
+        int nr;
+        unsigned first, n; /* the id arguments */
+    } calls[] = {
+        {SCMP_SYS(setuid), 0, 1},    {SCMP_SYS(setgid), 0, 1},    {SCMP_SYS(setfsuid), 0, 1},
+        {SCMP_SYS(setfsgid), 0, 1},  {SCMP_SYS(setreuid), 0, 2},  {SCMP_SYS(setregid), 0, 2},
+        {SCMP_SYS(setresuid), 0, 3}, {SCMP_SYS(setresgid), 0, 3}, {SCMP_SYS(chown), 1, 2},
+        {SCMP_SYS(fchown), 1, 2},    {SCMP_SYS(lchown), 1, 2},    {SCMP_SYS(fchownat), 2, 2},
+    };
+
+    for (size_t i = 0; i < WS_ELEMENTSOF(calls); i++)
+        for (unsigned a = calls[i].first; a < calls[i].first + calls[i].n; a++) {
+            struct scmp_arg_cmp below = {.arg = a, .op = SCMP_CMP_LT, .datum_a = id_floor};
+            int r = rule(ctx, SCMP_ACT_ERRNO(EPERM), calls[i].nr, 1, &below);
+
+            if (r < 0)
+                return r;
+        }
+    return 0;
+}
+
 static int add_rules(scmp_filter_ctx ctx)
 {
     int count = add_deny_list(ctx);
@@ -355,6 +381,11 @@ static int export_program(scmp_filter_ctx ctx, struct sock_filter **ret_prog, si
 
 int ws_seccomp_new(struct ws_seccomp **ret)
 {
+    return ws_seccomp_new_ids(0, ret);
+}
+
+int ws_seccomp_new_ids(unsigned id_floor, struct ws_seccomp **ret)
+{
     scmp_filter_ctx ctx = NULL;
     struct ws_seccomp *s = NULL;
     int count;
@@ -386,14 +417,20 @@ int ws_seccomp_new(struct ws_seccomp **ret)
         r = count;
         goto out;
     }
+    if (id_floor > 0) {
+        r = add_id_rules(ctx, id_floor);
+        if (r < 0)
+            goto out;
+    }
     r = export_program(ctx, &s->prog, &s->len);
     if (r < 0)
         goto out;
     snprintf(s->summary, sizeof(s->summary),
              "x86_64 only (i386, x32: EPERM); deny list (%d syscalls) EPERM; clone3 ENOSYS; "
              "EPERM by argument: clone CLONE_NEW*, personality, ioctl TIOCSTI/TIOCLINUX, "
-             "socket families but unix/inet/inet6/netlink-route; %u BPF insns",
-             count, (unsigned)(s->len / INSN_SIZE));
+             "socket families but unix/inet/inet6/netlink-route%s; %u BPF insns",
+             count, id_floor ? ", ids below the workspace range" : "",
+             (unsigned)(s->len / INSN_SIZE));
     *ret = s;
     s = NULL;
     r = 0;

@@ -119,6 +119,16 @@ struct ws_seccomp;
  *   -EPROTO  libseccomp exported something that is not whole instructions;
  *   other    a negated errno from libseccomp or memfd_create. */
 int ws_seccomp_new(struct ws_seccomp **ret);
+/* The same, for sandboxes whose one mapped uid (and gid) is at least
+ * `id_floor` (a workspace's own, from a range that starts there; 0: no
+ * such rules). A call that would make the process, or a file, some id
+ * below it (setuid, setgid, setreuid, setregid, setresuid, setresgid,
+ * setfsuid, setfsgid, chown, fchown, lchown, fchownat) fails with EPERM,
+ * as it does for a user without privileges on a host, instead of the
+ * EINVAL of an id the namespace does not map, which programs do not
+ * expect (Python's subprocess tests, for one). Ids above the workspace's
+ * own still get EINVAL: a filter cannot compare one argument twice. */
+int ws_seccomp_new_ids(unsigned id_floor, struct ws_seccomp **ret);
 
 /* Accepts NULL. */
 void ws_seccomp_free(struct ws_seccomp *s);

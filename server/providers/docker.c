@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -435,6 +436,67 @@ static bool identity_valid(const struct ws_docker_identity *id)
            id->helper != (uid_t)-1;
 }
 
+/* Writes dir/name with `text` unless it holds it already (0644, through a
+ * temporary file and a rename: a container being created never sees half
+ * a file). */
+static int write_account_file(const char *dir, const char *name, const char *text, char *path,
+                              size_t size)
+{
+    char tmp[PATH_MAX], have[512];
+    size_t len = strlen(text);
+    ssize_t n;
+    int fd, err = 0;
+
+    if (snprintf(path, size, "%s/%s", dir, name) >= (int)size ||
+        snprintf(tmp, sizeof(tmp), "%s/.%s.%ld", dir, name, (long)getpid()) >= (int)sizeof(tmp))
+        return -ENAMETOOLONG;
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd >= 0) {
+        n = ws_read_all(fd, have, sizeof(have));
+        close(fd);
+        if (n == (ssize_t)len && memcmp(have, text, len) == 0)
+            return 0;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0)
+        return -errno;
+    err = fchmod(fd, 0644) < 0 ? -errno : ws_write_all(fd, text, len);
+    close(fd);
+    if (err == 0 && rename(tmp, path) < 0)
+        err = -errno;
+    if (err < 0)
+        (void)unlink(tmp);
+    return err;
+}
+
+/* The container's /etc/passwd and /etc/group for id (ws_docker_identity):
+ * their host paths, or "" when it has no accounts_dir. */
+static int account_files(const struct ws_docker_identity *id, char *passwd, char *group,
+                         size_t size)
+{
+    char text[512], name[32];
+    int err;
+
+    passwd[0] = group[0] = '\0';
+    if (!id->accounts_dir || id->uid == 0)
+        return 0;
+    if (mkdir(id->accounts_dir, 0755) < 0 && errno != EEXIST)
+        return -errno;
+    snprintf(text, sizeof(text),
+             "root:x:0:0:root:/root:/bin/sh\n"
+             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+             "workspace:x:%u:%u:workspace:" WS_DOCKER_WORKDIR ":/bin/sh\n",
+             (unsigned)id->uid, (unsigned)id->gid);
+    snprintf(name, sizeof(name), "%u.passwd", (unsigned)id->uid);
+    err = write_account_file(id->accounts_dir, name, text, passwd, size);
+    if (err < 0)
+        return err;
+    snprintf(text, sizeof(text), "root:x:0:\nnogroup:x:65534:\nworkspace:x:%u:\n",
+             (unsigned)id->gid);
+    snprintf(name, sizeof(name), "%u.group", (unsigned)id->uid);
+    return write_account_file(id->accounts_dir, name, text, group, size);
+}
+
 /* A workspace's container as asked for, with the strings its spec points
  * at: filled in place and never copied. */
 struct container {
@@ -442,6 +504,8 @@ struct container {
     char user[WS_DOCKER_USER_MAX];
     char tmp_user[WS_DOCKER_USER_MAX];
     char helper[ID_TEXT_MAX];
+    char passwd[PATH_MAX];
+    char group[PATH_MAX];
     /* The container's main process: our init, which the image need not
      * provide anything for; with identities it becomes the helper. */
     const char *keepalive[5];
@@ -492,6 +556,16 @@ static int container_fill(const char *server_id, const char *workspace_id, const
          * as the container's user. */
         .keepalive_is_pid1 = split,
     };
+    if (split) {
+        int err = account_files(id, ret->passwd, ret->group, sizeof(ret->passwd));
+
+        if (err < 0)
+            return err;
+        if (ret->passwd[0]) {
+            ret->spec.passwd_path = ret->passwd;
+            ret->spec.group_path = ret->group;
+        }
+    }
     return 0;
 }
 

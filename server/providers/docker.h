@@ -92,6 +92,12 @@ struct ws_docker_identity {
     uid_t uid;
     gid_t gid;
     uid_t helper;
+    /* A host directory (searchable by the daemon) where the container's
+     * /etc/passwd and /etc/group for `uid` are written, as <uid>.passwd
+     * and <uid>.group, and bound read-only over the image's: root, nobody
+     * and "workspace" (uid:gid, home /workspace), so that a command can
+     * look itself up. NULL: the image's own. */
+    const char *accounts_dir;
 };
 
 struct ws_docker_rt;

@@ -30,6 +30,8 @@ struct docker_ops_rt {
     char *default_image;
     /* The in-container init's uid while a command runs. */
     uid_t helper_uid;
+    /* Where the containers' account files go (ws_docker_identity). */
+    char *accounts_dir;
 };
 
 static struct ws_docker_rt *runtime_of(void *rt)
@@ -52,6 +54,7 @@ static void docker_rt_free(void *rt)
         return;
     ws_docker_rt_free(t->docker);
     free(t->default_image);
+    free(t->accounts_dir);
     free(t);
 }
 
@@ -63,6 +66,13 @@ static int docker_rt_new(const struct ws_provider_config *cfg, void **ret_rt)
     if (!t)
         return -ENOMEM;
     t->helper_uid = cfg && cfg->helper_uid ? cfg->helper_uid : WS_DOCKER_HELPER_UID_DEFAULT;
+    if (cfg && cfg->accounts_dir) {
+        t->accounts_dir = strdup(cfg->accounts_dir);
+        if (!t->accounts_dir) {
+            err = -ENOMEM;
+            goto out;
+        }
+    }
     if (cfg && cfg->docker_default_image) {
         if (!ws_docker_image_valid(cfg->docker_default_image)) {
             err = -EINVAL;
@@ -235,7 +245,10 @@ static void docker_list_info(void *rt, struct ws_probe *io, char *api_version, s
 static int identity_of(const void *rt, const ws_record *rec, const Workspace__V1__DockerConfig *cfg,
                        struct ws_docker_identity *ret, struct ws_diag *d)
 {
-    struct ws_docker_identity id = {.helper = helper_of(rt)};
+    struct ws_docker_identity id = {
+        .helper = helper_of(rt),
+        .accounts_dir = rt ? ((const struct docker_ops_rt *)rt)->accounts_dir : NULL,
+    };
 
     if (rec->uid == 0) {
         *ret = (struct ws_docker_identity){0};

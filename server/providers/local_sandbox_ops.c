@@ -36,7 +36,8 @@ void ws_local_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct 
 static int sandbox_rt_new(const struct ws_provider_config *cfg, void **ret_rt)
 {
     struct ws_sandbox *sb;
-    int err = ws_sandbox_new(cfg ? cfg->sandbox_dir : NULL, &sb);
+    int err =
+        ws_sandbox_new_ids(cfg ? cfg->sandbox_dir : NULL, cfg ? cfg->uid_range_first : 0, &sb);
 
     if (err < 0)
         return err;

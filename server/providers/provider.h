@@ -79,6 +79,12 @@ struct ws_provider_config {
      * the workspace uid range). 0: the default range's first, 524288
      * (WS_DOCKER_HELPER_UID_DEFAULT). */
     uid_t helper_uid;
+    /* local-sandbox: the first uid of the workspace uid range when
+     * workspace uids are on (every workspace's uid is above it), else 0. */
+    uid_t uid_range_first;
+    /* docker: a directory for the containers' /etc/passwd and /etc/group
+     * (ws_docker_identity); NULL: the image's own. */
+    const char *accounts_dir;
 };
 
 /* One Open being made; valid for the duration of the Open only. */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -378,12 +379,17 @@ static int make_resolv(const char *dir, char *ret, size_t size)
 
 int ws_sandbox_new(const char *dir, struct ws_sandbox **ret)
 {
+    return ws_sandbox_new_ids(dir, 0, ret);
+}
+
+int ws_sandbox_new_ids(const char *dir, unsigned id_floor, struct ws_sandbox **ret)
+{
     struct ws_sandbox *sb = calloc(1, sizeof(*sb));
     int r;
 
     if (!sb)
         return -ENOMEM;
-    r = ws_seccomp_new(&sb->seccomp);
+    r = ws_seccomp_new_ids(id_floor, &sb->seccomp);
     if (r < 0) {
         free(sb);
         return r;
@@ -1045,6 +1051,54 @@ static int open_bind(const char *path, int *ret)
     return 0;
 }
 
+/* A sealed memfd holding `text`, at offset 0 (bwrap reads it from there). */
+static int data_fd(const char *name, const char *text, int *ret)
+{
+    int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int err;
+
+    if (fd < 0)
+        return -errno;
+    err = ws_pwrite_all(fd, text, strlen(text), 0);
+    if (err == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+        err = -errno;
+    if (err < 0) {
+        close(fd);
+        return err;
+    }
+    *ret = fd;
+    return 0;
+}
+
+/* With a workspace uid the sandbox's /etc/passwd and /etc/group name that
+ * uid and group alone ("workspace", home /workspace): a command can look
+ * itself up (getpwuid, id, whoami) and learns no host account. No other
+ * uid is mapped in its user namespace, so no other account could be used
+ * there anyway (a chown to one is EINVAL). */
+static int add_accounts(struct run *r, const struct ws_sandbox_spec *spec)
+{
+    char text[256], num[16];
+    static const char *const dest[2] = {"/etc/passwd", "/etc/group"};
+
+    for (int i = 0; i < 2; i++) {
+        int err;
+
+        if (i == 0)
+            snprintf(text, sizeof(text), "workspace:x:%u:%u:workspace:%s:/bin/sh\n",
+                     (unsigned)spec->uid, (unsigned)spec->gid, WS_SANDBOX_WORKSPACE);
+        else
+            snprintf(text, sizeof(text), "workspace:x:%u:\n", (unsigned)spec->gid);
+        err = data_fd(i == 0 ? "ws-passwd" : "ws-group", text, &r->child_fds[r->n_child_fds]);
+        if (err < 0)
+            return err;
+        snprintf(num, sizeof(num), "%zu", FD_SECCOMP + r->n_child_fds);
+        r->n_child_fds++;
+        add3(r, "--ro-bind-data", num, dest[i]);
+    }
+    return 0;
+}
+
 int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
                     struct ws_proc_wrapper *ret)
 {
@@ -1142,6 +1196,11 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
             snprintf(buf, sizeof(buf), "/etc/%s", etc_entries[i]);
             add3(r, "--ro-bind-try", buf, buf);
         }
+    }
+    if (spec->uid != 0) {
+        err = add_accounts(r, spec);
+        if (err < 0)
+            goto fail;
     }
     if (spec->network && sb->resolv[0])
         add3(r, "--ro-bind", sb->resolv, ETC_RESOLV);

@@ -65,6 +65,9 @@ struct ws_sandbox;
  * snapshot's. The backend itself (bwrap, init) is looked up for every
  * command, never pinned here. */
 int ws_sandbox_new(const char *dir, struct ws_sandbox **ret);
+/* The same, for sandboxes of workspaces with uids of their own from a
+ * range that starts at `id_floor` (ws_seccomp_new_ids; 0: none). */
+int ws_sandbox_new_ids(const char *dir, unsigned id_floor, struct ws_sandbox **ret);
 /* Accepts NULL. */
 void ws_sandbox_free(struct ws_sandbox *sb);
 

@@ -608,6 +608,62 @@ TEST_F(Seccomp, BpfSocketFamilies)
     }
 }
 
+// A sandbox whose one mapped uid is a workspace's (at least the range's
+// first): an id below that floor in any call that gives a process or a
+// file an id is EPERM, as for a user without privileges on a host, not the
+// EINVAL of an unmapped id; the workspace's own ids, ids above, and -1
+// ("unchanged") go on to the kernel. Without a floor nothing changes.
+TEST(SeccompIds, IdsBelowTheFloorAreEperm)
+{
+    constexpr uint64_t kFloor = 524288, kOwn = 524300, kUnchanged = 0xffffffff;
+    ws_seccomp *f = nullptr;
+    ASSERT_EQ(ws_seccomp_new_ids((unsigned)kFloor, &f), 0);
+    size_t len = 0;
+    auto *prog = static_cast<const sock_filter *>(ws_seccomp_program(f, &len));
+    auto decide = [&](long nr, std::vector<uint64_t> args) {
+        seccomp_data d = {};
+        d.nr = (int)nr;
+        d.arch = AUDIT_ARCH_X86_64;
+        for (size_t i = 0; i < args.size(); i++)
+            d.args[i] = args[i];
+        return RunBpf(prog, len / sizeof(sock_filter), d);
+    };
+    const struct {
+        long nr;
+        unsigned first, n;
+    } calls[] = {
+        {SYS_setuid, 0, 1},   {SYS_setgid, 0, 1},   {SYS_setfsuid, 0, 1},  {SYS_setfsgid, 0, 1},
+        {SYS_setreuid, 0, 2}, {SYS_setregid, 0, 2}, {SYS_setresuid, 0, 3}, {SYS_setresgid, 0, 3},
+        {SYS_chown, 1, 2},    {SYS_fchown, 1, 2},   {SYS_lchown, 1, 2},    {SYS_fchownat, 2, 2},
+    };
+    for (const auto &c : calls) {
+        std::vector<uint64_t> ok(6, kOwn);
+        EXPECT_EQ(decide(c.nr, ok), kAllow) << c.nr;
+        for (unsigned a = c.first; a < c.first + c.n; a++) {
+            for (uint64_t below : {UINT64_C(0), UINT64_C(65534), kFloor - 1}) {
+                std::vector<uint64_t> args = ok;
+                args[a] = below;
+                EXPECT_EQ(decide(c.nr, args), kEperm) << c.nr << " arg " << a << " " << below;
+            }
+            for (uint64_t fine : {kFloor, kOwn + 1, kUnchanged}) {
+                std::vector<uint64_t> args = ok;
+                args[a] = fine;
+                EXPECT_EQ(decide(c.nr, args), kAllow) << c.nr << " arg " << a << " " << fine;
+            }
+        }
+    }
+    EXPECT_NE(std::string(ws_seccomp_summary(f)).find("ids below the workspace range"),
+              std::string::npos);
+    ws_seccomp_free(f);
+
+    // No floor: the program of ws_seccomp_new, where setuid(0) is the
+    // kernel's to judge.
+    ASSERT_EQ(ws_seccomp_new_ids(0, &f), 0);
+    prog = static_cast<const sock_filter *>(ws_seccomp_program(f, &len));
+    EXPECT_EQ(decide(SYS_setuid, {0}), kAllow);
+    ws_seccomp_free(f);
+}
+
 // ---- the kernel ----
 
 TEST_F(Seccomp, KernelDeniedSyscalls)

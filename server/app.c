@@ -32,6 +32,8 @@
 
 struct ws_app {
     struct ws_registry *reg;
+    /* The registry refused to start and said why (registry_says). */
+    bool registry_said;
     /* The providers with their runtimes (the Docker provider's containers
      * are named and labelled with this state directory's server id). */
     struct ws_providers *providers;
@@ -147,7 +149,10 @@ _Static_assert(WS_POLICY_TENANT_MAX == WS_RPC_TENANT_MAX, "one tenant name lengt
  * warning. */
 static void registry_says(void *ud, bool error, const char *message)
 {
-    (void)ud;
+    struct ws_app *app = ud;
+
+    if (error)
+        app->registry_said = true;
     ws_log_msg(WS_RPC_LOG_ERROR, error ? "server.start_failed" : "registry.warning", "%s", message);
 }
 
@@ -406,6 +411,18 @@ int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret)
         ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "%s", strerror(ENOMEM));
         goto out;
     }
+    /* Under memory pressure the kernel kills commands (1000, see the
+     * services) long before the server. Lowering needs CAP_SYS_RESOURCE: a
+     * server without it keeps what it has, and says so. */
+    int oom = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    int oom_err =
+        oom < 0 ? -errno : ws_write_all(oom, WS_APP_OOM_SCORE_ADJ, strlen(WS_APP_OOM_SCORE_ADJ));
+    if (oom_err < 0)
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.warning",
+                   "cannot set the server's oom_score_adj to " WS_APP_OOM_SCORE_ADJ ": %s",
+                   strerror(-oom_err));
+    if (oom >= 0)
+        close(oom);
     err = make_state_dir(cfg->state_dir);
     if (err < 0) {
         ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot create the state directory: %s",
@@ -418,6 +435,7 @@ int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret)
     struct ws_registry_config rc = cfg->registry;
     rc.state_dir = cfg->state_dir;
     rc.say = registry_says;
+    rc.say_ud = app;
     err = ws_registry_new(&rc, &app->reg);
     if (err == -EBUSY) {
         ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
@@ -427,8 +445,11 @@ int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret)
         goto out;
     }
     if (err < 0) {
-        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot open the state directory: %s",
-                   strerror(-err < 4096 ? -err : EINVAL));
+        /* Unless the registry said why itself. */
+        if (!app->registry_said)
+            ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed",
+                       "cannot open the state directory: %s",
+                       strerror(-err < 4096 ? -err : EINVAL));
         goto out;
     }
     /* Before anything talks to a daemon or starts a thread: a second

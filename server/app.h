@@ -75,6 +75,9 @@ struct ws_app_config {
     } work;
 };
 
+/* The server's own oom_score_adj, written at start. */
+#define WS_APP_OOM_SCORE_ADJ "-500"
+
 #define WS_APP_DAEMON_THREADS        16
 #define WS_APP_DAEMON_TENANT_RUNNING 4
 /* The FS lane's default per tenant: half its threads, at least one. */

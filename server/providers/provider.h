@@ -97,6 +97,8 @@ struct ws_provider_open {
     /* Canonical server directories no bind may touch (state, root). */
     const char *const *own;
     size_t n_own;
+    /* The workspace will have a host uid of its own (registry.h). */
+    bool own_uid;
 };
 
 /* A provider's view of one workspace, handed to every per-workspace
@@ -154,6 +156,8 @@ union ws_provider_scratch {
     Workspace__V1__DockerConfig docker;
 };
 
+struct ws_run_as;
+
 struct ws_provider_ops {
     enum ws_provider_kind kind;
     /* "docker": the metrics label, the record's field, ListProviders. */
@@ -164,6 +168,11 @@ struct ws_provider_ops {
     unsigned caps;
     /* Storage is <root>/<id>, a directory that survives a restart. */
     bool on_disk;
+    /* Limits of the workspace's config that the spawn of each command
+     * sets (ra->rlimits; struct ws_run_as in posix/spawn.h) when the
+     * command runs as the workspace's own uid (exec_env->spawn_as_uid).
+     * NULL: none. */
+    void (*spawn_limits)(const struct ws_provider_ws *w, struct ws_run_as *ra);
     /* Its commands run as the workspace's own uid (registry.h), so its
      * storage is given to that uid (ws_provider_uid_owns_storage). Left
      * false by a box whose commands still run as a root without

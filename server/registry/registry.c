@@ -1040,6 +1040,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
         .pulls_allowed = pol->docker_pull,
         .own = own,
         .n_own = WS_ELEMENTSOF(own),
+        .own_uid = r->uids != NULL && p->ops->on_disk,
     };
     err = ws_policy_check_open(pol, req, p->ops->policy_image ? p->ops->policy_image(req) : NULL,
                                own, WS_ELEMENTSOF(own), d);
@@ -1916,7 +1917,8 @@ static int uids_lease(struct ws_registry *r, const struct ws_registry_config *cf
     if (err < 0) {
         say(r, true, "the workspace uid range %u-%u cannot be used: it %s", (unsigned)before.first,
             (unsigned)before.last, why);
-        return err;
+        /* Not the state directory's lock (-EBUSY). */
+        return err == -EBUSY ? -EUSERS : err;
     }
     if (!exact) {
         len = (size_t)snprintf(text, sizeof(text), "%u-%u\n", (unsigned)r->uid_range.first,

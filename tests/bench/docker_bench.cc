@@ -124,7 +124,7 @@ struct Options {
     int server_threads = 0; // 0: the server's default
     bool keep = false;
     // Parts to run: any of "open", "run", "stream", comma-separated.
-    std::string only = "open,run,stream";
+    std::string only = "open,run,stream,runtimes";
 };
 
 // Killed (or cleaned up) by Die, so that a failed run leaves nothing behind.
@@ -1584,6 +1584,56 @@ void BenchRun(Env &e)
     LatencyRows("Run /bin/true", sides, res, kGoalRunVsDirect);
 }
 
+// Open (create, start, hardening read back; then Close) and Run /bin/true
+// in a workspace under runsc (gVisor's user-space kernel) beside the same
+// under runc, the two taking turns. The runsc rows' ratios are runsc over
+// runc.
+void BenchRuntimes(Env &e)
+{
+    v1::OpenRequest runc = DockerOpenRequest(e.opt.image), runsc = runc;
+    runc.mutable_docker()->set_runtime("runc");
+    runsc.mutable_docker()->set_runtime("runsc");
+    auto open_close = [&](const v1::OpenRequest &rq) {
+        CloseWorkspace(e.workspaces, OpenDocker(e.workspaces, rq));
+    };
+    std::vector<Side> opens = {
+        {"workspaced Open + Close, runsc",
+         [&](int n) { return Times(n, [&] { open_close(runsc); }); }, e.server.pid()},
+        {"workspaced Open + Close, runc",
+         [&](int n) { return Times(n, [&] { open_close(runc); }); }, e.server.pid()},
+    };
+    std::vector<SideResult> ro = Measure(opens, 1, std::max(3, e.opt.opens / 2), 1);
+    std::string a = OpenDocker(e.workspaces, runsc), b = OpenDocker(e.workspaces, runc);
+    v1::RunRequest ra, rb;
+    ra.set_workspace_id(a);
+    ra.mutable_process()->add_argv("/bin/true");
+    rb.set_workspace_id(b);
+    rb.mutable_process()->add_argv("/bin/true");
+    RpcRunTrue(e.exec, ra);
+    RpcRunTrue(e.exec, rb);
+    std::vector<Side> runs = {
+        {"workspaced Run /bin/true, runsc",
+         [&](int n) { return Times(n, [&] { RpcRunTrue(e.exec, ra); }); }, e.server.pid()},
+        {"workspaced Run /bin/true, runc",
+         [&](int n) { return Times(n, [&] { RpcRunTrue(e.exec, rb); }); }, e.server.pid()},
+    };
+    std::vector<SideResult> rr =
+        Measure(runs, std::max(1, e.opt.run_warmup / 4), std::max(10, e.opt.runs / 4),
+                std::max(1, e.opt.run_block / 2));
+    for (auto *pair : {&ro, &rr}) {
+        const std::vector<Side> &sides = pair == &ro ? opens : runs;
+        Stats sc = Summarize((*pair)[0].ns), c = Summarize((*pair)[1].ns);
+        const char *op = pair == &ro ? "Open + Close by runtime" : "Run /bin/true by runtime";
+        g_rows.push_back({op, sides[0].name, std::to_string(sc.n), Ms(sc.median), Ms(sc.p90),
+                          Ms(sc.mean), Ratio(sc.median, c.median), Ratio(sc.mean, c.mean),
+                          "runsc over runc"});
+        g_rows.push_back({op, sides[1].name, std::to_string(c.n), Ms(c.median), Ms(c.p90),
+                          Ms(c.mean), "-", "-", ""});
+    }
+    CloseWorkspace(e.workspaces, a);
+    CloseWorkspace(e.workspaces, b);
+}
+
 // One direct stream of `head -c len /dev/zero`, checked.
 void DirectStream(Env &e, uint64_t len, bool through_init)
 {
@@ -1727,7 +1777,7 @@ void Usage(FILE *f)
             "  --stream-mib N       bytes head -c writes, in MiB [200]\n"
             "  --stream-runs N      streams of each side (median reported) [3]\n"
             "  --server-threads N   pass --threads N to the server [its default]\n"
-            "  --only LIST          parts to run, comma-separated: open,run,stream [all]\n"
+            "  --only LIST          parts to run, comma-separated: open,run,stream,runtimes [all]\n"
             "  --tmp DIR            where the state directory goes [$TMPDIR or /tmp]\n"
             "  --keep               keep the state directory\n",
             kDefaultSocket, kDefaultImage);
@@ -1989,6 +2039,11 @@ int main(int argc, char **argv)
         if (wanted("stream")) {
             Part("Start stream", [&] { BenchStream(e); });
             fprintf(stderr, "docker_bench: streaming done at %.1f s\n",
+                    Seconds(start, Clock::now()));
+        }
+        if (wanted("runtimes")) {
+            Part("runtimes", [&] { BenchRuntimes(e); });
+            fprintf(stderr, "docker_bench: runsc against runc done at %.1f s\n",
                     Seconds(start, Clock::now()));
         }
         try {

@@ -1,6 +1,8 @@
 // Workspaces lifecycle against the real server: open, capabilities, quota,
 // signed refs, close, describe, list, restart and eviction.
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -463,6 +465,107 @@ TEST(WorkspaceUids, FilesTheApiCreatesAreTheWorkspaceUids)
     EXPECT_EQ(LstatOrDie(dir + "/f.txt").st_uid, uid);
 }
 
+// An operator's range that overlaps one another server on the host holds
+// is refused at start, naming the holder; one beside it is fine.
+TEST(WorkspaceUids, AnOverlappingRangeIsRefusedAtStart)
+{
+    REQUIRE_UIDS();
+    Server a({"--workspace-uid-range", "700000-700100"});
+    std::string err;
+    int st = wstest::RunServerToExit(
+        {"--state-dir", wstest::MakeStateDir(), "--workspace-uid-range", "700050-700200"}, &err);
+    ASSERT_TRUE(WIFEXITED(st)) << err;
+    EXPECT_NE(WEXITSTATUS(st), 0);
+    EXPECT_NE(err.find("the workspace uid range 700050-700200 cannot be used: it overlaps the "
+                       "range 700000-700100 that another workspaced (pid " +
+                       std::to_string(a.pid()) +
+                       ") holds on this host; give each server a range of its own"),
+              std::string::npos)
+        << err;
+    EXPECT_EQ(err.find("state directory"), std::string::npos) << err;
+    Server b({"--workspace-uid-range", "700101-700200"});
+    auto ws = b.workspaces();
+    std::string id = wstest::OpenShell(ws.get(), {"sleep"}).id;
+    uid_t uid = LstatOrDie(b.workspace_dir(id)).st_uid;
+    EXPECT_GT(uid, 700101u);
+    EXPECT_LE(uid, 700200u);
+}
+
+// local-bash's pids cap holds for the whole workspace: every command runs
+// with RLIMIT_NPROC at the cap, and the kernel counts the processes of the
+// workspace's uid, so neither one command's fork bomb nor many commands
+// together get past it. (Without workspace uids the cap refuses the Open:
+// ProvidersTest.)
+TEST(WorkspaceUids, LocalBashPidsCapHoldsForTheWholeWorkspace)
+{
+    REQUIRE_UIDS();
+    Server srv;
+    auto ws = srv.workspaces();
+    auto exec = srv.exec();
+    OpenRequest req;
+    req.mutable_local_bash()->set_pids_limit(8);
+    req.mutable_capabilities()->mutable_fs();
+    req.mutable_capabilities()->mutable_shell()->add_allowed_commands("python3");
+    OpenResponse resp;
+    {
+        ClientContext ctx;
+        grpc::Status st = ws->Open(&ctx, req, &resp);
+        ASSERT_TRUE(st.ok()) << st.error_message();
+    }
+    const std::string id = resp.workspace().id();
+    // Forks 20 children that sleep; prints how many forks succeeded.
+    const std::string forks = "import os, time\n"
+                              "n = 0\n"
+                              "for i in range(20):\n"
+                              "    try:\n"
+                              "        pid = os.fork()\n"
+                              "    except OSError:\n"
+                              "        continue\n"
+                              "    if pid == 0:\n"
+                              "        time.sleep(2)\n"
+                              "        os._exit(0)\n"
+                              "    n += 1\n"
+                              "print(n)\n"
+                              "for i in range(n):\n"
+                              "    os.wait()\n";
+    auto run_forks = [&] {
+        RunResponse r;
+        EXPECT_TRUE(
+            wstest::RunProcess(exec.get(), id, wstest::ArgvProcess({"python3", "-c", forks}), &r)
+                .ok());
+        EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+        return r.stdout();
+    };
+    // Alone: python and 7 children make the 8.
+    EXPECT_EQ(run_forks(), "7\n");
+    // With another command of the workspace running, one fewer: the cap
+    // is the workspace's, not each command's.
+    RunResponse other;
+    std::thread sleeper([&] {
+        (void)wstest::RunProcess(
+            exec.get(), id, wstest::ArgvProcess({"python3", "-c", "import time; time.sleep(4)"}),
+            &other);
+    });
+    const uid_t uid = LstatOrDie(srv.workspace_dir(id)).st_uid;
+    auto uid_procs = [&] {
+        int n = 0;
+        DIR *d = opendir("/proc");
+        for (struct dirent *e; d && (e = readdir(d));) {
+            struct stat st;
+            if (e->d_name[0] >= '0' && e->d_name[0] <= '9' &&
+                stat(("/proc/" + std::string(e->d_name)).c_str(), &st) == 0 && st.st_uid == uid)
+                n++;
+        }
+        if (d)
+            closedir(d);
+        return n;
+    };
+    for (int i = 0; i < 200 && uid_procs() == 0; i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(run_forks(), "6\n");
+    sleeper.join();
+}
+
 // Two servers on one host (a test suite, the nodes of a cluster on one
 // machine): each leases a slot of its own of the default range, so their
 // workspaces never share a uid and one's Close, which ends every process
@@ -557,6 +660,22 @@ TEST(WorkspaceUids, LocalBashCommandsRunAsTheWorkspacesUid)
     EXPECT_EQ(run(a.id, {"cat", "/proc/self/oom_score_adj"}).stdout(), "1000\n");
     EXPECT_EQ(wstest::ReadHostFile("/proc/" + std::to_string(srv.pid()) + "/oom_score_adj"),
               oom_before);
+    // The server itself is among the last the kernel would kill, where it
+    // may lower its score (CAP_SYS_RESOURCE, which some hosts' root lacks:
+    // it then says so and keeps its score).
+    std::string server_status =
+        wstest::ReadHostFile("/proc/" + std::to_string(srv.pid()) + "/status");
+    size_t at = server_status.find("CapEff:\t");
+    ASSERT_NE(at, std::string::npos);
+    bool sys_resource = (std::stoull(server_status.substr(at + 8, 16), nullptr, 16) >> 24) & 1;
+    if (sys_resource) {
+        EXPECT_EQ(oom_before, "-500\n");
+    } else {
+        EXPECT_EQ(oom_before, "0\n");
+        EXPECT_NE(wstest::ReadHostFile(srv.stderr_path())
+                      .find("cannot set the server's oom_score_adj to -500: Permission denied"),
+                  std::string::npos);
+    }
 
     // b's files, by absolute path: closed to a's uid.
     ASSERT_TRUE(wstest::Write(fs.get(), b.id, "secret", "b's").ok());

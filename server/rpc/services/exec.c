@@ -223,10 +223,16 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
      * narrower environment. */
     if (xe->spawn_as_uid && ws_workspace_uid(ws, &run_as.uid, &run_as.gid)) {
         run_as.set = true;
-        /* Under memory pressure the kernel kills commands, not the
-         * server. */
+        /* Under memory pressure the kernel kills commands first, never
+         * the server. (Only with the identity switch: the spawn that does
+         * both needs clone3, which a container's seccomp profile may
+         * refuse to a server without workspace uids.) */
         run_as.set_oom = true;
         run_as.oom_score_adj = WS_SERVICES_COMMAND_OOM_SCORE_ADJ;
+        /* Its config's limits (local-bash: pids as RLIMIT_NPROC, which
+         * counts the uid's processes: the whole workspace's). */
+        if (p->ops->spawn_limits)
+            p->ops->spawn_limits(&w, &run_as);
     }
     if (xe->on_host) {
         err = run_as.set ? ws_exec_home_new_owned(s->exec, run_as.uid, run_as.gid, &own_home)

@@ -480,6 +480,12 @@ TEST(OpenCheck, UnenforceableAsksRefuseTheOpen)
         EXPECT_EQ(Meta(d, "transient"), "false");
         EXPECT_EQ(std::string(d.message),
                   std::string("local-bash cannot enforce the ") + c.cap + " cap on this server");
+        // With a uid of its own, RLIMIT_NPROC caps the workspace's
+        // processes: pids holds; memory and cpu still need a cgroup.
+        open.own_uid = true;
+        struct ws_diag d2 = {};
+        EXPECT_EQ(bash->open_check(nullptr, &open, &d2),
+                  std::string(c.cap) == "pids" ? 0 : -WS_EFAILED);
     }
 
     // Docker's runtime is asked of the daemon itself, at every attach

@@ -13,9 +13,9 @@
  * (the child inherits every cgroup of its parent thread) and moves back.
  *
  * Where a controller is missing or its hierarchy is not writable the cap
- * is not enforced and the host says so (ws_limits_group_enforced); nothing
- * fails because of it. On a pure cgroup v2 host the server's own cgroup
- * holds the server's processes, and v2 forbids enabling controllers for
+ * is not enforced and the host says so (ws_limits_host_available,
+ * ws_limits_group_enforced); the sandbox then refuses the Open. On a pure cgroup v2 host the
+ * server's own cgroup holds the server's processes, and v2 forbids enabling controllers for
  * children there: no cap is enforced (a delegated subtree would lift that).
  *
  * Thread safety: a host and its groups may be used from any thread; enter

@@ -135,14 +135,27 @@ static int sandbox_check(void *rt, const Workspace__V1__OpenRequest *req, const 
     return 0;
 }
 
-/* A sandbox with network needs its user-mode network: without the tool
- * it would fail every command, so the Open fails closed now. */
+/* Every cap of the workspace (asked for, or a default) must be one this
+ * host enforces, and a sandbox with network needs its user-mode network:
+ * without the tool it would fail every command. Either way the Open fails
+ * closed now. */
 static int sandbox_open_check(void *rt, const struct ws_provider_open *o, struct ws_diag *d)
 {
     const Workspace__V1__LocalSandboxConfig *c = o->req->local_sandbox;
+    struct ws_limits l;
+    const char *cap = NULL;
     struct ws_probe pr;
 
-    (void)rt;
+    ws_local_sandbox_limits(c, &l);
+    if (rt && ws_sandbox_limits_check(rt, &l, &cap) < 0) {
+        ws_diag_set(d,
+                    "local-sandbox cannot enforce the %s cap on this host (no writable cgroup "
+                    "controller for it); a cap that cannot be enforced refuses the Open",
+                    cap);
+        ws_diag_meta(d, "cap", "%s", cap);
+        ws_diag_meta(d, "transient", "false");
+        return -WS_EFAILED;
+    }
     if (!c || c->network != WORKSPACE__V1__NETWORK__NETWORK_ALLOW)
         return 0;
     ws_probe_usernet(&pr);
@@ -228,6 +241,16 @@ static int sandbox_exec_wrap(void *rt, const struct ws_provider_ws *w,
     if (err == -ESTALE) {
         ws_diag_set(d, "a bind path of this workspace changed since it was opened (it is "
                        "gone, or a symlink now): the sandbox is not started");
+        return -WS_EFAILED;
+    }
+    if (err == -EOPNOTSUPP) {
+        const char *cap = "pids";
+        (void)ws_sandbox_limits_check(rt, &spec.limits, &cap);
+        ws_diag_set(d,
+                    "the workspace's %s cap is not in force on this host now: the sandbox is "
+                    "not started",
+                    cap);
+        ws_diag_meta(d, "cap", "%s", cap);
         return -WS_EFAILED;
     }
     return err;

@@ -518,6 +518,30 @@ void ws_sandbox_forget(struct ws_sandbox *sb, const char *workspace_id)
     pthread_mutex_unlock(&sb->lock);
 }
 
+/* The WS_LIMIT_* bits of the caps *l asks for. */
+static unsigned limits_wanted(const struct ws_limits *l)
+{
+    return (l->pids_max ? WS_LIMIT_PIDS : 0) | (l->memory_bytes ? WS_LIMIT_MEMORY : 0) |
+           (l->cpu_millis ? WS_LIMIT_CPU : 0);
+}
+
+/* The name of the first cap of `bits`. */
+static const char *cap_name(unsigned bits)
+{
+    return bits & WS_LIMIT_PIDS ? "pids" : bits & WS_LIMIT_MEMORY ? "memory" : "cpu";
+}
+
+int ws_sandbox_limits_check(const struct ws_sandbox *sb, const struct ws_limits *l,
+                            const char **ret_cap)
+{
+    unsigned missing = limits_wanted(l) & ~ws_limits_host_available(sb->limits);
+
+    if (!missing)
+        return 0;
+    *ret_cap = cap_name(missing);
+    return -EOPNOTSUPP;
+}
+
 void ws_sandbox_limits_report(struct ws_sandbox *sb, const char *workspace_id,
                               const struct ws_limits *l, struct ws_sandbox_limits_info *ret)
 {
@@ -1128,6 +1152,13 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     r->group = group_get(sb, spec->workspace_id, &spec->limits);
     if (r->group)
         r->oom_kills = ws_limits_group_oom_kills(r->group->g);
+    /* Fail closed: every cap the workspace has is in force, or nothing
+     * runs (a host whose cgroups changed since the Open). */
+    unsigned wanted = limits_wanted(&spec->limits);
+    if (wanted && (!r->group || (ws_limits_group_enforced(r->group->g) & wanted) != wanted)) {
+        err = -EOPNOTSUPP;
+        goto fail;
+    }
 
     err = ws_seccomp_fd(sb->seccomp);
     if (err < 0)

@@ -109,7 +109,8 @@ struct ws_sandbox_spec {
 /* Fills *ret with the wrapper that runs spec->argv sandboxed. Returns 0;
  * -ENOENT when bwrap or init is missing, or slirp4netns for a spec with
  * network (the sandbox must not run: fail closed; ws_probe_bwrap's reason
- * says which); -ESTALE when a bind path has become a symlink or is gone;
+ * says which); -EOPNOTSUPP when a cap of spec->limits is not in force for
+ * the workspace's group; -ESTALE when a bind path has become a symlink or is gone;
  * -E2BIG over WS_SANDBOX_BINDS_MAX binds; -ENOMEM, -EMFILE...
  * Handed to the exec layer (ws_exec_start / ws_proc_spawn), the wrapper
  * is theirs: its spawned hook closes the child's fds, its free hook the
@@ -117,6 +118,14 @@ struct ws_sandbox_spec {
  * ws_sandbox_spawned after the spawn and ws_sandbox_discard when done. */
 int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
                     struct ws_proc_wrapper *ret);
+/* Whether this host can enforce every cap of *l (each is asked for, or
+ * a default): 0, or -EOPNOTSUPP with *ret_cap naming the first it cannot
+ * ("pids", "memory", "cpu"). A cap that cannot be enforced refuses the
+ * Open, and ws_sandbox_wrap refuses a command whose workspace's caps are
+ * not all in force: nothing runs without a cap it was given. */
+int ws_sandbox_limits_check(const struct ws_sandbox *sb, const struct ws_limits *l,
+                            const char **ret_cap);
+
 /* The workspace is gone: its resource group is removed once its last
  * command ended. */
 void ws_sandbox_forget(struct ws_sandbox *sb, const char *workspace_id);

@@ -612,6 +612,14 @@ static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v
     return 0;
 }
 
+int ws_docker_rt_runtime_usable(struct ws_docker_rt *rt, const char *name, struct ws_diag *d)
+{
+    struct ws_docker_api_version v;
+    int err = version(rt, &v, d);
+
+    return err < 0 ? err : runtime_check(rt, v, name, d);
+}
+
 /* GET /containers/{ref}/json into hardening and state; 404: -ENOENT. */
 static int inspect(struct ws_docker_rt *rt, struct ws_docker_api_version v, const char *ref,
                    struct ws_docker_hardening *ret_h, struct ws_docker_state *ret_s, char *ret_id,

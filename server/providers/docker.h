@@ -179,6 +179,11 @@ void ws_docker_rt_describe(struct ws_docker_rt *rt, const char *workspace_id,
  * ListProviders). Returns 0 or -WS_EFAILED with d set. */
 int ws_docker_rt_ping(struct ws_docker_rt *rt, char *api_version, size_t size, struct ws_diag *d);
 
+/* Whether the daemon has the OCI runtime `name` registered (GET /info):
+ * 0, or -WS_EFAILED with d saying why not (not registered, or the daemon
+ * did not answer). */
+int ws_docker_rt_runtime_usable(struct ws_docker_rt *rt, const char *name, struct ws_diag *d);
+
 /* Host paths of the init and the relay, or NULL when missing. */
 const char *ws_docker_rt_init_path(void);
 const char *ws_docker_rt_relay_path(void);

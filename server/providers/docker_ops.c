@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/base/macros.h"
 #include "server/docker/api.h"
 #include "server/providers/docker.h"
 #include "server/providers/ops.h"
@@ -216,6 +217,29 @@ static void docker_probe(void *rt, struct ws_probe *ret)
 {
     (void)rt;
     ws_probe_docker(ret);
+}
+
+/* runc (the daemon's default) and runsc (gVisor), as the daemon has
+ * them registered now. */
+static size_t docker_list_runtimes(void *rt, struct ws_provider_runtime *out, size_t max)
+{
+    static const char *const names[] = {"runc", "runsc"};
+    struct ws_docker_rt *docker = runtime_of(rt);
+    size_t n = 0;
+
+    for (size_t i = 0; i < WS_ELEMENTSOF(names) && n < max; i++, n++) {
+        struct ws_diag d = {0};
+
+        out[n] = (struct ws_provider_runtime){.name = names[i]};
+        if (!docker) {
+            snprintf(out[n].reason, sizeof(out[n].reason), "no docker runtime on this server");
+            continue;
+        }
+        out[n].usable = ws_docker_rt_runtime_usable(docker, names[i], &d) == 0;
+        if (!out[n].usable)
+            snprintf(out[n].reason, sizeof(out[n].reason), "%s", d.message);
+    }
+    return n;
 }
 
 static void docker_list_info(void *rt, struct ws_probe *io, char *api_version, size_t size)
@@ -440,6 +464,7 @@ const struct ws_provider_ops ws_docker_ops = {
     .network = docker_network,
     .probe = docker_probe,
     .list_info = docker_list_info,
+    .list_runtimes = docker_list_runtimes,
     .attach = docker_attach,
     .detach = docker_detach,
     .forget = docker_forget,

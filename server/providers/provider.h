@@ -158,6 +158,15 @@ union ws_provider_scratch {
 
 struct ws_run_as;
 
+/* One runtime of a provider's, as ListProviders reports it. */
+struct ws_provider_runtime {
+    const char *name; /* static */
+    bool usable;
+    char reason[WS_PROBE_REASON_MAX]; /* why not; "" when usable */
+};
+/* The most runtimes a provider lists. */
+#define WS_RUNTIMES_LISTED_MAX 4
+
 struct ws_provider_ops {
     enum ws_provider_kind kind;
     /* "docker": the metrics label, the record's field, ListProviders. */
@@ -221,6 +230,9 @@ struct ws_provider_ops {
      * io->available off with a reason (docker: its programs missing, the
      * daemon's API refused) and fills api_version. NULL: nothing more. */
     void (*list_info)(void *rt, struct ws_probe *io, char *api_version, size_t size);
+    /* ListProviders: the runtimes an Open may name and whether each is
+     * usable now, at most `max` into out; how many. NULL: none. */
+    size_t (*list_runtimes)(void *rt, struct ws_provider_runtime *out, size_t max);
 
     /* The runtime of one workspace: made at Open (fresh) and at a
      * re-attach (!fresh: keep what is right, make again what is missing);

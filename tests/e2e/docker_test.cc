@@ -550,6 +550,14 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
             EXPECT_TRUE(p.available()) << p.reason();
             EXPECT_EQ(p.api_version(), ExpectedApiVersion());
             EXPECT_EQ(p.isolation(), "container");
+            // Both runtimes, as this daemon has them registered (the
+            // fixture registers runsc).
+            ASSERT_EQ(p.runtimes_size(), 2);
+            EXPECT_EQ(p.runtimes(0).name(), "runc");
+            EXPECT_TRUE(p.runtimes(0).usable()) << p.runtimes(0).reason();
+            EXPECT_EQ(p.runtimes(1).name(), "runsc");
+            EXPECT_TRUE(p.runtimes(1).usable()) << p.runtimes(1).reason();
+            EXPECT_EQ(p.runtimes(1).reason(), "");
         }
     EXPECT_TRUE(seen);
 }
@@ -1462,6 +1470,22 @@ TEST(DockerRuntimeTest, AMissingRuntimeFailsClosedAtOpenAndResolve)
     {
         Server srv(args);
         auto ws = srv.workspaces();
+        // ListProviders says so before any Open.
+        {
+            auto pr = srv.providers();
+            ClientContext pctx;
+            ListProvidersResponse lp;
+            ASSERT_TRUE(pr->ListProviders(&pctx, ListProvidersRequest(), &lp).ok());
+            for (const auto &p : lp.providers())
+                if (p.kind() == "docker") {
+                    ASSERT_EQ(p.runtimes_size(), 2) << p.ShortDebugString();
+                    EXPECT_TRUE(p.runtimes(0).usable());
+                    EXPECT_FALSE(p.runtimes(1).usable());
+                    EXPECT_EQ(p.runtimes(1).reason(),
+                              "docker runtime runsc is not available on this server: the Docker "
+                              "daemon has no runtime of that name registered");
+                }
+        }
         grpc::Status s = OpenRunsc(ws.get(), nullptr);
         EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
         EXPECT_EQ(wstest::Decode(s).metadata["runtime"], "runsc");

@@ -16,6 +16,9 @@ static void list_providers_run(struct ws_call *call)
     struct ws_probe probes[WS_PROVIDERS_MAX];
     char *caps[WS_PROVIDERS_MAX][2];
     char api[WS_PROVIDERS_MAX][16] = {""};
+    struct ws_provider_runtime rts[WS_PROVIDERS_MAX][WS_RUNTIMES_LISTED_MAX];
+    Workspace__V1__RuntimeInfo rinfo[WS_PROVIDERS_MAX][WS_RUNTIMES_LISTED_MAX];
+    Workspace__V1__RuntimeInfo *rptrs[WS_PROVIDERS_MAX][WS_RUNTIMES_LISTED_MAX];
     struct ws_services *s = ws_call_method_data(call);
     /* The caller's policy as it is now: one snapshot for the answer. */
     struct ws_policy_set *pset = ws_registry_policy(s->reg);
@@ -55,6 +58,19 @@ static void list_providers_run(struct ws_call *call)
             if (probes[n].available && ops->list_info) {
                 ops->list_info(p->rt, &probes[n], api[n], sizeof(api[n]));
                 info->api_version = api[n];
+            }
+            /* Which runtimes an Open may name, asked of the backend now. */
+            if (probes[n].available && ops->list_runtimes) {
+                size_t nr = ops->list_runtimes(p->rt, rts[n], WS_RUNTIMES_LISTED_MAX);
+                for (size_t k = 0; k < nr; k++) {
+                    workspace__v1__runtime_info__init(&rinfo[n][k]);
+                    rinfo[n][k].name = (char *)rts[n][k].name;
+                    rinfo[n][k].usable = rts[n][k].usable;
+                    rinfo[n][k].reason = rts[n][k].reason;
+                    rptrs[n][k] = &rinfo[n][k];
+                }
+                info->runtimes = rptrs[n];
+                info->n_runtimes = nr;
             }
         }
         info->kind = (char *)ops->name;

@@ -35,6 +35,9 @@ packages=(
   # a real Debian image for docker workspaces (tests/fixtures/debian) and
   # Python's own test suite as a workload nobody here wrote
   debootstrap libpython3.11-testsuite
+  # a VM with Debian's kernel booted cgroup v2 only, where the caps are
+  # tested on the hierarchy most users' hosts have (tests/cgroup2/vm.sh)
+  qemu-system-x86
   # clients: Go stubs and runtime (GOPATH mode against /usr/share/gocode)
   golang-go golang-google-grpc-dev golang-google-genproto-dev
   golang-github-golang-protobuf-1-3-dev protoc-gen-go-1-3 protoc-gen-go-grpc

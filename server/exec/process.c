@@ -802,6 +802,10 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     };
     if (cfg->run_as)
         so.run_as = *cfg->run_as;
+    if (w && w->into_cgroup) {
+        so.run_as.into_cgroup = true;
+        so.run_as.cgroup_fd = w->cgroup_fd;
+    }
     err = ws_tree_enter(p->tree);
     if (err < 0)
         goto fail;

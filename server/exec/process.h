@@ -124,6 +124,12 @@ struct ws_proc_wrapper {
      * back. A failed enter fails the spawn. NULL: nothing. */
     int (*enter)(void *arg);
     void (*leave)(void *arg);
+    /* Start the wrapper in this cgroup v2 directory (an O_DIRECTORY fd,
+     * borrowed for the spawn) through clone3's CLONE_INTO_CGROUP: its
+     * resource group on a hierarchy that cannot move a thread there for
+     * enter. Off unless into_cgroup. */
+    bool into_cgroup;
+    int cgroup_fd;
     /* Right after the spawn, on the spawning thread, whether it worked or
      * not: the wrapper drops what only the child needed (its ends of
      * pipes). NULL: nothing. */

@@ -940,6 +940,11 @@ unsigned ws_cgroup2_group_missing(const struct ws_cgroup2_group *g)
     return g ? g->wanted & ~g->enforced : 0;
 }
 
+int ws_cgroup2_group_fd(const struct ws_cgroup2_group *g)
+{
+    return g->dir_fd;
+}
+
 int ws_cgroup2_group_oom_kills(const struct ws_cgroup2_group *g, uint64_t *ret)
 {
     char buf[PROC_FILE_MAX];

@@ -173,6 +173,12 @@ unsigned ws_cgroup2_group_enforced(const struct ws_cgroup2_group *g);
 /* WS_CGROUP2_* bits of the caps asked for and not in force. */
 unsigned ws_cgroup2_group_missing(const struct ws_cgroup2_group *g);
 
+/* The group's O_DIRECTORY fd, for clone3's cgroup field with
+ * CLONE_INTO_CGROUP: a process may live in the group itself (it hands no
+ * controller down to its leaves), which is where a caller without a leaf
+ * per command puts its commands. Owned by the group. */
+int ws_cgroup2_group_fd(const struct ws_cgroup2_group *g);
+
 /* How many processes of the group the kernel's OOM killer ended so far:
  * the oom_kill count of its memory.events (0 without the memory
  * controller). Returns 0 and the count in *ret, or -errno. */

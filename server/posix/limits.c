@@ -12,7 +12,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/base/fd.h"
 #include "server/base/io.h"
+#include "server/posix/cgroup2.h"
 
 #define NAME_MAX_LEN 64
 #define PARENT_FMT   "workspaced-%d"
@@ -30,7 +32,10 @@ struct controller {
 };
 
 struct ws_limits_host {
+    unsigned refs;                  /* under host_lock */
+    struct ws_limits_group *listed; /* ws_limits_group_get's, under host_lock */
     struct controller c[CTL_COUNT];
+    struct ws_cgroup2_host *v2; /* non-NULL: the v2 mechanism, c unused */
 };
 
 struct ws_limits_group {
@@ -38,7 +43,18 @@ struct ws_limits_group {
     unsigned enforced;
     char dir[CTL_COUNT][PATH_MAX];
     int tasks_fd[CTL_COUNT];
+    struct ws_cgroup2_group *v2;
+    /* ws_limits_group_get's table, under host_lock: a listed group has
+     * the table's reference and one per user. */
+    char name[NAME_MAX_LEN + 1];
+    unsigned refs;
+    bool listed;
+    struct ws_limits_group *next;
 };
+
+/* The process's host (see limits.h). */
+static pthread_mutex_t host_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ws_limits_host *the_host;
 
 static bool has_token(const char *list, const char *tok)
 {
@@ -220,32 +236,7 @@ fail:
     c->own_tasks_fd = -1;
 }
 
-int ws_limits_host_new(struct ws_limits_host **ret)
-{
-    struct ws_limits_host *h = calloc(1, sizeof(*h));
-
-    if (!h)
-        return -ENOMEM;
-    for (int i = 0; i < CTL_COUNT; i++)
-        controller_init(&h->c[i], ctl_names[i]);
-    *ret = h;
-    return 0;
-}
-
-void ws_limits_host_free(struct ws_limits_host *h)
-{
-    if (!h)
-        return;
-    for (int i = 0; i < CTL_COUNT; i++) {
-        if (h->c[i].usable)
-            (void)rmdir(h->c[i].parent);
-        if (h->c[i].own_tasks_fd >= 0)
-            close(h->c[i].own_tasks_fd);
-    }
-    free(h);
-}
-
-unsigned ws_limits_host_available(const struct ws_limits_host *h)
+static unsigned v1_available(const struct ws_limits_host *h)
 {
     unsigned m = 0;
 
@@ -255,9 +246,95 @@ unsigned ws_limits_host_available(const struct ws_limits_host *h)
     return m;
 }
 
+static void v1_release(struct ws_limits_host *h)
+{
+    for (int i = 0; i < CTL_COUNT; i++) {
+        if (h->c[i].usable)
+            (void)rmdir(h->c[i].parent);
+        h->c[i].usable = false;
+        ws_close_fd(&h->c[i].own_tasks_fd);
+    }
+}
+
+/* The WS_LIMIT_* and WS_CGROUP2_* bits are the same: a cap counts once. */
+static int caps_count(unsigned bits)
+{
+    return __builtin_popcount(bits & (WS_LIMIT_PIDS | WS_LIMIT_MEMORY | WS_LIMIT_CPU));
+}
+
+/* Picks the mechanism: v1 where it has every cap (a hybrid host, whose
+ * unified hierarchy offers none of them), else the v2 subtree when it
+ * offers more than v1. */
+static void choose(struct ws_limits_host *h)
+{
+    unsigned v1 = v1_available(h);
+    struct ws_cgroup2_host *v2;
+
+    if (caps_count(v1) == CTL_COUNT || ws_cgroup2_host_new(NULL, &v2) < 0)
+        return;
+    if (caps_count(ws_cgroup2_host_available(v2)) <= caps_count(v1)) {
+        ws_cgroup2_host_free(v2);
+        return;
+    }
+    v1_release(h);
+    h->v2 = v2;
+}
+
+int ws_limits_host_new(struct ws_limits_host **ret)
+{
+    struct ws_limits_host *h;
+
+    pthread_mutex_lock(&host_lock);
+    h = the_host;
+    if (!h && (h = calloc(1, sizeof(*h)))) {
+        for (int i = 0; i < CTL_COUNT; i++)
+            controller_init(&h->c[i], ctl_names[i]);
+        choose(h);
+        the_host = h;
+    }
+    if (h)
+        h->refs++;
+    pthread_mutex_unlock(&host_lock);
+    if (!h)
+        return -ENOMEM;
+    *ret = h;
+    return 0;
+}
+
+void ws_limits_host_free(struct ws_limits_host *h)
+{
+    bool last;
+
+    if (!h)
+        return;
+    pthread_mutex_lock(&host_lock);
+    last = --h->refs == 0;
+    if (last)
+        the_host = NULL;
+    pthread_mutex_unlock(&host_lock);
+    if (!last)
+        return;
+    /* Groups nobody forgot: their users are gone with the host's. */
+    while (h->listed) {
+        struct ws_limits_group *g = h->listed;
+        h->listed = g->next;
+        ws_limits_group_free(g);
+    }
+    v1_release(h);
+    ws_cgroup2_host_free(h->v2);
+    free(h);
+}
+
+unsigned ws_limits_host_available(const struct ws_limits_host *h)
+{
+    return h->v2 ? ws_cgroup2_host_available(h->v2) : v1_available(h);
+}
+
 const char *ws_limits_host_mechanism(const struct ws_limits_host *h)
 {
-    return ws_limits_host_available(h) ? "cgroup-v1" : "";
+    if (!ws_limits_host_available(h))
+        return "";
+    return h->v2 ? ws_cgroup2_host_mechanism(h->v2) : "cgroup-v1";
 }
 
 static bool name_valid(const char *n)
@@ -319,6 +396,21 @@ int ws_limits_group_new(struct ws_limits_host *h, const char *name, const struct
     g->host = h;
     for (int i = 0; i < CTL_COUNT; i++)
         g->tasks_fd[i] = -1;
+    if (h->v2) {
+        struct ws_cgroup2_caps caps = {
+            .pids_max = l->pids_max,
+            .memory_bytes = l->memory_bytes,
+            .cpu_millis = l->cpu_millis,
+        };
+        int r = ws_cgroup2_group_new(h->v2, name, &caps, &g->v2);
+        if (r < 0) {
+            free(g);
+            return r;
+        }
+        g->enforced = ws_cgroup2_group_enforced(g->v2);
+        *ret = g;
+        return 0;
+    }
     for (int i = 0; i < CTL_COUNT; i++) {
         const struct controller *c = &h->c[i];
         char tasks[PATH_MAX + 8];
@@ -364,6 +456,10 @@ uint64_t ws_limits_group_oom_kills(const struct ws_limits_group *g)
 
     if (!g || !(g->enforced & WS_LIMIT_MEMORY))
         return 0;
+    if (g->v2) {
+        uint64_t kills;
+        return ws_cgroup2_group_oom_kills(g->v2, &kills) == 0 ? kills : 0;
+    }
     snprintf(path, sizeof(path), "%s/memory.oom_control", g->dir[CTL_MEMORY]);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -377,6 +473,11 @@ uint64_t ws_limits_group_oom_kills(const struct ws_limits_group *g)
     if (p)
         sscanf(p + 9, "%llu", &n);
     return n;
+}
+
+int ws_limits_group_cgroup_fd(const struct ws_limits_group *g)
+{
+    return g->v2 ? ws_cgroup2_group_fd(g->v2) : -1;
 }
 
 int ws_limits_group_enter(struct ws_limits_group *g)
@@ -414,6 +515,7 @@ void ws_limits_group_free(struct ws_limits_group *g)
 {
     if (!g)
         return;
+    ws_cgroup2_group_free(g->v2);
     for (int i = 0; i < CTL_COUNT; i++) {
         if (g->tasks_fd[i] >= 0)
             close(g->tasks_fd[i]);
@@ -421,4 +523,92 @@ void ws_limits_group_free(struct ws_limits_group *g)
             (void)rmdir(g->dir[i]);
     }
     free(g);
+}
+
+/* The listed group `name`; host_lock held. */
+static struct ws_limits_group *find_listed(struct ws_limits_host *h, const char *name)
+{
+    for (struct ws_limits_group *g = h->listed; g; g = g->next)
+        if (strcmp(g->name, name) == 0)
+            return g;
+    return NULL;
+}
+
+int ws_limits_group_get(struct ws_limits_host *h, const char *name, const struct ws_limits *l,
+                        struct ws_limits_group **ret)
+{
+    struct ws_limits_group *g;
+    int r = 0;
+
+    if (!h || !l || !name_valid(name))
+        return -EINVAL;
+    pthread_mutex_lock(&host_lock);
+    g = find_listed(h, name);
+    if (!g) {
+        r = ws_limits_group_new(h, name, l, &g);
+        if (r == 0) {
+            snprintf(g->name, sizeof(g->name), "%s", name);
+            g->refs = 1; /* the table's */
+            g->listed = true;
+            g->next = h->listed;
+            h->listed = g;
+        }
+    }
+    if (r == 0) {
+        g->refs++;
+        *ret = g;
+    }
+    pthread_mutex_unlock(&host_lock);
+    return r;
+}
+
+int ws_limits_group_lookup(struct ws_limits_host *h, const char *name, struct ws_limits_group **ret)
+{
+    struct ws_limits_group *g;
+
+    pthread_mutex_lock(&host_lock);
+    g = find_listed(h, name);
+    if (g) {
+        g->refs++;
+        *ret = g;
+    }
+    pthread_mutex_unlock(&host_lock);
+    return g ? 0 : -ENOENT;
+}
+
+void ws_limits_group_put(struct ws_limits_group *g)
+{
+    bool last;
+
+    if (!g)
+        return;
+    pthread_mutex_lock(&host_lock);
+    last = --g->refs == 0;
+    pthread_mutex_unlock(&host_lock);
+    if (last)
+        ws_limits_group_free(g);
+}
+
+void ws_limits_forget(struct ws_limits_host *h, const char *name)
+{
+    struct ws_limits_group *g;
+    bool last = false;
+
+    pthread_mutex_lock(&host_lock);
+    g = find_listed(h, name);
+    if (g) {
+        /* Out of the table at once (a reopened name gets a new group);
+         * commands still ending keep theirs. */
+        for (struct ws_limits_group **pp = &h->listed; *pp; pp = &(*pp)->next)
+            if (*pp == g) {
+                *pp = g->next;
+                break;
+            }
+        g->next = NULL;
+        g->listed = false;
+        last = --g->refs == 0;
+    }
+    pthread_mutex_unlock(&host_lock);
+    if (last)
+        ws_limits_group_free(g);
 }

@@ -177,11 +177,19 @@ struct ws_provider_ops {
     unsigned caps;
     /* Storage is <root>/<id>, a directory that survives a restart. */
     bool on_disk;
-    /* Limits of the workspace's config that the spawn of each command
-     * sets (ra->rlimits; struct ws_run_as in posix/spawn.h) when the
-     * command runs as the workspace's own uid (exec_env->spawn_as_uid).
-     * NULL: none. */
-    void (*spawn_limits)(const struct ws_provider_ws *w, struct ws_run_as *ra);
+    /* Around the spawn of each of w's commands, on the spawning thread:
+     * spawn_limits adds the caps of the workspace's config to *ra
+     * (rlimits; the cgroup v2 directory the command starts in; struct
+     * ws_run_as in posix/spawn.h, whose identity is already set when the
+     * command runs as the workspace's own uid) and, on cgroup v1, moves
+     * the thread into the workspace's groups. Its *ret_token goes to
+     * spawn_done after the spawn, whether it worked or not (NULL: nothing
+     * to undo). An error (-errno, a diagnosis in *d) refuses the command:
+     * a cap the Open granted that cannot be placed now (the host's
+     * cgroups changed). NULL: no caps of its own. */
+    int (*spawn_limits)(void *rt, const struct ws_provider_ws *w, struct ws_run_as *ra,
+                        void **ret_token, struct ws_diag *d);
+    void (*spawn_done)(void *rt, void *token);
     /* Its commands run as the workspace's own uid (registry.h), so its
      * storage is given to that uid (ws_provider_uid_owns_storage). Left
      * false by a box whose commands still run as a root without

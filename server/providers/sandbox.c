@@ -108,15 +108,6 @@ struct root_entry {
     char target[PATH_MAX]; /* the link's target */
 };
 
-/* A workspace's resource group, shared by its commands: the table holds
- * one reference until the workspace is forgotten, each command one. */
-struct group {
-    char id[WS_SANDBOX_ID_MAX + 1];
-    struct ws_limits_group *g;
-    unsigned refs;
-    struct group *next;
-};
-
 struct ws_sandbox {
     struct ws_seccomp *seccomp;
     char etc[PATH_MAX];    /* the /etc snapshot; "" when none could be made */
@@ -124,8 +115,6 @@ struct ws_sandbox {
     char init[PATH_MAX];   /* a copy of the init program, beside it; "" when none */
     struct ws_limits_host *limits;
     struct root_entry roots[N_ROOT_DIRS];
-    pthread_mutex_t lock;
-    struct group *groups; /* remembered ones */
 };
 
 /* One command's sandbox: bwrap's arguments and the pipes to it. */
@@ -152,8 +141,8 @@ struct run {
     int net_pidfd;
     int net_exit_fd;
     struct ws_sandbox *sb;
-    struct group *group; /* NULL: no caps */
-    uint64_t oom_kills;  /* the group's count when the command started */
+    struct ws_limits_group *group; /* the workspace's, a reference; NULL: no caps */
+    uint64_t oom_kills;            /* the group's count when the command started */
 };
 
 static int copy_file(const char *src, const char *dst)
@@ -419,7 +408,6 @@ int ws_sandbox_new_ids(const char *dir, unsigned id_floor, struct ws_sandbox **r
             return r;
         }
     }
-    pthread_mutex_init(&sb->lock, NULL);
     for (size_t i = 0; i < N_ROOT_DIRS; i++) {
         char path[64];
         struct stat st;
@@ -447,12 +435,6 @@ void ws_sandbox_free(struct ws_sandbox *sb)
 {
     if (!sb)
         return;
-    while (sb->groups) {
-        struct group *gr = sb->groups;
-        sb->groups = gr->next;
-        ws_limits_group_free(gr->g);
-        free(gr);
-    }
     ws_limits_host_free(sb->limits);
     ws_seccomp_free(sb->seccomp);
     if (sb->etc[0])
@@ -461,61 +443,26 @@ void ws_sandbox_free(struct ws_sandbox *sb)
         (void)unlink(sb->resolv);
     if (sb->init[0])
         (void)unlink(sb->init);
-    pthread_mutex_destroy(&sb->lock);
     free(sb);
 }
 
-/* The workspace's group, made on first use; a new reference. NULL when no
- * cap is asked for or none can be set (the caps are then not in force,
- * which Describe reports). */
-static struct group *group_get(struct ws_sandbox *sb, const char *id, const struct ws_limits *l)
+/* The workspace's group, made on first use and shared by its commands
+ * (the limits host lists it until the workspace is forgotten); a new
+ * reference. NULL when no cap is asked for or the group cannot be made
+ * (the caps are then not in force, and the command is refused). */
+static struct ws_limits_group *group_get(struct ws_sandbox *sb, const char *id,
+                                         const struct ws_limits *l)
 {
-    struct group *gr;
+    struct ws_limits_group *g;
 
     if (!id || strlen(id) > WS_SANDBOX_ID_MAX || !(l->pids_max || l->memory_bytes || l->cpu_millis))
         return NULL;
-    pthread_mutex_lock(&sb->lock);
-    for (gr = sb->groups; gr; gr = gr->next)
-        if (strcmp(gr->id, id) == 0)
-            break;
-    if (!gr) {
-        gr = calloc(1, sizeof(*gr));
-        if (gr && ws_limits_group_new(sb->limits, id, l, &gr->g) == 0) {
-            snprintf(gr->id, sizeof(gr->id), "%s", id);
-            gr->refs = 1; /* the table's */
-            gr->next = sb->groups;
-            sb->groups = gr;
-        } else {
-            free(gr);
-            gr = NULL;
-        }
-    }
-    if (gr)
-        gr->refs++;
-    pthread_mutex_unlock(&sb->lock);
-    return gr;
+    return ws_limits_group_get(sb->limits, id, l, &g) == 0 ? g : NULL;
 }
 
 void ws_sandbox_forget(struct ws_sandbox *sb, const char *workspace_id)
 {
-    pthread_mutex_lock(&sb->lock);
-    for (struct group *gr = sb->groups; gr; gr = gr->next)
-        if (strcmp(gr->id, workspace_id) == 0) {
-            /* Out of the table at once (a reopened id gets a new group);
-             * commands still ending keep theirs. */
-            for (struct group **pp = &sb->groups; *pp; pp = &(*pp)->next)
-                if (*pp == gr) {
-                    *pp = gr->next;
-                    break;
-                }
-            gr->next = NULL;
-            if (--gr->refs == 0) {
-                ws_limits_group_free(gr->g);
-                free(gr);
-            }
-            break;
-        }
-    pthread_mutex_unlock(&sb->lock);
+    ws_limits_forget(sb->limits, workspace_id);
 }
 
 /* The WS_LIMIT_* bits of the caps *l asks for. */
@@ -549,11 +496,12 @@ void ws_sandbox_limits_report(struct ws_sandbox *sb, const char *workspace_id,
                     (l->cpu_millis ? WS_LIMIT_CPU : 0);
     unsigned have = ws_limits_host_available(sb->limits) & want;
 
-    pthread_mutex_lock(&sb->lock);
-    for (struct group *gr = sb->groups; gr; gr = gr->next)
-        if (strcmp(gr->id, workspace_id) == 0)
-            have = ws_limits_group_enforced(gr->g);
-    pthread_mutex_unlock(&sb->lock);
+    struct ws_limits_group *g;
+
+    if (ws_limits_group_lookup(sb->limits, workspace_id, &g) == 0) {
+        have = ws_limits_group_enforced(g);
+        ws_limits_group_put(g);
+    }
     ret->enforced = have;
     ret->mechanism = have ? ws_limits_host_mechanism(sb->limits) : "";
 }
@@ -601,18 +549,7 @@ static void run_free(struct run *r)
     r->n_child_fds = 0;
     ws_close_fd(&r->info_fd);
     ws_close_fd(&r->status_fd);
-    if (r->group) {
-        bool last;
-        /* While listed the table holds a reference, so the last one is
-         * dropped only after ws_sandbox_forget unlinked the group. */
-        pthread_mutex_lock(&r->sb->lock);
-        last = --r->group->refs == 0;
-        pthread_mutex_unlock(&r->sb->lock);
-        if (last) {
-            ws_limits_group_free(r->group->g);
-            free(r->group);
-        }
-    }
+    ws_limits_group_put(r->group);
     free(r);
 }
 
@@ -711,7 +648,7 @@ static int hook_enter(void *arg)
 {
     struct run *r = arg;
 
-    return r->group ? ws_limits_group_enter(r->group->g) : 0;
+    return r->group ? ws_limits_group_enter(r->group) : 0;
 }
 
 static void hook_leave(void *arg)
@@ -719,7 +656,7 @@ static void hook_leave(void *arg)
     struct run *r = arg;
 
     if (r->group)
-        (void)ws_limits_group_leave(r->group->g);
+        (void)ws_limits_group_leave(r->group);
 }
 
 static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
@@ -754,7 +691,7 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
         /* SIGKILLed while the workspace's OOM count went up: the kernel's
          * OOM killer (the group is the workspace's, so a sibling command's
          * OOM in the same moment would read the same). */
-        if (v == SIGKILL && r->group && ws_limits_group_oom_kills(r->group->g) > r->oom_kills)
+        if (v == SIGKILL && r->group && ws_limits_group_oom_kills(r->group) > r->oom_kills)
             *ret_oom = true;
     }
 }
@@ -1151,11 +1088,11 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     r->sb = sb;
     r->group = group_get(sb, spec->workspace_id, &spec->limits);
     if (r->group)
-        r->oom_kills = ws_limits_group_oom_kills(r->group->g);
+        r->oom_kills = ws_limits_group_oom_kills(r->group);
     /* Fail closed: every cap the workspace has is in force, or nothing
      * runs (a host whose cgroups changed since the Open). */
     unsigned wanted = limits_wanted(&spec->limits);
-    if (wanted && (!r->group || (ws_limits_group_enforced(r->group->g) & wanted) != wanted)) {
+    if (wanted && (!r->group || (ws_limits_group_enforced(r->group) & wanted) != wanted)) {
         err = -EOPNOTSUPP;
         goto fail;
     }
@@ -1327,6 +1264,12 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
         .free = hook_free,
         .arg = r,
     };
+    /* cgroup v2: bwrap starts inside the workspace's group (the thread
+     * cannot be moved there), and everything in the sandbox with it. */
+    if (r->group && ws_limits_group_cgroup_fd(r->group) >= 0) {
+        ret->into_cgroup = true;
+        ret->cgroup_fd = ws_limits_group_cgroup_fd(r->group);
+    }
     return 0;
 
 fail:

@@ -3,7 +3,7 @@
 # root read-only from 9p, gives it a fresh /proc, /sys, /dev, /tmp and a
 # cgroup2 hierarchy at /sys/fs/cgroup (the kernel runs with
 # cgroup_no_v1=all, so it is the only one), runs the job vm.sh packed next
-# to this file inside that root, prints "ws-vm: N passed, M failed" and
+# to this file with that root as its root, prints "ws-vm: N passed, M failed" and
 # powers off. Every line meant for vm.sh starts with "ws-vm:".
 /bin/busybox --install -s /bin
 export PATH=/bin
@@ -68,7 +68,19 @@ if [ "$mode" = smoke ]; then
   finish $((1 - fail)) "$fail"
 fi
 
+# The job runs with the host's root as the root of the mount namespace,
+# not in a chroot: the kernel refuses a new user namespace to a chrooted
+# process (bubblewrap's sandboxes need one), and pivot_root cannot leave
+# an initramfs. switch_root empties the initramfs and makes /host the
+# root; from there the host's own shell is pid 1 and the host's tools are
+# all there is, so the second stage reports and powers off by itself
+# (sysrq "o": no init system to ask).
 cp /job/run.sh /host/tmp/ws-vm-run.sh
-chroot /host /bin/sh /tmp/ws-vm-run.sh
-finish "$(cat /host/tmp/ws-vm-passed 2>/dev/null || echo 0)" \
-  "$(cat /host/tmp/ws-vm-failed 2>/dev/null || echo 1)"
+cat >/host/tmp/ws-vm-stage2.sh <<'STAGE2'
+/bin/sh /tmp/ws-vm-run.sh
+echo "ws-vm: $(cat /tmp/ws-vm-passed 2>/dev/null || echo 0) passed, $(cat /tmp/ws-vm-failed 2>/dev/null || echo 1) failed"
+sync
+echo o >/proc/sysrq-trigger
+sleep 60
+STAGE2
+exec switch_root /host /bin/sh /tmp/ws-vm-stage2.sh

@@ -160,7 +160,7 @@ cp "$kdir"/modules/*.ko "$root/modules/" 2>/dev/null || true
 cp "$kdir/modules.order" "$root/modules.order"
 echo "$mode" >"$root/job/mode"
 
-# The job runs inside the host's root (the chroot): its own /bin/sh, and the
+# The job runs with the host's root as its root: its own /bin/sh, and the
 # binaries at the paths they have here.
 {
   echo '#!/bin/sh'

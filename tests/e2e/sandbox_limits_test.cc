@@ -1,11 +1,13 @@
-// local-sandbox caps end to end: a workspace's commands share caps on
-// processes, memory and CPU, through cgroup v1 controllers. A fork bomb
-// stops at the cap while another workspace keeps working; an allocation
-// over the memory cap is reported as OOM; out-of-range caps are refused;
+// local-sandbox and local-bash caps end to end: a workspace's commands
+// share caps on processes, memory and CPU, through cgroup v1 controllers or
+// the server's cgroup v2 subtree (tests/cgroup2/vm.sh runs this test on a
+// cgroup v2 only kernel). A fork bomb stops at the cap while another
+// workspace keeps working; an allocation over the memory cap is killed
+// (reported as OOM by local-sandbox); out-of-range caps are refused;
 // Describe says what is in force, and the host's cgroup files agree. What
-// the host can enforce is probed, not assumed (a cgroup v2 host has none of
-// the v1 controllers): Describe must name exactly that, and a test of a cap
-// the host cannot enforce is skipped with the reason.
+// the host can enforce is probed, not assumed: Describe must name exactly
+// that, an Open asking for more is refused naming the cap, and a test of a
+// cap the host cannot enforce is skipped with the reason.
 #include <dirent.h>
 #include <signal.h>
 #include <unistd.h>
@@ -41,15 +43,55 @@ std::string ReadSmall(const std::string &path)
     return ss.str();
 }
 
-// The group directory of workspace `id` in v1 controller `ctl`, searched
-// below this process's own cgroup there, where the server (its child) makes
-// its parent group; "" when there is none.
+// The mechanism the server picks (server/posix/limits.h) and the caps it
+// enforces with it: cgroup v1 where its controllers hold every cap, else
+// the cgroup v2 subtree where that offers more. The v2 subtree offers a
+// controller only when this process (in whose cgroup the server starts)
+// sits at the hierarchy's root: anywhere else this process shares the
+// server's cgroup, and v2 lets a cgroup hand controllers down only while
+// no process sits in it.
+struct HostCaps {
+    std::string mechanism; // "" when no cap can be enforced
+    std::vector<std::string> caps;
+};
+
+const HostCaps &Host()
+{
+    static const HostCaps host = [] {
+        const auto &cg = wstest::ProbeCgroups();
+        HostCaps v1{"cgroup-v1", {}}, v2{"cgroup-v2", {}};
+        for (const char *cap : {"pids", "memory", "cpu"})
+            if (cg.v1_own_dir.count(cap))
+                v1.caps.push_back(cap);
+        bool at_root = ReadSmall("/proc/self/cgroup").find("0::/\n") != std::string::npos;
+        if (cg.v2 && at_root) {
+            std::istringstream offered(ReadSmall(cg.v2_own_dir + "/cgroup.controllers"));
+            std::vector<std::string> words;
+            for (std::string w; offered >> w;)
+                words.push_back(w);
+            for (const char *cap : {"pids", "memory", "cpu"})
+                if (std::find(words.begin(), words.end(), cap) != words.end())
+                    v2.caps.push_back(cap);
+        }
+        HostCaps h = v1.caps.size() < 3 && v2.caps.size() > v1.caps.size() ? v2 : v1;
+        if (h.caps.empty())
+            h.mechanism = "";
+        return h;
+    }();
+    return host;
+}
+
+// The group directory of workspace `id` for cap `ctl`, searched below this
+// process's own cgroup (in that controller's v1 hierarchy, or the v2 one),
+// where the server (its child) makes its groups; "" when there is none.
 std::string FindGroup(const std::string &ctl, const std::string &id)
 {
-    const auto &own = wstest::ProbeCgroups().v1_own_dir;
-    if (!own.count(ctl))
+    const auto &cg = wstest::ProbeCgroups();
+    bool v2 = Host().mechanism == "cgroup-v2";
+    const std::string name = v2 ? "ws-" + id : id;
+    if (v2 ? cg.v2_own_dir.empty() : !cg.v1_own_dir.count(ctl))
         return "";
-    std::vector<std::string> stack{own.at(ctl)};
+    std::vector<std::string> stack{v2 ? cg.v2_own_dir : cg.v1_own_dir.at(ctl)};
     while (!stack.empty()) {
         std::string dir = stack.back();
         stack.pop_back();
@@ -60,7 +102,7 @@ std::string FindGroup(const std::string &ctl, const std::string &id)
             if (e->d_type != DT_DIR || e->d_name[0] == '.')
                 continue;
             std::string sub = dir + "/" + e->d_name;
-            if (std::string(e->d_name) == id) {
+            if (std::string(e->d_name) == name) {
                 closedir(d);
                 return sub;
             }
@@ -72,14 +114,36 @@ std::string FindGroup(const std::string &ctl, const std::string &id)
 }
 
 // Of the caps "pids", "memory" and "cpu" in `asked` (in that order), those
-// this host's cgroup v1 controllers can enforce.
+// this host can enforce.
 std::vector<std::string> Enforceable(const std::vector<std::string> &asked)
 {
     std::vector<std::string> out;
     for (const auto &cap : asked)
-        if (wstest::ProbeCgroups().v1_own_dir.count(cap))
+        if (std::find(Host().caps.begin(), Host().caps.end(), cap) != Host().caps.end())
             out.push_back(cap);
     return out;
+}
+
+// What the cap file of group directory g says, in v1's or v2's words.
+std::string CapFile(const std::string &g, const std::string &cap)
+{
+    bool v2 = Host().mechanism == "cgroup-v2";
+    if (cap == "pids")
+        return ReadSmall(g + "/pids.max");
+    if (cap == "memory")
+        return ReadSmall(g + (v2 ? "/memory.max" : "/memory.limit_in_bytes"));
+    if (v2)
+        return ReadSmall(g + "/cpu.max");
+    return ReadSmall(g + "/cpu.cfs_quota_us") + ReadSmall(g + "/cpu.cfs_period_us");
+}
+
+// Why a test of `cap` cannot run here.
+std::string NoCap(const std::string &cap)
+{
+    return "this host cannot enforce a " + cap +
+           " cap (the server enforces one through a writable cgroup v1 " + cap +
+           " hierarchy, or a cgroup v2 subtree whose root offers the controller; it has " +
+           wstest::ProbeCgroups().Describe() + ")";
 }
 
 class SandboxLimitsTest : public ::testing::Test
@@ -192,7 +256,8 @@ TEST_F(SandboxLimitsTest, DescribeReportsCapsAndTheHostAgrees)
     EXPECT_DOUBLE_EQ(l.cpus(), 0.5);
     // Exactly what this host can enforce.
     const std::vector<std::string> want = Enforceable({"pids", "memory", "cpu"});
-    EXPECT_EQ(l.mechanism(), want.empty() ? "" : "cgroup-v1") << wstest::ProbeCgroups().Describe();
+    EXPECT_EQ(l.mechanism(), want.empty() ? "" : Host().mechanism)
+        << wstest::ProbeCgroups().Describe();
     std::vector<std::string> en(l.enforced().begin(), l.enforced().end());
     EXPECT_EQ(en, want) << wstest::ProbeCgroups().Describe();
 
@@ -202,14 +267,13 @@ TEST_F(SandboxLimitsTest, DescribeReportsCapsAndTheHostAgrees)
     for (const auto &cap : want) {
         std::string g = FindGroup(cap, id);
         ASSERT_FALSE(g.empty()) << "no " << cap << " group for " << id;
-        if (cap == "pids") {
-            EXPECT_EQ(ReadSmall(g + "/pids.max"), "100\n");
-        } else if (cap == "memory") {
-            EXPECT_EQ(ReadSmall(g + "/memory.limit_in_bytes"), std::to_string(128ull << 20) + "\n");
-        } else {
-            EXPECT_EQ(ReadSmall(g + "/cpu.cfs_quota_us"), "50000\n");
-            EXPECT_EQ(ReadSmall(g + "/cpu.cfs_period_us"), "100000\n");
-        }
+        if (cap == "pids")
+            EXPECT_EQ(CapFile(g, cap), "100\n");
+        else if (cap == "memory")
+            EXPECT_EQ(CapFile(g, cap), std::to_string(128ull << 20) + "\n");
+        else
+            EXPECT_EQ(CapFile(g, cap),
+                      Host().mechanism == "cgroup-v2" ? "50000 100000\n" : "50000\n100000\n");
     }
 
     // Closing the workspace removes its groups.
@@ -245,9 +309,7 @@ TEST_F(SandboxLimitsTest, DefaultsApply)
 TEST_F(SandboxLimitsTest, ForkBombIsContained)
 {
     if (!HostEnforces({"pids"}))
-        GTEST_SKIP() << "this host cannot enforce a pids cap (the server enforces one through a "
-                        "writable cgroup v1 pids hierarchy; it has "
-                     << wstest::ProbeCgroups().Describe() << ")";
+        GTEST_SKIP() << NoCap("pids");
     LocalSandboxConfig cfg;
     cfg.set_pids_limit(40);
     std::string bomb, other;
@@ -326,9 +388,7 @@ TEST_F(SandboxLimitsTest, ForkBombIsContained)
 TEST_F(SandboxLimitsTest, OverTheMemoryCapIsOom)
 {
     if (!HostEnforces({"memory"}))
-        GTEST_SKIP() << "this host cannot enforce a memory cap (the server enforces one through a "
-                        "writable cgroup v1 memory hierarchy; it has "
-                     << wstest::ProbeCgroups().Describe() << ")";
+        GTEST_SKIP() << NoCap("memory");
     LocalSandboxConfig cfg;
     cfg.set_memory_mb(64);
     std::string id;
@@ -421,6 +481,164 @@ TEST_F(SandboxLimitsTest, TooManyBindsAreRefused)
     grpc::Status s = Open(cfg, &id);
     EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "LIMIT");
     EXPECT_EQ(wstest::Decode(s).metadata["field"], "read_only_paths");
+}
+
+// ---- local-bash: the same caps, through the same kind of group ----------
+
+class LocalBashLimitsTest : public SandboxLimitsTest
+{
+  protected:
+    grpc::Status OpenBash(const LocalBashConfig &cfg, std::string *id)
+    {
+        OpenRequest req;
+        *req.mutable_local_bash() = cfg;
+        req.mutable_capabilities()->mutable_fs();
+        auto *sh = req.mutable_capabilities()->mutable_shell();
+        for (const char *c : {"sh", "sleep", "true", "echo", "python3"})
+            sh->add_allowed_commands(c);
+        OpenResponse resp;
+        ClientContext ctx;
+        grpc::Status s = ws_->Open(&ctx, req, &resp);
+        if (s.ok())
+            *id = resp.workspace().id();
+        return s;
+    }
+};
+
+// memory and cpu hold through the workspace's group, whose files say so;
+// where the host cannot hold one the Open is refused naming it.
+TEST_F(LocalBashLimitsTest, CapsHoldOrTheOpenIsRefused)
+{
+    LocalBashConfig cfg;
+    cfg.set_memory_mb(128);
+    cfg.set_cpus(0.5);
+    std::string id;
+    grpc::Status s = OpenBash(cfg, &id);
+    std::vector<std::string> have = Enforceable({"memory", "cpu"});
+    if (have.size() < 2) {
+        wstest::Error e = wstest::Decode(s);
+        EXPECT_EQ(e.code, grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+        EXPECT_EQ(e.reason, "WORKSPACE_FAILED");
+        EXPECT_EQ(e.metadata["cap"], have.empty() || have[0] != "memory" ? "memory" : "cpu");
+        return;
+    }
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    RunResponse r;
+    ASSERT_TRUE(wstest::RunProcess(exec_.get(), id, ArgvProcess({"true"}), &r).ok());
+    ASSERT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+    std::string g = FindGroup("memory", id);
+    ASSERT_FALSE(g.empty()) << "no memory group for " << id;
+    EXPECT_EQ(CapFile(g, "memory"), std::to_string(128ull << 20) + "\n");
+    g = FindGroup("cpu", id);
+    ASSERT_FALSE(g.empty()) << "no cpu group for " << id;
+    EXPECT_EQ(CapFile(g, "cpu"),
+              Host().mechanism == "cgroup-v2" ? "50000 100000\n" : "50000\n100000\n");
+
+    // A command runs inside it (its own /proc/self/cgroup names the group).
+    ASSERT_TRUE(wstest::RunProcess(
+                    exec_.get(), id,
+                    ArgvProcess({"python3", "-c", "print(open('/proc/self/cgroup').read())"}), &r)
+                    .ok());
+    std::string leaf = Host().mechanism == "cgroup-v2" ? "/ws-" + id + "\n" : "/" + id + "\n";
+    EXPECT_NE(r.stdout().find(leaf), std::string::npos) << r.stdout();
+
+    ClientContext ctx;
+    CloseRequest creq;
+    creq.set_workspace_id(id);
+    CloseResponse cresp;
+    ASSERT_TRUE(ws_->Close(&ctx, creq, &cresp).ok());
+    auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!FindGroup("memory", id).empty() && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    EXPECT_TRUE(FindGroup("memory", id).empty()) << "Close left the group";
+}
+
+// A fork bomb on the host stops at the workspace's pids cap, and another
+// workspace keeps running commands meanwhile.
+TEST_F(LocalBashLimitsTest, ForkBombIsContained)
+{
+    if (!HostEnforces({"pids"}))
+        GTEST_SKIP() << NoCap("pids");
+    LocalBashConfig cfg;
+    cfg.set_pids_limit(40);
+    std::string bomb, other;
+    ASSERT_TRUE(OpenBash(cfg, &bomb).ok());
+    ASSERT_TRUE(OpenBash(LocalBashConfig(), &other).ok());
+    std::string marker = wstest::UniqueSleep();
+    ProcessConfig p = ArgvProcess({"sh", "-c",
+                                   "b() { sleep " + marker +
+                                       " & b & b; }; b 2>/dev/null & wait; "
+                                       "exec sleep " +
+                                       marker});
+    p.set_timeout_ms(120000);
+    p.set_tag("bomb");
+    std::atomic<bool> bomb_done{false};
+    std::thread bomber([&] {
+        RunResponse r;
+        grpc::Status s = wstest::RunProcess(exec_.get(), bomb, p, &r);
+        bomb_done = true;
+        EXPECT_TRUE(s.ok()) << s.error_message();
+    });
+    // The bomb grows to its cap (the group's count; with a uid of its own
+    // RLIMIT_NPROC may refuse the fork first, at the same number) and no
+    // further.
+    std::string g;
+    int peak = 0;
+    for (auto deadline = Clock::now() + std::chrono::seconds(60);
+         Clock::now() < deadline && peak < 38;
+         std::this_thread::sleep_for(std::chrono::milliseconds(20))) {
+        if (g.empty())
+            g = FindGroup("pids", bomb);
+        if (!g.empty())
+            peak = std::max(peak, std::atoi(ReadSmall(g + "/pids.current").c_str()));
+    }
+    ASSERT_FALSE(g.empty()) << "no pids group for the bomb's workspace";
+    EXPECT_GE(peak, 38) << "the bomb never came near its cap";
+    for (int i = 0; i < 5; i++) {
+        RunResponse r;
+        grpc::Status s = wstest::RunProcess(exec_.get(), other, ArgvProcess({"echo", "alive"}), &r);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+        EXPECT_EQ(r.stdout(), "alive\n");
+    }
+    for (int i = 0; i < 20; i++)
+        peak = std::max(peak, std::atoi(ReadSmall(g + "/pids.current").c_str()));
+    EXPECT_LE(peak, 40);
+    EXPECT_FALSE(bomb_done) << "the bomb was over before the other workspace was served";
+    {
+        ClientContext ctx;
+        SendSignalRequest req;
+        SendSignalResponse resp;
+        req.set_workspace_id(bomb);
+        req.set_tag("bomb");
+        req.set_signal(SIGKILL);
+        EXPECT_TRUE(exec_->SendSignal(&ctx, req, &resp).ok());
+    }
+    bomber.join();
+    EXPECT_EQ(wstest::WaitProcsAtMost(marker, 0, 10000), 0) << "bomb survivors";
+}
+
+// An allocation over the memory cap is killed by the kernel; under it the
+// same workspace runs normally.
+TEST_F(LocalBashLimitsTest, OverTheMemoryCapIsKilled)
+{
+    if (!HostEnforces({"memory"}))
+        GTEST_SKIP() << NoCap("memory");
+    LocalBashConfig cfg;
+    cfg.set_memory_mb(64);
+    std::string id;
+    ASSERT_TRUE(OpenBash(cfg, &id).ok());
+    RunResponse r;
+    ProcessConfig p = ArgvProcess(
+        {"python3", "-c", "x = bytearray(256 * 1024 * 1024); x[::4096] = b'y' * len(x[::4096])"});
+    p.set_timeout_ms(60000);
+    ASSERT_TRUE(wstest::RunProcess(exec_.get(), id, p, &r).ok());
+    EXPECT_EQ(r.exited().signal(), 9) << r.exited().DebugString() << r.stderr();
+
+    ProcessConfig small =
+        ArgvProcess({"python3", "-c", "x = bytearray(8 * 1024 * 1024); print(len(x))"});
+    ASSERT_TRUE(wstest::RunProcess(exec_.get(), id, small, &r).ok());
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+    EXPECT_EQ(r.stdout(), "8388608\n");
 }
 
 } // namespace

@@ -229,10 +229,6 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
          * refuse to a server without workspace uids.) */
         run_as.set_oom = true;
         run_as.oom_score_adj = WS_SERVICES_COMMAND_OOM_SCORE_ADJ;
-        /* Its config's limits (local-bash: pids as RLIMIT_NPROC, which
-         * counts the uid's processes: the whole workspace's). */
-        if (p->ops->spawn_limits)
-            p->ops->spawn_limits(&w, &run_as);
     }
     if (xe->on_host) {
         err = run_as.set ? ws_exec_home_new_owned(s->exec, run_as.uid, run_as.gid, &own_home)
@@ -294,8 +290,22 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         .wrapper = p->ops->exec_wrap ? &wrap : NULL,
         .run_as = run_as.set ? &run_as : NULL,
     };
+    /* The workspace's caps (local-bash: its cgroup, or pids as
+     * RLIMIT_NPROC, which counts the uid's processes: the whole
+     * workspace's) around the spawn, which ws_exec_start_for makes on
+     * this thread. */
+    void *placed = NULL;
+    if (p->ops->spawn_limits) {
+        err = p->ops->spawn_limits(p->rt, &w, &run_as, &placed, &d);
+        if (err < 0)
+            goto fail;
+        if (run_as.into_cgroup || run_as.n_rlimits)
+            cfg.run_as = &run_as;
+    }
     err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, own_home,
                             &d, ret);
+    if (p->ops->spawn_limits)
+        p->ops->spawn_done(p->rt, placed);
     /* The exec layer owns the wrapper and the home now, whatever happened
      * (and may already have freed them: a quick command is done by now). */
     wrap.arg = NULL;

@@ -1,15 +1,18 @@
 /* Child process trees through posix_spawn (or, to run as another user,
- * clone3) + pidfd; see spawn.h. */
+ * clone3, or clone where clone3 is refused) + pidfd; see spawn.h. */
 #include "server/posix/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/magic.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/vfs.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -396,7 +400,7 @@ out:
     return r;
 }
 
-/* Whether posix_spawn falls short: anything run_as asks needs the clone3
+/* Whether posix_spawn falls short: anything run_as asks needs the cloned
  * child. */
 static bool run_as_asked(const struct ws_run_as *ra)
 {
@@ -422,7 +426,7 @@ static int check_run_as(const struct ws_run_as *ra)
 
 #if defined(__x86_64__)
 
-/* The clone3 child runs on the server's memory while the calling thread
+/* The cloned child runs on the server's memory while the calling thread
  * waits: nothing in it may be instrumented (the sanitizers' bookkeeping
  * belongs to threads they know, and this one shares the caller's TLS), so
  * its functions are compiled without them and call nothing but the inline
@@ -514,10 +518,13 @@ struct kernel_sigaction {
     uint64_t mask;
 };
 
-/* Everything the clone3 child needs, prepared by the parent so that the
+/* Everything the cloned child needs, prepared by the parent so that the
  * child only reads memory and makes system calls. It lives in the parent's
  * frame, which stays put while the child runs (CLONE_VFORK). */
 struct clone_child {
+    /* The cgroup v2 directory the child must move itself into, -1 when it
+     * needs no move (none asked, or clone3 put it there already). */
+    int join_cgroup_fd;
     const char *path;
     const char *const *argv;
     const char *const *envp;
@@ -560,6 +567,25 @@ static __attribute__((noinline)) CHILD_CODE int clone_child_main(void *arg)
     const struct ws_run_as *ra = x->ra;
     long r = 0;
 
+    /* The legacy clone has no CLONE_INTO_CGROUP, so the child moves itself,
+     * before anything else: the cgroup's caps then hold for all it does,
+     * and it still has the server's identity, which the write needs (the
+     * server owns the delegated subtree, not the uid the command runs
+     * as). "0" is the writer itself: this child, a thread group of its
+     * own despite the shared memory. */
+    if (x->join_cgroup_fd >= 0) {
+        long fd = sys4(__NR_openat, x->join_cgroup_fd, "cgroup.procs", O_WRONLY | O_CLOEXEC, 0);
+        if (fd < 0) {
+            r = fd;
+            goto fail;
+        }
+        r = sys3(__NR_write, fd, "0", 1);
+        (void)sys1(__NR_close, fd);
+        if (r >= 0 && r != 1)
+            r = -EIO;
+        if (r < 0)
+            goto fail;
+    }
     /* Every disposition back to the default (SIGKILL and SIGSTOP cannot be
      * changed): no handler of the server may run on this stack, and the
      * command must not inherit an ignored SIGPIPE. Every signal is
@@ -675,7 +701,7 @@ fail:
     return 127;
 }
 
-/* The credential change of a clone3 child marks the address space it shares
+/* The credential change of a cloned child marks the address space it shares
  * with the server non-dumpable (commit_creds applies fs.suid_dumpable to
  * the task's mm). The server's own setting is read by the first of
  * overlapping spawns and put back by the last, so concurrent spawns never
@@ -702,13 +728,74 @@ static void dumpable_release(void)
     pthread_mutex_unlock(&dumpable_lock);
 }
 
+/* Set once clone3 has been refused by the system rather than for the child
+ * asked (see clone3_refused): every later run-as spawn goes straight to the
+ * legacy clone. A race only makes two threads learn the same thing. */
+static atomic_bool clone3_unusable;
+
+/* Whether a failed clone3 (`r`, -errno) means the call itself is refused
+ * here, so the legacy clone should make the child instead:
+ *   - ENOSYS: a kernel without clone3, or a seccomp profile that refuses it
+ *     so that callers fall back (Docker's default profile does, as do
+ *     other container runtimes and flatpak: the flags sit in memory a
+ *     filter cannot read, so the filter cannot vet them);
+ *   - EPERM, only when a call with no arguments gets it too. Some profiles
+ *     (older Docker releases among them) answer every system call they do
+ *     not know with EPERM. But the kernel has EPERMs of its own for a
+ *     real clone3, and those must stay the spawn's error; it reads the
+ *     arguments before any of them, and refuses a size of 0 with EINVAL,
+ *     so only a filter says EPERM to that call, which makes no child. */
+static bool clone3_refused(long r)
+{
+    if (r == -ENOSYS)
+        return true;
+    if (r != -EPERM)
+        return false;
+    return syscall(__NR_clone3, NULL, 0) < 0 && errno == EPERM;
+}
+
+/* Makes the child: clone3 with `ca` (which holds the pidfd's address and,
+ * with CLONE_INTO_CGROUP, the cgroup), or, where clone3 is refused, the
+ * legacy clone with the same flags save CLONE_INTO_CGROUP, on the same
+ * stack (`stack_top` is its top), the child then moving itself into the
+ * cgroup. Returns the child's pid or -errno; the caller has blocked every
+ * signal. */
+static long clone_child(struct clone_args *ca, char *stack_top, struct clone_child *x)
+{
+    if (!atomic_load_explicit(&clone3_unusable, memory_order_relaxed)) {
+        long pid = ws_spawn_clone3(ca, sizeof(*ca), clone_child_main, x);
+        if (pid >= 0 || !clone3_refused(pid))
+            return pid;
+        atomic_store_explicit(&clone3_unusable, true, memory_order_relaxed);
+    }
+    if (ca->flags & CLONE_INTO_CGROUP) {
+        /* clone3 takes a v2 cgroup only; a v1 directory has a cgroup.procs
+         * too, which would take the child without a word. */
+        struct statfs sfs;
+        if (fstatfs((int)ca->cgroup, &sfs) < 0)
+            return -errno;
+        if (sfs.f_type != CGROUP2_SUPER_MAGIC)
+            return -EBADF;
+        x->join_cgroup_fd = (int)ca->cgroup;
+    }
+    /* glibc's clone, the legacy system call posix_spawn falls back to as
+     * well: assembly that calls clone_child_main on the new stack and ends
+     * the child with its return value, touching nothing else (no TLS, no
+     * errno) in the child. The pidfd is written where the parent's tid
+     * would go. */
+    int flags = (int)(ca->flags & ~(uint64_t)CLONE_INTO_CGROUP) | (int)ca->exit_signal;
+    int pid = clone(clone_child_main, stack_top, flags, x, (int *)(uintptr_t)ca->pidfd);
+    return pid < 0 ? -errno : pid;
+}
+
 /* The run-as child: see struct clone_child and clone_child_main. Returns 0
  * with the child's pid and pidfd, or -errno with no child left. */
-static int spawn_clone3(const struct ws_spawn_opts *o, const struct child_fds *f, pid_t *ret_pid,
-                        int *ret_pidfd)
+static int spawn_clone(const struct ws_spawn_opts *o, const struct child_fds *f, pid_t *ret_pid,
+                       int *ret_pidfd)
 {
     const struct ws_run_as *ra = &o->run_as;
     struct clone_child x = {
+        .join_cgroup_fd = -1,
         .path = o->argv[0],
         .argv = o->argv,
         .envp = o->envp,
@@ -767,7 +854,7 @@ static int spawn_clone3(const struct ws_spawn_opts *o, const struct child_fds *f
     }
     if (ra->set)
         dumpable_hold();
-    pid = ws_spawn_clone3(&ca, sizeof(ca), clone_child_main, &x);
+    pid = clone_child(&ca, map + map_size, &x);
     if (ra->set)
         dumpable_release();
     (void)syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old, NULL, KERNEL_SIGSET_SIZE);
@@ -791,8 +878,8 @@ out:
 
 #else
 
-static int spawn_clone3(const struct ws_spawn_opts *o, const struct child_fds *f, pid_t *ret_pid,
-                        int *ret_pidfd)
+static int spawn_clone(const struct ws_spawn_opts *o, const struct child_fds *f, pid_t *ret_pid,
+                       int *ret_pidfd)
 {
     (void)o;
     (void)f;
@@ -851,7 +938,7 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
 
     if (run_as) {
         /* The pidfd comes with the clone; a failed child is reaped. */
-        r = spawn_clone3(o, &f, &c->pid, &c->pidfd);
+        r = spawn_clone(o, &f, &c->pid, &c->pidfd);
         if (r < 0)
             goto out;
     } else {

@@ -14,7 +14,12 @@
  * calls only (glibc's setresuid/setgroups would signal every thread of the
  * server through the shared memory), the same file setup as below, and an
  * exec failure reported back the same way. The pidfd comes from the clone
- * itself. x86_64 only: elsewhere such a request fails with -ENOSYS.
+ * itself. Where clone3 is refused (a kernel without it, or a container
+ * runtime's seccomp profile answering it with ENOSYS, or with EPERM when a
+ * call with no arguments gets that too), the legacy clone(2) makes the same
+ * child with the same flags, CLONE_INTO_CGROUP aside; the first refusal is
+ * remembered for the life of the process. x86_64 only: elsewhere such a
+ * request fails with -ENOSYS.
  * The credential change of that child marks the shared address space
  * non-dumpable for a moment (the kernel applies fs.suid_dumpable to the mm
  * of a task whose uid changes); the server's own setting is put back once
@@ -141,10 +146,15 @@ struct ws_run_as {
     /* Start the child in the cgroup v2 directory `cgroup_fd` (an
      * O_DIRECTORY fd, borrowed) through CLONE_INTO_CGROUP, so it is
      * inside its caps from its first instruction and no cgroup.procs
-     * write (and its wait for an RCU grace period) is needed. Off unless
-     * into_cgroup; then cgroup_fd < 0 is -EBADF, and what the kernel
-     * refuses (not a v2 cgroup, a cgroup with controllers in its
-     * subtree_control: EBUSY...) is ws_spawn's error. */
+     * write (and its wait for an RCU grace period) is needed. Where clone3
+     * is refused, the child writes itself to the directory's cgroup.procs
+     * instead, as its first step and with the server's identity; it is in
+     * the cgroup before it runs anything of the command's, but a pids.max
+     * already reached does not stop that move as it stops a clone into
+     * the cgroup. Off unless into_cgroup; then cgroup_fd < 0 is -EBADF,
+     * and what the kernel refuses (not a v2 cgroup: EBADF; a cgroup with
+     * controllers in its subtree_control: EBUSY; a removed one: ENODEV,
+     * or ENOENT from the cgroup.procs open...) is ws_spawn's error. */
     bool into_cgroup;
     int cgroup_fd;
 };
@@ -205,9 +215,9 @@ struct ws_child_exit {
  *   -EMFILE, -ENOMEM, -EAGAIN... resource exhaustion (-EAGAIN also from
  *            an exec over run_as's RLIMIT_NPROC);
  *   -ENOSYS  no pidfd_open (Linux < 5.3; the child is killed and reaped),
- *            or run_as asked for anything where clone3 is not available
- *            (not x86_64, Linux < 5.3; close_range needs 5.9 and
- *            CLONE_INTO_CGROUP 5.7). */
+ *            or run_as asked for anything where it cannot be done (not
+ *            x86_64; Linux < 5.2 has no CLONE_PIDFD, close_range needs 5.9
+ *            and CLONE_INTO_CGROUP, unless clone3 is refused, 5.7). */
 int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret);
 
 /* The leader's pid, which is also the session id and process group id. */

@@ -1,5 +1,6 @@
 // Tests for ws_spawn's run_as (server/posix/spawn.c): the clone3 child that
-// switches identity, sets limits and oom_score_adj and starts in a cgroup.
+// switches identity, sets limits and oom_score_adj and starts in a cgroup,
+// and the same child made by the legacy clone where seccomp refuses clone3.
 // Every property is read from a real child: from /proc/<pid>/ as this
 // process sees it, or from spawn_probe's report of what it sees inside.
 // They need root (CAP_SETUID/CAP_SETGID, a uid to switch to) and skip
@@ -10,6 +11,7 @@
 #include <linux/capability.h>
 #include <linux/securebits.h>
 #include <poll.h>
+#include <seccomp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -567,7 +570,7 @@ TEST_F(RunAsTest, IntoCgroupStartsTheChildInThatCgroup)
     // Not a cgroup directory: the kernel refuses the clone, nothing starts.
     s.run_as.cgroup_fd = dir_fd_;
     c = nullptr;
-    EXPECT_LT(Spawn(s, &c), 0);
+    EXPECT_EQ(Spawn(s, &c), -EBADF);
     EXPECT_EQ(c, nullptr);
     ws_child_free(c);
 
@@ -579,6 +582,239 @@ TEST_F(RunAsTest, IntoCgroupStartsTheChildInThatCgroup)
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
     EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " is left behind";
 }
+
+// Soft and hard value of a row of /proc/<pid>/limits ("Max processes"),
+// "" when the row is missing.
+std::string LimitRow(pid_t pid, const std::string &name)
+{
+    std::string limits = ReadFile("/proc/" + std::to_string(pid) + "/limits");
+    size_t at = limits.find(name);
+    if (at == std::string::npos)
+        return "";
+    std::istringstream in(limits.substr(at + name.size()));
+    std::string soft, hard;
+    in >> soft >> hard;
+    return soft + " " + hard;
+}
+
+std::string ErrnoName(int err)
+{
+    const char *name = strerrorname_np(err);
+    return name ? name : std::to_string(err);
+}
+
+// Runs `body` in a forked process whose clone3 a seccomp filter answers
+// with `err`, as a container runtime's profile does, and returns what it
+// reported, after a first line that says what clone3 itself answers there.
+// The body reports in text rather than asserting: a failed assertion in
+// the forked process would not reach this one.
+std::string WithClone3Refused(int err, const std::function<std::string()> &body)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return std::string("pipe: ") + strerror(errno);
+    pid_t pid = fork();
+    if (pid < 0)
+        return std::string("fork: ") + strerror(errno);
+    if (pid == 0) {
+        close(p[0]);
+        std::string out;
+        scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+        if (!ctx ||
+            seccomp_rule_add(ctx, SCMP_ACT_ERRNO((uint32_t)err), SCMP_SYS(clone3), 0) != 0 ||
+            seccomp_load(ctx) != 0) {
+            out = "the seccomp filter could not be loaded\n";
+        } else {
+            // Without the filter the kernel says EINVAL to a size of 0.
+            long r = syscall(SYS_clone3, nullptr, 0);
+            out = "clone3 " + (r < 0 ? ErrnoName(errno) : "made a child") + "\n";
+            out += body();
+        }
+        seccomp_release(ctx);
+        for (size_t done = 0; done < out.size();) {
+            ssize_t n = write(p[1], out.data() + done, out.size() - done);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                _exit(1);
+            done += (size_t)n;
+        }
+        _exit(0);
+    }
+    close(p[1]);
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    std::string out = ReadAll(p[0], 30000);
+    close(p[0]);
+    int status = 0;
+    // A body stuck past the read's timeout must not hang the test.
+    kill(pid, SIGKILL);
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        out += "the forked process did not exit 0 (status " + std::to_string(status) + ")\n";
+    return out;
+}
+
+// A cgroup v2 directory for the child, and a removed one, or neither where
+// the host has no cgroup v2 hierarchy to use.
+struct FallbackCgroups {
+    std::string path, rel, dead_path;
+    int fd = -1, dead_fd = -1;
+    std::string why;
+
+    bool Make()
+    {
+        std::string mount, own;
+        if (!OwnCgroupV2(&mount, &own, &why))
+            return false;
+        rel = (own == "/" ? "" : own) + "/ws-spawn-fallback-" + std::to_string(getpid());
+        path = mount + rel;
+        dead_path = path + "-removed";
+        if (mkdir(path.c_str(), 0755) != 0 || mkdir(dead_path.c_str(), 0755) != 0) {
+            why = "cannot make a cgroup at " + path + ": " + strerror(errno);
+            return false;
+        }
+        fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        dead_fd = open(dead_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        // An fd on a cgroup removed since: what a spawn racing the end of
+        // its workspace holds.
+        if (fd < 0 || dead_fd < 0 || rmdir(dead_path.c_str()) != 0) {
+            why = "cannot set up the cgroups: " + std::string(strerror(errno));
+            return false;
+        }
+        return true;
+    }
+
+    ~FallbackCgroups()
+    {
+        if (fd >= 0)
+            close(fd);
+        if (dead_fd >= 0)
+            close(dead_fd);
+        if (!path.empty()) {
+            // The reaped children have left; rmdir works once the kernel
+            // has seen the cgroup empty.
+            auto t0 = Clock::now();
+            while (rmdir(path.c_str()) != 0 && errno == EBUSY && ElapsedMs(t0) < 5000)
+                std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            EXPECT_NE(access(path.c_str(), F_OK), 0) << path << " is left behind";
+        }
+        rmdir(dead_path.c_str());
+    }
+};
+
+class RunAsFallbackTest : public RunAsTest, public ::testing::WithParamInterface<int>
+{
+  protected:
+    // Everything run_as asks, from a process where clone3 is refused with
+    // `err`: what the child got, read from /proc and from the probe.
+    std::string Report(const FallbackCgroups &cg)
+    {
+        std::string out;
+        Spec s{{"/bin/sleep", "100"}};
+        s.run_as.rlimits[0] = {RLIMIT_NPROC, 64};
+        s.run_as.rlimits[1] = {RLIMIT_FSIZE, 1 << 20};
+        s.run_as.n_rlimits = 2;
+        s.run_as.set_oom = true;
+        s.run_as.oom_score_adj = 1000;
+        if (cg.fd >= 0) {
+            s.run_as.into_cgroup = true;
+            s.run_as.cgroup_fd = cg.fd;
+        }
+        ws_child *c = nullptr;
+        int r = Spawn(s, &c);
+        out += "spawn " + (r == 0 ? std::string("ok") : ErrnoName(-r)) + "\n";
+        if (c) {
+            pid_t pid = ws_child_pid(c);
+            out += "uid " + StatusField(pid, "Uid") + "\n";
+            out += "gid " + StatusField(pid, "Gid") + "\n";
+            out += "groups " + Trim(StatusField(pid, "Groups")) + "\n";
+            out += "capeff " + StatusField(pid, "CapEff") + "\n";
+            out += "nonewprivs " + StatusField(pid, "NoNewPrivs") + "\n";
+            out += "sigblk " + StatusField(pid, "SigBlk") + "\n";
+            out += std::string("session ") + (getsid(pid) == pid ? "own" : "shared") + "\n";
+            out += "nproc " + LimitRow(pid, "Max processes") + "\n";
+            out += "fsize " + LimitRow(pid, "Max file size") + "\n";
+            out +=
+                "oom " + Trim(ReadFile("/proc/" + std::to_string(pid) + "/oom_score_adj")) + "\n";
+            if (cg.fd >= 0) {
+                out += "cgroup " + CgroupV2Of(pid) + "\n";
+                out += "own cgroup " + CgroupV2Of(getpid()) + "\n";
+            }
+            // The pidfd is the child's: the tree ends and is reaped by it.
+            out += "kill_tree " + std::to_string(ws_child_kill_tree(c, 1000)) + "\n";
+            ws_child_free(c);
+        }
+
+        // Pipes and the exit status, from the probe's own view.
+        c = nullptr;
+        r = Spawn({{probe_, "ids"}}, &c);
+        if (c) {
+            out += ReadAll(ws_child_stdout_fd(c));
+            out += "exit " + std::to_string(WaitExit(c).exit_code) + "\n";
+            ws_child_free(c);
+        } else {
+            out += "probe spawn " + ErrnoName(-r) + "\n";
+        }
+
+        // A failure in the child, at the exec or at its cgroup move, is
+        // the spawn's error.
+        c = nullptr;
+        out += "missing " + ErrnoName(-Spawn({{"/nonexistent/bin/tool"}}, &c)) + "\n";
+        if (cg.fd >= 0) {
+            s.run_as.cgroup_fd = cg.dead_fd;
+            out += "removed cgroup " + ErrnoName(-Spawn(s, &c)) + "\n";
+            s.run_as.cgroup_fd = dir_fd_;
+            out += "not a cgroup " + ErrnoName(-Spawn(s, &c)) + "\n";
+        }
+        if (c)
+            out += "a failed spawn returned a child\n";
+        errno = 0;
+        if (waitpid(-1, nullptr, WNOHANG) != -1 || errno != ECHILD)
+            out += "a child is left unreaped\n";
+        return out;
+    }
+
+    std::string Expected(int err, const FallbackCgroups &cg)
+    {
+        std::string w = std::to_string(kUid);
+        std::string all4 = w + "\t" + w + "\t" + w + "\t" + w;
+        std::string own;
+        if (cg.fd >= 0)
+            own = CgroupV2Of(getpid());
+        return "clone3 " + ErrnoName(err) + "\n" + "spawn ok\n" + "uid " + all4 + "\n" + "gid " +
+               all4 + "\n" + "groups " + w + "\n" + "capeff 0000000000000000\n" + "nonewprivs 1\n" +
+               "sigblk 0000000000000000\n" + "session own\n" + "nproc 64 64\n" +
+               "fsize 1048576 1048576\n" + "oom 1000\n" +
+               (cg.fd >= 0 ? "cgroup " + cg.rel + "\nown cgroup " + own + "\n" : "") +
+               "kill_tree 0\n" + "uid " + w + " " + w + " " + w + "\ngid " + w + " " + w + " " + w +
+               "\ngroups " + w + "\n" + "exit 0\n" + "missing ENOENT\n" +
+               (cg.fd >= 0 ? "removed cgroup ENOENT\nnot a cgroup EBADF\n" : "");
+    }
+};
+
+// Docker's default seccomp profile answers clone3 with ENOSYS, older
+// profiles with EPERM: a server in such a container must still start
+// commands as workspace uids, with their limits and in their cgroup.
+TEST_P(RunAsFallbackTest, LegacyCloneGivesTheChildEverythingRunAsAsks)
+{
+    FallbackCgroups cg;
+    if (!cg.Make()) {
+        printf("no cgroup v2 directory, the cgroup move is not tested: %s\n", cg.why.c_str());
+        if (cg.fd >= 0)
+            close(cg.fd);
+        cg.fd = -1;
+    }
+    int err = GetParam();
+    std::string got = WithClone3Refused(err, [&] {
+        // Twice: the second spawn goes straight to the legacy clone.
+        std::string first = Report(cg);
+        std::string second = Report(cg);
+        return first == second ? first : first + "--- then ---\n" + second;
+    });
+    EXPECT_EQ(got, Expected(err, cg));
+}
+
+INSTANTIATE_TEST_SUITE_P(Clone3Refused, RunAsFallbackTest, ::testing::Values(ENOSYS, EPERM),
+                         [](const ::testing::TestParamInfo<int> &p) { return ErrnoName(p.param); });
 
 TEST_F(RunAsTest, ExecFailureIsTheReturnValueAndLeavesNothing)
 {

@@ -287,6 +287,8 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
         .grace_ms = cfg->kill_grace_ms,
         .containment = cfg->force_subreaper ? WS_TREE_FORCE_SUBREAPER : WS_TREE_AUTO,
         .running_per_tenant = cfg->tenant_max_commands,
+        .retained_per_tenant = cfg->tenant_retained_output_bytes,
+        .finished_ttl_ms = cfg->finished_output_ttl_ms,
         .home_root = home_root,
         .on_finished = command_finished,
         .ud = app,

@@ -22,6 +22,7 @@
 #define WS_APP_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
@@ -50,6 +51,11 @@ struct ws_app_config {
     bool force_subreaper;
     const char *exec_path;
     unsigned tenant_max_commands;
+    /* Output of finished commands kept for Attach: bytes per tenant (0:
+     * no quota; past it the tenant's oldest are freed), and how long
+     * after it ended a command's output is kept (0: until pushed out). */
+    uint64_t tenant_retained_output_bytes;
+    long long finished_output_ttl_ms;
     /* The RPC server's address, authentication and transport limits (the
      * app fills in the [peers] lookup and the buffer for the reason of a
      * refused configuration). */
@@ -74,6 +80,20 @@ struct ws_app_config {
         unsigned tenant_queued;
     } work;
 };
+
+/* The per-tenant quotas main gives the ones the operator left alone
+ * when callers are told apart as tenants (a tokens file, a client CA,
+ * [peers] on a unix socket); without that they are none. Generous enough
+ * for one agent's real work, small enough that one tenant cannot take
+ * the whole server: a quarter of the server's workspaces, of its running
+ * commands and of its transport memory. */
+#define WS_APP_AUTH_TENANT_WORKSPACES       64
+#define WS_APP_AUTH_TENANT_OPENS_PER_MINUTE 600
+#define WS_APP_AUTH_TENANT_COMMANDS         256
+#define WS_APP_AUTH_TENANT_BYTES            (16ull << 30)
+#define WS_APP_AUTH_TENANT_MEMORY_BYTES     (1ull << 30)
+#define WS_APP_AUTH_TENANT_RETAINED_BYTES   (256ull << 20)
+#define WS_APP_AUTH_TENANT_STREAMS          256
 
 /* The server's own oom_score_adj, written at start. */
 #define WS_APP_OOM_SCORE_ADJ "-500"

@@ -29,6 +29,7 @@
 #include "server/policy/policy.h"
 #include "server/providers/probe.h"
 #include "server/providers/provider.h"
+#include "server/registry/memquota.h"
 #include "server/registry/registry.h"
 #include "server/rpc/call.h"
 #include "server/rpc/listen.h"
@@ -71,6 +72,10 @@ enum {
     TENANTOPENS,
     TENANTCMDS,
     TENANTBYTES,
+    TENANTMEM,
+    TENANTRETAINED,
+    TENANTSTREAMS,
+    FINISHEDTTL,
     METRICS,
     METRICS_REMOTE,
     MAXMSG,
@@ -144,6 +149,14 @@ struct options {
     long long tenant_opens_per_minute;
     long long tenant_max_commands;
     long long tenant_max_bytes;
+    long long tenant_memory_bytes;
+    long long tenant_retained_bytes;
+    long long tenant_max_streams;
+    /* How long a finished command's output is kept (-1: for ever). */
+    long long finished_output_ttl_ms;
+    /* The file named [peers] (at start): callers on a unix socket are
+     * then told apart as tenants. */
+    bool peers_given;
     /* Observability and transport limits. */
     const char *metrics_listen;
     bool metrics_allow_remote;
@@ -211,6 +224,8 @@ struct setting {
 };
 
 #define FIELD(name) offsetof(struct options, name)
+/* A per-tenant quota the flags and the file left alone (default_quotas). */
+#define QUOTA_NOT_GIVEN (-2)
 
 static void usage(FILE *f)
 {
@@ -236,10 +251,23 @@ static void usage(FILE *f)
         "  --tls-client-ca FILE   require client certificates signed by this CA (mTLS);\n"
         "                         the certificate's CN is the tenant when no token is sent\n"
         "  --allow-plaintext      allow a non-loopback address without TLS\n"
-        "  --tenant-max-workspaces N   open workspaces per tenant, 0: no quota [0]\n"
-        "  --tenant-opens-per-minute N Opens per tenant and minute, 0: no quota [0]\n"
-        "  --tenant-max-commands N     running commands per tenant, 0: no quota [0]\n"
-        "  --tenant-max-bytes BYTES    bytes of files in a tenant's workspaces, 0: no quota [0]\n"
+        "Per-tenant quotas (0: no quota). A quota not given is none without\n"
+        "authentication, and the second default when callers are told apart as\n"
+        "tenants (a tokens file, a client CA, or [peers] on a unix socket):\n"
+        "  --tenant-max-workspaces N   open workspaces per tenant [0; %u]\n"
+        "  --tenant-opens-per-minute N Opens per tenant and minute [0; %u]\n"
+        "  --tenant-max-commands N     running commands per tenant [0; %u]\n"
+        "  --tenant-max-bytes BYTES    bytes of files in a tenant's workspaces [0; %llu]\n"
+        "  --tenant-memory-bytes BYTES what a tenant's memory workspaces hold together, each\n"
+        "                         file and directory counted as %u bytes plus its name\n"
+        "                         on top of its contents [0; %llu]\n"
+        "  --tenant-retained-output-bytes BYTES  output kept of a tenant's finished\n"
+        "                         commands (the oldest is freed first past it) [0; %llu]\n"
+        "  --tenant-max-streams N  streaming calls (ReadFile, Grep, Exec, Attach, ...) a\n"
+        "                         tenant holds open at once over all its connections;\n"
+        "                         it also bounds the files its streams hold open [0; %u]\n"
+        "  --finished-output-ttl-ms MS  a finished command's output is freed this long\n"
+        "                         after it ended, 0: kept until pushed out [%d]\n"
         "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
         "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
         "  --max-workspaces N     cap on open workspaces [%d]\n"
@@ -306,7 +334,12 @@ static void usage(FILE *f)
         "                             [none: only the server's default user]\n"
         "Precedence: a flag, then the environment (WORKSPACED_BWRAP, DOCKER_HOST), then\n"
         "the configuration file, then the default.\n",
-        WS_DEFAULT_MAX_WORKSPACES, (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
+        WS_APP_AUTH_TENANT_WORKSPACES, WS_APP_AUTH_TENANT_OPENS_PER_MINUTE,
+        WS_APP_AUTH_TENANT_COMMANDS, (unsigned long long)WS_APP_AUTH_TENANT_BYTES,
+        WS_MEMQUOTA_ENTRY_COST, (unsigned long long)WS_APP_AUTH_TENANT_MEMORY_BYTES,
+        (unsigned long long)WS_APP_AUTH_TENANT_RETAINED_BYTES, WS_APP_AUTH_TENANT_STREAMS,
+        WS_EXEC_FINISHED_TTL_MS_DEFAULT, WS_DEFAULT_MAX_WORKSPACES,
+        (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
         (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS, WS_EXEC_GRACE_MS_DEFAULT,
         WS_RPC_KEEPALIVE_MS_DEFAULT, WS_UIDS_DEFAULT_FIRST, WS_UIDS_DEFAULT_LAST,
         MAX_MESSAGE_DEFAULT, WS_RPC_MAX_STREAMS_DEFAULT, WS_RPC_MEMORY_QUOTA_DEFAULT,
@@ -498,6 +531,18 @@ static const struct setting settings[] = {
     {TENANTBYTES, "tenant-max-bytes", "quotas", "tenant-max-bytes", .kind = NUMBER,
      .field = FIELD(tenant_max_bytes), .min = 0, .max = 1ull << 50,
      .refused = "not a number of bytes in 0..1125899906842624 (0: no quota)"},
+    {TENANTMEM, "tenant-memory-bytes", "quotas", "tenant-memory-bytes", .kind = NUMBER,
+     .field = FIELD(tenant_memory_bytes), .min = 0, .max = 1ull << 50,
+     .refused = "not a number of bytes in 0..1125899906842624 (0: no quota)"},
+    {TENANTRETAINED, "tenant-retained-output-bytes", "quotas", "tenant-retained-output-bytes",
+     .kind = NUMBER, .field = FIELD(tenant_retained_bytes), .min = 0, .max = 1ull << 50,
+     .refused = "not a number of bytes in 0..1125899906842624 (0: no quota)"},
+    {TENANTSTREAMS, "tenant-max-streams", "quotas", "tenant-max-streams", .kind = NUMBER,
+     .field = FIELD(tenant_max_streams), .min = 0, .max = 1000000,
+     .refused = "not a number in 0..1000000 (0: no quota)"},
+    {FINISHEDTTL, "finished-output-ttl-ms", "exec", "finished-output-ttl-ms", .kind = NUMBER,
+     .field = FIELD(finished_output_ttl_ms), .min = 0, .max = 7ull * 24 * 3600 * 1000,
+     .zero_is_none = true, .refused = "not a number of ms in 0..604800000 (0: no bound)"},
     {EXECPATH, "exec-path", "exec", "path", .kind = STRING, .field = FIELD(exec_path),
      .valid = ws_services_exec_path_valid,
      .refused = "not a colon-separated list of absolute directories"},
@@ -639,8 +684,10 @@ static int conf_set(void *ud, const char *section, const char *key, const char *
      * are not settings with a flag. */
     if (strncmp(section, "policy.", 7) == 0)
         return ws_policy_set_key(o->policy, section + 7, key, value, why, why_size);
-    if (strcmp(section, "peers") == 0)
+    if (strcmp(section, "peers") == 0) {
+        o->peers_given = true;
         return ws_policy_set_peer(o->policy, key, value, why, why_size);
+    }
     for (size_t i = 0; i < N_ROWS; i++) {
         if (strcmp(settings[i].section, section) != 0 || strcmp(settings[i].key, key) != 0)
             continue;
@@ -772,6 +819,40 @@ static int check_options(const struct options *o, bool quiet)
     return 0;
 }
 
+/* Whether callers are told apart as tenants: bearer tokens and client
+ * certificates name them, and so does [peers] for callers on a unix
+ * socket. Without any of these every caller is one tenant (root and the
+ * server's own uid on a unix socket, anyone on an insecure loopback), and
+ * a quota per tenant would only be a lower server-wide cap. */
+static bool tenants_told_apart(const struct options *o)
+{
+    return o->tokens_file || o->tls_client_ca || (ws_listen_is_unix(o->listen) && o->peers_given);
+}
+
+/* A per-tenant quota not given explicitly: none when callers are not told
+ * apart, else its default. An explicit 0 stays "no quota", so an operator
+ * can still turn one off. */
+static void default_quotas(struct options *o)
+{
+    bool on = tenants_told_apart(o);
+    struct {
+        long long *field;
+        long long dflt;
+    } q[] = {
+        {&o->tenant_max_workspaces, WS_APP_AUTH_TENANT_WORKSPACES},
+        {&o->tenant_opens_per_minute, WS_APP_AUTH_TENANT_OPENS_PER_MINUTE},
+        {&o->tenant_max_commands, WS_APP_AUTH_TENANT_COMMANDS},
+        {&o->tenant_max_bytes, (long long)WS_APP_AUTH_TENANT_BYTES},
+        {&o->tenant_memory_bytes, (long long)WS_APP_AUTH_TENANT_MEMORY_BYTES},
+        {&o->tenant_retained_bytes, (long long)WS_APP_AUTH_TENANT_RETAINED_BYTES},
+        {&o->tenant_max_streams, WS_APP_AUTH_TENANT_STREAMS},
+    };
+
+    for (size_t i = 0; i < WS_ELEMENTSOF(q); i++)
+        if (*q[i].field == QUOTA_NOT_GIVEN)
+            *q[i].field = on ? q[i].dflt : 0;
+}
+
 /* Returns 0 to run, 1 to exit 0 (--help, a good --check-config), -1 to
  * exit 2. The file is read first, whatever the order of the arguments,
  * so a flag overrides it. */
@@ -787,7 +868,15 @@ static int parse_args(int argc, char **argv, struct options *o)
     *o = (struct options){.listen = DEFAULT_LISTEN,
                           .grace_ms = DEFAULT_GRACE_MS,
                           .work_fs_threads = -1,
-                          .work_daemon_threads = -1};
+                          .work_daemon_threads = -1,
+                          .tenant_max_workspaces = QUOTA_NOT_GIVEN,
+                          .tenant_opens_per_minute = QUOTA_NOT_GIVEN,
+                          .tenant_max_commands = QUOTA_NOT_GIVEN,
+                          .tenant_max_bytes = QUOTA_NOT_GIVEN,
+                          .tenant_memory_bytes = QUOTA_NOT_GIVEN,
+                          .tenant_retained_bytes = QUOTA_NOT_GIVEN,
+                          .tenant_max_streams = QUOTA_NOT_GIVEN,
+                          .finished_output_ttl_ms = WS_EXEC_FINISHED_TTL_MS_DEFAULT};
     if (ws_policy_set_new(&o->policy) < 0)
         return -1;
     for (i = 0; i < N_ROWS; i++)
@@ -862,6 +951,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     }
     if (check_options(o, check != NULL) < 0)
         goto out;
+    default_quotas(o);
     if (check) {
         printf("config: %s: ok\n", check);
         rc = 1;
@@ -1019,6 +1109,7 @@ int main(int argc, char **argv)
                 .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,
                 .tenant_opens_per_minute = (unsigned)o.tenant_opens_per_minute,
                 .tenant_max_bytes = (uint64_t)o.tenant_max_bytes,
+                .tenant_memory_bytes = (uint64_t)o.tenant_memory_bytes,
                 .providers_enabled = o.providers,
                 .policy = o.policy,
                 .uids_mode = o.uids_mode,
@@ -1030,6 +1121,8 @@ int main(int argc, char **argv)
         .force_subreaper = o.force_subreaper,
         .exec_path = o.exec_path,
         .tenant_max_commands = (unsigned)o.tenant_max_commands,
+        .tenant_retained_output_bytes = (uint64_t)o.tenant_retained_bytes,
+        .finished_output_ttl_ms = o.finished_output_ttl_ms < 0 ? 0 : o.finished_output_ttl_ms,
         .rpc =
             {
                 .listen = o.listen,
@@ -1042,6 +1135,7 @@ int main(int argc, char **argv)
                 .tls_client_ca = o.tls_client_ca,
                 .max_message_bytes = (int)o.max_message_bytes,
                 .max_streams_per_connection = (int)o.max_streams,
+                .tenant_max_streams = (unsigned)o.tenant_max_streams,
                 .memory_quota_bytes = o.memory_quota_bytes,
                 .max_connections = (unsigned)o.max_connections,
             },

@@ -19,10 +19,12 @@
 
 #define BUCKETS 256
 
-/* One tenant's running commands; exists while it has any. */
+/* One tenant's running commands and the output its finished ones keep;
+ * exists while it has either. */
 struct tenant_run {
     char name[WS_EXEC_TENANT_MAX + 1];
     unsigned running;
+    uint64_t retained;
     struct tenant_run *next;
 };
 
@@ -33,7 +35,18 @@ struct entry {
     /* The tenant count this command holds a place in while running; NULL:
      * none. */
     struct tenant_run *tenant;
+    /* What its output holds, counted against `owner` from its end until it
+     * is forgotten (owner NULL: counted against nobody). */
+    uint64_t retained;
+    struct tenant_run *owner;
+    int64_t ended_ms; /* monotonic */
     struct entry *next;
+};
+
+/* A command forgotten with its output. */
+struct freed_cmd {
+    char id[WS_PROC_ID_LEN + 1];
+    char tag[WS_PROC_TAG_MAX + 1];
 };
 
 struct table {
@@ -43,6 +56,9 @@ struct table {
     unsigned running;
     unsigned finished;
     struct entry *entries; /* newest first */
+    /* WS_EXEC_FREED_KEPT of them, made with the first one. */
+    struct freed_cmd *freed;
+    unsigned freed_next;
     struct table *next;
 };
 
@@ -56,6 +72,12 @@ struct ws_exec {
     unsigned running;
     struct tenant_run *tenants;
     struct table *buckets[BUCKETS];
+    /* Forgets finished commands whose time is up (cfg.finished_ttl_ms);
+     * woken through sweep_cond to stop. */
+    pthread_t sweeper;
+    bool sweeper_started;
+    bool stopping;
+    pthread_cond_t sweep_cond;
     /* Tables of closed workspaces, kept so a command racing its
      * workspace's Close is refused; the oldest are dropped past
      * WS_EXEC_TOMBSTONES_KEPT. */
@@ -123,10 +145,11 @@ static struct tenant_run *tenant_get(struct ws_exec *e, const char *name)
     return t;
 }
 
-/* Frees the tenant's count once nothing runs for it; lock held. */
+/* Frees the tenant's count once nothing runs for it and nothing it
+ * finished is kept; lock held. */
 static void tenant_put(struct ws_exec *e, struct tenant_run *t)
 {
-    if (!t || t->running)
+    if (!t || t->running || t->retained)
         return;
     for (struct tenant_run **pp = &e->tenants; *pp; pp = &(*pp)->next)
         if (*pp == t) {
@@ -145,6 +168,56 @@ static void entry_stopped(struct ws_exec *e, struct table *t, struct entry *en)
         en->tenant->running--;
         tenant_put(e, en->tenant);
         en->tenant = NULL;
+    }
+}
+
+/* A command ended (or never got its done callback): its output is kept,
+ * counted against its tenant, until it is forgotten; lock held. */
+static void entry_finished(struct ws_exec *e, struct table *t, struct entry *en)
+{
+    en->running = false;
+    t->finished++;
+    en->ended_ms = ws_mono_ms();
+    if (en->tenant && en->retained) {
+        en->owner = en->tenant;
+        en->owner->retained += en->retained;
+    }
+    entry_stopped(e, t, en);
+}
+
+/* Forgets a finished entry (already unlinked from t): its tenant no longer
+ * counts its output, and its id and tag are remembered as freed. The
+ * entry goes on *dropped, whose processes the caller releases after
+ * unlocking (entries_free). Lock held. */
+static void entry_forget(struct ws_exec *e, struct table *t, struct entry *en,
+                         struct entry **dropped)
+{
+    t->finished--;
+    if (en->owner) {
+        en->owner->retained -= en->retained;
+        tenant_put(e, en->owner);
+        en->owner = NULL;
+    }
+    if (!t->freed)
+        t->freed = calloc(WS_EXEC_FREED_KEPT, sizeof(*t->freed));
+    if (t->freed && en->p) {
+        struct freed_cmd *f = &t->freed[t->freed_next++ % WS_EXEC_FREED_KEPT];
+        snprintf(f->id, sizeof(f->id), "%s", ws_proc_id(en->p));
+        snprintf(f->tag, sizeof(f->tag), "%s", en->tag);
+    }
+    en->next = *dropped;
+    *dropped = en;
+}
+
+/* Releases entries forgotten under the lock; call it unlocked (the last
+ * reference to a process may free its rings). */
+static void entries_free(struct entry *list)
+{
+    while (list) {
+        struct entry *next = list->next;
+        ws_proc_unref(list->p);
+        free(list);
+        list = next;
     }
 }
 
@@ -405,6 +478,8 @@ void ws_exec_home_free(struct ws_exec_home *h)
 
 /* ---- the exec layer ---- */
 
+static void *sweeper_main(void *arg);
+
 int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
 {
     struct ws_exec *e = calloc(1, sizeof(*e));
@@ -425,6 +500,7 @@ int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
         e->cfg.running_total = WS_EXEC_RUNNING_TOTAL_DEFAULT;
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
+    pthread_cond_init(&e->sweep_cond, NULL);
     e->closed_tail = &e->closed_head;
     struct ws_tree_host_config tc = {.mode = cfg->containment, .cgroup_root = cfg->cgroup_root};
     err = ws_tree_host_new(&tc, &e->trees);
@@ -440,13 +516,21 @@ int ws_exec_new(const struct ws_exec_config *cfg, struct ws_exec **ret)
     if (err < 0)
         goto fail;
     e->env = (struct ws_proc_env){.pump = e->pump, .trees = e->trees, .grace_ms = e->cfg.grace_ms};
+    if (e->cfg.finished_ttl_ms > 0) {
+        err = -pthread_create(&e->sweeper, NULL, sweeper_main, e);
+        if (err < 0)
+            goto fail;
+        e->sweeper_started = true;
+    }
     *ret = e;
     return 0;
 fail:
+    ws_pump_free(e->pump);
     home_root_close(e);
     ws_tree_host_free(e->trees);
     pthread_mutex_destroy(&e->lock);
     pthread_cond_destroy(&e->cond);
+    pthread_cond_destroy(&e->sweep_cond);
     free(e);
     return err;
 }
@@ -468,23 +552,113 @@ const char *ws_exec_containment(const struct ws_exec *e)
     return ws_tree_host_mechanism(e->trees);
 }
 
-/* Drops the oldest finished entries over the limit; lock held. Returns the
- * processes to unref after unlocking, through *ret_drop. */
-static void trim_finished(struct table *t, struct ws_proc **drop, size_t *n_drop, size_t max_drop)
+/* The oldest finished entry of t, as the link that points at it (NULL:
+ * none); lock held. */
+static struct entry **oldest_finished(struct table *t)
 {
-    while (t->finished > WS_EXEC_FINISHED_KEPT && *n_drop < max_drop) {
-        struct entry **last = NULL;
-        for (struct entry **pp = &t->entries; *pp; pp = &(*pp)->next)
-            if (!(*pp)->running && (*pp)->p)
-                last = pp;
+    struct entry **last = NULL;
+
+    for (struct entry **pp = &t->entries; *pp; pp = &(*pp)->next)
+        if (!(*pp)->running && (*pp)->p)
+            last = pp;
+    return last;
+}
+
+/* Drops the oldest finished entries over the per-workspace count; lock
+ * held. */
+static void trim_finished(struct ws_exec *e, struct table *t, struct entry **dropped)
+{
+    while (t->finished > WS_EXEC_FINISHED_KEPT) {
+        struct entry **last = oldest_finished(t);
         if (!last)
             return;
         struct entry *victim = *last;
         *last = victim->next;
-        drop[(*n_drop)++] = victim->p;
-        free(victim);
-        t->finished--;
+        entry_forget(e, t, victim, dropped);
     }
+}
+
+/* Drops the oldest finished entries of `owner`, in all its workspaces,
+ * until its output fits its quota; lock held. */
+static void trim_tenant(struct ws_exec *e, struct tenant_run *owner, struct entry **dropped)
+{
+    uint64_t max = e->cfg.retained_per_tenant;
+
+    while (max && owner->retained > max) {
+        struct entry **oldest = NULL;
+        struct table *in = NULL;
+        for (unsigned b = 0; b < BUCKETS; b++)
+            for (struct table *t = e->buckets[b]; t; t = t->next)
+                for (struct entry **pp = &t->entries; *pp; pp = &(*pp)->next)
+                    if ((*pp)->owner == owner && !(*pp)->running &&
+                        (!oldest || (*pp)->ended_ms < (*oldest)->ended_ms)) {
+                        oldest = pp;
+                        in = t;
+                    }
+        if (!oldest)
+            return;
+        struct entry *victim = *oldest;
+        *oldest = victim->next;
+        /* The last of its output may free the tenant's count. */
+        bool last = owner->retained == victim->retained && !owner->running;
+        entry_forget(e, in, victim, dropped);
+        if (last)
+            return;
+    }
+}
+
+/* Forgets every finished entry that ended more than the ttl ago; lock
+ * held. */
+static void expire_finished(struct ws_exec *e, struct entry **dropped)
+{
+    int64_t ttl = e->cfg.finished_ttl_ms, now = ws_mono_ms();
+
+    if (ttl <= 0)
+        return;
+    for (unsigned b = 0; b < BUCKETS; b++)
+        for (struct table *t = e->buckets[b]; t; t = t->next)
+            for (struct entry **pp = &t->entries; *pp;) {
+                struct entry *en = *pp;
+                if (en->running || !en->p || now - en->ended_ms < ttl) {
+                    pp = &en->next;
+                    continue;
+                }
+                *pp = en->next;
+                entry_forget(e, t, en, dropped);
+            }
+}
+
+/* How often the sweeper looks: often enough that output outlives its ttl
+ * by at most half of it, and at most once a second. */
+static int64_t sweep_period_ms(const struct ws_exec *e)
+{
+    int64_t p = e->cfg.finished_ttl_ms / 2;
+
+    return p < 10 ? 10 : p > 1000 ? 1000 : p;
+}
+
+static void *sweeper_main(void *arg)
+{
+    struct ws_exec *e = arg;
+
+    pthread_mutex_lock(&e->lock);
+    while (!e->stopping) {
+        struct timespec ts;
+        struct entry *dropped = NULL;
+
+        ws_abstime_after_ms(sweep_period_ms(e), &ts);
+        pthread_cond_timedwait(&e->sweep_cond, &e->lock, &ts);
+        if (e->stopping)
+            break;
+        expire_finished(e, &dropped);
+        if (dropped) {
+            pthread_mutex_unlock(&e->lock);
+            entries_free(dropped);
+            pthread_mutex_lock(&e->lock);
+        }
+    }
+    pthread_mutex_unlock(&e->lock);
+    return NULL;
 }
 
 struct done_ctx {
@@ -506,8 +680,7 @@ static void on_proc_done(void *arg, struct ws_proc *p)
     struct done_ctx *dc = arg;
     struct ws_exec *e = dc->e;
     struct ws_proc_result r;
-    struct ws_proc *drop[4];
-    size_t n_drop = 0;
+    struct entry *dropped = NULL;
 
     /* The tree is empty: nothing of the command uses its home any more. */
     ws_exec_home_free(dc->home);
@@ -518,19 +691,22 @@ static void on_proc_done(void *arg, struct ws_proc *p)
     pthread_mutex_lock(&e->lock);
     struct table *t = table_get(e, dc->ws_id, false);
     if (t) {
+        struct tenant_run *owner = NULL;
         for (struct entry *en = t->entries; en; en = en->next)
             if (en->p == p && en->running) {
-                en->running = false;
-                t->finished++;
-                entry_stopped(e, t, en);
+                entry_finished(e, t, en);
+                owner = en->owner;
                 break;
             }
-        trim_finished(t, drop, &n_drop, WS_ELEMENTSOF(drop));
+        /* The tenant's quota first: trimming the workspace's count may
+         * forget the tenant's last output, and its count with it. */
+        if (owner)
+            trim_tenant(e, owner, &dropped);
+        trim_finished(e, t, &dropped);
     }
     pthread_cond_broadcast(&e->cond);
     pthread_mutex_unlock(&e->lock);
-    for (size_t i = 0; i < n_drop; i++)
-        ws_proc_unref(drop[i]);
+    entries_free(dropped);
     /* Subreaper mode: orphans of this command that died are the server's
      * zombies now. */
     ws_tree_host_reap(e->trees);
@@ -582,6 +758,7 @@ int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
     if (cfg->tag)
         snprintf(en->tag, sizeof(en->tag), "%s", cfg->tag);
     en->running = true;
+    en->retained = 2 * ((uint64_t)cfg->ring_bytes + cfg->capture_bytes);
 
     /* Reserve the slot (and the tag) before the spawn, which runs
      * unlocked. */
@@ -669,11 +846,13 @@ int ws_exec_start_for(struct ws_exec *e, const char *tenant, const char *ws_id,
         /* Without its done callback the slot would never be released. */
         ws_proc_kill(p, WS_CAUSE_CANCELLED, false);
         done_ctx_free(dc);
+        struct entry *dropped = NULL;
         pthread_mutex_lock(&e->lock);
-        en->running = false;
-        t->finished++;
-        entry_stopped(e, t, en);
+        entry_finished(e, t, en);
+        if (en->owner)
+            trim_tenant(e, en->owner, &dropped);
         pthread_mutex_unlock(&e->lock);
+        entries_free(dropped);
     }
     *ret = p;
     return 0;
@@ -709,6 +888,20 @@ int ws_exec_find(struct ws_exec *e, const char *ws_id, const char *id, const cha
     }
     pthread_mutex_unlock(&e->lock);
     return err;
+}
+
+bool ws_exec_was_freed(struct ws_exec *e, const char *ws_id, const char *id, const char *tag)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&e->lock);
+    struct table *t = table_get(e, ws_id, false);
+    for (unsigned i = 0; t && t->freed && i < WS_EXEC_FREED_KEPT && !found; i++) {
+        const struct freed_cmd *f = &t->freed[i];
+        found = id && id[0] ? strcmp(f->id, id) == 0 : tag && tag[0] && strcmp(f->tag, tag) == 0;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return found;
 }
 
 void ws_exec_list(struct ws_exec *e, const char *ws_id, void (*cb)(void *ud, struct ws_proc *p),
@@ -788,7 +981,8 @@ void ws_exec_tenants(struct ws_exec *e, void (*cb)(void *ud, const char *tenant,
 {
     pthread_mutex_lock(&e->lock);
     for (const struct tenant_run *t = e->tenants; t; t = t->next)
-        cb(ud, t->name, t->running);
+        if (t->running)
+            cb(ud, t->name, t->running);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -804,9 +998,15 @@ void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause
     kill_and_wait(e, t, cause);
     /* Forget the finished ones; the table stays as a tombstone so a
      * command racing the close is refused. */
-    struct entry *list = t->entries;
-    t->entries = NULL;
+    struct entry *list = NULL;
+    while (t->entries) {
+        struct entry *en = t->entries;
+        t->entries = en->next;
+        entry_forget(e, t, en, &list);
+    }
     t->finished = 0;
+    free(t->freed);
+    t->freed = NULL;
     struct table *drop = NULL;
     if (!t->closed_next && e->closed_tail != &t->closed_next) {
         *e->closed_tail = t;
@@ -828,13 +1028,10 @@ void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause
             }
     }
     pthread_mutex_unlock(&e->lock);
+    if (drop)
+        free(drop->freed);
     free(drop);
-    while (list) {
-        struct entry *next = list->next;
-        ws_proc_unref(list->p);
-        free(list);
-        list = next;
-    }
+    entries_free(list);
 }
 
 void ws_exec_free(struct ws_exec *e)
@@ -846,7 +1043,11 @@ void ws_exec_free(struct ws_exec *e)
         for (struct table *t = e->buckets[b]; t; t = t->next)
             t->closed = true;
     kill_and_wait(e, NULL, WS_CAUSE_CANCELLED);
+    e->stopping = true;
+    pthread_cond_broadcast(&e->sweep_cond);
     pthread_mutex_unlock(&e->lock);
+    if (e->sweeper_started)
+        pthread_join(e->sweeper, NULL);
     for (unsigned b = 0; b < BUCKETS; b++)
         while (e->buckets[b]) {
             struct table *t = e->buckets[b];
@@ -857,6 +1058,7 @@ void ws_exec_free(struct ws_exec *e)
                 ws_proc_unref(en->p);
                 free(en);
             }
+            free(t->freed);
             free(t);
         }
     while (e->tenants) {
@@ -868,6 +1070,7 @@ void ws_exec_free(struct ws_exec *e)
     ws_pump_free(e->pump);
     home_root_close(e);
     ws_tree_host_free(e->trees);
+    pthread_cond_destroy(&e->sweep_cond);
     pthread_cond_destroy(&e->cond);
     pthread_mutex_destroy(&e->lock);
     free(e);

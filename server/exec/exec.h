@@ -30,6 +30,13 @@
 /* Finished commands kept per workspace for Attach and ListProcesses
  * (oldest forgotten first). */
 #define WS_EXEC_FINISHED_KEPT 64
+/* A finished command's output is freed this long after it ended unless
+ * configured otherwise (its entry is forgotten: Attach and ListProcesses
+ * no longer see it). */
+#define WS_EXEC_FINISHED_TTL_MS_DEFAULT 600000
+/* Ids and tags of commands whose output was freed, remembered per
+ * workspace (oldest forgotten first) so a later Attach can say so. */
+#define WS_EXEC_FREED_KEPT 32
 /* Closed workspaces remembered so a command racing the Close is refused
  * (oldest forgotten first). */
 #define WS_EXEC_TOMBSTONES_KEPT 4096
@@ -41,6 +48,15 @@ struct ws_exec_config {
     unsigned running_per_workspace; /* 0: default */
     unsigned running_total;         /* 0: default */
     unsigned running_per_tenant;    /* 0: no per-tenant quota */
+    /* Bytes a tenant's finished commands keep for Attach (0: no quota):
+     * each one counts the rings and captures it was started with, two
+     * streams' worth (ws_proc_config ring_bytes and capture_bytes), from
+     * the moment it ends until it is forgotten. Past the quota the
+     * tenant's oldest finished commands are forgotten first. */
+    uint64_t retained_per_tenant;
+    /* A finished command is forgotten this long after it ended; 0: only
+     * when pushed out (WS_EXEC_FINISHED_KEPT, the tenant's quota). */
+    long long finished_ttl_ms;
     /* Where commands' own home directories are made (ws_exec_home_new):
      * a directory of the server's, outside every workspace. Created 0700
      * when missing; it must be the server's own directory, not a symlink;
@@ -121,6 +137,11 @@ int ws_exec_start(struct ws_exec *e, const char *ws_id, const struct ws_proc_con
 /* By id, or by tag when id is NULL or empty. -ESRCH when unknown. */
 int ws_exec_find(struct ws_exec *e, const char *ws_id, const char *id, const char *tag,
                  struct ws_proc **ret);
+/* Whether a command of the workspace with this id (or tag, when id is NULL
+ * or empty) finished and was forgotten with its output (its time was up,
+ * its tenant's quota or the workspace's count pushed it out); only the
+ * last WS_EXEC_FREED_KEPT of a workspace are remembered. */
+bool ws_exec_was_freed(struct ws_exec *e, const char *ws_id, const char *id, const char *tag);
 
 /* Calls cb for each command of the workspace, running ones first, oldest
  * first within each group. */

@@ -19,6 +19,7 @@
 #include "server/base/time.h"
 #include "server/metrics/metrics.h"
 #include "server/posix/fs.h"
+#include "server/registry/memquota.h"
 #include "server/registry/ref.h"
 #include "server/registry/storage.h"
 #include "server/registry/usage.h"
@@ -94,6 +95,8 @@ struct ws_registry {
     unsigned tenant_max_workspaces;
     unsigned tenant_opens_per_minute;
     uint64_t tenant_max_bytes;
+    /* The memory workspaces' per-tenant accounts (tenant_memory_bytes). */
+    struct ws_memquota *memquota;
     unsigned providers_enabled;
     /* The providers with their runtimes (set before serving); NULL: the
      * built-in set, whose providers keep no runtime to attach. */
@@ -788,6 +791,15 @@ static int attach(struct ws_registry *r, struct ws_workspace *ws,
         err = ws_provider_attach_storage(ws->provider, dir_fd, &r->limits, &fs);
     if (err < 0)
         goto out;
+    /* A tree in the server's own memory (the one provider without a
+     * directory) counts against its tenant's memory quota. */
+    if (!ws->provider->ops->on_disk) {
+        struct ws_vfs *wrapped;
+        err = ws_memquota_wrap(r->memquota, ws_workspace_tenant(ws), fs, &wrapped);
+        if (err < 0)
+            goto out;
+        fs = wrapped;
+    }
     err = ws_fsops_new(fs, &ops);
     if (err < 0)
         goto out;
@@ -1476,6 +1488,11 @@ unlock:
     free(all);
 }
 
+bool ws_registry_memory_explain(struct ws_diag *d)
+{
+    return ws_memquota_explain(d);
+}
+
 /* ---- the per-tenant byte quota ---- */
 
 /* Measures the tenant's stale workspaces (each at most once at a time;
@@ -1978,6 +1995,9 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r->tenant_max_workspaces = cfg->tenant_max_workspaces;
     r->tenant_opens_per_minute = cfg->tenant_opens_per_minute;
     r->tenant_max_bytes = cfg->tenant_max_bytes;
+    err = ws_memquota_new(cfg->tenant_memory_bytes, &r->memquota);
+    if (err < 0)
+        goto fail;
     r->providers_enabled = cfg->providers_enabled;
     r->max_file_size = cfg->max_file_size ? cfg->max_file_size : WS_DEFAULT_MAX_FILE_SIZE;
     r->limits.memory_max_bytes =
@@ -2064,6 +2084,7 @@ void ws_registry_free(struct ws_registry *r)
     free(r->root_path);
     ws_uids_free(r->uids);
     ws_uids_lease_free(r->uid_lease);
+    ws_memquota_free(r->memquota);
     ws_policy_set_unref(r->policy);
     pthread_mutex_destroy(&r->policy_lock);
     pthread_mutex_destroy(&r->lock);

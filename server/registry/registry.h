@@ -112,6 +112,11 @@ struct ws_registry_config {
      * workspaces (usage.h says what counts), 0: none. See
      * ws_registry_usage_charge. */
     uint64_t tenant_max_bytes;
+    /* Per-tenant quota on what all of one tenant's memory workspaces hold,
+     * entries and names counted (server/registry/memquota.h), 0: none.
+     * Past it a file operation is -WS_EQUOTA; ws_registry_memory_explain
+     * gives the metadata (quota=tenant_memory_bytes, limit, used). */
+    uint64_t tenant_memory_bytes;
     /* Providers an Open may name, 1 << WS_PROVIDER_*; 0: all. Opening
      * another is -WS_EDISABLED (metadata "provider"); workspaces that
      * exist stay usable until closed. */
@@ -357,6 +362,11 @@ void ws_registry_usage_refund(struct ws_registry *r, struct ws_workspace *ws, in
  * ignored) stale. Never blocks on a measure: callable from the pump
  * thread. */
 void ws_registry_usage_stale(struct ws_registry *r, const char *id);
+
+/* After a file operation on a memory workspace failed with -WS_EQUOTA on
+ * this thread: whether its tenant's memory quota refused it, with d then
+ * filled (message, quota=tenant_memory_bytes, limit, used). */
+bool ws_registry_memory_explain(struct ws_diag *d);
 
 /* Records the outcome of an operation for Describe: success updates
  * last_success_at; backend failures (not a client's bad input) update

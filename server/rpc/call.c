@@ -16,6 +16,7 @@
 #include "server/rpc/internal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,12 +79,95 @@ struct ws_call *ws_rpc_call_alloc(struct ws_rpc_server *s, size_t index)
     return c;
 }
 
+/* ---- streams per tenant ----
+ *
+ * The counts live here rather than in the server because a call is
+ * counted and released by its own life, whichever thread ends it; one
+ * server runs per process, and ws_rpc_server_free waits for every call,
+ * so a count never outlives the server that set the quota. A call is
+ * counted exactly when the quota is on, it streams, and on_start ran: the
+ * admission is the last step before on_start. */
+struct tenant_streams {
+    char name[WS_RPC_TENANT_MAX + 1];
+    unsigned open;
+    struct tenant_streams *next;
+};
+
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned streams_max;
+static struct tenant_streams *streams_tenants;
+
+void ws_rpc_streams_set_max(unsigned max)
+{
+    pthread_mutex_lock(&streams_lock);
+    streams_max = max;
+    pthread_mutex_unlock(&streams_lock);
+}
+
+static bool counts_as_stream(const struct ws_call *c)
+{
+    return c->method && (c->method->kind == WS_RPC_SERVER_STREAM || c->method->kind == WS_RPC_BIDI);
+}
+
+/* Takes a place for one more stream of `tenant`: 0, -ENOMEM, or -WS_EQUOTA
+ * with d filled. */
+static int streams_admit(const char *tenant, struct ws_diag *d)
+{
+    struct tenant_streams *t;
+    int err = 0;
+
+    pthread_mutex_lock(&streams_lock);
+    if (!streams_max)
+        goto out;
+    for (t = streams_tenants; t && strcmp(t->name, tenant) != 0; t = t->next)
+        ;
+    if (!t) {
+        err = -ENOMEM;
+        t = calloc(1, sizeof(*t));
+        if (!t)
+            goto out;
+        snprintf(t->name, sizeof(t->name), "%s", tenant);
+        t->next = streams_tenants;
+        streams_tenants = t;
+        err = 0;
+    }
+    if (t->open >= streams_max) {
+        err = -WS_EQUOTA;
+        ws_diag_set(d, "too many open streams for this tenant (limit %u)", streams_max);
+        ws_diag_meta(d, "quota", "tenant_streams");
+        ws_diag_meta(d, "limit", "%u", streams_max);
+        goto out;
+    }
+    t->open++;
+out:
+    pthread_mutex_unlock(&streams_lock);
+    return err;
+}
+
+static void streams_release(const char *tenant)
+{
+    pthread_mutex_lock(&streams_lock);
+    for (struct tenant_streams **pp = &streams_tenants; *pp; pp = &(*pp)->next) {
+        struct tenant_streams *t = *pp;
+        if (strcmp(t->name, tenant) != 0)
+            continue;
+        if (t->open && --t->open == 0) {
+            *pp = t->next;
+            free(t);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&streams_lock);
+}
+
 static void call_free(struct ws_call *c)
 {
     struct ws_rpc_server *s = c->server;
     bool accepted = c->accepted;
     size_t i;
 
+    if (c->started && counts_as_stream(c))
+        streams_release(c->tenant);
     if (c->call)
         grpc_call_unref(c->call);
     grpc_metadata_array_destroy(&c->request_md);
@@ -446,6 +530,22 @@ static void first_message_locked(struct ws_call *c, bool ok, grpc_byte_buffer *b
     if (bb && decode(c, bb, &msg, field, sizeof(field)) < 0) {
         fail_core_locked(c, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED", NULL, field);
         return;
+    }
+    if (counts_as_stream(c)) {
+        struct ws_diag d = {0};
+        int err = streams_admit(c->tenant, &d);
+        if (err < 0) {
+            struct ws_rpc_status st;
+            ws_rpc_status_from_error(err, &d, &st);
+            set_status_locked(c, &st);
+            ws_rpc_log(WS_RPC_LOG_INFO, "rpc.rejected",
+                       "\"method\":\"%s\",\"code\":%d,\"reason\":\"QUOTA\"", call_path(c),
+                       (int)st.code);
+            finish_locked(c, NULL);
+            if (msg)
+                protobuf_c_message_free_unpacked(msg, NULL);
+            return;
+        }
     }
     c->started = true;
     m->on_start(c, msg);

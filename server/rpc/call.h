@@ -204,6 +204,14 @@ struct ws_rpc_config {
      * WS_RPC_MAX_CONNECTIONS_MIN..WS_RPC_MAX_CONNECTIONS_MAX: the other
      * half stays for workspaces and commands. */
     unsigned max_connections;
+    /* Server-streaming and bidi calls one tenant may have open at once,
+     * over all its connections (0: no quota). One more is refused before
+     * its handler runs: RESOURCE_EXHAUSTED, reason QUOTA, metadata
+     * quota=tenant_streams and limit. A stream is what holds files open
+     * past one call's work (a ReadFile, a Grep), so this also bounds the
+     * descriptors a tenant's streams hold. A call counts from its first
+     * message until its call object is gone. */
+    unsigned tenant_max_streams;
 };
 
 /* Tenant names: [A-Za-z0-9._-]{1,64}. */
@@ -250,6 +258,10 @@ int ws_rpc_server_start(struct ws_rpc_server *s);
 void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms);
 /* Accepts NULL. Only after shutdown. */
 void ws_rpc_server_free(struct ws_rpc_server *s);
+
+/* Sets the per-tenant stream quota (ws_rpc_config.tenant_max_streams) of
+ * the process's server; ws_rpc_server_new calls it before serving. */
+void ws_rpc_streams_set_max(unsigned max);
 
 /* Number of live call objects (for tests and the drain). */
 long ws_rpc_server_live_calls(struct ws_rpc_server *s);

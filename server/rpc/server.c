@@ -447,6 +447,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     if (s->n_threads > THREADS_MAX)
         s->n_threads = THREADS_MAX;
     s->is_unix = strncmp(cfg->listen, "unix", 4) == 0;
+    ws_rpc_streams_set_max(cfg->tenant_max_streams);
     s->insecure = !s->is_unix && cfg->insecure_loopback && !cfg->tokens_file && !cfg->tls_client_ca;
 
     gpr_set_log_function(gpr_log_to_json);

@@ -224,9 +224,9 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     if (xe->spawn_as_uid && ws_workspace_uid(ws, &run_as.uid, &run_as.gid)) {
         run_as.set = true;
         /* Under memory pressure the kernel kills commands first, never
-         * the server. (Only with the identity switch: the spawn that does
-         * both needs clone3, which a container's seccomp profile may
-         * refuse to a server without workspace uids.) */
+         * the server. (Only with the identity switch, whose spawn can
+         * write it: a server without workspace uids spawns through
+         * posix_spawn, which cannot.) */
         run_as.set_oom = true;
         run_as.oom_score_adj = WS_SERVICES_COMMAND_OOM_SCORE_ADJ;
     }
@@ -1034,7 +1034,13 @@ static int find_target(struct ws_call *call, const char *ws_id, const char *id, 
     err = ws_exec_find(s->exec, ws_workspace_id(ws), id, tag, ret);
     if (err < 0) {
         struct ws_diag d = {0};
-        ws_diag_set(&d, "no such process in this workspace");
+        /* Same status either way; the message tells a client whose command
+         * did exist that waiting longer will not bring its output back. */
+        if (ws_exec_was_freed(s->exec, ws_workspace_id(ws), id, tag))
+            ws_diag_set(&d, "the process finished and its output was freed (it was kept for "
+                            "--finished-output-ttl-ms, or pushed out by newer output)");
+        else
+            ws_diag_set(&d, "no such process in this workspace");
         ws_diag_meta(&d, id[0] ? "id" : "tag", "%s", id[0] ? id : tag);
         ws_call_fail(call, err, &d);
         ws_workspace_unref(ws);

@@ -41,6 +41,18 @@ static struct ws_registry *registry_of(struct ws_call *call)
     return ((struct ws_services *)ws_call_method_data(call))->reg;
 }
 
+/* Fails the call. A memory workspace refused by its tenant's memory quota
+ * says so with the quota's metadata; the tree itself only knows it is
+ * full. */
+static void fs_fail(struct ws_call *call, struct ws_workspace *ws, int err, const struct ws_diag *d)
+{
+    struct ws_diag quota = {0};
+
+    if (err == -WS_EQUOTA && (!d || !d->message[0]) && ws_registry_memory_explain(&quota))
+        d = &quota;
+    ws_services_fail(call, ws, err, d);
+}
+
 static struct ws_vfs *vfs_of(struct ws_workspace *ws)
 {
     return ws_fsops_vfs(ws_workspace_fsops(ws));
@@ -152,7 +164,7 @@ static void read_next(struct ws_call *call, struct read_state *rs)
     while (got < want) {
         ssize_t n = rs->fs->ops->pread(rs->file, rs->buf + got, want - got, rs->off + got);
         if (n < 0) {
-            ws_services_fail(call, rs->ws, (int)n, NULL);
+            fs_fail(call, rs->ws, (int)n, NULL);
             return;
         }
         if (n == 0)
@@ -194,7 +206,7 @@ static void read_start(struct ws_call *call, const ProtobufCMessage *msg)
     }
     err = rs->fs->ops->open_read(rs->fs, req->path, &rs->file, &rs->st);
     if (err < 0) {
-        ws_services_fail(call, rs->ws, err, NULL);
+        fs_fail(call, rs->ws, err, NULL);
         return;
     }
     rs->off = req->offset < rs->st.size ? req->offset : rs->st.size;
@@ -249,7 +261,7 @@ static void write_failed(struct ws_call *call, struct write_state *st, int err,
 {
     ws_write_abort(st->session);
     st->session = NULL;
-    ws_services_fail(call, st->ws, err, d);
+    fs_fail(call, st->ws, err, d);
 }
 
 static void write_commit(struct ws_call *call, struct write_state *st);
@@ -327,14 +339,14 @@ static void commit_now(struct ws_call *call, struct write_state *st, struct ws_w
         err = ws_registry_usage_charge(reg, st->ws, delta, &d);
         if (err < 0) {
             ws_write_abort(s); /* the old content stays */
-            ws_services_fail(call, st->ws, err, &d);
+            fs_fail(call, st->ws, err, &d);
             return;
         }
     }
     err = ws_write_commit(s, &d, &res);
     if (err < 0) {
         ws_registry_usage_refund(reg, st->ws, delta);
-        ws_services_fail(call, st->ws, err, &d);
+        fs_fail(call, st->ws, err, &d);
         return;
     }
     if (delta < 0)
@@ -491,7 +503,7 @@ static void do_edit(struct ws_call *call, struct ws_workspace *ws,
         err = ws_registry_usage_charge(reg, ws, charged, &d);
         if (err < 0) {
             charged = 0;
-            ws_services_fail(call, ws, err, &d);
+            fs_fail(call, ws, err, &d);
             goto out;
         }
     }
@@ -507,7 +519,7 @@ static void do_edit(struct ws_call *call, struct ws_workspace *ws,
     };
     err = ws_edit(ws_workspace_fsops(ws), &er, &d, &res);
     if (err < 0) {
-        ws_services_fail(call, ws, err, &d);
+        fs_fail(call, ws, err, &d);
         goto out;
     }
     /* Keep what the edit really added; the rest of the charge goes back. */
@@ -665,7 +677,7 @@ static void run_listing(struct ws_call *call, struct ws_workspace *ws, const str
         err = ws_list(ops, path, l->depth, l->max, entries_add, &es, &truncated);
     err = entries_result(err, &es, &truncated);
     if (err < 0) {
-        ws_services_fail(call, ws, err, NULL);
+        fs_fail(call, ws, err, NULL);
         goto out;
     }
     *ret_entries = es.ptrs;
@@ -794,7 +806,7 @@ static void grep_next(struct ws_call *call)
     grep_clear(gs);
     more = ws_grep_next(gs->grep, GREP_BATCH, grep_collect, gs);
     if (more < 0) {
-        ws_services_fail(call, gs->ws, more, NULL);
+        fs_fail(call, gs->ws, more, NULL);
         return;
     }
     resp.matches = gs->ptrs;
@@ -832,7 +844,7 @@ static void grep_begin(struct ws_call *call)
     int err = ws_grep_start(ws_workspace_fsops(gs->ws), &gr, &d, &gs->grep);
 
     if (err < 0) {
-        ws_services_fail(call, gs->ws, err, &d);
+        fs_fail(call, gs->ws, err, &d);
         return;
     }
     grep_next(call);
@@ -887,7 +899,7 @@ static void finish_info(struct ws_call *call, struct ws_workspace *ws, const cha
     int err = fs->ops->stat(fs, path, &st);
 
     if (err < 0) {
-        ws_services_fail(call, ws, err, NULL);
+        fs_fail(call, ws, err, NULL);
         return;
     }
     ws_fileinfo_fill(&info, path, strlen(path), &st);
@@ -919,7 +931,7 @@ static void do_make_dir(struct ws_call *call, struct ws_workspace *ws,
     if (err == 0)
         err = fs->ops->mkdir(fs, req->path, req->parents, req->mode ? req->mode & 0777 : 0755);
     if (err < 0)
-        ws_services_fail(call, ws, err, &d);
+        fs_fail(call, ws, err, &d);
     else
         finish_info(call, ws, req->path, &resp.base, &resp.info, NULL);
 }
@@ -965,7 +977,7 @@ static void do_remove(struct ws_call *call, struct ws_workspace *ws,
     if (err < 0) {
         if (err == -EXDEV)
             ws_diag_set(&d, "the path is the workspace root or outside it");
-        ws_services_fail(call, ws, err, &d);
+        fs_fail(call, ws, err, &d);
         return;
     }
     resp.removed = removed;
@@ -1015,7 +1027,7 @@ static void move(struct ws_call *call, const ProtobufCMessage *msg)
     struct ws_vfs *fs = vfs_of(ws);
     err = fs->ops->move(fs, req->from_path, req->to_path, req->replace);
     if (err < 0) {
-        ws_services_fail(call, ws, err, NULL);
+        fs_fail(call, ws, err, NULL);
         goto out;
     }
     if (req->replace)

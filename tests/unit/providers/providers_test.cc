@@ -478,10 +478,12 @@ TEST(OpenCheck, UnenforceableAsksRefuseTheOpen)
         EXPECT_EQ(bash->open_check(nullptr, &open, &d), -WS_EFAILED);
         EXPECT_EQ(Meta(d, "cap"), c.cap);
         EXPECT_EQ(Meta(d, "transient"), "false");
-        EXPECT_EQ(std::string(d.message),
-                  std::string("local-bash cannot enforce the ") + c.cap + " cap on this server");
+        EXPECT_EQ(std::string(d.message), std::string("local-bash cannot enforce the ") + c.cap +
+                                              " cap on this host (no writable cgroup "
+                                              "controller for it)");
         // With a uid of its own, RLIMIT_NPROC caps the workspace's
-        // processes: pids holds; memory and cpu still need a cgroup.
+        // processes: pids holds; memory and cpu still need a cgroup (none
+        // without a runtime: sandbox_limits_test checks them with one).
         open.own_uid = true;
         struct ws_diag d2 = {};
         EXPECT_EQ(bash->open_check(nullptr, &open, &d2),

@@ -21,7 +21,9 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "server/base/time.h"
 #include "server/events/pump.h"
+#include "server/work/pool.h"
 
 /* "https://" + host + ":65535" + NUL, with room to spare. */
 #define BASE_URL_MAX (WS_DOCKER_HTTP_HOST_MAX + 32)
@@ -806,6 +808,94 @@ int ws_docker_http_call_sync(struct ws_docker_http *h, const struct ws_docker_ht
         *ret_status = s.status;
 out:
     free(s.buf);
+    pthread_mutex_destroy(&s.lock);
+    pthread_cond_destroy(&s.cond);
+    return r;
+}
+
+/* call_ctl's wait: the caller's on_body, and the end. */
+struct ctl_state {
+    ws_docker_http_body_fn on_body;
+    void *arg;
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* on CLOCK_MONOTONIC */
+    bool done;
+    int err;
+    long status;
+};
+
+static int ctl_body(void *arg, const char *data, size_t len)
+{
+    struct ctl_state *s = arg;
+
+    return s->on_body ? s->on_body(s->arg, data, len) : 0;
+}
+
+static void ctl_done(void *arg, int err, long status)
+{
+    struct ctl_state *s = arg;
+
+    pthread_mutex_lock(&s->lock);
+    s->done = true;
+    s->err = err;
+    s->status = status;
+    pthread_cond_signal(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+int ws_docker_http_call_ctl(struct ws_docker_http *h, const struct ws_docker_http_request *req,
+                            const struct ws_work_ctl *ctl, long *ret_status)
+{
+    struct ws_docker_http_request r2;
+    struct ws_docker_http_call *call = NULL;
+    struct ctl_state s = {0};
+    pthread_condattr_t cattr;
+    bool cancelled = false;
+    int stop = 0, r;
+
+    if (!h || !req || req->timeout_ms < 0)
+        return -EINVAL;
+    if (ws_pump_on_thread(h->pump))
+        return -EDEADLK;
+    s.on_body = req->on_body;
+    s.arg = req->arg;
+    r2 = *req;
+    r2.on_body = ctl_body;
+    r2.on_done = ctl_done;
+    r2.arg = &s;
+    pthread_mutex_init(&s.lock, NULL);
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&s.cond, &cattr);
+    pthread_condattr_destroy(&cattr);
+    r = ws_docker_http_start(h, &r2, &call);
+    if (r < 0)
+        goto out;
+    pthread_mutex_lock(&s.lock);
+    while (!s.done) {
+        if (!ctl) {
+            pthread_cond_wait(&s.cond, &s.lock);
+            continue;
+        }
+        if (stop == 0)
+            stop = ws_work_ctl_check(ctl);
+        /* The end still comes after a cancel, and s must live until it
+         * has; short of memory the cancel is tried at the next look. */
+        if (stop < 0 && !cancelled)
+            cancelled = ws_docker_http_cancel(call) == 0;
+        int64_t at = ws_mono_ns() + WS_DOCKER_HTTP_CTL_POLL_MS * WS_NSEC_PER_MSEC;
+        struct timespec ts = {.tv_sec = (time_t)(at / WS_NSEC_PER_SEC),
+                              .tv_nsec = (long)(at % WS_NSEC_PER_SEC)};
+        (void)pthread_cond_timedwait(&s.cond, &s.lock, &ts);
+    }
+    pthread_mutex_unlock(&s.lock);
+    ws_docker_http_call_unref(call);
+    r = s.err;
+    if (r < 0 && stop < 0)
+        r = stop;
+    if (r == 0 && ret_status)
+        *ret_status = s.status;
+out:
     pthread_mutex_destroy(&s.lock);
     pthread_cond_destroy(&s.cond);
     return r;

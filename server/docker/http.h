@@ -61,6 +61,7 @@
 #include "server/docker/endpoint.h"
 
 struct ws_pump;
+struct ws_work_ctl; /* server/work/pool.h */
 struct ws_docker_http;
 struct ws_docker_http_call;
 
@@ -172,5 +173,22 @@ void ws_docker_http_call_unref(struct ws_docker_http_call *call);
  * start's errors. */
 int ws_docker_http_call_sync(struct ws_docker_http *h, const struct ws_docker_http_request *req,
                              char **ret_body, size_t *ret_len, long *ret_status, size_t max_body);
+
+/* How often call_ctl looks at its ctl: a cancel is a flag to read, not an
+ * event to wait for. */
+#define WS_DOCKER_HTTP_CTL_POLL_MS 100L
+
+/* Like call_sync, for a call that may outlast its caller's wish for it (an
+ * image pull): the body goes to req->on_body as it comes, on the pump
+ * thread (nothing is collected; on_body must not pause, and may be NULL),
+ * and the call is cancelled once ctl stops (ws_work_ctl_check, looked at
+ * every WS_DOCKER_HTTP_CTL_POLL_MS; NULL never stops). req->on_done and
+ * arg are ignored; req->timeout_ms must be finite. Returns 0 with
+ * *ret_status (if non-NULL) when the exchange completed, whatever ctl
+ * says by then; ctl's reason (-ETIMEDOUT, -ECANCELED) when it stopped the
+ * call; else an error of the table above or of start. Every on_body has
+ * returned before this does. */
+int ws_docker_http_call_ctl(struct ws_docker_http *h, const struct ws_docker_http_request *req,
+                            const struct ws_work_ctl *ctl, long *ret_status);
 
 #endif

@@ -17,9 +17,11 @@
 
 #include "server/base/fd.h"
 #include "server/base/io.h"
+#include "server/base/time.h"
 #include "server/docker/http.h"
 #include "server/events/pump.h"
 #include "server/providers/probe.h"
+#include "server/work/pool.h"
 
 /* Longest status line the relay writes ("signaled 64 core oom\n"). */
 #define STATUS_MAX 64
@@ -318,35 +320,162 @@ static int remove_container(struct ws_docker_rt *rt, struct ws_docker_api_versio
     return -WS_EFAILED;
 }
 
-/* Whether a pull's progress stream reports an error; its text in buf. */
-static bool pull_error(const char *body, size_t len, char *buf, size_t size)
+/* ---- pulls ---- */
+
+/* What a pull's progress stream said so far; on the pump thread while the
+ * call runs, the caller's after. */
+struct pull {
+    /* The line being received; skipped when it outgrew the buffer. */
+    char line[WS_DOCKER_PULL_LINE_MAX];
+    size_t line_len;
+    bool line_over;
+    /* The stream's {"error": ...} (which wins), or the daemon's
+     * {"message": ...} of a refusal, sanitized. */
+    bool failed;
+    bool have_message;
+    char msg[WS_DOCKER_MESSAGE_MAX];
+};
+
+/* Takes what one line of the answer says. A pull reports progress as a
+ * stream of JSON lines whose status is 200 once the stream has begun, so
+ * a failure after that is an {"error": ...} line; a refusal before it is
+ * a {"message": ...} body with its own status. */
+static void pull_line(struct pull *p, const char *line, size_t len)
 {
-    const char *line = body, *end = body + len;
+    json_t *doc, *e;
 
-    while (body && line < end) {
-        const char *nl = memchr(line, '\n', (size_t)(end - line));
-        size_t n = nl ? (size_t)(nl - line) : (size_t)(end - line);
-        json_t *doc = json_loadb(line, n, 0, NULL);
-        json_t *e = doc ? json_object_get(doc, "error") : NULL;
-
-        if (json_is_string(e)) {
-            snprintf(buf, size, "%s", json_string_value(e));
-            for (char *c = buf; *c; c++)
-                if ((unsigned char)*c < 0x20)
-                    *c = ' ';
-            json_decref(doc);
-            return true;
-        }
-        json_decref(doc);
-        line += n + 1;
+    if (p->failed || !memmem(line, len, "\"error\"", 7)) {
+        if (!p->failed && !p->have_message &&
+            ws_docker_parse_error(line, len, p->msg, sizeof(p->msg)) >= 0)
+            p->have_message = true;
+        return;
     }
-    return false;
+    doc = json_loadb(line, len, 0, NULL);
+    e = doc ? json_object_get(doc, "error") : NULL;
+    if (json_is_string(e)) {
+        snprintf(p->msg, sizeof(p->msg), "%s", json_string_value(e));
+        for (char *c = p->msg; *c; c++)
+            if ((unsigned char)*c < 0x20)
+                *c = ' ';
+        p->failed = true;
+    }
+    json_decref(doc);
 }
 
-/* The image present (pulled if the policy allows), its VOLUMEs refused,
- * its environment's names in *ret_env. */
+/* on_body: cuts the stream into lines as it comes, so however long a pull
+ * talks only one line is kept. */
+static int pull_body(void *arg, const char *data, size_t len)
+{
+    struct pull *p = arg;
+
+    while (len > 0) {
+        const char *nl = memchr(data, '\n', len);
+        size_t n = nl ? (size_t)(nl - data) : len;
+
+        if (!p->line_over && n <= sizeof(p->line) - p->line_len) {
+            memcpy(p->line + p->line_len, data, n);
+            p->line_len += n;
+        } else {
+            p->line_over = true;
+        }
+        if (nl) {
+            if (!p->line_over)
+                pull_line(p, p->line, p->line_len);
+            p->line_len = 0;
+            p->line_over = false;
+            n++;
+        }
+        data += n;
+        len -= n;
+    }
+    return 0;
+}
+
+/* How long a pull may take: the server's limit, or less when ctl's
+ * deadline comes sooner (then *ret_caller is true); 0 when no time is
+ * left for it. */
+static long pull_budget_ms(const struct ws_work_ctl *ctl, bool *ret_caller)
+{
+    long budget = WS_DOCKER_PULL_TIMEOUT_MS;
+
+    *ret_caller = false;
+    if (ctl && ctl->deadline_mono_ms > 0) {
+        int64_t left = ctl->deadline_mono_ms - ws_mono_ms() - WS_DOCKER_PULL_MARGIN_MS;
+
+        if (left < budget) {
+            budget = left > 0 ? (long)left : 0;
+            *ret_caller = true;
+        }
+    }
+    return budget;
+}
+
+/* POST /images/create for image, bounded as ws_docker_rt_attach says. */
+static int pull(struct ws_docker_rt *rt, struct ws_docker_api_version v, const char *image,
+                const struct ws_work_ctl *ctl, struct ws_diag *d)
+{
+    char path[WS_DOCKER_PATH_MAX];
+    struct pull *p;
+    bool caller;
+    long budget = pull_budget_ms(ctl, &caller), status = 0;
+    int64_t t0 = ws_mono_ms();
+    int err = ws_work_ctl_check(ctl);
+
+    if (ws_docker_path_image_pull(v, image, path, sizeof(path)) < 0)
+        return -EINVAL;
+    if (err == 0 && budget == 0)
+        err = -ETIMEDOUT;
+    if (err < 0) {
+        ws_diag_set(d, "no time was left before the call's deadline to pull image %s", image);
+        ws_diag_meta(d, "image", "%s", image);
+        return err;
+    }
+    p = calloc(1, sizeof(*p));
+    if (!p)
+        return -ENOMEM;
+    struct ws_docker_http_request req = {
+        .method = WS_DOCKER_HTTP_POST,
+        .path = path,
+        .timeout_ms = budget,
+        .on_body = pull_body,
+        .arg = p,
+    };
+    err = ws_docker_http_call_ctl(rt->http, &req, ctl, &status);
+    /* The stream's last line need not end with a newline. */
+    if (!p->line_over && p->line_len > 0)
+        pull_line(p, p->line, p->line_len);
+    /* curl's own timer ends the pull at the budget, a little before ctl's
+     * deadline: that is how a caller's deadline usually shows. A timeout
+     * sooner than the budget is the connect's (the daemon is not there). */
+    if (err == -ETIMEDOUT && ws_mono_ms() - t0 >= budget) {
+        if (caller) {
+            ws_diag_set(d, "pulling image %s did not finish before the call's deadline", image);
+            ws_diag_meta(d, "timeout_ms", "%ld", budget);
+        } else {
+            ws_diag_set(d, "pulling image %s did not finish within the server's limit of %ld ms",
+                        image, budget);
+            ws_diag_meta(d, "limit_ms", "%ld", budget);
+        }
+        ws_diag_meta(d, "image", "%s", image);
+    } else if (err == -ECANCELED && ws_work_ctl_check(ctl) < 0) {
+        ws_diag_set(d, "the call was cancelled while image %s was being pulled", image);
+    } else if (err < 0 && err != -ENOMEM) {
+        err = unreachable(d, err);
+    } else if (err == 0 && (status != 200 || p->failed)) {
+        ws_diag_set(d, "pulling image %s failed: %s", image,
+                    p->failed || p->have_message ? p->msg : "no message");
+        ws_diag_meta(d, "image", "%s", image);
+        err = -WS_EFAILED;
+    }
+    free(p);
+    return err;
+}
+
+/* The image present (pulled if cfg's pull policy allows, within ctl), its
+ * VOLUMEs refused, its environment's names in *ret_env. */
 static int ensure_image(struct ws_docker_rt *rt, struct ws_docker_api_version v,
-                        const Workspace__V1__DockerConfig *cfg, char ***ret_env, struct ws_diag *d)
+                        const Workspace__V1__DockerConfig *cfg, const struct ws_work_ctl *ctl,
+                        char ***ret_env, struct ws_diag *d)
 {
     char path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX];
     char *body = NULL;
@@ -368,27 +497,9 @@ static int ensure_image(struct ws_docker_rt *rt, struct ws_docker_api_version v,
             ws_diag_meta(d, "image", "%s", cfg->image);
             return -WS_EFAILED;
         }
-        if (ws_docker_path_image_pull(v, cfg->image, path, sizeof(path)) < 0)
-            return -EINVAL;
-        err = call(rt, WS_DOCKER_HTTP_POST, path, NULL, WS_DOCKER_PULL_TIMEOUT_MS, &body, &len,
-                   &status, d);
+        err = pull(rt, v, cfg->image, ctl, d);
         if (err < 0)
             return err;
-        /* The pull reports progress as a stream of JSON lines; a failure
-         * is either the status or an {"error": ...} line (the status is
-         * 200 once the stream has begun). */
-        if (status != 200 || pull_error(body, len, msg, sizeof(msg))) {
-            if (status != 200)
-                daemon_message(body, len, msg, sizeof(msg));
-            free(body);
-            ws_diag_set(d, "pulling image %s failed: %s", cfg->image, msg);
-            ws_diag_meta(d, "image", "%s", cfg->image);
-            return -WS_EFAILED;
-        }
-        free(body);
-        body = NULL;
-        if (ws_docker_path_image_inspect(v, cfg->image, path, sizeof(path)) < 0)
-            return -EINVAL;
         err = call(rt, WS_DOCKER_HTTP_GET, path, NULL, 0, &body, &len, &status, d);
         if (err < 0)
             return err;
@@ -666,7 +777,8 @@ static int inspect(struct ws_docker_rt *rt, struct ws_docker_api_version v, cons
 
 int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
                         const Workspace__V1__DockerConfig *cfg,
-                        const struct ws_docker_identity *ident, bool fresh, struct ws_diag *d)
+                        const struct ws_docker_identity *ident, bool fresh,
+                        const struct ws_work_ctl *ctl, struct ws_diag *d)
 {
     struct container c;
     const struct ws_docker_container_spec *spec = &c.spec;
@@ -713,9 +825,19 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         return -ENOMEM;
     snprintf(b->workspace_id, sizeof(b->workspace_id), "%s", workspace_id);
     b->id = *ident;
-    err = ensure_image(rt, v, cfg, &b->image_env, d);
+    err = ensure_image(rt, v, cfg, ctl, &b->image_env, d);
     if (err < 0)
         goto out;
+    /* A pull may have outlasted the caller's wish for a workspace: then
+     * no container is made that nobody would use. */
+    err = ws_work_ctl_check(ctl);
+    if (err < 0) {
+        ws_diag_set(d, err == -ETIMEDOUT ? "the call's deadline passed before the container "
+                                           "was made"
+                                         : "the call was cancelled before the container was "
+                                           "made");
+        goto out;
+    }
 
     if (!fresh) {
         /* Keep a container that runs and reads back right. */

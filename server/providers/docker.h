@@ -75,8 +75,19 @@
 #define WS_DOCKER_EXEC_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 /* The init's own bound on a command beyond the server's deadline. */
 #define WS_DOCKER_BACKSTOP_MARGIN_MS 30000
-/* Pulling an image (if-not-present) may take this long. */
+/* Pulling an image (if-not-present) may take this long when the caller
+ * has no sooner deadline. */
 #define WS_DOCKER_PULL_TIMEOUT_MS (10L * 60 * 1000)
+/* A pull for a caller with a deadline ends this long before it, so that
+ * the answer saying so, and the clean-up of the Open, reach the caller in
+ * time. */
+#define WS_DOCKER_PULL_MARGIN_MS 500L
+/* How often a waiting pull looks whether its caller still wants it (the
+ * caller's cancel is a flag, not an event to wait for). */
+#define WS_DOCKER_PULL_POLL_MS 100L
+/* Bytes of one line of a pull's progress stream kept to parse; a longer
+ * line (the daemon's are a few hundred bytes) is skipped. */
+#define WS_DOCKER_PULL_LINE_MAX 4096
 /* Every other call to the daemon. */
 #define WS_DOCKER_CALL_TIMEOUT_MS 60000L
 
@@ -101,6 +112,7 @@ struct ws_docker_identity {
 };
 
 struct ws_docker_rt;
+struct ws_work_ctl; /* server/work/pool.h */
 
 /* Creates the runtime: its own pump thread and HTTP client for the daemon
  * named by DOCKER_HOST (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH), read now.
@@ -123,13 +135,29 @@ int ws_docker_rt_reconcile(struct ws_docker_rt *rt, struct ws_diag *d);
  * the commands wrapped later run under the same identities. fresh: create
  * it (a name already taken, by what an earlier run left, is removed and
  * the create made again); else keep a running container whose hardening
- * reads back right and replace anything else. Errors: -WS_EFAILED (d:
- * why; d->transient when the daemon is unreachable; metadata "runtime"
- * when the daemon lacks the config's runtime), -EINVAL (`id` breaks its
- * rules). */
+ * reads back right and replace anything else.
+ *
+ * A missing image is pulled when cfg's pull_policy allows it (the
+ * provider makes it PULL_NEVER when the operator's policy does not). The
+ * pull is bounded by ctl (the calling job's, may be NULL): it ends
+ * WS_DOCKER_PULL_MARGIN_MS before ctl's deadline, at once when ctl is
+ * cancelled, and after WS_DOCKER_PULL_TIMEOUT_MS whatever the caller
+ * allows. Ending it closes our connection to the daemon, which drops the
+ * pull at its next step; a request to the registry already in flight is
+ * not interrupted and lasts as long as the daemon's own timeouts allow
+ * (Docker 20.10: 10 s for a TLS handshake, 15 s for the registry's /v2/
+ * probe, none that we saw end for a manifest). A caller that stopped
+ * wanting the answer during the pull gets no container.
+ *
+ * Errors: -WS_EFAILED (d: why; d->transient when the daemon is
+ * unreachable; metadata "runtime" when the daemon lacks the config's
+ * runtime, "image" when the image is missing or its pull failed),
+ * -ETIMEDOUT (the pull outlasted ctl's deadline, metadata "image" and
+ * "timeout_ms", or the server's limit, metadata "image" and "limit_ms"),
+ * -ECANCELED (ctl was cancelled), -EINVAL (`id` breaks its rules). */
 int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
                         const Workspace__V1__DockerConfig *cfg, const struct ws_docker_identity *id,
-                        bool fresh, struct ws_diag *d);
+                        bool fresh, const struct ws_work_ctl *ctl, struct ws_diag *d);
 
 /* Stops and removes the workspace's container (and its anonymous
  * volumes); a container that does not exist is fine. Errors: -WS_EFAILED

@@ -20,6 +20,7 @@
 #include "server/providers/docker.h"
 #include "server/providers/ops.h"
 #include "server/providers/probe.h"
+#include "server/work/pool.h"
 
 /* A container's pids cap when its config sets none. */
 #define DEFAULT_PIDS_LIMIT 512
@@ -314,7 +315,9 @@ static int docker_attach(void *rt, const struct ws_provider_ws *w, bool fresh, s
     err = identity_of(rt, w->rec, cfg, &id, d);
     if (err < 0)
         return err;
-    err = ws_docker_rt_attach(docker, w->id, w->dir, cfg, &id, fresh, d);
+    /* The Open, Resolve or call that attaches runs as a pool job, whose
+     * ctl carries its caller's deadline and cancel. */
+    err = ws_docker_rt_attach(docker, w->id, w->dir, cfg, &id, fresh, ws_work_ctl_current(), d);
     /* A missing image with pulls off: say that it is the operator's
      * policy, not the client's pull_policy, that kept it from a pull. */
     if (err == -WS_EFAILED && o && !o->pulls_allowed && d &&

@@ -77,6 +77,26 @@ struct ws_pool {
     struct lane lanes[WS_POOL_LANES_MAX];
 };
 
+/* The running job's ctl on each thread (ws_work_ctl_current). */
+static _Thread_local const struct ws_work_ctl *current_ctl;
+
+const struct ws_work_ctl *ws_work_ctl_current(void)
+{
+    return current_ctl;
+}
+
+/* Runs job with its ctl as the thread's current one; an inline job keeps
+ * the ctl of a job it runs inside, when the submitter is itself one, for
+ * after it returns. */
+static void run_job(const struct ws_pool_job *job)
+{
+    const struct ws_work_ctl *outer = current_ctl;
+
+    current_ctl = job->ctl;
+    job->run(job->ctl, job->arg);
+    current_ctl = outer;
+}
+
 static struct tenant *tenant_find(struct lane *l, const char *key)
 {
     for (struct tenant *t = l->tenants; t; t = t->next)
@@ -317,7 +337,7 @@ static void *worker_main(void *arg)
         pthread_mutex_unlock(&l->lock);
         finish_skipped(dead);
         if (j)
-            j->job.run(j->job.ctl, j->job.arg);
+            run_job(&j->job);
         pthread_mutex_lock(&l->lock);
         if (j) {
             job_returned(l, j->tenant);
@@ -510,7 +530,7 @@ static int submit_inline(struct lane *l, const struct ws_pool_job *job)
     l->stats.submitted++;
     l->stats.running++;
     pthread_mutex_unlock(&l->lock);
-    job->run(job->ctl, job->arg);
+    run_job(job);
     pthread_mutex_lock(&l->lock);
     job_returned(l, NULL);
     pthread_mutex_unlock(&l->lock);

@@ -101,6 +101,14 @@ static inline int ws_work_ctl_check(const struct ws_work_ctl *ctl)
     return 0;
 }
 
+/* The ctl of the job whose run is on this thread now (a pool thread's, or
+ * the submitter's for an inline lane), NULL outside a run or for a job
+ * submitted without one. It lets work far below the job, such as a
+ * provider's wait on its daemon, bound itself by the caller's deadline and
+ * notice its cancel, without every layer in between passing the ctl on.
+ * Valid until that run returns. */
+const struct ws_work_ctl *ws_work_ctl_current(void);
+
 struct ws_pool_lane_config {
     /* Names the lane for ws_pool_lane, stats and thread names; 1 to
      * WS_POOL_NAME_MAX bytes, unique in the pool. */

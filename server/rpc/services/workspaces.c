@@ -3,8 +3,12 @@
  * Open, Resolve, Close and a Describe whose provider has a section of its
  * own may talk to a container daemon (a pull, an attach, a detach, an
  * inspect): they run on the pool's DAEMON lane, so a slow daemon holds up
- * only its own tenant's calls. List and ReadAudit read the server's own
- * state and stay on the thread that delivered the call. */
+ * only its own tenant's calls. The job's ctl carries the call's deadline
+ * and its cancel down to the provider (ws_work_ctl_current): an image
+ * pull inside an Open ends before the client's deadline instead of
+ * holding the lane's thread for the server's own limit. List and
+ * ReadAudit read the server's own state and stay on the thread that
+ * delivered the call. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -612,6 +612,45 @@ TEST(Pool, InlineLaneRunsOnTheCallersThread)
     ws_pool_free(p);
 }
 
+// ws_work_ctl_current() is the running job's ctl on a pool thread and on
+// the submitter's thread for an inline lane, NULL outside a run, and the
+// outer job's again after a nested inline run returns.
+TEST(Pool, CurrentCtlIsTheRunningJobs)
+{
+    EXPECT_EQ(ws_work_ctl_current(), nullptr);
+    ws_pool *threaded = NewPool(1);
+    ws_pool *inline_lane = NewPool(0);
+    ASSERT_NE(threaded, nullptr);
+    ASSERT_NE(inline_lane, nullptr);
+
+    ws_work_ctl outer = {}, inner = {};
+    std::atomic<const ws_work_ctl *> seen_threaded{nullptr};
+    Counter finished;
+    Job j;
+    j.finished = &finished;
+    j.body = [&](const ws_work_ctl *) { seen_threaded = ws_work_ctl_current(); };
+    ASSERT_EQ(Submit(threaded, 0, "a", &j, &outer), 0);
+    ASSERT_TRUE(finished.WaitFor(1));
+    EXPECT_EQ(seen_threaded.load(), &outer);
+
+    const ws_work_ctl *in_outer = nullptr, *in_inner = nullptr, *after_inner = nullptr;
+    Job nested, o;
+    nested.body = [&](const ws_work_ctl *) { in_inner = ws_work_ctl_current(); };
+    o.body = [&](const ws_work_ctl *) {
+        in_outer = ws_work_ctl_current();
+        EXPECT_EQ(Submit(inline_lane, 0, "a", &nested, &inner), 0);
+        after_inner = ws_work_ctl_current();
+    };
+    ASSERT_EQ(Submit(inline_lane, 0, "a", &o, &outer), 0);
+    EXPECT_EQ(in_outer, &outer);
+    EXPECT_EQ(in_inner, &inner);
+    EXPECT_EQ(after_inner, &outer);
+    EXPECT_EQ(ws_work_ctl_current(), nullptr);
+
+    ws_pool_free(threaded);
+    ws_pool_free(inline_lane);
+}
+
 // A lane with nice = 10 runs its jobs 10 nice levels below the thread that
 // made the pool, so the RPC threads preempt them.
 TEST(Pool, NiceLaneLowersItsThreadsPriority)

@@ -1736,3 +1736,52 @@ TEST_F(ExecTest, ExecNeedsAShellWorkspace)
 }
 
 } // namespace
+
+namespace
+{
+
+// A command cannot write a file past the workspace's file size cap, as the
+// API cannot: the kernel stops the write at the cap (RLIMIT_FSIZE), in
+// local-bash and in local-sandbox alike, and the file holds exactly the
+// cap's bytes.
+TEST_F(ExecTest, CommandsCannotWritePastTheFileSizeCap)
+{
+    for (const char *provider : {"local-bash", "local-sandbox"}) {
+        SCOPED_TRACE(provider);
+        ClientContext ctx;
+        OpenRequest req;
+        if (std::string(provider) == "local-bash")
+            req.mutable_local_bash();
+        else
+            req.mutable_local_sandbox();
+        req.mutable_capabilities()->mutable_fs()->set_max_file_size_bytes(1 << 20);
+        for (const char *c : {"sh", "head", "stat"})
+            req.mutable_capabilities()->mutable_shell()->add_allowed_commands(c);
+        OpenResponse resp;
+        ASSERT_TRUE(wsstub_->Open(&ctx, req, &resp).ok());
+        const std::string id = resp.workspace().id();
+        RunResponse r;
+        ASSERT_TRUE(wstest::RunProcess(exec_.get(), id,
+                                       ArgvProcess({"sh", "-c",
+                                                    "head -c 3000000 /dev/zero > big; echo $?; "
+                                                    "stat -c %s big"}),
+                                       &r)
+                        .ok());
+        // head died of SIGXFSZ (25): the shell says 128 + 25.
+        EXPECT_EQ(r.stdout(), "153\n1048576\n") << r.stderr();
+        struct stat st;
+        ASSERT_EQ(stat((srv_->workspace_dir(id) + "/big").c_str(), &st), 0);
+        EXPECT_EQ(st.st_size, 1 << 20);
+
+        // Under the cap, writes go through.
+        ASSERT_TRUE(wstest::RunProcess(exec_.get(), id,
+                                       ArgvProcess({"sh", "-c",
+                                                    "head -c 1000000 /dev/zero > small; echo $?; "
+                                                    "stat -c %s small"}),
+                                       &r)
+                        .ok());
+        EXPECT_EQ(r.stdout(), "0\n1000000\n") << r.stderr();
+    }
+}
+
+} // namespace

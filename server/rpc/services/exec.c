@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -299,9 +300,16 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         err = p->ops->spawn_limits(p->rt, &w, &run_as, &placed, &d);
         if (err < 0)
             goto fail;
-        if (run_as.into_cgroup || run_as.n_rlimits)
-            cfg.run_as = &run_as;
     }
+    /* No file a command writes grows past the workspace's file size cap,
+     * as none the API writes does: the kernel stops the write (SIGXFSZ,
+     * or EFBIG where the command ignores that signal). A box's own file
+     * systems (its /tmp) are held to it too. */
+    if (xe->spawn_as_uid && run_as.n_rlimits < WS_SPAWN_RLIMITS_MAX)
+        run_as.rlimits[run_as.n_rlimits++] =
+            (struct ws_rlimit){.resource = RLIMIT_FSIZE, .value = ws_workspace_max_file_size(ws)};
+    if (run_as.set || run_as.into_cgroup || run_as.n_rlimits)
+        cfg.run_as = &run_as;
     err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, own_home,
                             &d, ret);
     if (p->ops->spawn_limits)

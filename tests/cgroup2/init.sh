@@ -81,6 +81,7 @@ cat >/host/tmp/ws-vm-stage2.sh <<'STAGE2'
 echo "ws-vm: $(cat /tmp/ws-vm-passed 2>/dev/null || echo 0) passed, $(cat /tmp/ws-vm-failed 2>/dev/null || echo 1) failed"
 sync
 echo o >/proc/sysrq-trigger
-sleep 60
+# pid 1 must outlive the power-off; its file system may go first.
+sleep 60 2>/dev/null
 STAGE2
 exec switch_root /host /bin/sh /tmp/ws-vm-stage2.sh

@@ -226,6 +226,18 @@ int ws_docker_path_list_by_label(struct ws_docker_api_version v, const char *lab
 
 #define WS_DOCKER_PIDS_DEFAULT 512
 #define WS_DOCKER_PIDS_MAX     4194304 /* the kernel's PID_MAX_LIMIT */
+/* gVisor's runtime. Its guest processes live in its own kernel, and the
+ * host's pids cgroup counts the sandbox's host tasks instead: several for
+ * each guest task (about eight, seen on the ptrace platform), plus the
+ * sandbox's own. So under it pids_limit is enforced in the guest (the
+ * in-container init gives the command RLIMIT_NPROC, which gVisor counts
+ * per uid, threads included), and HostConfig.PidsLimit gets a budget in
+ * proportion, PER_PID * pids_limit + BASE (at most WS_DOCKER_PIDS_MAX),
+ * which a guest held to its cap stays under: the host cgroup is never
+ * what stops a command, since the host kills the whole sandbox there. */
+#define WS_DOCKER_RUNTIME_GVISOR            "runsc"
+#define WS_DOCKER_GVISOR_HOST_TASKS_PER_PID 16
+#define WS_DOCKER_GVISOR_HOST_TASKS_BASE    256
 /* The daemon refuses less memory than this (its linuxMinMemory). */
 #define WS_DOCKER_MEMORY_MIN (6LL * 1024 * 1024)
 /* Docker refuses less than 0.01 CPU. */
@@ -265,8 +277,11 @@ struct ws_docker_container_spec {
     bool network_allow;        /* NetworkMode "bridge" instead of "none" */
     int64_t memory_bytes;      /* 0: no limit; else >= WS_DOCKER_MEMORY_MIN, swap equal */
     int64_t nano_cpus;         /* 0: no limit; else >= WS_DOCKER_NANO_CPUS_MIN */
-    int64_t pids_limit;        /* 0: WS_DOCKER_PIDS_DEFAULT; else 1..WS_DOCKER_PIDS_MAX */
-    int64_t tmp_bytes;         /* 0: WS_DOCKER_TMP_BYTES_DEFAULT; else MIN..MAX */
+    /* HostConfig.PidsLimit. 0: WS_DOCKER_PIDS_DEFAULT; else
+     * 1..WS_DOCKER_PIDS_MAX. Under WS_DOCKER_RUNTIME_GVISOR the caller
+     * sends the host budget said there. */
+    int64_t pids_limit;
+    int64_t tmp_bytes; /* 0: WS_DOCKER_TMP_BYTES_DEFAULT; else MIN..MAX */
     /* NULL-terminated; NULL: WS_DOCKER_KEEPALIVE_ARGV0, _ARGV1. */
     const char *const *keepalive;
     /* NULL, or the absolute host path of a static program bound read-only

@@ -4,14 +4,18 @@
  * The server bind-mounts this static binary read-only into each workspace container and runs
  * every command through `docker exec` as
  *
- *     init run [--uid U --gid G --helper H] ID TIMEOUT_MS PROGRAM [ARGS...]
+ *     init run [--uid U --gid G --helper H] [--nproc N] ID TIMEOUT_MS PROGRAM [ARGS...]
  *     init signal [--helper H] ID SIGNO
  *     init keepalive [--helper H]
  *
  * `run` forks PROGRAM (an absolute path, or a name without '/' looked up in init's PATH as execvp
  * does, relative entries skipped; argv[0] = PROGRAM as given) as the command, in a session of its
  * own, with the terminal on fd 0 (if any) as its controlling terminal. Init is a child subreaper,
- * so every process the command starts stays a descendant of init however it detaches. HUP, INT,
+ * so every process the command starts stays a descendant of init however it detaches. Where the
+ * kernel refuses that (gVisor gives it to a container's first process alone) and init has the
+ * identities to split, the command gets a tag instead: a supplementary group of its own,
+ * TAG_GID_BASE plus the low 24 bits of ID, which nothing without CAP_SETGID can drop, so that its
+ * processes are found by their groups after they left the tree (`id -G` shows it there). HUP, INT,
  * QUIT, TERM, USR1, USR2 and WINCH sent to init are forwarded to every descendant. When the
  * command ends, or TIMEOUT_MS (0 = no bound) expires, every descendant is SIGKILLed and reaped,
  * and only then init writes its exit record to stderr, as one write() and as the very last bytes
@@ -35,14 +39,21 @@
  *
  * Identities: with --uid U --gid G --helper H (all three or none; decimal; none of them 0, and H
  * differs from U) init is started as root, with CAP_SETUID, CAP_SETGID and CAP_KILL at least, and
- * splits at once. The command's child takes the groups {G}, the gids G and the uids U before it
- * does anything else: leaving uid 0 clears its capabilities, and it sets no-new-privileges so
- * nothing it runs can regain any. Init itself becomes uid and gid H (groups {H}) keeping
- * CAP_KILL alone, permitted and effective, and stays non-dumpable. So the command can neither
- * signal, ptrace nor read /proc/PID/environ (or anything else ptrace-guarded) of init, another
- * uid it holds no capability over, while init can still signal and kill the command's processes.
- * `signal --helper H` drops to H with CAP_KILL the same way before it looks at anything. Without
- * the options every process keeps the uid init was started with, as before.
+ * splits at once. The command's child takes the groups {G} (with its tag, {G, tag}), the gids G
+ * and the uids U before it does anything else: leaving uid 0 clears its capabilities, and it
+ * sets no-new-privileges so nothing it runs can regain any. Init itself becomes uid and gid H
+ * (groups {H}) keeping CAP_KILL alone, permitted and effective, and stays non-dumpable. So the
+ * command can neither signal, ptrace nor read /proc/PID/environ (or anything else ptrace-guarded)
+ * of init, another uid it holds no capability over, while init can still signal and kill the
+ * command's processes. `signal --helper H` drops to H with CAP_KILL the same way before it looks at
+ * anything. Without the options every process keeps the uid init was started with, as before.
+ *
+ * --nproc N (1..4194304) gives the command RLIMIT_NPROC N, soft and hard, once it has its uid:
+ * the kernel then refuses it a fork or a thread beyond N processes of its uid. That is how a
+ * pids cap holds under gVisor, whose guest processes the host's pids cgroup does not count
+ * (gVisor counts RLIMIT_NPROC per uid in its own kernel); the command cannot raise the hard
+ * limit without CAP_SYS_RESOURCE, which it never has. Failing to set it is an internal failure
+ * like the identity's.
  *
  * `keepalive` is the container's main process: it waits for HUP, INT or TERM and exits 0. With
  * --helper H it first becomes uid and gid H with no capability at all. It may be the container's
@@ -78,6 +89,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
@@ -109,6 +121,12 @@
 #define CMDLINE_SIZE_LIMIT 4096    /* enough for argv[0..2]; the rest is not looked at */
 #define EVENTS_SIZE_LIMIT  4096    /* memory.events / memory.oom_control */
 #define PROC_COUNT_LIMIT   4194304 /* the kernel's PID_MAX_LIMIT */
+#define STATUS_SIZE_LIMIT  4096    /* /proc/PID/status up to its Groups line */
+
+/* Tag groups (see the top): a range no distribution hands out, 2^24 of them. */
+#define TAG_GID_BASE   0x7f000000u
+#define TAG_HEX_DIGITS 6
+#define TAG_LOW_MASK   0xffffffu
 
 /* The final kill loop waits this long at most between rescans, and gives up after the limit
  * (a process stuck in the kernel with SIGKILL pending can no longer write anything). */
@@ -190,10 +208,12 @@ struct identity {
     uid_t uid;
     gid_t gid;
     uid_t helper; /* also the helper's gid */
+    rlim_t nproc; /* the command's RLIMIT_NPROC; 0: the one init has */
+    gid_t tag;    /* the command's tag group (see the top); 0: none */
 };
 
-enum { OPT_UID, OPT_GID, OPT_HELPER, OPT_COUNT };
-static const char *const option_names[OPT_COUNT] = {"--uid", "--gid", "--helper"};
+enum { OPT_UID, OPT_GID, OPT_HELPER, OPT_NPROC, OPT_COUNT };
+static const char *const option_names[OPT_COUNT] = {"--uid", "--gid", "--helper", "--nproc"};
 
 /* Parses the options that follow the mode word, up to the first argument that does not start
  * with "--" (an ID never does); only --helper when !run_mode. Returns the index of that
@@ -218,7 +238,13 @@ static int parse_identity(int argc, char **argv, bool run_mode, struct identity 
             say(0, "%s given twice", argv[i]);
             return -1;
         }
-        if (i + 1 >= argc || parse_decimal(argv[i + 1], ID_VALUE_LIMIT, &v[opt]) < 0) {
+        if (opt == OPT_NPROC) {
+            if (i + 1 >= argc || parse_decimal(argv[i + 1], PROC_COUNT_LIMIT, &v[opt]) < 0 ||
+                v[opt] == 0) {
+                say(0, "--nproc wants a decimal count from 1 to %d", PROC_COUNT_LIMIT);
+                return -1;
+            }
+        } else if (i + 1 >= argc || parse_decimal(argv[i + 1], ID_VALUE_LIMIT, &v[opt]) < 0) {
             say(0, "%s wants a decimal id up to %llu", argv[i], (unsigned long long)ID_VALUE_LIMIT);
             return -1;
         }
@@ -230,6 +256,7 @@ static int parse_identity(int argc, char **argv, bool run_mode, struct identity 
         .uid = (uid_t)v[OPT_UID],
         .gid = (gid_t)v[OPT_GID],
         .helper = (uid_t)v[OPT_HELPER],
+        .nproc = (rlim_t)v[OPT_NPROC],
     };
     if (run_mode && (seen[OPT_UID] != seen[OPT_HELPER] || seen[OPT_GID] != seen[OPT_HELPER])) {
         say(0, "--uid, --gid and --helper go together");
@@ -284,14 +311,15 @@ static int have_capabilities(uint64_t caps)
 #define IDENTITY_CAPS                                                                              \
     (UINT64_C(1) << CAP_SETUID | UINT64_C(1) << CAP_SETGID | UINT64_C(1) << CAP_KILL)
 
-/* In the command's child, before anything else it does: groups {G}, gids G, uids U, then no
- * capability in any set and no-new-privileges, so neither a setuid program nor file
+/* In the command's child, before anything else it does: groups {G} or {G, tag}, gids G, uids U,
+ * then no capability in any set and no-new-privileges, so neither a setuid program nor file
  * capabilities give anything back. Single-threaded: glibc's set*id calls are plain syscalls
  * here. Returns 0 or -errno. */
 static int become_command_user(const struct identity *id)
 {
+    gid_t groups[2] = {id->gid, id->tag};
     gid_t gid = id->gid;
-    if (setgroups(1, &gid) < 0 || setresgid(gid, gid, gid) < 0 ||
+    if (setgroups(id->tag ? 2 : 1, groups) < 0 || setresgid(gid, gid, gid) < 0 ||
         setresuid(id->uid, id->uid, id->uid) < 0)
         return -errno;
     int r = set_capabilities(0);
@@ -372,6 +400,7 @@ struct proc {
     pid_t ppid;
     char state;               /* Z (zombie) and X (dead) are gone already, bar the reaping */
     unsigned long long start; /* with pid, names one process even across pid reuse */
+    bool tagged;              /* holds the tag group the scan looked for */
     bool mark;
 };
 
@@ -424,6 +453,33 @@ static int read_stat(int proc_fd, pid_t pid, struct proc *ret)
     return 0;
 }
 
+/* Whether /proc/PID/status lists gid tag among the groups; a process that is gone has none. */
+static bool has_group(int proc_fd, pid_t pid, gid_t tag)
+{
+    char path[32], buf[STATUS_SIZE_LIMIT];
+    (void)snprintf(path, sizeof(path), "%d/status", (int)pid);
+    if (read_small(proc_fd, path, buf, sizeof(buf)) < 0)
+        return false;
+    const char *line = strstr(buf, "\nGroups:");
+    if (!line)
+        return false;
+    line += sizeof("\nGroups:") - 1;
+    for (;;) {
+        char *end;
+        while (*line == ' ' || *line == '\t')
+            line++;
+        /* strtoull would skip the newline and read on into the next line. */
+        if (*line < '0' || *line > '9')
+            return false;
+        unsigned long long v = strtoull(line, &end, 10);
+        if (end == line)
+            return false;
+        if (v == tag)
+            return true;
+        line = end;
+    }
+}
+
 static bool is_pid_name(const char *s, pid_t *ret_pid)
 {
     uint64_t v;
@@ -439,9 +495,9 @@ static void proc_table_free(struct proc_table *t)
     *t = (struct proc_table){0};
 }
 
-/* Snapshots every process in /proc. Processes that vanish meanwhile are left out; returns 0
- * or -errno. */
-static int proc_table_scan(int proc_fd, struct proc_table *ret)
+/* Snapshots every process in /proc, with whether it holds the group tag (when tag is not 0).
+ * Processes that vanish meanwhile are left out; returns 0 or -errno. */
+static int proc_table_scan(int proc_fd, gid_t tag, struct proc_table *ret)
 {
     struct proc_table t = {0};
     /* A new open file description each time: a dup would share the directory offset, and
@@ -465,6 +521,7 @@ static int proc_table_scan(int proc_fd, struct proc_table *ret)
             errno = 0;
             continue;
         }
+        p.tagged = tag && has_group(proc_fd, pid, tag);
         if (t.n == t.cap) {
             size_t cap = t.cap ? t.cap * 2 : 256;
             struct proc *v;
@@ -502,7 +559,8 @@ static struct proc *proc_table_find(struct proc_table *t, pid_t pid)
     return bsearch(&key, t->v, t->n, sizeof(*t->v), by_pid);
 }
 
-/* Marks every process whose parent chain leads to root. A snapshot of /proc is not atomic, so
+/* Marks every process whose parent chain leads to root or to a tagged process, tagged ones
+ * included. A snapshot of /proc is not atomic, so
  * the chains are followed by passes to a fixed point (at most one per generation) instead of
  * trusting them to be acyclic. */
 static void proc_table_mark_descendants(struct proc_table *t, pid_t root)
@@ -517,7 +575,8 @@ static void proc_table_mark_descendants(struct proc_table *t, pid_t root)
             struct proc *p = &t->v[i], *parent;
             if (p->mark || p->pid == root)
                 continue;
-            if (p->ppid == root || ((parent = proc_table_find(t, p->ppid)) && parent->mark)) {
+            if (p->tagged || p->ppid == root ||
+                ((parent = proc_table_find(t, p->ppid)) && parent->mark)) {
                 p->mark = true;
                 changed = true;
             }
@@ -549,13 +608,13 @@ static int signal_proc(int proc_fd, const struct proc *p, int sig)
     return r;
 }
 
-/* Sends sig to every descendant of root except the caller itself (a `signal` run from inside
- * the tree finishes its job first). Returns how many descendants were still alive, or -errno
- * when /proc could not be read. */
-static int signal_descendants(int proc_fd, pid_t root, int sig)
+/* Sends sig to every descendant of root, and every process with the group tag (not 0), except
+ * the caller itself (a `signal` run from inside the tree finishes its job first). Returns how
+ * many of them were still alive, or -errno when /proc could not be read. */
+static int signal_descendants(int proc_fd, pid_t root, gid_t tag, int sig)
 {
     struct proc_table t;
-    int r = proc_table_scan(proc_fd, &t);
+    int r = proc_table_scan(proc_fd, tag, &t);
     if (r < 0)
         return r;
     proc_table_mark_descendants(&t, root);
@@ -618,11 +677,12 @@ struct start_error {
     int err;
 };
 
-enum { STEP_SESSION, STEP_EXEC, STEP_IDENTITY, STEP_COUNT };
+enum { STEP_SESSION, STEP_EXEC, STEP_IDENTITY, STEP_NPROC, STEP_COUNT };
 static const char *const start_steps[STEP_COUNT] = {
     "cannot start a session for",
     "cannot execute",
     "cannot take the command's uid and gid for",
+    "cannot cap the processes (RLIMIT_NPROC) of",
 };
 
 /* Runs the name argv[0] from the first directory of PATH that has it, like execvp but never
@@ -673,6 +733,14 @@ static __attribute__((noreturn)) void start_command(char **argv, const struct id
         int r = become_command_user(id);
         if (r < 0) {
             e = (struct start_error){.step = STEP_IDENTITY, .err = -r};
+            goto fail;
+        }
+    }
+    /* After the uid, which is what the kernel counts the processes of. */
+    if (id->nproc) {
+        struct rlimit cap = {.rlim_cur = id->nproc, .rlim_max = id->nproc};
+        if (setrlimit(RLIMIT_NPROC, &cap) < 0) {
+            e = (struct start_error){.step = STEP_NPROC, .err = errno};
             goto fail;
         }
     }
@@ -734,25 +802,28 @@ static int reap(pid_t command, int *status, bool *reaped)
     }
 }
 
-/* SIGKILLs and reaps every descendant until init has no child left: a rescan after every
- * round catches what was forked while the previous one went out. Returns 0, or -ETIMEDOUT
- * when some survived KILL_LIMIT_MS. */
-static int kill_descendants(int proc_fd, pid_t command, int *status, bool *reaped,
+/* SIGKILLs and reaps every descendant until init has no child left, and no process with the
+ * group tag (not 0) is alive either: those left the tree, and whoever reaps them, the kernel
+ * has them killed. A rescan after every round catches what was forked while the previous one
+ * went out. Returns 0, or -ETIMEDOUT when some survived KILL_LIMIT_MS. */
+static int kill_descendants(int proc_fd, pid_t command, gid_t tag, int *status, bool *reaped,
                             const sigset_t *all)
 {
     pid_t self = getpid();
     int64_t give_up = ws_mono_ms() + KILL_LIMIT_MS;
     bool scan_reported = false;
     for (;;) {
-        int r = reap(command, status, reaped);
-        if (r <= 0)
-            return r;
+        int children = reap(command, status, reaped);
+        if (children < 0 || (children == 0 && !tag))
+            return children;
         if (ws_mono_ms() >= give_up)
             return -ETIMEDOUT;
         /* Unreaped, the command's pid cannot be anyone else's: no /proc needed to kill it. */
         if (!*reaped)
             (void)kill(command, SIGKILL);
-        r = signal_descendants(proc_fd, self, SIGKILL);
+        int r = signal_descendants(proc_fd, self, tag, SIGKILL);
+        if (children == 0 && r == 0)
+            return 0;
         if (r < 0 && !scan_reported) {
             say(-r, "cannot list the command's processes");
             scan_reported = true;
@@ -763,7 +834,18 @@ static int kill_descendants(int proc_fd, pid_t command, int *status, bool *reape
     }
 }
 
-#define RUN_USAGE "run [--uid U --gid G --helper H] ID TIMEOUT_MS /PROGRAM [ARGS...]"
+/* The command's tag group for ID: TAG_GID_BASE plus the low 24 bits of the ID's hex, which the
+ * server draws at random for each command, so that commands running at once differ. Never the
+ * command's own gid or the helper's, whose processes it would take for the command's. */
+static gid_t tag_gid(const char *id, const struct identity *ident)
+{
+    uint32_t low = (uint32_t)strtoul(id + strlen(id) - TAG_HEX_DIGITS, NULL, 16);
+    while (TAG_GID_BASE + low == ident->gid || TAG_GID_BASE + low == (gid_t)ident->helper)
+        low = (low + 1) & TAG_LOW_MASK;
+    return TAG_GID_BASE + low;
+}
+
+#define RUN_USAGE "run [--uid U --gid G --helper H] [--nproc N] ID TIMEOUT_MS /PROGRAM [ARGS...]"
 
 static int run(int argc, char **argv)
 {
@@ -808,10 +890,16 @@ static int run(int argc, char **argv)
     /* Orphans of the command, setsid() and double-fork escapees included, re-parent to init
      * instead of the container's pid 1: that is what lets init find them and kill them. gVisor
      * (runsc) refuses the attribute to every process but its container's first (EINVAL): there
-     * orphans go to pid 1, and an escapee outlives the command until the container goes. */
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0 && errno != EINVAL) {
-        say(errno, "cannot become a subreaper");
-        return EXIT_INTERNAL;
+     * orphans go to pid 1, and the command's tag group is what finds them. Without identities
+     * init cannot give the command a group, and an escapee outlives the command until the
+     * container goes. */
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) < 0) {
+        if (errno != EINVAL) {
+            say(errno, "cannot become a subreaper");
+            return EXIT_INTERNAL;
+        }
+        if (id.set)
+            id.tag = tag_gid(argv[at], &id);
     }
     /* Without identities the command runs as the same uid: a dumpable init would let it
      * ptrace init or write its memory and forge the exit record. The child is dumpable again
@@ -859,7 +947,7 @@ static int run(int argc, char **argv)
         if (r < 0) {
             say(-r, "cannot become the helper uid %lu", (unsigned long)id.helper);
             (void)close(error_pipe[0]);
-            (void)kill_descendants(proc_fd, command, &status, &reaped, &all);
+            (void)kill_descendants(proc_fd, command, id.tag, &status, &reaped, &all);
             return EXIT_INTERNAL;
         }
     }
@@ -870,8 +958,8 @@ static int run(int argc, char **argv)
     if (n == (ssize_t)sizeof(e) && e.step >= 0 && e.step < STEP_COUNT)
         say(e.err, "%s %s", start_steps[e.step], command_argv[0]);
     /* The command never ran; an exit record would say it had. */
-    if (n == (ssize_t)sizeof(e) && e.step == STEP_IDENTITY) {
-        (void)kill_descendants(proc_fd, command, &status, &reaped, &all);
+    if (n == (ssize_t)sizeof(e) && (e.step == STEP_IDENTITY || e.step == STEP_NPROC)) {
+        (void)kill_descendants(proc_fd, command, id.tag, &status, &reaped, &all);
         return EXIT_INTERNAL;
     }
 
@@ -897,10 +985,10 @@ static int run(int argc, char **argv)
         siginfo_t si;
         int sig = sigtimedwait(&all, &si, deadline == INT64_MAX ? NULL : &ts);
         if (sig > 0 && forwarded(sig))
-            (void)signal_descendants(proc_fd, getpid(), sig);
+            (void)signal_descendants(proc_fd, getpid(), id.tag, sig);
     }
 
-    int r = kill_descendants(proc_fd, command, &status, &reaped, &all);
+    int r = kill_descendants(proc_fd, command, id.tag, &status, &reaped, &all);
     if (r < 0)
         say(-r, "cannot kill every process of the command");
     (void)close(proc_fd);
@@ -1005,7 +1093,7 @@ static int signal_command(int argc, char **argv)
         return EXIT_INTERNAL;
     }
     struct proc_table t;
-    int r = proc_table_scan(proc_fd, &t);
+    int r = proc_table_scan(proc_fd, 0, &t);
     if (r < 0) {
         say(-r, "cannot list processes");
         (void)close(proc_fd);
@@ -1018,13 +1106,13 @@ static int signal_command(int argc, char **argv)
         if (init == self || !is_run_init(proc_fd, init, run_id))
             continue;
         found++;
-        r = signal_descendants(proc_fd, init, sig);
+        r = signal_descendants(proc_fd, init, 0, sig);
         /* A SIGKILL is the server's last word: make it stick against a tree that forks as
          * fast as it dies. The init reaps them and then reports by itself. */
         int64_t give_up = ws_mono_ms() + SIGNAL_MODE_KILL_LIMIT_MS;
         while (sig == SIGKILL && r > 0 && ws_mono_ms() < give_up) {
             ws_sleep_ms(REAP_POLL_MS);
-            r = signal_descendants(proc_fd, init, sig);
+            r = signal_descendants(proc_fd, init, 0, sig);
         }
         if (r < 0)
             say(-r, "cannot list the processes of %s", run_id);

@@ -5,7 +5,7 @@
  *
  *   workspaced-docker-relay --host DOCKER_HOST [--tls-verify --cert-path DIR]
  *                           --api MAJOR.MINOR [--tty] [--stdin] [--nonce HEX]
- *                           --status-fd N EXEC_ID
+ *                           [--container ID] --status-fd N EXEC_ID
  *
  * The server has created the exec (POST /containers/{id}/exec, the command
  * wrapped by the in-container init); the relay starts it on a hijacked
@@ -43,6 +43,20 @@
  * 125 when the daemon refused the exec, could not be reached, broke the
  * stream's framing, or the exit code is unknown; 127 for a usage error
  * (nothing was started then).
+ *
+ * With --container ID (the exec's container) the relay also looks at the
+ * container whenever the stream has been quiet for CONTAINER_CHECK_MS: a
+ * container that is no longer running ends the command even though the
+ * stream does not end. That is gVisor's way (runsc): its memory limit is
+ * the host cgroup's, whose OOM killer takes the whole sandbox, and the
+ * daemon then keeps the exec's stream open for minutes, or ends it at once
+ * without a record; so a stream that ends without one also has the
+ * container looked at (CONTAINER_SETTLE_TRIES times, INSPECT_PAUSE_MS
+ * apart, while it still runs) before the exec's code is taken. A
+ * container the daemon reports OOMKilled gives the status line "signaled
+ * 9 oom" (the command died with it, for lack of memory); any other end
+ * gives no status line and 125, the command's fate unknown. Either way
+ * the container is gone, and the workspace's next command says so.
  *
  * Memory stays bounded whatever the command writes: output is written with
  * blocking writes before the socket is read again, so a server that stops
@@ -149,6 +163,14 @@
  * asked again, this many times this far apart, before giving up. */
 #define INSPECT_TRIES    50
 #define INSPECT_PAUSE_MS 100
+/* How long the stream may be quiet before the container is looked at
+ * (--container): one inspect a second per quiet command at most. */
+#define CONTAINER_CHECK_MS 1000
+/* A stream that ended without a record may have ended with its container,
+ * whose state the daemon updates on its own time: it is looked at this
+ * many times, INSPECT_PAUSE_MS apart, while it still runs, and as many
+ * again while it is stopped but not (yet) said to be OOM-killed. */
+#define CONTAINER_SETTLE_TRIES 30
 
 /* The exit record: ESC '_' "wsinit;" STATUS ESC '\\' (an APC string, which
  * terminals ignore, so a stray one does no harm on screen). */
@@ -168,6 +190,7 @@ struct options {
     bool stdin_on;
     int status_fd;
     const char *exec_id;
+    const char *container_id; /* NULL: the container is not watched */
     /* What a record starts with: RECORD_OPEN, then with --nonce the nonce
      * and ';'. */
     char record_open[RECORD_OPEN_MAX];
@@ -190,6 +213,10 @@ struct relay {
     enum ws_frames_stream watched;
     uint8_t held[RECORD_MAX];
     size_t held_len;
+    /* The container stopped while the stream was still open, and whether
+     * the daemon says it was for lack of memory. */
+    bool container_ended;
+    bool container_oom;
     /* stdin to the socket: in_buf[in_off, in_len) is still to be sent. */
     bool in_reading; /* fd 0 is still read */
     bool in_closed;  /* the write side has been shut down (or given up) */
@@ -301,6 +328,7 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
         OPT_STDIN,
         OPT_STATUS,
         OPT_NONCE,
+        OPT_CONTAINER,
         OPT_N
     };
     static const struct option longopts[] = {
@@ -312,6 +340,7 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
         {"stdin", no_argument, NULL, OPT_STDIN},
         {"status-fd", required_argument, NULL, OPT_STATUS},
         {"nonce", required_argument, NULL, OPT_NONCE},
+        {"container", required_argument, NULL, OPT_CONTAINER},
         {NULL, 0, NULL, 0},
     };
     struct options o = {.status_fd = -1};
@@ -354,6 +383,9 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
         case OPT_NONCE:
             nonce = optarg;
             break;
+        case OPT_CONTAINER:
+            o.container_id = optarg;
+            break;
         }
     }
     if (optind != argc - 1) {
@@ -363,6 +395,10 @@ static int parse_args(int argc, char **argv, struct options *ret_opts)
     o.exec_id = argv[optind];
     if (!ws_docker_id_valid(o.exec_id)) {
         say("EXEC_ID is not a full exec id (64 lowercase hex digits)");
+        return -EINVAL;
+    }
+    if (o.container_id && !ws_docker_id_valid(o.container_id)) {
+        say("--container wants a full container id (64 lowercase hex digits)");
         return -EINVAL;
     }
     if (!host || !*host) {
@@ -1159,6 +1195,30 @@ static void stdin_send(struct relay *r)
 
 /* Relays until the daemon closes the stream. Returns 0 at its end, or
  * -EPROTO (said). */
+/* Whether the watched container still runs (GET /containers/{id}/json):
+ * when it does not, or is gone, says so in container_ended and
+ * container_oom. A daemon that does not answer changes nothing: the next
+ * quiet spell asks again. */
+static void container_check(struct relay *r)
+{
+    static char body[INSPECT_BODY_MAX];
+    char path[WS_DOCKER_PATH_MAX];
+    struct ws_docker_state st;
+    size_t len;
+    long status;
+
+    if (ws_docker_path_container(r->opt.api, r->opt.container_id, WS_DOCKER_CONTAINER_INSPECT, path,
+                                 sizeof(path)) < 0 ||
+        simple_call(&r->opt.cfg, false, path, body, sizeof(body), &len, &status, r->err) < 0)
+        return;
+    if (status == 404) {
+        r->container_ended = true;
+    } else if (status == 200 && ws_docker_parse_state(body, len, &st) == 0 && !st.running) {
+        r->container_ended = true;
+        r->container_oom = st.oom_killed;
+    }
+}
+
 static int relay_loop(struct relay *r)
 {
     /* Read first, poll once the socket says EAGAIN: the first read may
@@ -1175,6 +1235,7 @@ static int relay_loop(struct relay *r)
         int64_t now = sock_ready ? 0 : ws_mono_us();
         bool pausing = !sock_ready && now < pause_until_us;
         struct timespec ts = {0}, *tsp = NULL;
+        bool watching = false;
 
         if (sock_ready) {
             tsp = &ts;
@@ -1183,6 +1244,11 @@ static int relay_loop(struct relay *r)
 
             ts = (struct timespec){.tv_sec = left / 1000000, .tv_nsec = (left % 1000000) * 1000};
             tsp = &ts;
+        } else if (r->opt.container_id) {
+            ts = (struct timespec){.tv_sec = CONTAINER_CHECK_MS / 1000,
+                                   .tv_nsec = (CONTAINER_CHECK_MS % 1000) * 1000000L};
+            tsp = &ts;
+            watching = true;
         }
         /* While pausing the socket is watched only for a pending stdin
          * write (a hang-up or an error is reported whatever the mask). */
@@ -1202,6 +1268,12 @@ static int relay_loop(struct relay *r)
                 continue;
             say("poll failed: %s", strerror(errno));
             return -errno;
+        }
+        if (n == 0 && watching) {
+            container_check(r);
+            if (r->container_ended)
+                return 0;
+            continue;
         }
         if (sig_i >= 0 && p[sig_i].revents)
             on_sigwinch(r);
@@ -1297,6 +1369,30 @@ static int inspect_exit(struct relay *r)
     return -ENODATA;
 }
 
+/* After the container ended under an open stream: what was held back is
+ * output, and the status line says OOM when the daemon does. */
+static int container_end(struct relay *r)
+{
+    static const char oom_line[] = "signaled 9 oom\n";
+
+    out_write(r, r->watched == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO, r->held,
+              r->held_len);
+    r->held_len = 0;
+    /* The daemon learns of the OOM kill and of the end as two events, in
+     * either order: a stopped container is asked again for a while. */
+    for (int i = 0; !r->container_oom && i < CONTAINER_SETTLE_TRIES; i++) {
+        ws_sleep_ms(INSPECT_PAUSE_MS);
+        container_check(r);
+    }
+    if (!r->container_oom) {
+        say("the container stopped while the command ran; the command's exit is unknown");
+        return EXIT_FAILED;
+    }
+    say("the container was killed for lack of memory (its memory limit) while the command ran");
+    (void)ws_write_all(r->opt.status_fd, oom_line, sizeof(oom_line) - 1);
+    return 128 + SIGKILL;
+}
+
 /* After the stream's end: the status line and the exit code. */
 static int finish(struct relay *r)
 {
@@ -1317,6 +1413,13 @@ static int finish(struct relay *r)
         out_write(r, r->watched == WS_FRAMES_STDOUT ? STDOUT_FILENO : STDERR_FILENO, r->held,
                   r->held_len);
         r->held_len = 0;
+        for (int i = 0; r->opt.container_id && i < CONTAINER_SETTLE_TRIES; i++) {
+            if (i > 0)
+                ws_sleep_ms(INSPECT_PAUSE_MS);
+            container_check(r);
+            if (r->container_ended)
+                return container_end(r);
+        }
         say("no exit record came from the container; the exit code is the exec's");
         code = inspect_exit(r);
         return code < 0 ? EXIT_FAILED : code;
@@ -1397,7 +1500,7 @@ int main(int argc, char **argv)
     err = feed(&r, (const uint8_t *)head_buf + off, extra);
     if (err == 0)
         err = relay_loop(&r);
-    code = err < 0 ? EXIT_FAILED : finish(&r);
+    code = err < 0 ? EXIT_FAILED : r.container_ended ? container_end(&r) : finish(&r);
 out:
     conn_close(&r.conn);
     if (r.sigfd >= 0)

@@ -48,6 +48,10 @@ struct box {
     char **image_env;
     /* Whom the container's commands run as. */
     struct ws_docker_identity id;
+    /* The RLIMIT_NPROC every command gets from the init: the pids cap
+     * under gVisor, whose guest the host's pids cgroup does not count (see
+     * WS_DOCKER_RUNTIME_GVISOR); 0 elsewhere. */
+    int64_t nproc;
 };
 
 struct ws_docker_rt {
@@ -622,6 +626,24 @@ struct container {
     const char *keepalive[5];
 };
 
+/* HostConfig.PidsLimit for a container whose commands may have `pids`
+ * processes: that, but under gVisor the host budget for its sandbox (see
+ * WS_DOCKER_RUNTIME_GVISOR), the cap itself being the commands'
+ * RLIMIT_NPROC. */
+static int64_t host_pids_limit(int64_t pids, bool gvisor)
+{
+    int64_t budget = pids * WS_DOCKER_GVISOR_HOST_TASKS_PER_PID + WS_DOCKER_GVISOR_HOST_TASKS_BASE;
+
+    if (!gvisor)
+        return pids;
+    return budget < WS_DOCKER_PIDS_MAX ? budget : WS_DOCKER_PIDS_MAX;
+}
+
+static bool runtime_is_gvisor(const Workspace__V1__DockerConfig *cfg)
+{
+    return cfg->runtime && !strcmp(cfg->runtime, WS_DOCKER_RUNTIME_GVISOR);
+}
+
 static int container_fill(const char *server_id, const char *workspace_id, const char *dir,
                           const Workspace__V1__DockerConfig *cfg,
                           const struct ws_docker_identity *id, const char *init_path,
@@ -657,7 +679,8 @@ static int container_fill(const char *server_id, const char *workspace_id, const
         .network_allow = cfg->network == WORKSPACE__V1__NETWORK__NETWORK_ALLOW,
         .memory_bytes = (int64_t)cfg->memory_mb << 20,
         .nano_cpus = cfg->cpus > 0 ? (int64_t)(cfg->cpus * 1e9 + 0.5) : 0,
-        .pids_limit = cfg->pids_limit ? cfg->pids_limit : WS_DOCKER_PIDS_DEFAULT,
+        .pids_limit = host_pids_limit(cfg->pids_limit ? cfg->pids_limit : WS_DOCKER_PIDS_DEFAULT,
+                                      runtime_is_gvisor(cfg)),
         .init_path = init_path,
         .keepalive = ret->keepalive,
         .cap_add = split ? identity_caps : NULL,
@@ -680,19 +703,48 @@ static int container_fill(const char *server_id, const char *workspace_id, const
     return 0;
 }
 
-/* The daemon has the OCI runtime `name` registered (GET /info, Runtimes):
- * 0, or -WS_EFAILED with d naming it. Asked before every create under a
- * named runtime, so that its absence is said as such and a workspace is
- * never made again under a weaker one. */
+/* Whether a runtime's registered arguments (Runtimes.NAME.runtimeArgs of
+ * /info) take the network away: runsc's --network=none, which gVisor needs
+ * where the daemon runs in the host's network namespace, leaves a
+ * container nothing but loopback whatever its NetworkMode says. Go's flag
+ * syntax: one or two dashes, the value after '=' or as the next word. */
+static bool runtime_args_deny_network(json_t *args)
+{
+    size_t i;
+    json_t *arg;
+
+    json_array_foreach(args, i, arg)
+    {
+        const char *a = json_string_value(arg);
+
+        if (!a)
+            continue;
+        a += a[0] == '-' && a[1] == '-' ? 2 : a[0] == '-' ? 1 : 0;
+        if (!strcmp(a, "network=none"))
+            return true;
+        if (!strcmp(a, "network") && json_is_string(json_array_get(args, i + 1)) &&
+            !strcmp(json_string_value(json_array_get(args, i + 1)), "none"))
+            return true;
+    }
+    return false;
+}
+
+/* The daemon has the OCI runtime `name` registered (GET /info, Runtimes),
+ * and, when the container is to have a network, registered without
+ * arguments that take it away: 0, or -WS_EFAILED with d naming it. Asked
+ * before every create under a named runtime, so that its absence is said
+ * as such and a workspace is never made again under a weaker one, nor
+ * made without the network it asked for. */
 static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v, const char *name,
-                         struct ws_diag *d)
+                         bool network_allow, struct ws_diag *d)
 {
     char path[WS_DOCKER_PATH_MAX];
     char *body = NULL;
     size_t len = 0;
     long status = 0;
     json_t *info = NULL, *runtimes;
-    bool have;
+    json_t *entry;
+    bool have, no_network;
     int err;
 
     snprintf(path, sizeof(path), "/v%u.%u/info", v.major, v.minor);
@@ -709,7 +761,9 @@ static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v
                     status);
         return -WS_EFAILED;
     }
-    have = json_is_object(json_object_get(runtimes, name));
+    entry = json_object_get(runtimes, name);
+    have = json_is_object(entry);
+    no_network = have && runtime_args_deny_network(json_object_get(entry, "runtimeArgs"));
     json_decref(info);
     if (!have) {
         ws_diag_set(d,
@@ -717,6 +771,16 @@ static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v
                     "no runtime of that name registered",
                     name);
         ws_diag_meta(d, "runtime", "%s", name);
+        ws_diag_meta(d, "transient", "false");
+        return -WS_EFAILED;
+    }
+    if (network_allow && no_network) {
+        ws_diag_set(d,
+                    "docker runtime %s cannot give the container a network: the Docker daemon "
+                    "registers it with --network=none",
+                    name);
+        ws_diag_meta(d, "runtime", "%s", name);
+        ws_diag_meta(d, "field", "network");
         ws_diag_meta(d, "transient", "false");
         return -WS_EFAILED;
     }
@@ -728,7 +792,7 @@ int ws_docker_rt_runtime_usable(struct ws_docker_rt *rt, const char *name, struc
     struct ws_docker_api_version v;
     int err = version(rt, &v, d);
 
-    return err < 0 ? err : runtime_check(rt, v, name, d);
+    return err < 0 ? err : runtime_check(rt, v, name, false, d);
 }
 
 /* GET /containers/{ref}/json into hardening and state; 404: -ENOENT. */
@@ -825,6 +889,8 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         return -ENOMEM;
     snprintf(b->workspace_id, sizeof(b->workspace_id), "%s", workspace_id);
     b->id = *ident;
+    if (runtime_is_gvisor(cfg))
+        b->nproc = cfg->pids_limit ? cfg->pids_limit : WS_DOCKER_PIDS_DEFAULT;
     err = ensure_image(rt, v, cfg, ctl, &b->image_env, d);
     if (err < 0)
         goto out;
@@ -851,7 +917,7 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
             goto out;
     }
     if (spec->runtime) {
-        err = runtime_check(rt, v, spec->runtime, d);
+        err = runtime_check(rt, v, spec->runtime, spec->network_allow, d);
         if (err < 0)
             goto out;
     }
@@ -1308,10 +1374,11 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
     const char *relay = ws_docker_rt_relay_path();
     char path[WS_DOCKER_PATH_MAX], msg[WS_DOCKER_MESSAGE_MAX], backstop[24], api[16];
     char cwd[WS_DOCKER_CWD_MAX + 1], exec_id[WS_DOCKER_ID_LEN + 1];
-    char uid[ID_TEXT_MAX], gid[ID_TEXT_MAX], helper[ID_TEXT_MAX];
+    char uid[ID_TEXT_MAX], gid[ID_TEXT_MAX], helper[ID_TEXT_MAX], nproc[24];
     char nonce[NONCE_HEX + 1], nonce_env[sizeof(NONCE_ENV "=") + NONCE_HEX];
     const char **argv = NULL, **unset = NULL, **envp = NULL;
     struct ws_docker_identity ident = {0};
+    int64_t nproc_cap = 0;
     struct ws_docker_api_version v;
     struct ws_docker_created created;
     uint8_t rnd[8], nonce_rnd[NONCE_BYTES];
@@ -1351,6 +1418,7 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
     if (b) {
         memcpy(r->container_id, b->container_id, sizeof(r->container_id));
         ident = b->id;
+        nproc_cap = b->nproc;
         err = unset_list(b, envp, &unset);
     }
     pthread_mutex_unlock(&rt->lock);
@@ -1374,7 +1442,7 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
 
     for (argc = 0; spec->argv[argc]; argc++)
         ;
-    argv = calloc(argc + 11, sizeof(*argv));
+    argv = calloc(argc + 13, sizeof(*argv));
     if (!argv) {
         err = -ENOMEM;
         goto out;
@@ -1391,6 +1459,11 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
         argv[at++] = gid;
         argv[at++] = "--helper";
         argv[at++] = helper;
+    }
+    if (nproc_cap) {
+        snprintf(nproc, sizeof(nproc), "%" PRId64, nproc_cap);
+        argv[at++] = "--nproc";
+        argv[at++] = nproc;
     }
     argv[at++] = r->handle;
     argv[at++] = backstop;
@@ -1441,7 +1514,8 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
     if ((err = add(r, relay)) < 0 || (err = add(r, "--host")) < 0 ||
         (err = add(r, rt->host_arg)) < 0 || (err = add(r, "--api")) < 0 ||
         (err = add(r, api)) < 0 || (err = add(r, "--status-fd")) < 0 || (err = add(r, "3")) < 0 ||
-        (err = add(r, "--nonce")) < 0 || (err = add(r, nonce)) < 0)
+        (err = add(r, "--nonce")) < 0 || (err = add(r, nonce)) < 0 ||
+        (err = add(r, "--container")) < 0 || (err = add(r, r->container_id)) < 0)
         goto out;
     if (rt->tls && ((err = add(r, "--tls-verify")) < 0 ||
                     (rt->cert_path &&

@@ -13,7 +13,7 @@
  * server finds what an earlier run of itself left (ws_docker_rt_reconcile).
  *
  * Commands: the server creates the exec with the command wrapped as
- *     /.workspaced-init run [--uid U --gid G --helper H] HANDLE BACKSTOP_MS ARGV...
+ *     /.workspaced-init run [--uid U --gid G --helper H] [--nproc N] HANDLE BACKSTOP_MS ARGV...
  * and starts a host-side relay (workspaced-docker-relay) in the command's
  * place under the exec layer's process machinery; the relay attaches to
  * the exec (the hijacked connection: output demultiplexed into the
@@ -45,7 +45,13 @@
  * Runtimes: DockerConfig.runtime names the OCI runtime ("runsc": gVisor);
  * before a container is created under a named one the daemon is asked
  * whether it has it (GET /info), and a missing one fails the attach, so
- * a workspace never falls back to a weaker runtime, at Open or later.
+ * a workspace never falls back to a weaker runtime, at Open or later. So
+ * does a network the runtime cannot give: a container that asks for one
+ * under a runtime registered with --network=none (gVisor where the daemon
+ * runs in the host's network namespace). Under gVisor the pids cap is
+ * the command's RLIMIT_NPROC (--nproc, the container's pids_limit), and
+ * the host cgroup gets a budget for the sandbox's host tasks instead
+ * (WS_DOCKER_RUNTIME_GVISOR).
  *
  * Threads: every function may be called from any thread but the runtime's
  * own pump thread; the blocking ones (attach, detach, wrap, reconcile,

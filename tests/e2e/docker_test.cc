@@ -159,31 +159,70 @@ std::string ContainerOf(const std::string &ws_id)
     return ids.empty() ? "" : ids[0];
 }
 
-// The command lines of every process in the container (GET /top).
-std::vector<std::string> Top(const std::string &cid)
+// Whether the container runs under gVisor, whose guest processes the
+// host's `docker top` and /proc do not show.
+bool UnderGvisor(const std::string &cid)
 {
-    Reply r = Docker("GET", "/containers/" + cid + "/top");
+    Json j(Docker("GET", "/containers/" + cid + "/json").body);
+    return j.str("HostConfig.Runtime") == "runsc";
+}
+
+// What `argv` writes on stdout when exec'd in the container as root
+// (with the container's few capabilities), without a terminal: the
+// daemon's multiplexed stream, stdout frames kept.
+std::string ExecOutput(const std::string &cid, const std::vector<std::string> &argv)
+{
+    json_t *cmd = json_array();
+    for (const auto &a : argv)
+        json_array_append_new(cmd, json_string(a.c_str()));
+    json_t *req = json_pack("{s:o, s:b, s:b, s:s}", "Cmd", cmd, "AttachStdout", 1, "AttachStderr",
+                            1, "User", "0:0");
+    char *text = json_dumps(req, 0);
+    json_decref(req);
+    Reply created = Docker("POST", "/containers/" + cid + "/exec", text);
+    free(text);
+    EXPECT_EQ(created.status, 201) << created.body;
+    Json c(created.body);
+    Reply r = Docker("POST", "/exec/" + c.str("Id") + "/start", "{\"Detach\":false,\"Tty\":false}");
     EXPECT_EQ(r.status, 200) << r.body;
-    std::vector<std::string> out;
-    Json j(r.body);
-    json_t *procs = json_object_get(j.root, "Processes");
-    size_t i;
-    json_t *row;
-    json_array_foreach(procs, i, row)
-    {
-        json_t *cell = json_array_get(row, json_array_size(row) - 1);
-        if (json_is_string(cell))
-            out.push_back(json_string_value(cell));
+    std::string out;
+    for (size_t at = 0; at + 8 <= r.body.size();) {
+        size_t len = (size_t)(unsigned char)r.body[at + 4] << 24 |
+                     (size_t)(unsigned char)r.body[at + 5] << 16 |
+                     (size_t)(unsigned char)r.body[at + 6] << 8 | (unsigned char)r.body[at + 7];
+        if (r.body[at] == 1)
+            out += r.body.substr(at + 8, len);
+        at += 8 + len;
     }
     return out;
 }
 
-// Host pid and command line of every process in the container.
+// The pid and command line of every process in the container, the pid as
+// the container's pid namespace knows it; reading them is left out.
+// runc: GET /top (the host's pids). gVisor: the daemon's top lists the
+// host's processes, not the guest's, so the guest's /proc is read from an
+// exec of busybox's ps, whose own line is dropped.
 std::vector<std::pair<std::string, std::string>> TopProcesses(const std::string &cid)
 {
+    std::vector<std::pair<std::string, std::string>> out;
+    if (UnderGvisor(cid)) {
+        static const char kPs[] = "ps -o pid,args";
+        std::istringstream in(ExecOutput(cid, {"ps", "-o", "pid,args"}));
+        std::string line;
+        std::getline(in, line); // the titles
+        while (std::getline(in, line)) {
+            size_t start = line.find_first_not_of(' ');
+            size_t space = line.find(' ', start);
+            if (start == std::string::npos || space == std::string::npos)
+                continue;
+            std::string args = line.substr(space + 1);
+            if (args != kPs)
+                out.emplace_back(line.substr(start, space - start), args);
+        }
+        return out;
+    }
     Reply r = Docker("GET", "/containers/" + cid + "/top");
     EXPECT_EQ(r.status, 200) << r.body;
-    std::vector<std::pair<std::string, std::string>> out;
     Json j(r.body);
     size_t pid_col = SIZE_MAX, i;
     json_t *v;
@@ -201,11 +240,24 @@ std::vector<std::pair<std::string, std::string>> TopProcesses(const std::string 
     return out;
 }
 
-// The values of a "Uid:" or "Gid:" line of /proc/PID/status (real,
-// effective, saved, file system); empty when the process is gone.
-std::vector<std::string> StatusIds(const std::string &pid, const std::string &key)
+// The command lines of every process in the container.
+std::vector<std::string> Top(const std::string &cid)
 {
-    std::istringstream in(wstest::ReadHostFile("/proc/" + pid + "/status"));
+    std::vector<std::string> out;
+    for (const auto &p : TopProcesses(cid))
+        out.push_back(p.second);
+    return out;
+}
+
+// The values of a "Uid:" or "Gid:" line of the status of the container's
+// process PID (as TopProcesses names it): real, effective, saved, file
+// system; empty when the process is gone. Under gVisor read in the guest.
+std::vector<std::string> StatusIds(const std::string &cid, const std::string &pid,
+                                   const std::string &key)
+{
+    const std::string path = "/proc/" + pid + "/status";
+    std::istringstream in(UnderGvisor(cid) ? ExecOutput(cid, {"cat", path})
+                                           : wstest::ReadHostFile(path));
     std::vector<std::string> ids;
     for (std::string line; std::getline(in, line);)
         if (line.compare(0, key.size() + 1, key + ":") == 0) {
@@ -360,6 +412,30 @@ std::string ExpectedApiVersion()
 
 // ---- the server ----
 
+// The runtime every workspace of this run asks for: "" (the daemon's
+// default, runc) unless WS_TEST_DOCKER_RUNTIME names one; the runsc target
+// runs the same tests under gVisor.
+std::string TestRuntime()
+{
+    const char *r = getenv("WS_TEST_DOCKER_RUNTIME");
+    return r ? r : "";
+}
+
+// The runtime the daemon reports for a workspace of this run.
+std::string ExpectedRuntime()
+{
+    return TestRuntime().empty() ? "runc" : TestRuntime();
+}
+
+// HostConfig.PidsLimit for a workspace's pids_limit under this run's
+// runtime. gVisor caps the command's processes in its own kernel (the
+// command's RLIMIT_NPROC); the host cgroup holds the sandbox's host tasks,
+// several for each guest process, so it gets a budget in proportion.
+long long HostPidsLimit(long long pids_limit)
+{
+    return TestRuntime() == "runsc" ? pids_limit * 16 + 256 : pids_limit;
+}
+
 struct DockerOptions {
     std::string image = kImage;
     bool network = false;
@@ -368,7 +444,7 @@ struct DockerOptions {
     uint32_t pids_limit = 0;
     bool pull_never = false;
     std::string user;
-    std::string runtime;
+    std::string runtime = TestRuntime();
     std::vector<std::string> allowed = kAllowed;
     uint64_t max_duration_ms = 0;
 };
@@ -487,7 +563,7 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
     ASSERT_TRUE(json_is_array(sec));
     EXPECT_STREQ(json_string_value(json_array_get(sec, 0)), "no-new-privileges");
     EXPECT_EQ(j.str("HostConfig.NetworkMode"), "none");
-    EXPECT_EQ(j.num("HostConfig.PidsLimit"), 100);
+    EXPECT_EQ(j.num("HostConfig.PidsLimit"), HostPidsLimit(100));
     EXPECT_EQ(j.num("HostConfig.Memory"), 256LL << 20);
     EXPECT_EQ(j.num("HostConfig.MemorySwap"), 256LL << 20);
     EXPECT_EQ(j.num("HostConfig.NanoCpus"), 500000000LL);
@@ -505,7 +581,7 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
                   .find(",uid=" + std::to_string(own.uid) + ",gid=" + std::to_string(own.gid)),
               std::string::npos)
         << j.str("HostConfig.Tmpfs./tmp");
-    EXPECT_EQ(j.str("HostConfig.Runtime"), "runc");
+    EXPECT_EQ(j.str("HostConfig.Runtime"), ExpectedRuntime());
     json_t *labels = j.at("Config.Labels");
     EXPECT_STREQ(json_string_value(json_object_get(labels, "dev.workspaced.workspace")),
                  w.id.c_str());
@@ -527,11 +603,11 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
     EXPECT_EQ(d.container().cap_add(), kIdentityCaps.size());
     EXPECT_FALSE(d.container().init());
     EXPECT_EQ(d.container().user(), "0:0");
-    EXPECT_EQ(d.container().runtime(), "runc");
+    EXPECT_EQ(d.container().runtime(), ExpectedRuntime());
     EXPECT_TRUE(d.container().no_new_privileges());
     EXPECT_TRUE(d.container().read_only_rootfs());
     EXPECT_EQ(d.container().network_mode(), "none");
-    EXPECT_EQ(d.container().pids_limit(), 100);
+    EXPECT_EQ(d.container().pids_limit(), HostPidsLimit(100));
     EXPECT_EQ(d.container().memory_bytes(), 256LL << 20);
     EXPECT_EQ(d.container().memory_swap_bytes(), 256LL << 20);
     EXPECT_EQ(d.container().other_mounts(), 0u);
@@ -579,8 +655,23 @@ TEST_F(DockerTest, CommandsSeeOnlyTheHardenedContainer)
     EXPECT_NE(r.stdout().find("ws-ok"), std::string::npos) << r.stdout();
     EXPECT_NE(r.stdout().find("tmp-ok"), std::string::npos) << r.stdout();
     EXPECT_NE(r.stdout().find("CapEff:\t0000000000000000"), std::string::npos) << r.stdout();
-    EXPECT_NE(r.stdout().find("NoNewPrivs:\t1"), std::string::npos) << r.stdout();
     EXPECT_NE(r.stdout().find("lo\n/workspace\nHOME=/workspace"), std::string::npos) << r.stdout();
+    if (TestRuntime() != "runsc") {
+        EXPECT_NE(r.stdout().find("NoNewPrivs:\t1"), std::string::npos) << r.stdout();
+        return;
+    }
+    // gVisor's /proc/PID/status has no NoNewPrivs line: the command asks
+    // its own kernel (PR_GET_NO_NEW_PRIVS, 39) from an image with python.
+    DockerOptions o;
+    o.image = "workspaced-test:debian12-py";
+    o.allowed = {"python3"};
+    wstest::Ws py = Open(o);
+    r = RunIn(*srv_, py.id,
+              ArgvProcess({"python3", "-c",
+                           "import ctypes; print('no_new_privs', "
+                           "ctypes.CDLL(None, use_errno=True).prctl(39, 0, 0, 0, 0))"}));
+    EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    EXPECT_EQ(r.stdout(), "no_new_privs 1\n") << r.stderr();
 }
 
 TEST_F(DockerTest, EnvironmentIsExactlyTheGuardsNotTheImages)
@@ -868,7 +959,21 @@ TEST_F(DockerTest, CommandsRunAsTheWorkspacesUidAndNothingAsRoot)
                               "where workspace uids are on)";
     RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"sh", "-c", "id -u; id -g; id -G"}));
     const std::string uid = std::to_string(own.uid), gid = std::to_string(own.gid);
-    EXPECT_EQ(r.stdout(), uid + "\n" + gid + "\n" + gid + "\n") << r.stderr();
+    if (TestRuntime() != "runsc") {
+        EXPECT_EQ(r.stdout(), uid + "\n" + gid + "\n" + gid + "\n") << r.stderr();
+    } else {
+        // gVisor has no subreaper for the init: the command also holds a
+        // tag group of its own (0x7f000000 and up) that finds its
+        // processes once they left the tree.
+        ASSERT_EQ(r.stdout().compare(0, uid.size() + gid.size() * 2 + 3,
+                                     uid + "\n" + gid + "\n" + gid + " "),
+                  0)
+            << r.stdout() << r.stderr();
+        unsigned long tag =
+            strtoul(r.stdout().c_str() + uid.size() + gid.size() * 2 + 3, nullptr, 10);
+        EXPECT_GE(tag, 0x7f000000UL) << r.stdout();
+        EXPECT_LT(tag, 0x80000000UL) << r.stdout();
+    }
 
     std::string m = wstest::UniqueSleep();
     auto ex = srv_->exec();
@@ -885,7 +990,8 @@ TEST_F(DockerTest, CommandsRunAsTheWorkspacesUidAndNothingAsRoot)
     bool saw_keepalive = false, saw_init = false, saw_sleep = false;
     for (const auto &[pid, cmd] : TopProcesses(cid)) {
         SCOPED_TRACE(pid + " " + cmd);
-        std::vector<std::string> uids = StatusIds(pid, "Uid"), gids = StatusIds(pid, "Gid");
+        std::vector<std::string> uids = StatusIds(cid, pid, "Uid"),
+                                 gids = StatusIds(cid, pid, "Gid");
         ASSERT_EQ(uids.size(), 4u);
         ASSERT_EQ(gids.size(), 4u);
         for (const auto &id : uids)
@@ -986,7 +1092,9 @@ TEST_F(DockerTest, RunscRunsTheContainerUnderGvisor)
     r = RunIn(*srv_, w.id, ArgvProcess({"id", "-u"}));
     EXPECT_EQ(r.stdout(), std::to_string(OwnerOf(srv_->workspace_dir(w.id)).uid) + "\n");
 
-    wstest::Ws plain = Open();
+    DockerOptions runc;
+    runc.runtime = "runc";
+    wstest::Ws plain = Open(runc);
     r = RunIn(*srv_, plain.id, ArgvProcess({"cat", "/proc/version"}));
     EXPECT_EQ(r.stdout(), host);
 }
@@ -1025,6 +1133,17 @@ TEST_F(DockerTest, OutOfMemoryIsReportedAsOom)
                                        "x=$(head -c 67108864 /dev/zero | tr '\\0' a); "
                                        "echo ${#x}"}));
     EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_OOM) << r.exited().DebugString() << r.stderr();
+    if (TestRuntime() != "runsc")
+        return;
+    // Under gVisor the cap is the host cgroup's, whose OOM killer takes the
+    // whole sandbox, not one process: the command is reported as OOM all
+    // the same, and the workspace's next command finds no running
+    // container (a Resolve of its ref makes one) rather than hang.
+    auto ex = srv_->exec();
+    RunResponse again;
+    grpc::Status s = wstest::RunProcess(ex.get(), w.id, ArgvProcess({"true"}), &again);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("Resolve"), std::string::npos) << s.error_message();
 }
 
 TEST_F(DockerTest, NetworkOffCannotReachTheHost)
@@ -1152,6 +1271,20 @@ TEST_F(DockerTest, NetworkAllowCannotReachTheControlPlane)
 {
     srv_ = std::make_unique<Server>(std::vector<std::string>{"--policy-network"});
     ws_ = srv_->workspaces();
+    if (TestRuntime() == "runsc") {
+        // gVisor is registered here with --network=none (it refuses the
+        // host's network namespace otherwise): such a container would have
+        // no network at all, so the Open says so rather than succeed.
+        DockerOptions o;
+        o.network = true;
+        grpc::Status s = OpenDocker(ws_.get(), o, nullptr);
+        EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+        EXPECT_EQ(wstest::Decode(s).metadata["field"], "network") << s.error_message();
+        EXPECT_EQ(wstest::Decode(s).metadata["runtime"], "runsc") << s.error_message();
+        std::string server_id = wstest::ReadHostFile(srv_->state_dir() + "/server-id");
+        EXPECT_TRUE(ContainersLabelled("dev.workspaced.server", server_id).empty());
+        return;
+    }
     const std::string tokens = wstest::MakeTempDir("tokens") + "/tokens";
     wstest::WriteHostFile(tokens, "default " + wstest::Sha256Hex("tok-docker-test") + "\n");
     Server control({"--listen", "127.0.0.1:0", "--tokens-file", tokens});

@@ -467,6 +467,11 @@ TEST(DockerInitTest, MisuseExits127WithOneLineAndNoRecord)
         {"signal", id, "TERM"},
         {"signal", id, "9", "extra"},
         {"signal", "p_0123456789abcdeg", "9"},
+        {"run", "--nproc", "0", id, "0", "/bin/true"},
+        {"run", "--nproc", "4194305", id, "0", "/bin/true"},
+        {"run", "--nproc", "x", id, "0", "/bin/true"},
+        {"run", "--nproc"},
+        {"run", "--nproc", "5", "--nproc", "5", id, "0", "/bin/true"},
     };
     for (const auto &args : cases) {
         std::string shown;
@@ -480,6 +485,22 @@ TEST(DockerInitTest, MisuseExits127WithOneLineAndNoRecord)
         EXPECT_TRUE(EndsWith(r.err, "\n")) << shown << r.err;
         EXPECT_EQ(Count(r.err, "\x1b_wsinit;"), 0u) << shown << r.err;
     }
+}
+
+// --nproc N: the command runs with RLIMIT_NPROC N, soft and hard (how a
+// pids cap holds where the host's pids cgroup does not count the box's
+// processes).
+TEST(DockerInitTest, NprocIsTheCommandsProcessLimit)
+{
+    Result r = RunInit({"run", "--nproc", "77", NewId(), "0", "/bin/sh", "-c",
+                        "grep 'Max processes' /proc/self/limits"});
+    EXPECT_EQ(ExitCode(r), 0) << r.err;
+    std::istringstream f(r.out);
+    std::string w1, w2, soft, hard;
+    f >> w1 >> w2 >> soft >> hard;
+    EXPECT_EQ(soft, "77") << r.out;
+    EXPECT_EQ(hard, "77") << r.out;
+    EXPECT_EQ(r.err, Record("exited 0"));
 }
 
 TEST(DockerInitTest, LargestTimeoutIsAccepted)

@@ -1438,6 +1438,38 @@ TEST(Fake, InspectIsAskedAgainWhileTheExecStillRuns)
     EXPECT_EQ(4u, d.Requests().size());
 }
 
+// With --container, a stream that stays open and quiet while its container
+// has stopped (a gVisor sandbox the host's OOM killer ended keeps the exec
+// stream open) ends the command: OOM when the daemon says so, else an
+// unknown fate (125) without a status line.
+TEST(Fake, AQuietStreamWhoseContainerStoppedEndsTheCommand)
+{
+    const std::string container(64, 'c');
+    for (bool oom : {true, false}) {
+        SCOPED_TRACE(oom ? "oom" : "stopped");
+        FakeDaemon d([](FakeDaemon &, int fd) {
+            FakeDaemon::Send(fd, FakeDaemon::Upgrade());
+            char b[256];
+            pollfd p{fd, POLLIN, 0};
+            while (poll(&p, 1, 30000) > 0 && recv(fd, b, sizeof(b), 0) > 0) {
+            }
+        });
+        d.Inspect({std::string("{\"State\":{\"Running\":false,\"OOMKilled\":") +
+                   (oom ? "true" : "false") + ",\"ExitCode\":137,\"Status\":\"exited\"}}"});
+        Relay r;
+        r.Start(FakeArgs(d, {"--container", container}));
+        Result res = r.Finish();
+        EXPECT_TRUE(d.WaitFor("/containers/" + container + "/json"));
+        if (oom) {
+            EXPECT_EQ(137, res.code) << res.err;
+            EXPECT_EQ("signaled 9 oom\n", res.status) << res.err;
+        } else {
+            EXPECT_EQ(125, res.code) << res.err;
+            EXPECT_EQ("", res.status) << res.err;
+        }
+    }
+}
+
 TEST(Fake, AnUnknownExitCodeIs125)
 {
     FakeDaemon d(Answer(FakeDaemon::Upgrade() + Frame(1, "x")));

@@ -494,7 +494,7 @@ class LocalBashLimitsTest : public SandboxLimitsTest
         *req.mutable_local_bash() = cfg;
         req.mutable_capabilities()->mutable_fs();
         auto *sh = req.mutable_capabilities()->mutable_shell();
-        for (const char *c : {"sh", "sleep", "true", "echo", "python3"})
+        for (const char *c : {"sh", "sleep", "true", "echo", "python3", "perl"})
             sh->add_allowed_commands(c);
         OpenResponse resp;
         ClientContext ctx;
@@ -565,11 +565,16 @@ TEST_F(LocalBashLimitsTest, ForkBombIsContained)
     ASSERT_TRUE(OpenBash(cfg, &bomb).ok());
     ASSERT_TRUE(OpenBash(LocalBashConfig(), &other).ok());
     std::string marker = wstest::UniqueSleep();
-    ProcessConfig p = ArgvProcess({"sh", "-c",
-                                   "b() { sleep " + marker +
-                                       " & b & b; }; b 2>/dev/null & wait; "
-                                       "exec sleep " +
-                                       marker});
+    // A forker that does not give up at the first refusal, unlike a shell
+    // (which exits when a fork fails, so the group's count touches its cap
+    // only for an instant): it forks sleeps until the kernel refuses one,
+    // then becomes a sleep itself. The group then holds exactly as many
+    // processes as the cap allowed, long enough to be read.
+    ProcessConfig p = ArgvProcess({"perl", "-e",
+                                   "for (1..1000) { my $p = fork; last unless defined $p; "
+                                   "if (!$p) { exec 'sleep', $ARGV[0]; exit 0 } } "
+                                   "exec 'sleep', $ARGV[0]",
+                                   marker});
     p.set_timeout_ms(120000);
     p.set_tag("bomb");
     std::atomic<bool> bomb_done{false};

@@ -102,6 +102,7 @@ enum {
     POL_IMAGES,
     POL_PULL,
     POL_USERS,
+    POL_ADDRESS_SPACE,
     SETTINGS_END,
     /* Flags that are not settings. */
     CONFIG = SETTINGS_END,
@@ -332,6 +333,8 @@ static void usage(FILE *f)
         "  --policy-docker-pull       the server may pull a missing image\n"
         "  --policy-docker-users LIST uid:gid values a docker Open may ask for, neither 0\n"
         "                             [none: only the server's default user]\n"
+        "  --policy-address-space-mb N  ceiling on and default of each local-bash command\n"
+        "                             process's virtual memory (RLIMIT_AS), MiB [0: none]\n"
         "Precedence: a flag, then the environment (WORKSPACED_BWRAP, DOCKER_HOST), then\n"
         "the configuration file, then the default.\n",
         WS_APP_AUTH_TENANT_WORKSPACES, WS_APP_AUTH_TENANT_OPENS_PER_MINUTE,
@@ -604,6 +607,8 @@ static const struct setting settings[] = {
      .set = set_policy},
     {POL_PULL, "policy-docker-pull", "policy", "docker-pull", .kind = SWITCH, .set = set_policy},
     {POL_USERS, "policy-docker-users", "policy", "docker-users", .kind = STRING, .set = set_policy},
+    {POL_ADDRESS_SPACE, "policy-address-space-mb", "policy", "address-space-mb", .kind = STRING,
+     .set = set_policy},
 };
 #define N_ROWS WS_ELEMENTSOF(settings)
 
@@ -990,7 +995,7 @@ static int reload_policy(const struct options *running, struct ws_policy_set **r
         goto out;
     for (size_t i = 0; i < n_given_flags; i++) {
         int id = given_flags[i].id;
-        if (id < POL_PROVIDERS || id > POL_USERS)
+        if (id < POL_PROVIDERS || id > POL_ADDRESS_SPACE)
             continue;
         const char *why = apply(&fresh, id, given_flags[i].value);
         if (why) {

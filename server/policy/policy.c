@@ -19,10 +19,15 @@
 #define PEERS_MAX   4096
 
 static const char *const key_names[WS_POLICY_KEYS] = {
-    [WS_POLICY_PROVIDERS] = "providers",     [WS_POLICY_NETWORK] = "network",
-    [WS_POLICY_BIND_ROOTS] = "bind-roots",   [WS_POLICY_PASS_ENV] = "pass-env",
-    [WS_POLICY_COMMANDS] = "commands",       [WS_POLICY_DOCKER_IMAGES] = "docker-images",
-    [WS_POLICY_DOCKER_PULL] = "docker-pull", [WS_POLICY_DOCKER_USERS] = "docker-users",
+    [WS_POLICY_PROVIDERS] = "providers",
+    [WS_POLICY_NETWORK] = "network",
+    [WS_POLICY_BIND_ROOTS] = "bind-roots",
+    [WS_POLICY_PASS_ENV] = "pass-env",
+    [WS_POLICY_COMMANDS] = "commands",
+    [WS_POLICY_DOCKER_IMAGES] = "docker-images",
+    [WS_POLICY_DOCKER_PULL] = "docker-pull",
+    [WS_POLICY_DOCKER_USERS] = "docker-users",
+    [WS_POLICY_ADDRESS_SPACE] = "address-space-mb",
 };
 
 /* Host trees no sandbox ever gets, whatever the bind roots say: the
@@ -461,6 +466,16 @@ int ws_policy_set_key(struct ws_policy_set *s, const char *tenant, const char *k
         if (parse_bool(value, &p->docker_pull, why, why_size) < 0)
             return -1;
         break;
+    case WS_POLICY_ADDRESS_SPACE: {
+        uint32_t v;
+        if (!id_part(value, strlen(value), &v) || v > WS_POLICY_ADDRESS_SPACE_MAX) {
+            snprintf(why, why_size, "not a number of MiB from 0 to %u",
+                     WS_POLICY_ADDRESS_SPACE_MAX);
+            return -1;
+        }
+        p->address_space_mb = v;
+        break;
+    }
     case WS_POLICY_BIND_ROOTS:
         if (list_parse(value, bind_root_entry, &l, why, why_size) < 0)
             return -1;
@@ -545,6 +560,8 @@ int ws_policy_set_finish(struct ws_policy_set *s)
             p->docker_pull = d->docker_pull;
         if (!(p->set & 1u << WS_POLICY_COMMANDS))
             p->commands_ceiling = d->commands_ceiling;
+        if (!(p->set & 1u << WS_POLICY_ADDRESS_SPACE))
+            p->address_space_mb = d->address_space_mb;
         struct {
             int key;
             struct ws_policy_list *dst;
@@ -751,6 +768,18 @@ int ws_policy_check_open(const struct ws_policy *p, const Workspace__V1__OpenReq
         if (err < 0)
             return err;
     }
+    if (kind == WS_PROVIDER_LOCAL_BASH && p->address_space_mb &&
+        req->local_bash->address_space_mb > p->address_space_mb) {
+        char asked[16];
+
+        ws_diag_set(d,
+                    "policy rule address-space-mb: %u MiB of address space asked; this tenant's "
+                    "policy allows at most %u",
+                    req->local_bash->address_space_mb, p->address_space_mb);
+        ws_diag_meta(d, "limit", "%u", p->address_space_mb);
+        snprintf(asked, sizeof(asked), "%u", req->local_bash->address_space_mb);
+        return refuse(d, WS_POLICY_ADDRESS_SPACE, "address_space_mb", asked);
+    }
     if (req->capabilities && req->capabilities->shell) {
         err = check_shell(p, req->capabilities->shell, d);
         if (err < 0)
@@ -788,4 +817,5 @@ void ws_policy_to_proto(const struct ws_policy *p, unsigned enabled, Workspace__
     out->docker_pull = p->docker_pull;
     out->docker_users = p->docker_users.v;
     out->n_docker_users = p->docker_users.n;
+    out->address_space_mb = p->address_space_mb;
 }

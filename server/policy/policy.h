@@ -17,6 +17,9 @@
  *   docker-pull    whether a missing image may be pulled [false]
  *   docker-users   "uid:gid" values a docker Open may ask for, neither 0
  *                  [none: only the server's default user]
+ *   address-space-mb
+ *                  ceiling on and default of each local-bash command
+ *                  process's RLIMIT_AS, in MiB [0: none]
  *
  * Some binds are refused whatever the roots say: "/" itself, /proc, /sys,
  * /dev, /run, /etc, /boot, /root and everything under them, the server's
@@ -37,6 +40,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "server/base/errors.h"
@@ -45,6 +49,8 @@
 
 /* Longest tenant name (as the tokens file and [policy.TENANT] allow). */
 #define WS_POLICY_TENANT_MAX 64
+/* The largest address-space-mb: 16 TiB, beyond any host's memory. */
+#define WS_POLICY_ADDRESS_SPACE_MAX (16u << 20)
 /* Most entries of one list key, and the longest entry. */
 #define WS_POLICY_LIST_MAX  256
 #define WS_POLICY_ENTRY_MAX 1024
@@ -59,6 +65,7 @@ enum ws_policy_key {
     WS_POLICY_DOCKER_IMAGES,
     WS_POLICY_DOCKER_PULL,
     WS_POLICY_DOCKER_USERS,
+    WS_POLICY_ADDRESS_SPACE,
     WS_POLICY_KEYS,
 };
 
@@ -84,6 +91,7 @@ struct ws_policy {
     struct ws_policy_list docker_images;
     bool docker_pull;
     struct ws_policy_list docker_users;
+    uint32_t address_space_mb; /* 0: none */
 };
 
 struct ws_policy_set;
@@ -125,9 +133,10 @@ bool ws_policy_tenant_valid(const char *s);
  * network, every bind (own[0..n_own): the server's canonical state
  * directory and workspace root), pass_env, allowed_commands, and for
  * docker the image (`image`: the effective one, the server's default
- * filled in), the user and the pull policy. Returns 0 or -WS_EPOLICY with
- * metadata rule=<key> and the refused item (provider, path, name,
- * command, image or user). */
+ * filled in), the user and the pull policy, and for local-bash the
+ * address space. Returns 0 or -WS_EPOLICY with metadata rule=<key> and
+ * the refused item (provider, path, name, command, image, user or
+ * limit). */
 int ws_policy_check_open(const struct ws_policy *p, const Workspace__V1__OpenRequest *req,
                          const char *image, const char *const *own, size_t n_own,
                          struct ws_diag *d);

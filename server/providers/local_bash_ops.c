@@ -13,12 +13,17 @@
 #include "server/posix/limits.h"
 #include "server/posix/spawn.h"
 
+/* The record holds the caps in force: an address space the request left
+ * to the policy is the policy's, so Describe shows it and a later policy
+ * change does not move it under the workspace. */
 static int local_bash_record(const struct ws_provider_open *o, ws_record *rec,
                              union ws_provider_scratch *scratch)
 {
-    (void)scratch;
+    scratch->local_bash = *o->req->local_bash;
+    if (!scratch->local_bash.address_space_mb)
+        scratch->local_bash.address_space_mb = o->address_space_mb;
     rec->config_case = WORKSPACED__INTERNAL__V1__WORKSPACE_RECORD__CONFIG_LOCAL_BASH;
-    rec->local_bash = o->req->local_bash;
+    rec->local_bash = &scratch->local_bash;
     return 0;
 }
 
@@ -115,10 +120,15 @@ static int local_bash_spawn_limits(void *arg, const struct ws_provider_ws *w, st
     struct ws_limits_group *g;
     int err;
 
+    const Workspace__V1__LocalBashConfig *c = config_of(w->rec);
+
     *ret_token = NULL;
     if (l.pids_max && ra->set && ra->n_rlimits < WS_SPAWN_RLIMITS_MAX)
         ra->rlimits[ra->n_rlimits++] =
             (struct ws_rlimit){.resource = RLIMIT_NPROC, .value = l.pids_max};
+    if (c && c->address_space_mb && ra->n_rlimits < WS_SPAWN_RLIMITS_MAX)
+        ra->rlimits[ra->n_rlimits++] =
+            (struct ws_rlimit){.resource = RLIMIT_AS, .value = (uint64_t)c->address_space_mb << 20};
     if (!grouped)
         return 0;
     /* Only the caps the group can hold: pids may be RLIMIT_NPROC's alone. */
@@ -156,6 +166,21 @@ static void local_bash_spawn_done(void *rt, void *token)
     ws_limits_group_put(g);
 }
 
+/* Describe: the caps in force, as recorded at Open. */
+static int local_bash_describe(void *rt, const struct ws_provider_ws *w,
+                               Workspace__V1__DescribeResponse *resp, void **ret_keep)
+{
+    (void)rt;
+    *ret_keep = NULL;
+    resp->local_bash = (Workspace__V1__LocalBashConfig *)config_of(w->rec);
+    return 0;
+}
+
+static void local_bash_describe_free(void *keep)
+{
+    (void)keep;
+}
+
 static void local_bash_forget(void *arg, const char *id)
 {
     struct local_bash_rt *rt = arg;
@@ -187,5 +212,7 @@ const struct ws_provider_ops ws_local_bash_ops = {
     .exec_env = &local_bash_exec_env,
     .spawn_limits = local_bash_spawn_limits,
     .spawn_done = local_bash_spawn_done,
+    .describe = local_bash_describe,
+    .describe_free = local_bash_describe_free,
     .forget = local_bash_forget,
 };

@@ -99,6 +99,9 @@ struct ws_provider_open {
     size_t n_own;
     /* The workspace will have a host uid of its own (registry.h). */
     bool own_uid;
+    /* The tenant's policy's address-space-mb (local-bash's RLIMIT_AS
+     * when the request asks none); 0: none. */
+    uint32_t address_space_mb;
 };
 
 /* A provider's view of one workspace, handed to every per-workspace
@@ -154,6 +157,7 @@ union ws_provider_scratch {
         Workspace__V1__DockerConfig docker;
     } open;
     Workspace__V1__DockerConfig docker;
+    Workspace__V1__LocalBashConfig local_bash;
 };
 
 struct ws_run_as;

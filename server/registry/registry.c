@@ -1053,6 +1053,7 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
         .own = own,
         .n_own = WS_ELEMENTSOF(own),
         .own_uid = r->uids != NULL && p->ops->on_disk,
+        .address_space_mb = pol->address_space_mb,
     };
     err = ws_policy_check_open(pol, req, p->ops->policy_image ? p->ops->policy_image(req) : NULL,
                                own, WS_ELEMENTSOF(own), d);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <sstream>
 #include <thread>
 
 #include "tests/e2e/harness.h"
@@ -400,6 +401,85 @@ TEST(PolicyTest, CommandsCeiling)
     ListProvidersResponse r = List(srv.channel());
     EXPECT_TRUE(r.policy().commands_ceiling());
     EXPECT_EQ(Strings(r.policy().commands()), (std::vector<std::string>{"ls", "/bin/cat"}));
+}
+
+// ---- local-bash: the address space the policy allows ----
+
+// The soft and hard RLIMIT_AS of a command in the workspace, as the
+// command itself reads them from /proc/self/limits ("unlimited" or bytes).
+std::string AddressSpaceOf(Exec::Stub *exec, const std::string &id)
+{
+    RunResponse r;
+    grpc::Status s = wstest::RunProcess(
+        exec, id, wstest::ArgvProcess({"grep", "^Max address space", "/proc/self/limits"}), &r);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    std::istringstream in(r.stdout());
+    std::string w1, w2, w3, soft, hard;
+    in >> w1 >> w2 >> w3 >> soft >> hard;
+    return soft + " " + hard;
+}
+
+// The operator's address-space-mb is the ceiling and the default of
+// local-bash's RLIMIT_AS: a request asking more is refused, one asking
+// less gets what it asked, one asking none gets the policy's; the value is
+// in the record (Describe) and an allocation over it fails inside the
+// command, not on the host.
+TEST(PolicyTest, LocalBashAddressSpace)
+{
+    wstest::Server srv({"--policy-providers", kAll, "--policy-address-space-mb", "512"});
+    auto ws = srv.workspaces();
+    auto exec = srv.exec();
+    ListProvidersResponse lp = List(srv.channel());
+    EXPECT_EQ(lp.policy().address_space_mb(), 512u);
+
+    OpenRequest more = Bash({"grep", "python3"});
+    more.mutable_local_bash()->set_address_space_mb(513);
+    EXPECT_TRUE(Refused(DoOpen(ws.get(), more), "address-space-mb", "address_space_mb", "513"));
+
+    OpenResponse def, less;
+    ASSERT_TRUE(DoOpen(ws.get(), Bash({"grep", "python3"}), &def).ok());
+    OpenRequest lreq = Bash({"grep", "python3"});
+    lreq.mutable_local_bash()->set_address_space_mb(300);
+    ASSERT_TRUE(DoOpen(ws.get(), lreq, &less).ok());
+    const std::string d = def.workspace().id(), l = less.workspace().id();
+
+    EXPECT_EQ(AddressSpaceOf(exec.get(), d),
+              std::to_string(512ull << 20) + " " + std::to_string(512ull << 20));
+    EXPECT_EQ(AddressSpaceOf(exec.get(), l),
+              std::to_string(300ull << 20) + " " + std::to_string(300ull << 20));
+    for (const auto &[id, mb] : {std::pair{d, 512u}, std::pair{l, 300u}}) {
+        DescribeRequest req;
+        DescribeResponse resp;
+        grpc::ClientContext ctx;
+        req.set_workspace_id(id);
+        ASSERT_TRUE(ws->Describe(&ctx, req, &resp).ok());
+        EXPECT_EQ(resp.local_bash().address_space_mb(), mb) << id;
+    }
+    // 600 MiB at once is over either cap: Python's MemoryError, inside the
+    // command; 64 MiB is not.
+    RunResponse r;
+    ASSERT_TRUE(wstest::RunProcess(
+                    exec.get(), d,
+                    wstest::ArgvProcess({"python3", "-c",
+                                         "b = bytearray(64 << 20)\n"
+                                         "try:\n    bytearray(600 << 20)\nexcept MemoryError:\n"
+                                         "    print('refused')\nelse:\n    print('allocated')"}),
+                    &r)
+                    .ok());
+    EXPECT_EQ(r.stdout(), "refused\n") << r.stderr();
+
+    // Without the key there is no cap, and a request may ask any.
+    wstest::Server open({"--policy-providers", kAll});
+    auto ws2 = open.workspaces();
+    auto exec2 = open.exec();
+    OpenResponse none, big;
+    ASSERT_TRUE(DoOpen(ws2.get(), Bash({"grep"}), &none).ok());
+    EXPECT_EQ(AddressSpaceOf(exec2.get(), none.workspace().id()), "unlimited unlimited");
+    OpenRequest breq = Bash({"grep"});
+    breq.mutable_local_bash()->set_address_space_mb(4096);
+    ASSERT_TRUE(DoOpen(ws2.get(), breq, &big).ok());
+    EXPECT_EQ(AddressSpaceOf(exec2.get(), big.workspace().id()),
+              std::to_string(4096ull << 20) + " " + std::to_string(4096ull << 20));
 }
 
 // ---- docker: refused before the daemon is asked anything ----

@@ -153,6 +153,7 @@ TEST(Policy, DefaultsAreSafe)
     EXPECT_STREQ(p->docker_images.v[0], "*");
     EXPECT_FALSE(p->docker_pull);
     EXPECT_EQ(p->docker_users.n, 0u);
+    EXPECT_EQ(p->address_space_mb, 0u);
 
     ws_diag d = {};
     Req bash("local-bash");
@@ -195,6 +196,10 @@ TEST(Policy, ValuesAreCheckedAtParse)
         {"docker-users", "1000:0", "never allowed"},
         {"docker-users", "root", "not uid:gid"},
         {"docker-users", "1000:1000:1", "not uid:gid"},
+        {"address-space-mb", "-1", "not a number of MiB"},
+        {"address-space-mb", "1G", "not a number of MiB"},
+        {"address-space-mb", "", "not a number of MiB"},
+        {"address-space-mb", "16777217", "not a number of MiB from 0 to 16777216"},
         {"unknown-key", "x", "unknown key"},
     };
     for (const auto &b : bad) {
@@ -359,6 +364,44 @@ TEST(Policy, ShellNetworkAndDockerRules)
         EXPECT_EQ(err, -WS_EPOLICY) << c.image << " " << c.user;
         EXPECT_EQ(Meta(dd, "rule"), c.rule);
         EXPECT_EQ(Meta(dd, c.item_key), c.item);
+    }
+}
+
+// address-space-mb is a ceiling for local-bash only, inherited like any
+// key, and 0 means none.
+TEST(Policy, AddressSpaceIsACeilingForLocalBash)
+{
+    Set set;
+    ASSERT_EQ(set.Key(nullptr, "providers", "memory,local-bash"), "");
+    ASSERT_EQ(set.Key(nullptr, "address-space-mb", "1024"), "");
+    ASSERT_EQ(set.Key("alice", "address-space-mb", "0"), "");
+    ASSERT_EQ(set.Key("bob", "network", "true"), "");
+    ASSERT_EQ(ws_policy_set_finish(set.s), 0);
+    EXPECT_EQ(ws_policy_for(set.s, nullptr)->address_space_mb, 1024u);
+    EXPECT_EQ(ws_policy_for(set.s, "alice")->address_space_mb, 0u);
+    EXPECT_EQ(ws_policy_for(set.s, "bob")->address_space_mb, 1024u);
+
+    struct {
+        const char *tenant;
+        uint32_t asked;
+        bool ok;
+    } cases[] = {
+        {"bob", 0, true},         {"bob", 1024, true},       {"bob", 1025, false},
+        {"bob", 4u << 20, false}, {"alice", 4u << 20, true}, {"alice", 0, true},
+    };
+    for (const auto &c : cases) {
+        ws_diag d = {};
+        Req bash("local-bash");
+        bash.lb.address_space_mb = c.asked;
+        int err = Check(set.s, c.tenant, bash, &d);
+        if (c.ok) {
+            EXPECT_EQ(err, 0) << c.tenant << " " << c.asked << ": " << d.message;
+            continue;
+        }
+        EXPECT_EQ(err, -WS_EPOLICY) << c.tenant << " " << c.asked;
+        EXPECT_EQ(Meta(d, "rule"), "address-space-mb");
+        EXPECT_EQ(Meta(d, "address_space_mb"), std::to_string(c.asked));
+        EXPECT_EQ(Meta(d, "limit"), "1024");
     }
 }
 

@@ -67,3 +67,17 @@ fi
 if command -v service >/dev/null && [ -e /etc/init.d/nginx ] && pgrep -x nginx >/dev/null; then
   service nginx stop >/dev/null 2>&1 || true
 fi
+
+# A sandbox with network gets slirp4netns, which runs as the workspace's
+# uid and opens /dev/net/tun: read-write for every user, as the udev rule
+# of a stock Debian (50-udev-default.rules) makes it. A container's /dev
+# may lack the node or have it 0600; the server refuses such an Open and
+# says why.
+if [ "$(id -u)" = 0 ]; then
+  if [ ! -e /dev/net/tun ]; then
+    mkdir -p /dev/net && mknod -m 0666 /dev/net/tun c 10 200 ||
+      echo "setup: cannot make /dev/net/tun; sandboxes with network will be refused" >&2
+  elif [ -c /dev/net/tun ] && [ "$(stat -c %a /dev/net/tun)" != 666 ]; then
+    chmod 0666 /dev/net/tun
+  fi
+fi

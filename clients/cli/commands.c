@@ -128,9 +128,13 @@ static int print_workspace(struct wsc_ctx *ctx, const Workspace__V1__Workspace *
 int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"provider", required_argument, NULL, 'p'},        {"image", required_argument, NULL, 'I'},
-        {"runtime", required_argument, NULL, 'R'},         {"allow", required_argument, NULL, 'a'},
-        {"max-duration-ms", required_argument, NULL, 'd'}, {NULL, 0, NULL, 0},
+        {"provider", required_argument, NULL, 'p'},
+        {"image", required_argument, NULL, 'I'},
+        {"runtime", required_argument, NULL, 'R'},
+        {"allow", required_argument, NULL, 'a'},
+        {"max-duration-ms", required_argument, NULL, 'd'},
+        {"network", no_argument, NULL, 'n'},
+        {NULL, 0, NULL, 0},
     };
     Workspace__V1__OpenRequest req = WORKSPACE__V1__OPEN_REQUEST__INIT;
     Workspace__V1__MemoryConfig mem = WORKSPACE__V1__MEMORY_CONFIG__INIT;
@@ -145,6 +149,7 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
     char *allow = NULL, *allowed[ALLOW_MAX];
     size_t n_allowed = 0;
     uint32_t max_ms = 0;
+    bool network = false;
     struct wsc_error err;
     int opt, r;
 
@@ -167,13 +172,16 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
             if (parse_u32(optarg, &max_ms) < 0)
                 return wsc_usage_error("open: bad --max-duration-ms '%s'", optarg);
             break;
+        case 'n':
+            network = true;
+            break;
         default:
             return bad_option(argv);
         }
     }
     r = need_args(argc, argv, 0, 0,
                   "--provider local-bash|local-sandbox|docker|memory "
-                  "[--image I [--runtime runc|runsc]] [--allow cmd,...]");
+                  "[--image I [--runtime runc|runsc]] [--allow cmd,...] [--network]");
     if (r)
         return r;
 
@@ -203,6 +211,13 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         return wsc_usage_error("open: --image is for --provider docker");
     if (runtime && req.provider_case != WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER)
         return wsc_usage_error("open: --runtime is for --provider docker");
+    /* NETWORK_ALLOW, which the operator's policy must allow. */
+    if (network && req.provider_case == WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX)
+        sandbox.network = WORKSPACE__V1__NETWORK__NETWORK_ALLOW;
+    else if (network && req.provider_case == WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER)
+        docker.network = WORKSPACE__V1__NETWORK__NETWORK_ALLOW;
+    else if (network)
+        return wsc_usage_error("open: --network is for --provider local-sandbox or docker");
 
     caps.fs = &fs;
     /* The memory provider has no shell; declaring one would fail Open. */

@@ -1469,6 +1469,24 @@ TEST(WsctlWire, RuntimeGoesOutAndUserAndRuntimeComeBack)
     Result bash = at({"open", "--provider", "local-bash", "--runtime", "runsc"});
     EXPECT_EQ(bash.code, 2);
     EXPECT_NE(bash.err.find("--runtime is for --provider docker"), std::string::npos) << bash.err;
+
+    // --network asks NETWORK_ALLOW (the sandbox's config is field 3 of the
+    // request, its network field 1; docker's is field 4, its image 1 and
+    // its network 2); local-bash has no network.
+    Result sb = at({"open", "--provider", "local-sandbox", "--network"});
+    ASSERT_EQ(sb.code, 0) << sb.err;
+    EXPECT_NE(
+        canned.Request("/workspace.v1.Workspaces/Open").find(Field(3, 2, Field(1, 0, Varint(1)))),
+        std::string::npos);
+    Result dk = at({"open", "--provider", "docker", "--image", "busybox", "--network"});
+    ASSERT_EQ(dk.code, 0) << dk.err;
+    EXPECT_NE(canned.Request("/workspace.v1.Workspaces/Open")
+                  .find(Field(4, 2, Field(1, 2, "busybox") + Field(2, 0, Varint(1)))),
+              std::string::npos);
+    Result bn = at({"open", "--provider", "local-bash", "--network"});
+    EXPECT_EQ(bn.code, 2);
+    EXPECT_NE(bn.err.find("--network is for --provider local-sandbox or docker"), std::string::npos)
+        << bn.err;
 }
 
 // The real server's describe has the user lines (their values are the

@@ -294,12 +294,21 @@ static int make_child_fds(const struct ws_spawn_opts *o, unsigned short rows, un
                 return r;
             c->stdin_piped = true;
         }
-        r = make_pipe(true, &c->stdout_fd, &f->out);
-        if (r < 0)
-            return r;
-        r = make_pipe(true, &c->stderr_fd, &f->err);
-        if (r < 0)
-            return r;
+        if (o->output_null) {
+            f->out = open("/dev/null", O_WRONLY | O_CLOEXEC);
+            if (f->out < 0)
+                return -errno;
+            f->err = fcntl(f->out, F_DUPFD_CLOEXEC, 0);
+            if (f->err < 0)
+                return -errno;
+        } else {
+            r = make_pipe(true, &c->stdout_fd, &f->out);
+            if (r < 0)
+                return r;
+            r = make_pipe(true, &c->stderr_fd, &f->err);
+            if (r < 0)
+                return r;
+        }
     }
     /* Kept fds land at 3, 4, ... from copies above that range, so no
      * dup2 overwrites a source another one still needs. */
@@ -903,6 +912,8 @@ int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret)
     if (!o || !ret || !o->argv || !o->argv[0] || o->argv[0][0] != '/' || !o->envp)
         return -EINVAL;
     if (o->stdin_mode != WS_SPAWN_STDIN_NULL && o->stdin_mode != WS_SPAWN_STDIN_PIPE)
+        return -EINVAL;
+    if (o->output_null && o->pty)
         return -EINVAL;
     if (o->cwd_fd < 0)
         return -EBADF;

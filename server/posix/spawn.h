@@ -40,7 +40,7 @@
  *     so files a command creates are private to the user it runs as (the
  *     server's, or opts->run_as's) unless the command widens them itself;
  *   - stdin: /dev/null, or a pipe (WS_SPAWN_STDIN_PIPE); stdout and stderr:
- *     two separate pipes, or
+ *     two separate pipes (or both /dev/null with opts->output_null), or
  *   - with opts->pty, a pseudo-terminal instead: the slave, opened by name
  *     after setsid() and without O_NOCTTY, becomes the controlling terminal
  *     and fds 0, 1 and 2; stdin_mode is ignored (input goes to the master);
@@ -169,6 +169,10 @@ struct ws_spawn_opts {
      * borrowed, the caller keeps it. */
     int cwd_fd;
     enum ws_spawn_stdin stdin_mode;
+    /* stdout and stderr go to /dev/null, not pipes (a helper whose
+     * chatter nobody reads must never block on a full pipe); the
+     * child's stdout and stderr fds are then -1. Not with pty. */
+    bool output_null;
     /* A pseudo-terminal for fds 0-2 instead of pipes. rows/cols 0 means
      * the default, at most WS_SPAWN_PTY_DIM_MAX. */
     bool pty;

@@ -5,7 +5,9 @@
  *
  * With --wait-fd, FD is a socket to the server: init first writes "r" there (the sandbox is
  * built: bubblewrap is done with its network namespace, so the server may attach the network
- * now without racing bubblewrap's own setup of the loopback device), then reads FD to its end:
+ * now without racing bubblewrap's own setup of the loopback device), with its network
+ * namespace (/proc/self/ns/net) attached as SCM_RIGHTS, so the server needs no right to open
+ * another uid's /proc/PID/ns (CAP_SYS_PTRACE) to reach it; then it reads FD to its end:
  * the server writes "1" once the sandbox's network is up, or "0" and a reason when it could not
  * be set up, and closes it. Anything but "1" (the server gone: nothing at all) means no command
  * is started: a sandbox that asked for a network never runs without the one it was given.
@@ -35,6 +37,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -147,13 +150,43 @@ static int wait_command(pid_t child, const sigset_t *all)
     }
 }
 
+/* "r" on wait_fd with this namespace's network namespace attached; without one (it cannot be
+ * opened) the "r" goes alone and the server, finding none, says so. */
+static int say_ready(int wait_fd)
+{
+    int netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = "r", .iov_len = 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
+    ssize_t n;
+
+    if (netns >= 0) {
+        memset(&ctl, 0, sizeof(ctl));
+        m.msg_control = ctl.buf;
+        m.msg_controllen = sizeof(ctl.buf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &netns, sizeof(int));
+    }
+    n = WS_RETRY_EINTR(sendmsg(wait_fd, &m, MSG_NOSIGNAL));
+    int err = n == 1 ? 0 : n < 0 ? -errno : -EIO;
+    if (netns >= 0)
+        (void)close(netns);
+    return err;
+}
+
 /* Reads the server's word on wait_fd to its end; returns 0 when it is "1", else -1 after saying
  * why on stderr. */
 static int wait_for_server(int wait_fd)
 {
     char buf[WAIT_MSG_MAX + 1];
     size_t have = 0;
-    int err = ws_write_all(wait_fd, "r", 1);
+    int err = say_ready(wait_fd);
 
     if (err < 0) {
         say("cannot tell the server the sandbox is up", -err);

@@ -159,6 +159,8 @@ static int sandbox_open_check(void *rt, const struct ws_provider_open *o, struct
     if (!c || c->network != WORKSPACE__V1__NETWORK__NETWORK_ALLOW)
         return 0;
     ws_probe_usernet(&pr);
+    if (pr.available)
+        ws_probe_tun(WS_TUN_PATH, o->own_uid, &pr);
     if (!pr.available) {
         ws_diag_set(d, "local-sandbox with network unavailable: %s", pr.reason);
         ws_diag_meta(d, "transient", "false");

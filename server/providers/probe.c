@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <limits.h>
 #include <unistd.h>
@@ -86,6 +87,25 @@ void ws_probe_usernet(struct ws_probe *ret)
         snprintf(r.reason, sizeof(r.reason),
                  "sandboxes with network need " WS_USERNET_NAME
                  " (user-mode networking), which is not installed");
+    *ret = r;
+}
+
+void ws_probe_tun(const char *path, bool workspace_uid, struct ws_probe *ret)
+{
+    struct ws_probe r = {0};
+    struct stat st;
+
+    if (stat(path, &st) < 0 || !S_ISCHR(st.st_mode))
+        snprintf(r.reason, sizeof(r.reason),
+                 "sandboxes with network need %s (the tun driver), which is missing", path);
+    else if (workspace_uid ? (st.st_mode & 0006) != 0006 : access(path, R_OK | W_OK) < 0)
+        snprintf(r.reason, sizeof(r.reason),
+                 "sandboxes with network need %s readable and writable by %s, which runs "
+                 "their user-mode network; it is mode %04o (udev makes it 0666)",
+                 path, workspace_uid ? "every workspace's uid" : "the server",
+                 (unsigned)(st.st_mode & 07777));
+    else
+        r.available = true;
     *ret = r;
 }
 

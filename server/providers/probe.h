@@ -45,6 +45,15 @@ const char *ws_probe_usernet_path(void);
  * reason names the missing tool. */
 void ws_probe_usernet(struct ws_probe *ret);
 
+/* The device slirp4netns opens to make the sandbox's network device. */
+#define WS_TUN_PATH "/dev/net/tun"
+
+/* Whether slirp4netns can open the tun device at `path` (WS_TUN_PATH):
+ * a character device readable and writable by every user when
+ * `workspace_uid` (it runs as the workspace's uid, never the server's),
+ * else by the server itself. The reason names the device and its mode. */
+void ws_probe_tun(const char *path, bool workspace_uid, struct ws_probe *ret);
+
 /* The sandbox's init: WORKSPACED_SANDBOX_INIT (absolute; nothing else is
  * looked at when set), else WS_SANDBOX_INIT_NAME next to the server
  * binary or in its sandbox/ directory; NULL if none is executable. The

@@ -33,6 +33,7 @@
 #include "server/base/time.h"
 #include "server/posix/limits.h"
 #include "server/posix/seccomp.h"
+#include "server/posix/spawn.h"
 #include "server/providers/probe.h"
 
 /* The fds bwrap and init get, in this order, as 3, 4, 5, then (with
@@ -132,14 +133,18 @@ struct run {
     int status_fd;
     pid_t init_pid; /* 0 until bwrap said */
     /* With network: the server's end of the socket to init (init says
-     * "r" there once the sandbox is built, and starts the command only
-     * once it reads "1"), and slirp4netns once started (pid, pidfd, and
-     * the write end of its exit pipe). */
+     * "r" there once the sandbox is built, its network namespace
+     * attached, and starts the command only once it reads "1"), and
+     * slirp4netns once started (and the write end of its exit pipe). */
     bool network;
     int net_go_fd;
-    pid_t net_pid;
-    int net_pidfd;
+    struct ws_child *net;
     int net_exit_fd;
+    /* Who slirp4netns runs as: the owner of the sandbox's user namespace
+     * (bwrap's uid), so it may join that namespace with no capability on
+     * the host. 0: the server's own. */
+    uid_t net_uid;
+    gid_t net_gid;
     struct ws_sandbox *sb;
     struct ws_limits_group *group; /* the workspace's, a reference; NULL: no caps */
     uint64_t oom_kills;            /* the group's count when the command started */
@@ -519,19 +524,14 @@ const char *ws_sandbox_namespaces(bool network)
     return "user,pid,ipc,uts,cgroup,mount,net";
 }
 
-/* Ends slirp4netns, if started, and reaps it: through its pidfd only, so
- * a pid recycled after someone else reaped it is never hit. Its exit pipe
- * closes too. Quick: SIGKILL cannot be caught. */
+/* Ends slirp4netns, if started, and reaps it (through the spawn module,
+ * which only signals a child it has not reaped). Its exit pipe closes
+ * too. Quick: SIGKILL cannot be caught. */
 static void net_stop(struct run *r)
 {
     ws_close_fd(&r->net_exit_fd);
-    if (r->net_pidfd >= 0) {
-        siginfo_t si;
-        (void)pidfd_send_signal(r->net_pidfd, SIGKILL, NULL, 0);
-        (void)WS_RETRY_EINTR(waitid((idtype_t)P_PIDFD, (id_t)r->net_pidfd, &si, WEXITED));
-        ws_close_fd(&r->net_pidfd);
-    }
-    r->net_pid = 0;
+    ws_child_free(r->net);
+    r->net = NULL;
 }
 
 static void run_free(struct run *r)
@@ -761,43 +761,82 @@ static pid_t read_init_pid(struct run *r, int64_t deadline)
 
 /* fd of a namespace of pid, refusing the server's own: configuring that
  * would put the tap device on the host. */
-static int open_ns(pid_t pid, const char *kind, int *ret)
+/* Whether fd is a network namespace other than the server's own. */
+static int check_netns(int fd)
 {
-    char path[64];
     struct stat mine, theirs;
-    int fd;
 
-    snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, kind);
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    if (ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET)
+        return -EINVAL;
+    if (stat("/proc/self/ns/net", &mine) < 0 || fstat(fd, &theirs) < 0)
         return -errno;
-    snprintf(path, sizeof(path), "/proc/self/ns/%s", kind);
-    if (stat(path, &mine) < 0 || fstat(fd, &theirs) < 0) {
-        int err = -errno;
-        close(fd);
-        return err;
-    }
-    if (mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino) {
-        close(fd);
+    if (mine.st_dev == theirs.st_dev && mine.st_ino == theirs.st_ino)
         return -EPERM;
+    return 0;
+}
+
+/* Waits for init's "r" and takes the network namespace it attached:
+ * init's own, sent before any command of the sandbox runs, so the
+ * server needs no right over another uid's /proc/PID/ns. -ESRCH when no
+ * "r" came (the sandbox did not start), -ENOENT when it came alone. */
+static int recv_netns(struct run *r, int64_t deadline, int *ret)
+{
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+    } ctl;
+    char c = 0;
+    struct iovec iov = {.iov_base = &c, .iov_len = 1};
+    struct msghdr m;
+    ssize_t n = -1;
+    int fd = -1;
+
+    while (wait_readable(r->net_go_fd, deadline)) {
+        memset(&m, 0, sizeof(m));
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        m.msg_control = ctl.buf;
+        m.msg_controllen = sizeof(ctl.buf);
+        n = WS_RETRY_EINTR(recvmsg(r->net_go_fd, &m, MSG_CMSG_CLOEXEC));
+        if (n < 0 && errno == EAGAIN)
+            continue;
+        break;
     }
+    if (n != 1 || c != 'r')
+        return -ESRCH;
+    /* Every fd that came is taken, so none leaks; one is the answer. */
+    for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+        if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int got;
+            memcpy(&got, CMSG_DATA(h) + i * sizeof(int), sizeof(int));
+            if (fd < 0)
+                fd = got;
+            else
+                close(got);
+        }
+    }
+    if (fd < 0)
+        return -ENOENT;
     *ret = fd;
     return 0;
 }
 
-/* Starts slirp4netns on the sandbox's network namespace (that of init's
- * pid) and waits for it to say the device is up. On failure says why in
- * reason. */
+/* Starts slirp4netns on the sandbox's network namespace (init's, as it
+ * sent it) and waits for it to say the device is up. It runs as the
+ * owner of the sandbox's user namespace, the one identity that may join
+ * it without a capability on the host; a compromise of the packet parser
+ * therefore lands as that workspace's uid, not the server's. On failure
+ * says why in reason. */
 static int net_start(struct run *r, int64_t deadline, char *reason, size_t size)
 {
     const char *tool = ws_probe_usernet_path();
     int fds[NET_FD_COUNT] = {-1, -1, -1, -1}; /* netns, userns, ready w, exit r */
     int ready_r = -1, root = -1, err;
     char arg_ready[32], arg_exit[32], arg_userns[48], arg_netns[32];
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, all;
-    pid_t pid = 0;
+    char c;
 
     if (!tool) {
         snprintf(reason, size, WS_USERNET_NAME " is not installed");
@@ -810,20 +849,15 @@ static int net_start(struct run *r, int64_t deadline, char *reason, size_t size)
     /* Only once init runs: bwrap configures the namespace's loopback
      * device while it builds the sandbox, and slirp4netns configuring its
      * device at the same moment makes bwrap's request fail. */
-    char c = 0;
-    while (wait_readable(r->net_go_fd, deadline)) {
-        ssize_t n = WS_RETRY_EINTR(read(r->net_go_fd, &c, 1));
-        if (n < 0 && errno == EAGAIN)
-            continue;
-        break;
-    }
-    if (c != 'r') {
+    err = recv_netns(r, deadline, &fds[0]);
+    if (err == -ESRCH) {
         snprintf(reason, size, "the sandbox did not start");
-        return -ESRCH;
+        return err;
     }
-    err = open_ns(r->init_pid, "net", &fds[0]);
+    if (err == 0)
+        err = check_netns(fds[0]);
     if (err < 0) {
-        snprintf(reason, size, "its network namespace cannot be opened: %s", strerror(-err));
+        snprintf(reason, size, "its network namespace did not come from init: %s", strerror(-err));
         goto out;
     }
     /* The namespace's owner, not init's user namespace of the moment:
@@ -853,75 +887,51 @@ static int net_start(struct run *r, int64_t deadline, char *reason, size_t size)
         snprintf(reason, size, "%s", strerror(-err));
         goto out;
     }
-    /* Above the fds the child gets, so no dup2 below overwrites a source
-     * before it was copied. */
-    for (int i = 0; i < NET_FD_COUNT; i++) {
-        int hi = fcntl(fds[i], F_DUPFD_CLOEXEC, NET_FD_EXIT + 1);
-        if (hi < 0) {
-            err = -errno;
-            snprintf(reason, size, "%s", strerror(-err));
-            goto out;
-        }
-        close(fds[i]);
-        fds[i] = hi;
-    }
     snprintf(arg_ready, sizeof(arg_ready), "--ready-fd=%d", NET_FD_READY);
     snprintf(arg_exit, sizeof(arg_exit), "--exit-fd=%d", NET_FD_EXIT);
     snprintf(arg_userns, sizeof(arg_userns), "--userns-path=/proc/self/fd/%d", NET_FD_USERNS);
     snprintf(arg_netns, sizeof(arg_netns), "/proc/self/fd/%d", NET_FD_NETNS);
     /* --disable-host-loopback: no gateway alias for the host's loopback.
-     * --enable-sandbox and --enable-seccomp: it parses the sandbox's
-     * packets, so it runs in an empty mount namespace without
-     * capabilities, its system calls filtered. */
-    char *const argv[] = {
-        (char *)tool,
-        "--configure",
-        NET_MTU,
-        "--disable-host-loopback",
-        "--enable-sandbox",
-        "--enable-seccomp",
-        arg_ready,
-        arg_exit,
-        arg_userns,
-        "--netns-type=path",
-        arg_netns,
-        NET_TAP,
-        NULL,
+     * It parses the sandbox's packets, so --enable-seccomp filters its
+     * system calls, and it runs without privilege: as a workspace's uid,
+     * or with --enable-sandbox (an empty mount namespace, capabilities
+     * dropped) when it must run as root. That option needs root: it
+     * switches to gid 0 in the namespace it makes. */
+    const char *argv[16];
+    size_t argc = 0;
+    argv[argc++] = tool;
+    argv[argc++] = "--configure";
+    argv[argc++] = NET_MTU;
+    argv[argc++] = "--disable-host-loopback";
+    argv[argc++] = "--enable-seccomp";
+    if (r->net_uid == 0 && geteuid() == 0)
+        argv[argc++] = "--enable-sandbox";
+    argv[argc++] = arg_ready;
+    argv[argc++] = arg_exit;
+    argv[argc++] = arg_userns;
+    argv[argc++] = "--netns-type=path";
+    argv[argc++] = arg_netns;
+    argv[argc++] = NET_TAP;
+    argv[argc] = NULL;
+    const char *const envp[] = {NULL};
+    /* fds land at NET_FD_NETNS... in this order. */
+    struct ws_spawn_opts so = {
+        .argv = argv,
+        .envp = envp,
+        .cwd_fd = root,
+        .stdin_mode = WS_SPAWN_STDIN_NULL,
+        .output_null = true,
+        .keep_fds = fds,
+        .n_keep_fds = NET_FD_COUNT,
     };
-    char *const envp[] = {NULL};
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_addfchdir_np(&fa, root);
-    for (int i = 0; i < NET_FD_COUNT; i++)
-        posix_spawn_file_actions_adddup2(&fa, fds[i], NET_FD_NETNS + i);
-    posix_spawn_file_actions_addclosefrom_np(&fa, NET_FD_EXIT + 1);
-    posix_spawnattr_init(&attr);
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr,
-                             POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
-    int rc = posix_spawn(&pid, tool, &fa, &attr, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) {
-        err = -rc;
-        snprintf(reason, size, WS_USERNET_NAME " cannot be started: %s", strerror(rc));
-        goto out;
+    if (r->net_uid != 0) {
+        so.run_as.set = true;
+        so.run_as.uid = r->net_uid;
+        so.run_as.gid = r->net_gid;
     }
-    r->net_pid = pid;
-    r->net_pidfd = pidfd_open(pid, 0);
-    if (r->net_pidfd < 0) {
-        err = -errno;
-        /* Without a pidfd it is ended by pid, while it is surely still our
-         * unreaped child. */
-        (void)kill(pid, SIGKILL);
-        (void)WS_RETRY_EINTR(waitpid(pid, NULL, 0));
-        r->net_pid = 0;
-        snprintf(reason, size, "%s", strerror(-err));
+    err = ws_spawn(&so, &r->net);
+    if (err < 0) {
+        snprintf(reason, size, WS_USERNET_NAME " cannot be started: %s", strerror(-err));
         goto out;
     }
     ws_close_fd(&fds[2]);
@@ -987,8 +997,8 @@ static void hook_kill(void *arg)
 {
     struct run *r = arg;
 
-    if (r->net_pidfd >= 0)
-        (void)pidfd_send_signal(r->net_pidfd, SIGKILL, NULL, 0);
+    if (r->net)
+        (void)pidfd_send_signal(ws_child_pidfd(r->net), SIGKILL, NULL, 0);
 }
 
 static void hook_free(void *arg)
@@ -1083,8 +1093,10 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
         r->child_fds[i] = -1;
     r->n_child_fds = 3;
     r->info_fd = r->status_fd = -1;
-    r->net_go_fd = r->net_pidfd = r->net_exit_fd = -1;
+    r->net_go_fd = r->net_exit_fd = -1;
     r->network = spec->network;
+    r->net_uid = spec->uid;
+    r->net_gid = spec->gid;
     r->sb = sb;
     r->group = group_get(sb, spec->workspace_id, &spec->limits);
     if (r->group)

@@ -4,8 +4,9 @@
 # unit starts it: root within the unit's capability bounding set, with
 # no_new_privs, the unit's umask and oom_score_adj, workspace uids on, from
 # the install layout the unit names (the sandbox init next to the server).
-# Through the real wsctl, a local-bash and a local-sandbox workspace must
-# work with their files and commands as the workspace's uid: a capability
+# Through the real wsctl, a local-bash and a local-sandbox workspace (and
+# one with a network) must work with their files and commands as the
+# workspace's uid: a capability
 # the unit leaves out that the server needs fails here. A control start
 # without CAP_KILL then shows the server's own check is in force under
 # these conditions. Last, what the server relies on that no start here can show:
@@ -96,6 +97,7 @@ state-dir = $tmp/state
 mode = on
 [policy]
 providers = memory, local-bash, local-sandbox
+network = true
 EOF
 
 # Runs the server as the unit would, with bounding set $1, in the
@@ -160,6 +162,16 @@ wsc put "$ws" in.txt "$tmp/in.txt" >/dev/null
 [ "$(wsc exec "$ws" -- sh -c 'cat in.txt; echo sandboxed >out.txt')" = "from the api" ] ||
   fail "the sandboxed command cannot read the workspace"
 [ "$(wsc cat "$ws" out.txt)" = "sandboxed" ] || fail "the sandboxed command's file"
+wsc close "$ws" >/dev/null
+
+# local-sandbox with a network: the server attaches slirp4netns to the
+# sandbox's network namespace with the unit's capabilities only (no
+# CAP_SYS_PTRACE to open another uid's /proc/PID/ns, no CAP_SYS_ADMIN).
+ws=$(wsc open --provider local-sandbox --network --allow cat)
+ws=${ws%% *}
+[ -n "$ws" ] || fail "open local-sandbox --network"
+devs=$(wsc exec "$ws" -- cat /proc/net/dev)
+grep -q "tap0:" <<<"$devs" || fail "the sandbox has no network device: $devs"
 wsc close "$ws" >/dev/null
 
 # SIGTERM, as systemd stops it (KillSignal=): a drain and exit 0.

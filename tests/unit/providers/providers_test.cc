@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <set>
@@ -861,6 +862,51 @@ TEST(Limits, SandboxDefaults)
     EXPECT_EQ(l.pids_max, 64u);
     EXPECT_EQ(l.memory_bytes, 100ull << 20);
     EXPECT_EQ(l.cpu_millis, 250u);
+}
+
+} // namespace
+
+namespace
+{
+
+// The tun device slirp4netns opens: missing, not a device, or not open to
+// the uid slirp4netns runs as is a clear reason; 0666 (udev's mode) is fine.
+TEST(ProbeTun, NamesTheDeviceAndItsMode)
+{
+    if (geteuid() != 0)
+        GTEST_SKIP() << "making a character device takes root (CAP_MKNOD); uid " << geteuid();
+    std::string dir = TempDir();
+    std::string dev = dir + "/tun", file = dir + "/file";
+    ws_probe p;
+
+    ws_probe_tun((dir + "/missing").c_str(), true, &p);
+    EXPECT_FALSE(p.available);
+    EXPECT_EQ(std::string(p.reason),
+              "sandboxes with network need " + dir + "/missing (the tun driver), which is missing");
+    int fd = open(file.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+    ASSERT_GE(fd, 0);
+    close(fd);
+    ws_probe_tun(file.c_str(), true, &p);
+    EXPECT_FALSE(p.available);
+
+    ASSERT_EQ(mknod(dev.c_str(), S_IFCHR | 0600, makedev(10, 200)), 0) << strerror(errno);
+    ASSERT_EQ(chmod(dev.c_str(), 0600), 0);
+    ws_probe_tun(dev.c_str(), true, &p);
+    EXPECT_FALSE(p.available);
+    EXPECT_EQ(std::string(p.reason), "sandboxes with network need " + dev +
+                                         " readable and writable by every workspace's uid, which "
+                                         "runs their user-mode network; it is mode 0600 (udev "
+                                         "makes it 0666)");
+    // The server itself (root here) may open it.
+    ws_probe_tun(dev.c_str(), false, &p);
+    EXPECT_TRUE(p.available) << p.reason;
+    ASSERT_EQ(chmod(dev.c_str(), 0666), 0);
+    ws_probe_tun(dev.c_str(), true, &p);
+    EXPECT_TRUE(p.available) << p.reason;
+    EXPECT_STREQ(p.reason, "");
+    unlink(dev.c_str());
+    unlink(file.c_str());
+    rmdir(dir.c_str());
 }
 
 } // namespace

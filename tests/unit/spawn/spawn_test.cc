@@ -74,6 +74,7 @@ class SpawnTest : public ::testing::Test
         unsigned rows = 0, cols = 0;
         bool pty_noctty = false;
         std::vector<int> keep = {}; // the child's 3, 4, ...
+        bool output_null = false;
     };
 
     int Spawn(const Spec &s, ws_child **ret)
@@ -96,6 +97,7 @@ class SpawnTest : public ::testing::Test
         o.pty_noctty = s.pty_noctty;
         o.keep_fds = s.keep.empty() ? nullptr : s.keep.data();
         o.n_keep_fds = s.keep.size();
+        o.output_null = s.output_null;
         return ws_spawn(&o, ret);
     }
 
@@ -246,6 +248,31 @@ TEST_F(SpawnTest, StdoutAndStderrAreSeparatePipes)
     EXPECT_EQ(e.exit_code, 3);
     EXPECT_GT(e.max_rss_kib, 0u);
     ws_child_free(c);
+}
+
+// output_null: both go to /dev/null, the parent has no ends, and a child
+// that writes far more than a pipe holds never blocks on them.
+TEST_F(SpawnTest, OutputNullDiscardsWithoutBlocking)
+{
+    Spec s;
+    s.argv = {"/bin/sh", "-c",
+              "test \"$(readlink /proc/$$/fd/1)\" = /dev/null || exit 1; "
+              "test \"$(readlink /proc/$$/fd/2)\" = /dev/null || exit 2; "
+              "head -c 1000000 /dev/zero; head -c 1000000 /dev/zero >&2; exit 3"};
+    s.output_null = true;
+    ws_child *c = MustSpawn(s);
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(ws_child_stdout_fd(c), -1);
+    EXPECT_EQ(ws_child_stderr_fd(c), -1);
+    ws_child_exit e = WaitExit(c);
+    EXPECT_FALSE(e.signaled);
+    EXPECT_EQ(e.exit_code, 3);
+    ws_child_free(c);
+
+    s.pty = true;
+    ws_child *p = nullptr;
+    EXPECT_EQ(Spawn(s, &p), -EINVAL);
+    EXPECT_EQ(p, nullptr);
 }
 
 TEST_F(SpawnTest, EnvironmentIsExactlyEnvp)

@@ -4,7 +4,8 @@
  * The server bind-mounts this static binary read-only into each workspace container and runs
  * every command through `docker exec` as
  *
- *     init run [--uid U --gid G --helper H] [--nproc N] ID TIMEOUT_MS PROGRAM [ARGS...]
+ *     init run [--uid U --gid G --helper H] [--nproc N] [--record-fd FD] ID TIMEOUT_MS PROGRAM
+ *              [ARGS...]
  *     init signal [--helper H] ID SIGNO
  *     init keepalive [--helper H]
  *
@@ -26,7 +27,12 @@
  *
  * STATUS is `exited N` or `signaled N`, then ` core` when a core was dumped, then ` oom` when the
  * command died of a SIGKILL init did not send while the memory cgroup's OOM-kill counter went up.
- * A timed-out command is SIGKILLed with the rest and normally reads `signaled 9`. When PROGRAM
+ * A timed-out command is SIGKILLed with the rest and normally reads `signaled 9`.
+ *
+ * --record-fd FD (3 or more, open for writing; the in-box agent's private pipe) takes the record
+ * instead of stderr, with ` timeout` after the rest when TIMEOUT_MS expired, and init closes its
+ * stderr too once the command runs, so the command's streams end with its processes. FD never
+ * reaches the command. No nonce is needed there: the command has no way to that pipe. When PROGRAM
  * cannot be executed, a message precedes `exited 127` (ENOENT) or `exited 126` (anything else).
  * Init exits with the code, or 128 + the signal.
  *
@@ -207,13 +213,15 @@ struct identity {
     bool set;
     uid_t uid;
     gid_t gid;
-    uid_t helper; /* also the helper's gid */
-    rlim_t nproc; /* the command's RLIMIT_NPROC; 0: the one init has */
-    gid_t tag;    /* the command's tag group (see the top); 0: none */
+    uid_t helper;  /* also the helper's gid */
+    rlim_t nproc;  /* the command's RLIMIT_NPROC; 0: the one init has */
+    gid_t tag;     /* the command's tag group (see the top); 0: none */
+    int record_fd; /* --record-fd; -1: the record goes to stderr */
 };
 
-enum { OPT_UID, OPT_GID, OPT_HELPER, OPT_NPROC, OPT_COUNT };
-static const char *const option_names[OPT_COUNT] = {"--uid", "--gid", "--helper", "--nproc"};
+enum { OPT_UID, OPT_GID, OPT_HELPER, OPT_NPROC, OPT_RECORD_FD, OPT_COUNT };
+static const char *const option_names[OPT_COUNT] = {"--uid", "--gid", "--helper", "--nproc",
+                                                    "--record-fd"};
 
 /* Parses the options that follow the mode word, up to the first argument that does not start
  * with "--" (an ID never does); only --helper when !run_mode. Returns the index of that
@@ -244,6 +252,13 @@ static int parse_identity(int argc, char **argv, bool run_mode, struct identity 
                 say(0, "--nproc wants a decimal count from 1 to %d", PROC_COUNT_LIMIT);
                 return -1;
             }
+        } else if (opt == OPT_RECORD_FD) {
+            if (i + 1 >= argc || parse_decimal(argv[i + 1], INT32_MAX, &v[opt]) < 0 ||
+                v[opt] <= STDERR_FILENO || fcntl((int)v[opt], F_GETFL) < 0 ||
+                (fcntl((int)v[opt], F_GETFL) & O_ACCMODE) == O_RDONLY) {
+                say(0, "--record-fd wants an fd above 2 open for writing");
+                return -1;
+            }
         } else if (i + 1 >= argc || parse_decimal(argv[i + 1], ID_VALUE_LIMIT, &v[opt]) < 0) {
             say(0, "%s wants a decimal id up to %llu", argv[i], (unsigned long long)ID_VALUE_LIMIT);
             return -1;
@@ -257,6 +272,7 @@ static int parse_identity(int argc, char **argv, bool run_mode, struct identity 
         .gid = (gid_t)v[OPT_GID],
         .helper = (uid_t)v[OPT_HELPER],
         .nproc = (rlim_t)v[OPT_NPROC],
+        .record_fd = seen[OPT_RECORD_FD] ? (int)v[OPT_RECORD_FD] : -1,
     };
     if (run_mode && (seen[OPT_UID] != seen[OPT_HELPER] || seen[OPT_GID] != seen[OPT_HELPER])) {
         say(0, "--uid, --gid and --helper go together");
@@ -845,7 +861,9 @@ static gid_t tag_gid(const char *id, const struct identity *ident)
     return TAG_GID_BASE + low;
 }
 
-#define RUN_USAGE "run [--uid U --gid G --helper H] [--nproc N] ID TIMEOUT_MS /PROGRAM [ARGS...]"
+#define RUN_USAGE                                                                                  \
+    "run [--uid U --gid G --helper H] [--nproc N] [--record-fd FD] ID TIMEOUT_MS /PROGRAM "        \
+    "[ARGS...]"
 
 static int run(int argc, char **argv)
 {
@@ -876,6 +894,12 @@ static int run(int argc, char **argv)
     if (take_nonce(nonce) < 0) {
         say(0, "bad " NONCE_ENV " (want %d lowercase hex digits)", NONCE_HEX_DIGITS);
         return EXIT_MISUSE;
+    }
+    /* The record's pipe stays init's: the command never inherits it. */
+    int record_fd = id.record_fd >= 0 ? id.record_fd : STDERR_FILENO;
+    if (id.record_fd >= 0 && fcntl(id.record_fd, F_SETFD, FD_CLOEXEC) < 0) {
+        say(errno, "cannot keep --record-fd from the command");
+        return EXIT_INTERNAL;
     }
 
     /* Every signal is taken synchronously below. An inherited SIG_IGN or SA_NOCLDWAIT on
@@ -964,9 +988,12 @@ static int run(int argc, char **argv)
     }
 
     /* Held by init, stdin would keep the server's writes blocking after the command closed
-     * it, and stdout would hide its EOF. stderr stays for the exit record. */
+     * it, and stdout would hide its EOF. stderr stays for the exit record, unless it has a
+     * pipe of its own. */
     (void)close(STDIN_FILENO);
     (void)close(STDOUT_FILENO);
+    if (id.record_fd >= 0)
+        (void)close(STDERR_FILENO);
 
     for (;;) {
         int r = reap(command, &status, &reaped);
@@ -1007,20 +1034,21 @@ static int run(int argc, char **argv)
          * not blamed on memory even if something else ran out of it meanwhile. */
         bool oom = sig == SIGKILL && !timed_out && oom_before >= 0 && oom_after > oom_before;
         code = 128 + sig;
-        len = snprintf(record, sizeof(record), STATUS_OPEN "%s%ssignaled %d%s%s" STATUS_CLOSE,
-                       nonce, sep, sig, WCOREDUMP(status) ? " core" : "", oom ? " oom" : "");
+        len = snprintf(record, sizeof(record), STATUS_OPEN "%s%ssignaled %d%s%s%s" STATUS_CLOSE,
+                       nonce, sep, sig, WCOREDUMP(status) ? " core" : "", oom ? " oom" : "",
+                       timed_out && id.record_fd >= 0 ? " timeout" : "");
     } else {
         code = WEXITSTATUS(status);
-        len = snprintf(record, sizeof(record), STATUS_OPEN "%s%sexited %d" STATUS_CLOSE, nonce, sep,
-                       code);
+        len = snprintf(record, sizeof(record), STATUS_OPEN "%s%sexited %d%s" STATUS_CLOSE, nonce,
+                       sep, code, timed_out && id.record_fd >= 0 ? " timeout" : "");
     }
     /* The command may have left stderr's file description non-blocking. One write() of a few
      * bytes to a pipe or terminal is then whole; a short one is finished rather than lost. */
-    int fl = fcntl(STDERR_FILENO, F_GETFL);
+    int fl = fcntl(record_fd, F_GETFL);
     if (fl >= 0 && (fl & O_NONBLOCK))
-        (void)fcntl(STDERR_FILENO, F_SETFL, fl & ~O_NONBLOCK);
+        (void)fcntl(record_fd, F_SETFL, fl & ~O_NONBLOCK);
     /* EPIPE (nobody listens) changes nothing: the exit code carries the same. */
-    (void)ws_write_all(STDERR_FILENO, record, (size_t)len);
+    (void)ws_write_all(record_fd, record, (size_t)len);
     return code;
 }
 

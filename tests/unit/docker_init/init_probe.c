@@ -9,6 +9,9 @@
  *                           /proc/PPID/environ and /proc/PPID/mem of it and
  *                           setuid(0) for itself, each as "NAME ok" or
  *                           "NAME ERRNO"
+ *   init_probe attack-pid PID  the same against process PID (the in-box
+ *                           agent, the command's grandparent) at once,
+ *                           with "fd" (listing /proc/PID/fd) after "mem"
  *   init_probe wait-signal  prints "ready", waits for HUP, USR1 or TERM
  *                           and prints "signal N from uid U" (the sender's
  *                           real uid, as the kernel reports it)
@@ -16,6 +19,7 @@
  * Built static and without sanitizers, like the init: it runs as a uid that
  * cannot read the build tree, from a copy in /tmp.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -53,17 +57,17 @@ static long parent_uid(pid_t ppid)
     return uid;
 }
 
-static int attack(void)
+static int attack(pid_t target)
 {
-    pid_t ppid = getppid();
+    pid_t ppid = target ? target : getppid();
     char path[64];
     long uid = parent_uid(ppid);
     struct timespec pause = {.tv_nsec = 5 * 1000000L};
-    for (int waited = 0; uid == 0 && waited < PARENT_DROP_WAIT_MS; waited += 5) {
+    for (int waited = 0; !target && uid == 0 && waited < PARENT_DROP_WAIT_MS; waited += 5) {
         nanosleep(&pause, NULL);
         uid = parent_uid(ppid);
     }
-    printf("parent uid %ld\n", uid);
+    printf("%s uid %ld\n", target ? "target" : "parent", uid);
     fflush(stdout);
 
     report("kill", kill(ppid, SIGKILL));
@@ -78,6 +82,13 @@ static int attack(void)
     report("mem", fd < 0 ? -1 : 0);
     if (fd >= 0)
         close(fd);
+    if (target) {
+        snprintf(path, sizeof(path), "/proc/%d/fd", (int)ppid);
+        DIR *d = opendir(path);
+        report("fd", d ? 0 : -1);
+        if (d)
+            closedir(d);
+    }
     report("setuid", setuid(0));
     return 0;
 }
@@ -106,9 +117,11 @@ static int wait_signal(void)
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "attack") == 0)
-        return attack();
+        return attack(0);
+    if (argc == 3 && strcmp(argv[1], "attack-pid") == 0 && atoi(argv[2]) > 0)
+        return attack((pid_t)atoi(argv[2]));
     if (argc == 2 && strcmp(argv[1], "wait-signal") == 0)
         return wait_signal();
-    fprintf(stderr, "usage: init_probe attack | wait-signal\n");
+    fprintf(stderr, "usage: init_probe attack | attack-pid PID | wait-signal\n");
     return 2;
 }

@@ -97,7 +97,7 @@ struct ws_proc {
     int64_t timeout_at;     /* monotonic ms; 0: none */
     int64_t phase_deadline; /* TERMINATING: SIGKILL; KILLED: give up */
     bool leader_done;
-    bool oom; /* the wrapper saw the OOM killer end the command */
+    enum ws_cause exit_cause; /* the wrapper's word on the cause; NONE: none */
     struct ws_child_exit leader;
     struct stream streams[WS_STREAM_COUNT];
     struct ws_pump_watch pidfd_w;
@@ -147,10 +147,12 @@ static void proc_free(struct ws_proc *p)
         close(p->timer_fd);
     if (p->pty_in_fd >= 0)
         close(p->pty_in_fd);
-    ws_child_free(p->child);
-    ws_tree_free(p->tree);
+    /* The wrapper first: an agent's connection stops reaching the child
+     * before it goes. */
     if (p->wrapper.free)
         p->wrapper.free(p->wrapper.arg);
+    ws_child_free(p->child);
+    ws_tree_free(p->tree);
     if (p->argv)
         for (char **a = p->argv; *a; a++)
             free(*a);
@@ -283,8 +285,8 @@ static void fill_result(struct ws_proc *p)
 
     r->cause = p->kill_cause;
     if (p->leader_done) {
-        if (!r->cause && p->oom)
-            r->cause = WS_CAUSE_OOM;
+        if (!r->cause && p->exit_cause)
+            r->cause = p->exit_cause;
         else if (!r->cause)
             r->cause = p->leader.signaled ? WS_CAUSE_SIGNALED : WS_CAUSE_EXITED;
         r->exit_code = p->leader.exit_code;
@@ -400,15 +402,16 @@ static void run_done(struct ws_proc *p)
     }
     run_notify(p, &nl);
     /* After the callbacks, off the reply's path. p is still valid: its
-     * last reference is dropped through the pump, after this batch. */
+     * last reference is dropped through the pump, after this batch. The
+     * wrapper before the child, as in proc_free. */
+    if (wrapper.free)
+        wrapper.free(wrapper.arg);
     ws_child_free(child);
     if (timer_fd >= 0)
         close(timer_fd);
     if (pty_in_fd >= 0)
         close(pty_in_fd);
     ws_tree_free(tree);
-    if (wrapper.free)
-        wrapper.free(wrapper.arg);
 }
 
 static void maybe_resume(struct ws_proc *p, struct stream *st);
@@ -568,7 +571,7 @@ static void on_pidfd(void *arg, uint32_t events)
     if (!p->leader_done && ws_child_try_reap(p->child, &p->leader) == 0) {
         p->leader_done = true;
         if (p->wrapper.exited)
-            p->wrapper.exited(p->wrapper.arg, &p->leader, &p->oom);
+            p->wrapper.exited(p->wrapper.arg, &p->leader, &p->exit_cause);
         ws_pump_watch_del(p->pump, &p->pidfd_w);
         /* Nothing outlives its command: what the first process left
          * running is ended too. */
@@ -783,11 +786,15 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
         err = -errno;
         goto fail;
     }
-    err = ws_tree_new(env->trees, &p->tree);
-    if (err < 0)
-        goto fail;
-
     const struct ws_proc_wrapper *w = cfg->wrapper;
+    /* Started elsewhere: no tree of the server's holds it. */
+    bool remote = w && w->start;
+    if (!remote) {
+        err = ws_tree_new(env->trees, &p->tree);
+        if (err < 0)
+            goto fail;
+    }
+
     struct ws_spawn_opts so = {
         .argv = w ? w->argv : cfg->argv,
         .keep_fds = w ? w->keep_fds : NULL,
@@ -806,29 +813,49 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
         so.run_as.into_cgroup = true;
         so.run_as.cgroup_fd = w->cgroup_fd;
     }
-    err = ws_tree_enter(p->tree);
-    if (err < 0)
-        goto fail;
-    if (w && w->enter) {
-        err = w->enter(w->arg);
-        if (err < 0) {
-            (void)ws_tree_leave(p->tree);
+    if (remote) {
+        struct ws_spawn_opts ro = {
+            .stdin_mode = so.stdin_mode,
+            .pty = so.pty,
+            .pty_rows = so.pty_rows,
+            .pty_cols = so.pty_cols,
+        };
+        int fds[3] = {-1, -1, -1};
+        size_t n = 0;
+        p->started_mono_ms = ws_mono_ms();
+        p->started_unix_ms = ws_wall_ms();
+        err = ws_child_detached(&ro, &p->child, fds, &n);
+        if (err == 0)
+            err = w->start(w->arg, p->child, fds, n);
+        for (size_t i = 0; i < n; i++)
+            close(fds[i]);
+        if (err < 0)
+            goto fail;
+    } else {
+        err = ws_tree_enter(p->tree);
+        if (err < 0)
+            goto fail;
+        if (w && w->enter) {
+            err = w->enter(w->arg);
+            if (err < 0) {
+                (void)ws_tree_leave(p->tree);
+                goto fail;
+            }
+        }
+        p->started_mono_ms = ws_mono_ms();
+        p->started_unix_ms = ws_wall_ms();
+        err = ws_spawn(&so, &p->child);
+        if (w && w->leave)
+            w->leave(w->arg);
+        if (w && w->spawned)
+            w->spawned(w->arg);
+        int leave = ws_tree_leave(p->tree);
+        if (err < 0)
+            goto fail;
+        if (leave < 0) {
+            err = leave;
             goto fail;
         }
-    }
-    p->started_mono_ms = ws_mono_ms();
-    p->started_unix_ms = ws_wall_ms();
-    err = ws_spawn(&so, &p->child);
-    if (w && w->leave)
-        w->leave(w->arg);
-    if (w && w->spawned)
-        w->spawned(w->arg);
-    int leave = ws_tree_leave(p->tree);
-    if (err < 0)
-        goto fail;
-    if (leave < 0) {
-        err = leave;
-        goto fail;
     }
     p->pid = ws_child_pid(p->child);
     ws_tree_set_leader(p->tree, p->pid);
@@ -898,12 +925,15 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
 
 fail_kill:
     ws_tree_kill(p->tree);
+    if (cfg->wrapper && cfg->wrapper->kill)
+        cfg->wrapper->kill(cfg->wrapper->arg);
 fail:
-    /* ws_child_free kills and reaps what is left; a tree whose spawn
+    /* The wrapper first (an agent's connection lets go of the child), then
+     * ws_child_free kills and reaps what is left; a tree whose spawn
      * failed is empty. */
-    proc_free(p);
     if (cfg->wrapper && cfg->wrapper->free)
         cfg->wrapper->free(cfg->wrapper->arg);
+    proc_free(p);
     return err;
 }
 

@@ -116,9 +116,11 @@ struct ws_proc_wrapper {
      * thread, the process's lock held. NULL: nothing. */
     void (*kill)(void *arg);
     /* Once the wrapper is reaped: replaces its exit code and signal with
-     * the command's, when the wrapper reported them, and tells whether the
-     * command was ended by the kernel's OOM killer. Pump thread. */
-    void (*exited)(void *arg, struct ws_child_exit *e, bool *ret_oom);
+     * the command's, when the wrapper reported them, and may name the
+     * cause when the exit alone does not tell it: WS_CAUSE_OOM (the
+     * kernel's OOM killer ended the command) or WS_CAUSE_EVICTED (its box
+     * went away under it). Pump thread. */
+    void (*exited)(void *arg, struct ws_child_exit *e, enum ws_cause *ret_cause);
     /* Around the spawn, on the spawning thread: enter moves the thread
      * where the wrapper must start (its resource group), leave moves it
      * back. A failed enter fails the spawn. NULL: nothing. */
@@ -134,6 +136,17 @@ struct ws_proc_wrapper {
      * not: the wrapper drops what only the child needed (its ends of
      * pipes). NULL: nothing. */
     void (*spawned)(void *arg);
+    /* Instead of a spawn here: the command runs elsewhere (an in-box
+     * agent starts it). start hands the child's ends (stdin, stdout,
+     * stderr; or the terminal alone: n 1) to whoever runs it, and the exit
+     * comes through ws_child_detached_exit(child), from any thread, until
+     * free runs (which comes first of everything that frees the child).
+     * Blocking: returns once the command started, or its error (the fds
+     * are closed by the caller either way). With start there is no tree
+     * here, and argv, keep_fds, pty_noctty, enter, leave, into_cgroup and
+     * spawned are not used: signal and kill reach the command (leader 0),
+     * exited gives its record. NULL: a spawn on the host. */
+    int (*start)(void *arg, struct ws_child *child, const int *fds, size_t n);
     /* Frees arg when the process is freed. */
     void (*free)(void *arg);
     void *arg;

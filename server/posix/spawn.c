@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
@@ -49,6 +50,11 @@ struct ws_child {
      * again. */
     bool group_gone;
     struct ws_child_exit exit;
+    /* Started by someone else (ws_child_detached): no process here to
+     * wait for or signal; pidfd is an eventfd, exit_given says when
+     * `exit` holds what ws_child_detached_exit gave. */
+    bool detached;
+    atomic_bool exit_given;
 };
 
 /* Moves an fd that landed on 0-2 (a server started with those closed) above
@@ -174,6 +180,13 @@ static int child_wait(struct ws_child *c, bool block)
 
     if (c->reaped)
         return c->lost ? -ECHILD : 0;
+    if (c->detached) {
+        /* Nothing to block on here: whoever runs it says when it ended. */
+        if (!atomic_load_explicit(&c->exit_given, memory_order_acquire))
+            return -EAGAIN;
+        c->reaped = true;
+        return 0;
+    }
     p = WS_RETRY_EINTR(wait4(c->pid, &status, block ? 0 : WNOHANG, &ru));
     if (p < 0) {
         int r = -errno;
@@ -982,6 +995,93 @@ out:
     return r;
 }
 
+int ws_child_detached(const struct ws_spawn_opts *o, struct ws_child **ret, int ret_fds[3],
+                      size_t *ret_n)
+{
+    struct child_fds f;
+    struct ws_child *c = NULL;
+    unsigned short rows = 0, cols = 0;
+    int r;
+
+    child_fds_init(&f);
+    if (!o || !ret || !ret_fds || !ret_n || o->output_null || o->n_keep_fds)
+        return -EINVAL;
+    if (o->stdin_mode != WS_SPAWN_STDIN_NULL && o->stdin_mode != WS_SPAWN_STDIN_PIPE)
+        return -EINVAL;
+    if (o->pty) {
+        r = check_dim(o->pty_rows, WS_SPAWN_PTY_ROWS_DEFAULT, &rows);
+        if (r < 0)
+            return r;
+        r = check_dim(o->pty_cols, WS_SPAWN_PTY_COLS_DEFAULT, &cols);
+        if (r < 0)
+            return r;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->pid = 0;
+    c->detached = true;
+    atomic_init(&c->exit_given, false);
+    c->stdin_fd = c->stdout_fd = c->stderr_fd = c->pty_fd = -1;
+    c->pidfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->pidfd < 0) {
+        r = -errno;
+        goto out;
+    }
+    r = make_child_fds(o, rows, cols, c, &f);
+    if (r < 0)
+        goto out;
+    if (f.pty) {
+        /* The slave by name, as the child would open it: no controlling
+         * terminal of the server's. */
+        ret_fds[0] = open(f.pty_name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (ret_fds[0] < 0) {
+            r = -errno;
+            goto out;
+        }
+        *ret_n = 1;
+    } else {
+        if (f.in < 0) {
+            f.in = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            if (f.in < 0) {
+                r = -errno;
+                goto out;
+            }
+        }
+        ret_fds[0] = f.in;
+        ret_fds[1] = f.out;
+        ret_fds[2] = f.err;
+        f.in = f.out = f.err = -1;
+        *ret_n = 3;
+    }
+    *ret = c;
+    c = NULL;
+    r = 0;
+out:
+    child_fds_close(&f);
+    if (c) {
+        child_close_fds(c);
+        free(c);
+    }
+    return r;
+}
+
+void ws_child_detached_started(struct ws_child *c, pid_t pid)
+{
+    if (c && c->detached)
+        c->pid = pid;
+}
+
+void ws_child_detached_exit(struct ws_child *c, const struct ws_child_exit *e)
+{
+    if (!c || !c->detached || atomic_load(&c->exit_given))
+        return;
+    c->exit = *e;
+    atomic_store_explicit(&c->exit_given, true, memory_order_release);
+    uint64_t one = 1;
+    (void)!write(c->pidfd, &one, sizeof(one));
+}
+
 pid_t ws_child_pid(const struct ws_child *c)
 {
     return c->pid;
@@ -1016,7 +1116,7 @@ int ws_child_signal(struct ws_child *c, int sig)
 {
     if (!c || sig < 0 || sig >= NSIG)
         return -EINVAL;
-    if (c->group_gone)
+    if (c->group_gone || c->detached)
         return -ESRCH;
     if (kill(-c->pid, sig) < 0) {
         int r = -errno;
@@ -1066,6 +1166,8 @@ int ws_child_kill_tree(struct ws_child *c, int grace_ms)
 {
     if (!c)
         return -EINVAL;
+    if (c->detached)
+        return 0;
     if (grace_ms > WS_SPAWN_GRACE_MS_MAX)
         grace_ms = WS_SPAWN_GRACE_MS_MAX;
 
@@ -1095,6 +1197,11 @@ void ws_child_free(struct ws_child *c)
 {
     if (!c)
         return;
+    if (c->detached) {
+        child_close_fds(c);
+        free(c);
+        return;
+    }
     (void)ws_child_kill_tree(c, 0);
     /* Only if the leader is stuck past the settle time: block rather than
      * leave a zombie behind. */

@@ -224,6 +224,26 @@ struct ws_child_exit {
  *            and CLONE_INTO_CGROUP, unless clone3 is refused, 5.7). */
 int ws_spawn(const struct ws_spawn_opts *o, struct ws_child **ret);
 
+/* A child whose process another party starts (the in-box agent, whose
+ * reaper runs the command inside a box). The pipes or terminal are made as
+ * ws_spawn makes them from o's stdin_mode, pty and its size (argv, envp,
+ * cwd_fd and run_as are the other party's business; keep_fds and
+ * output_null must be unset), and the child's ends come back in ret_fds,
+ * O_CLOEXEC, for the caller to pass on and close: stdin (/dev/null when
+ * not piped), stdout and stderr (*ret_n 3), or the terminal's slave
+ * (*ret_n 1). The parent's ends are c's as usual. There is no process
+ * here: ws_child_pid is 0 until ws_child_detached_started names one (the
+ * other side's), ws_child_signal answers -ESRCH and ws_child_kill_tree 0
+ * (the other party ends it), ws_child_pidfd is an eventfd that becomes
+ * readable once ws_child_detached_exit gave the exit, which
+ * ws_child_try_reap then returns; ws_child_free frees without waiting. */
+int ws_child_detached(const struct ws_spawn_opts *o, struct ws_child **ret, int ret_fds[3],
+                      size_t *ret_n);
+void ws_child_detached_started(struct ws_child *c, pid_t pid);
+/* The exit of a detached child; the first one given counts. Any thread,
+ * while c lives. */
+void ws_child_detached_exit(struct ws_child *c, const struct ws_child_exit *e);
+
 /* The leader's pid, which is also the session id and process group id. */
 pid_t ws_child_pid(const struct ws_child *c);
 /* The leader's pidfd: becomes readable (POLLIN) when the leader exits.

@@ -105,6 +105,7 @@ struct command {
 
 static struct {
     const char *init;
+    pid_t pid;    /* the agent's own (children call getpid() for theirs) */
     uid_t helper; /* 0: none */
     int channel;
     int sigfd;
@@ -180,6 +181,10 @@ static int channel_read(void)
     if (room == 0)
         return -EMSGSIZE;
     ssize_t n = WS_RETRY_EINTR(recvmsg(A.channel, &m, MSG_CMSG_CLOEXEC));
+    /* A server that closed its end with frames of ours unread resets the
+     * connection: it went away all the same. */
+    if (n < 0 && errno == ECONNRESET)
+        return 0;
     if (n < 0)
         return errno == EAGAIN ? 1 : -errno;
     int err = 0;
@@ -300,10 +305,12 @@ static void sweep_orphans(void)
     }
 }
 
-/* The id the inits know a command by: "p_" and 16 hex digits. */
+/* The id the inits know a command by: "p_" and 16 hex digits, the agent's pid and the stream, so
+ * that `signal` never takes another agent's command for this one where several share a pid
+ * namespace (tests on a host; in a box the agent is alone). */
 static void init_id(uint32_t stream, char buf[19])
 {
-    snprintf(buf, 19, "p_%016llx", (unsigned long long)stream);
+    snprintf(buf, 19, "p_%08x%08x", (unsigned)A.pid, (unsigned)stream);
 }
 
 /* Runs `init signal [--helper H] ID SIGNO` for c; returns its pid (or -1) without waiting:
@@ -923,6 +930,7 @@ int main(int argc, char **argv)
         say(0, USAGE);
         return EXIT_MISUSE;
     }
+    A.pid = getpid();
     if (take_secret() < 0) {
         say(0, "bad " SECRET_ENV " (want %d lowercase hex digits)", WS_WIRE_SECRET_HEX);
         return EXIT_MISUSE;

@@ -1239,7 +1239,7 @@ static void hook_kill(void *arg)
 /* The relay's line: "exited CODE" or "signaled SIG[ core][ oom]". Without
  * one the init's record never came (the relay said why on stderr): the
  * relay's own exit stands. */
-static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
+static void hook_exited(void *arg, struct ws_child_exit *e, enum ws_cause *ret_cause)
 {
     struct run *r = arg;
     char buf[STATUS_MAX], word[16] = "", extra1[8] = "", extra2[8] = "";
@@ -1268,7 +1268,7 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
         e->signal = v;
         e->core_dumped = !strcmp(extra1, "core");
         if (v == SIGKILL && (!strcmp(extra1, "oom") || !strcmp(extra2, "oom")))
-            *ret_oom = true;
+            *ret_cause = WS_CAUSE_OOM;
     }
 }
 

@@ -659,7 +659,7 @@ static void hook_leave(void *arg)
         (void)ws_limits_group_leave(r->group);
 }
 
-static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
+static void hook_exited(void *arg, struct ws_child_exit *e, enum ws_cause *ret_cause)
 {
     struct run *r = arg;
     char buf[STATUS_MAX], word[16] = "", core[8] = "";
@@ -692,7 +692,7 @@ static void hook_exited(void *arg, struct ws_child_exit *e, bool *ret_oom)
          * OOM killer (the group is the workspace's, so a sibling command's
          * OOM in the same moment would read the same). */
         if (v == SIGKILL && r->group && ws_limits_group_oom_kills(r->group) > r->oom_kills)
-            *ret_oom = true;
+            *ret_cause = WS_CAUSE_OOM;
     }
 }
 

@@ -66,6 +66,22 @@ std::string Marker()
            std::to_string(rd() % 100000);
 }
 
+// A /proc file of a process that may be exiting: what could be read ("" when
+// it is gone), never an exception.
+std::string ReadProcFile(const std::string &path)
+{
+    std::string s;
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return s;
+    char b[4096];
+    ssize_t n;
+    while ((n = read(fd, b, sizeof(b))) > 0)
+        s.append(b, (size_t)n);
+    close(fd);
+    return s;
+}
+
 // Processes whose command line holds marker.
 int CountProcs(const std::string &marker)
 {
@@ -76,9 +92,8 @@ int CountProcs(const std::string &marker)
     for (dirent *e; (e = readdir(d)) != nullptr;) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9')
             continue;
-        std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
-        std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-        if (s.find(marker) != std::string::npos)
+        if (ReadProcFile(std::string("/proc/") + e->d_name + "/cmdline").find(marker) !=
+            std::string::npos)
             n++;
     }
     closedir(d);
@@ -787,8 +802,7 @@ TEST_F(AgentTest, SecretIsSentOnceAndWiped)
     Agent a(agent_, init_, {}, {"WSAGENT_SECRET=" + secret, "OTHER=1"});
     a.Hello();
     EXPECT_EQ(a.hello().str.at(WS_WIRE_T_SECRET), secret);
-    std::ifstream f("/proc/" + std::to_string(a.pid()) + "/environ", std::ios::binary);
-    std::string env((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::string env = ReadProcFile("/proc/" + std::to_string(a.pid()) + "/environ");
     EXPECT_EQ(env.find(secret), std::string::npos);
     EXPECT_NE(env.find("OTHER=1"), std::string::npos);
     Agent bad(agent_, init_, {}, {"WSAGENT_SECRET=short"});
@@ -829,11 +843,13 @@ TEST_F(AgentTest, CommandsCannotReachTheAgent)
               "id -u; id -g; id -G; " + dir + "/probe attack-pid " + std::to_string(a.pid())};
     Start(a, 1, c, s);
     std::string out = s.Out();
+    std::string err = s.Err();
     Msg m;
     ASSERT_TRUE(a.Expect(WS_WIRE_EXITED, 1, &m));
     EXPECT_EQ(m.num[WS_WIRE_T_CODE], 0u) << s.Err();
     EXPECT_EQ(out, "600210\n600210\n600210\ntarget uid 600211\nkill EPERM\nptrace EPERM\n"
-                   "environ EACCES\nmem EACCES\nfd EACCES\nsetuid EPERM\n");
+                   "environ EACCES\nmem EACCES\nfd EACCES\nsetuid EPERM\n")
+        << err;
     // The agent is alive and still serves.
     Streams s2;
     Command ok;

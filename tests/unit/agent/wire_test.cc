@@ -43,7 +43,8 @@ struct Reader {
         size_t room;
         uint8_t *at = ws_wire_in_space(&in, &room);
         ASSERT_LE(n, room);
-        memcpy(at, p, n);
+        if (n)
+            memcpy(at, p, n);
         ws_wire_in_added(&in, n);
     }
     void Add(const std::vector<uint8_t> &v)

@@ -494,7 +494,7 @@ int WrapSignal(void *arg, struct ws_tree *tree, pid_t leader, int sig)
     return r;
 }
 
-void WrapExited(void *arg, struct ws_child_exit *e, bool *ret_oom)
+void WrapExited(void *arg, struct ws_child_exit *e, enum ws_cause *ret_cause)
 {
     WrapLog *log = static_cast<WrapArg *>(arg)->log;
     std::lock_guard<std::mutex> l(log->mu);
@@ -505,7 +505,7 @@ void WrapExited(void *arg, struct ws_child_exit *e, bool *ret_oom)
         e->exit_code = log->rewrite_to;
     }
     if (log->report_oom)
-        *ret_oom = true;
+        *ret_cause = WS_CAUSE_OOM;
 }
 
 int WrapEnter(void *arg)

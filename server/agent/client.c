@@ -500,9 +500,10 @@ static int hook_start(void *arg, struct ws_child *child, const int *fds, size_t 
         lose(a, why);
         return -ECONNRESET;
     }
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += WS_AGENT_START_MS / 1000;
+    /* The condition variable runs on CLOCK_MONOTONIC (ws_agent_new). */
+    int64_t until_ns = ws_mono_ns() + (int64_t)WS_AGENT_START_MS * WS_NSEC_PER_MSEC;
+    struct timespec until = {.tv_sec = until_ns / WS_NSEC_PER_SEC,
+                             .tv_nsec = until_ns % WS_NSEC_PER_SEC};
     pthread_mutex_lock(&a->lock);
     int w = 0;
     while (c->state == CMD_STARTING && w != ETIMEDOUT)

@@ -53,6 +53,10 @@ struct ws_agent {
     struct cmd *cmds;
     bool dead;
     bool freed; /* the owner let go: no `lost` call */
+    /* `lost` is running, on this thread: the owner's free waits for it
+     * (unless it frees from inside it). */
+    bool in_lost;
+    pthread_t lost_thread;
     char why[WS_AGENT_WHY_MAX];
     void (*lost)(void *arg, const char *why);
     void *arg;
@@ -106,16 +110,25 @@ static bool lose_locked(struct ws_agent *a, const char *why)
     return true;
 }
 
-/* Loses the agent from the pump thread, and tells the owner. */
+/* Loses the agent, and tells the owner (once). */
 static void lose(struct ws_agent *a, const char *why)
 {
     pthread_mutex_lock(&a->lock);
     bool now = lose_locked(a, why);
     bool tell = now && !a->freed && a->lost;
+    if (tell) {
+        a->in_lost = true;
+        a->lost_thread = pthread_self();
+    }
     pthread_mutex_unlock(&a->lock);
     ws_pump_watch_del(a->pump, &a->w);
-    if (tell)
-        a->lost(a->arg, why);
+    if (!tell)
+        return;
+    a->lost(a->arg, why);
+    pthread_mutex_lock(&a->lock);
+    a->in_lost = false;
+    pthread_cond_broadcast(&a->cond);
+    pthread_mutex_unlock(&a->lock);
 }
 
 /* Sends one whole frame, with fds attached to its first byte. 0 or
@@ -441,6 +454,9 @@ void ws_agent_free(struct ws_agent *a)
     pthread_mutex_lock(&a->lock);
     a->freed = true;
     (void)lose_locked(a, "the workspace let go of its agent");
+    /* Once this returns the owner may free what `lost` touches. */
+    while (a->in_lost && !pthread_equal(a->lost_thread, pthread_self()))
+        pthread_cond_wait(&a->cond, &a->lock);
     pthread_mutex_unlock(&a->lock);
     ws_pump_watch_del(a->pump, &a->w);
     agent_unref(a);

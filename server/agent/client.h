@@ -62,7 +62,8 @@ int ws_agent_new(const struct ws_agent_config *cfg, struct ws_agent **ret, char 
                  size_t why_size);
 /* Shuts the channel (the agent then ends its box's processes and exits)
  * and drops the caller's reference; commands still running end with cause
- * EVICTED, and `lost` is not called. Accepts NULL. */
+ * EVICTED, and `lost` is not called (one running on another thread is
+ * waited for). Accepts NULL. */
 void ws_agent_free(struct ws_agent *a);
 /* The agent's pid, as it said in its HELLO (in its own namespace). */
 pid_t ws_agent_pid(const struct ws_agent *a);

@@ -43,13 +43,13 @@
 #include <unistd.h>
 
 #include "server/base/io.h"
+#include "server/progs/netgate.h"
 
 #define PREFIX          "workspaced-sandbox-init: "
 #define STATUS_FD_LIMIT 65535 /* "small": a pipe end the server dup2'd into place */
 #define EXIT_MISUSE     127
 #define EXIT_INTERNAL   125
 #define WAIT_FD_OPT     "--wait-fd="
-#define WAIT_MSG_MAX    160
 
 extern char **environ;
 
@@ -150,74 +150,15 @@ static int wait_command(pid_t child, const sigset_t *all)
     }
 }
 
-/* "r" on wait_fd with this namespace's network namespace attached; without one (it cannot be
- * opened) the "r" goes alone and the server, finding none, says so. */
-static int say_ready(int wait_fd)
-{
-    int netns = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
-    union {
-        struct cmsghdr h;
-        char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct iovec iov = {.iov_base = "r", .iov_len = 1};
-    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1};
-    ssize_t n;
-
-    if (netns >= 0) {
-        memset(&ctl, 0, sizeof(ctl));
-        m.msg_control = ctl.buf;
-        m.msg_controllen = sizeof(ctl.buf);
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &netns, sizeof(int));
-    }
-    n = WS_RETRY_EINTR(sendmsg(wait_fd, &m, MSG_NOSIGNAL));
-    int err = n == 1 ? 0 : n < 0 ? -errno : -EIO;
-    if (netns >= 0)
-        (void)close(netns);
-    return err;
-}
-
-/* Reads the server's word on wait_fd to its end; returns 0 when it is "1", else -1 after saying
+/* The server's word on the sandbox's network (netgate.h); 0 when it is "1", else -1 after saying
  * why on stderr. */
 static int wait_for_server(int wait_fd)
 {
-    char buf[WAIT_MSG_MAX + 1];
-    size_t have = 0;
-    int err = say_ready(wait_fd);
+    char why[WS_NETGATE_MSG_MAX + 128];
 
-    if (err < 0) {
-        say("cannot tell the server the sandbox is up", -err);
-        return -1;
-    }
-    for (;;) {
-        ssize_t n = WS_RETRY_EINTR(
-            read(wait_fd, buf + have, have < WAIT_MSG_MAX ? WAIT_MSG_MAX - have : 1));
-        if (n < 0) {
-            say("cannot read the server's word on the sandbox's network", errno);
-            return -1;
-        }
-        if (n == 0)
-            break;
-        /* Past the limit the rest is read and dropped, to the end. */
-        if (have < WAIT_MSG_MAX)
-            have += (size_t)n;
-    }
-    (void)close(wait_fd);
-    if (have == 1 && buf[0] == '1')
+    if (ws_netgate_pass(wait_fd, why, sizeof(why)) == 0)
         return 0;
-    /* Printable ASCII only: the reason is the server's, but it goes to the client's stream. */
-    size_t len = 0;
-    for (size_t i = have > 0 ? 1 : 0; i < have; i++)
-        if (buf[i] >= 0x20 && buf[i] < 0x7f)
-            buf[len++] = buf[i];
-    buf[len] = '\0';
-    char line[WAIT_MSG_MAX + 64];
-    snprintf(line, sizeof(line), "the sandbox's network could not be set up%s%s", len ? ": " : "",
-             len ? buf : "");
-    say(line, 0);
+    say(why, 0);
     return -1;
 }
 

@@ -3,14 +3,16 @@
  * starts its commands on the server's request, so a command costs a fork and two execs inside
  * the box instead of a `docker exec` or a fresh bubblewrap.
  *
- *     wsagent --init PATH (--channel-fd FD | --connect SOCKET) [--helper H]
+ *     wsagent --init PATH (--channel-fd FD | --connect SOCKET) [--helper H] [--wait-fd FD]
  *
  * The channel (server/agent/wire.h) is FD, a unix stream socket the agent was started with (a
  * sandbox), or the socket at SOCKET it connects to (a container, whose directory the server
  * bind-mounts; the server takes exactly one connection there). The agent says HELLO first, with
  * the one-time secret of WSAGENT_SECRET when it was given one (64 lowercase hex digits; the value
  * is wiped from the agent's memory and environment before anything else runs), and waits for the
- * server's HELLO before it takes a START.
+ * server's HELLO before it takes a START. With --wait-fd (pid 1 of a sandbox with network) it
+ * first passes the network gate (netgate.h): no HELLO, and so no command, before the sandbox's
+ * network is up, and none at all when it could not be.
  *
  * Each START forks a reaper: PATH (workspaced-docker-init) as `run --record-fd 3 ID TIMEOUT_MS
  * PROGRAM ARGS...`, with --uid/--gid/--helper/--nproc when the START names an identity, in a
@@ -67,6 +69,7 @@
 #include "server/base/io.h"
 #include "server/base/macros.h"
 #include "server/base/time.h"
+#include "server/progs/netgate.h"
 
 #define PREFIX        "wsagent: "
 #define EXIT_MISUSE   127
@@ -898,12 +901,13 @@ static int open_channel(const char *path)
     return fd;
 }
 
-#define USAGE "usage: wsagent --init PATH (--channel-fd FD | --connect SOCKET) [--helper H]"
+#define USAGE                                                                                      \
+    "usage: wsagent --init PATH (--channel-fd FD | --connect SOCKET) [--helper H] [--wait-fd FD]"
 
 int main(int argc, char **argv)
 {
     const char *connect_to = NULL;
-    unsigned long channel_fd = 0, helper = 0;
+    unsigned long channel_fd = 0, helper = 0, wait_fd = 0;
     bool have_fd = false;
 
     for (int i = 1; i < argc; i += 2) {
@@ -918,6 +922,9 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--channel-fd") == 0 &&
                  parse_uint(argv[i + 1], INT_MAX, &channel_fd) == 0 && channel_fd > 2)
             have_fd = true;
+        else if (strcmp(argv[i], "--wait-fd") == 0 &&
+                 parse_uint(argv[i + 1], INT_MAX, &wait_fd) == 0 && wait_fd > 2)
+            ;
         else if (strcmp(argv[i], "--helper") == 0 &&
                  parse_uint(argv[i + 1], UINT32_MAX - 1, &helper) == 0 && helper != 0)
             A.helper = (uid_t)helper;
@@ -980,6 +987,13 @@ int main(int argc, char **argv)
     for (int fd = 3; fd < 1024; fd++)
         if (fd != A.channel && fd != A.sigfd)
             (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+    if (wait_fd) {
+        char why[WS_NETGATE_MSG_MAX + 128];
+        if (ws_netgate_pass((int)wait_fd, why, sizeof(why)) < 0) {
+            say(0, "%s", why);
+            return EXIT_INTERNAL;
+        }
+    }
     ws_wire_in_init(&A.in, A.in_buf, sizeof(A.in_buf));
 
     struct ws_wire_out o;

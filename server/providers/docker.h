@@ -67,13 +67,14 @@
 #include "server/base/errors.h"
 #include "server/docker/api.h"
 #include "server/exec/process.h"
+#include "server/providers/probe.h"
 #include "workspace/v1/common.pb-c.h"
 
 /* The program every command runs under inside the container, and the
  * host-side relay; found next to the server binary or named by these
  * variables. */
-#define WS_DOCKER_INIT_NAME  "workspaced-docker-init"
-#define WS_DOCKER_INIT_ENV   "WORKSPACED_DOCKER_INIT"
+#define WS_DOCKER_INIT_NAME  WS_INBOX_INIT_NAME
+#define WS_DOCKER_INIT_ENV   WS_INBOX_INIT_ENV
 #define WS_DOCKER_RELAY_NAME "workspaced-docker-relay"
 #define WS_DOCKER_RELAY_ENV  "WORKSPACED_DOCKER_RELAY"
 

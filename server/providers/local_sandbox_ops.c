@@ -23,6 +23,13 @@ static const Workspace__V1__LocalSandboxConfig *config_of(const ws_record *rec)
     return NULL;
 }
 
+bool ws_local_sandbox_agent_mode(const Workspace__V1__LocalSandboxConfig *c)
+{
+    /* The default stays per-command until every sandbox test passes in
+     * agent mode too. */
+    return c && c->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT;
+}
+
 void ws_local_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret)
 {
     *ret = (struct ws_limits){
@@ -230,8 +237,27 @@ static int sandbox_exec_wrap(void *rt, const struct ws_provider_ws *w,
     int err;
 
     ws_local_sandbox_limits(sc, &spec.limits);
-    /* Without a runtime there is no sandbox, as without its backend. */
-    err = rt ? ws_sandbox_wrap(rt, &spec, ret) : -ENOENT;
+    if (rt && ws_local_sandbox_agent_mode(sc)) {
+        char why[WS_DIAG_MESSAGE_MAX] = "";
+        err = ws_sandbox_agent_wrap(rt, &spec, c->run_as, c->envp, c->timeout_ms, ret, why,
+                                    sizeof(why));
+        if (err == -ENOENT && !ws_probe_agent_path()) {
+            ws_diag_set(d, "the sandbox's agent (" WS_AGENT_NAME ") is not installed");
+            return -WS_EFAILED;
+        }
+        if (err == -ENOENT && !ws_probe_inbox_init_path()) {
+            ws_diag_set(d, "the agent's init (" WS_INBOX_INIT_NAME ") is not installed");
+            return -WS_EFAILED;
+        }
+        if (err < 0 && err != -ENOENT && err != -ENOMEM) {
+            ws_diag_set(d, "%s", why[0] ? why : strerror(-err));
+            ws_diag_meta(d, "transient", "false");
+            return -WS_EFAILED;
+        }
+    } else {
+        /* Without a runtime there is no sandbox, as without its backend. */
+        err = rt ? ws_sandbox_wrap(rt, &spec, ret) : -ENOENT;
+    }
     if (err == -ENOENT) {
         /* Fail closed: the backend went away since Open. */
         struct ws_probe pr;
@@ -375,6 +401,7 @@ static int sandbox_describe(void *rt, const struct ws_provider_ws *w,
     k->info.seccomp = true;
     k->info.seccomp_policy = (char *)ws_sandbox_seccomp_summary(rt);
     k->info.network = sc->network;
+    resp->exec_mode = ws_local_sandbox_agent_mode(sc) ? "agent" : "per-command";
     describe_binds(k, sc);
     describe_limits(rt, w->id, k, sc);
     resp->sandbox = &k->info;

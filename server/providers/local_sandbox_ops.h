@@ -26,5 +26,7 @@
 /* The caps of a workspace's commands (c NULL: all defaults): pids and
  * memory always, cpu only when the config sets it. */
 void ws_local_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret);
+/* Whether the workspace's commands start through an agent in one box. */
+bool ws_local_sandbox_agent_mode(const Workspace__V1__LocalSandboxConfig *c);
 
 #endif

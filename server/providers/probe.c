@@ -139,6 +139,21 @@ const char *ws_probe_server_program(const char *env, const char *name, const cha
     return NULL;
 }
 
+const char *ws_probe_agent_path(void)
+{
+    static _Thread_local char found[PATH_MAX];
+
+    return ws_probe_server_program(WS_AGENT_ENV, WS_AGENT_NAME, "progs", found, sizeof(found));
+}
+
+const char *ws_probe_inbox_init_path(void)
+{
+    static _Thread_local char found[PATH_MAX];
+
+    return ws_probe_server_program(WS_INBOX_INIT_ENV, WS_INBOX_INIT_NAME, "progs", found,
+                                   sizeof(found));
+}
+
 const char *ws_probe_sandbox_init_path(void)
 {
     static _Thread_local char found[PATH_MAX];

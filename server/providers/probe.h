@@ -62,6 +62,15 @@ void ws_probe_tun(const char *path, bool workspace_uid, struct ws_probe *ret);
 #define WS_SANDBOX_INIT_NAME "workspaced-sandbox-init"
 const char *ws_probe_sandbox_init_path(void);
 
+/* The in-box agent (agent mode) and the init it runs each command under
+ * (the docker provider's): found as the sandbox's init is; NULL if none. */
+#define WS_AGENT_ENV       "WORKSPACED_AGENT"
+#define WS_AGENT_NAME      "workspaced-agent"
+#define WS_INBOX_INIT_ENV  "WORKSPACED_DOCKER_INIT"
+#define WS_INBOX_INIT_NAME "workspaced-docker-init"
+const char *ws_probe_agent_path(void);
+const char *ws_probe_inbox_init_path(void);
+
 /* A program the server ships: the absolute path named by the environment
  * variable `env` (only that one, when set), else `name` in `subdir` beside
  * the server binary (the build tree), else beside it (an install); written

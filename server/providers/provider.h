@@ -147,6 +147,9 @@ struct ws_provider_cmd {
     bool pty;
     bool stdin_pipe;
     uint64_t timeout_ms; /* the server's deadline, 0: none */
+    /* Who what the exec layer spawns runs as, with its limits: also what
+     * a box the provider starts itself (an agent's) is given. */
+    const struct ws_run_as *run_as;
 };
 
 /* Storage check() and record() fill instead of allocating: the caller

@@ -34,6 +34,9 @@
 #include "server/posix/limits.h"
 #include "server/posix/seccomp.h"
 #include "server/posix/spawn.h"
+#include "server/agent/client.h"
+#include "server/events/pump.h"
+#include "server/exec/exec.h"
 #include "server/providers/probe.h"
 
 /* The fds bwrap and init get, in this order, as 3, 4, 5, then (with
@@ -114,8 +117,15 @@ struct ws_sandbox {
     char etc[PATH_MAX];    /* the /etc snapshot; "" when none could be made */
     char resolv[PATH_MAX]; /* resolv.conf for network, beside it; "" when none */
     char init[PATH_MAX];   /* a copy of the init program, beside it; "" when none */
+    char agent[PATH_MAX];  /* copies of the agent and of its init; "" when none */
+    char dinit[PATH_MAX];
     struct ws_limits_host *limits;
     struct root_entry roots[N_ROOT_DIRS];
+    /* Agent mode: one box per workspace, made by its first command; the
+     * pump that reads their channels, made with the first box. */
+    pthread_mutex_t boxes_lock;
+    struct box *boxes;
+    struct ws_pump *pump;
 };
 
 /* One command's sandbox: bwrap's arguments and the pipes to it. */
@@ -316,21 +326,21 @@ static int make_etc_snapshot(const char *dir, char *ret, size_t size)
     return 0;
 }
 
-/* Copies the sandbox's init program to dir/init.<pid> (0755), where a
- * workspace's uid can reach it: the program's own directory may be below
- * one it cannot search (a build tree in a 0700 home). */
-static int copy_init(const char *dir, char *ret, size_t size)
+/* Copies one of the programs a sandbox runs (its init, the agent, the
+ * agent's init) to dir/NAME.<pid> (0755), where a workspace's uid can reach
+ * it: the program's own directory may be below one it cannot search (a
+ * build tree in a 0700 home). */
+static int copy_program(const char *src, const char *dir, const char *name, char *ret, size_t size)
 {
-    const char *init = ws_probe_sandbox_init_path();
     char path[PATH_MAX];
     int r;
 
-    if (!init)
+    if (!src)
         return 0; /* none: wrap fails closed */
-    if (snprintf(path, sizeof(path), "%s/init.%d", dir, (int)getpid()) >= (int)sizeof(path))
+    if (snprintf(path, sizeof(path), "%s/%s.%d", dir, name, (int)getpid()) >= (int)sizeof(path))
         return -ENAMETOOLONG;
     (void)unlink(path);
-    r = copy_file(init, path);
+    r = copy_file(src, path);
     if (r == 0 && chmod(path, 0755) < 0)
         r = -errno;
     if (r < 0) {
@@ -383,6 +393,7 @@ int ws_sandbox_new_ids(const char *dir, unsigned id_floor, struct ws_sandbox **r
 
     if (!sb)
         return -ENOMEM;
+    pthread_mutex_init(&sb->boxes_lock, NULL);
     r = ws_seccomp_new_ids(id_floor, &sb->seccomp);
     if (r < 0) {
         free(sb);
@@ -399,11 +410,19 @@ int ws_sandbox_new_ids(const char *dir, unsigned id_floor, struct ws_sandbox **r
         if (r == 0) {
             r = make_resolv(dir, sb->resolv, sizeof(sb->resolv));
             if (r == 0)
-                r = copy_init(dir, sb->init, sizeof(sb->init));
+                r = copy_program(ws_probe_sandbox_init_path(), dir, "init", sb->init,
+                                 sizeof(sb->init));
+            if (r == 0)
+                r = copy_program(ws_probe_agent_path(), dir, "agent", sb->agent, sizeof(sb->agent));
+            if (r == 0)
+                r = copy_program(ws_probe_inbox_init_path(), dir, "agent-init", sb->dinit,
+                                 sizeof(sb->dinit));
             if (r < 0) {
                 (void)nftw(sb->etc, remove_one, 16, FTW_DEPTH | FTW_PHYS);
-                if (sb->resolv[0])
-                    (void)unlink(sb->resolv);
+                const char *made[] = {sb->resolv, sb->init, sb->agent};
+                for (size_t i = 0; i < WS_ELEMENTSOF(made); i++)
+                    if (made[i][0])
+                        (void)unlink(made[i]);
             }
         }
         if (r < 0) {
@@ -436,10 +455,14 @@ int ws_sandbox_new_ids(const char *dir, unsigned id_floor, struct ws_sandbox **r
     return 0;
 }
 
+static void boxes_stop_all(struct ws_sandbox *sb);
+
 void ws_sandbox_free(struct ws_sandbox *sb)
 {
     if (!sb)
         return;
+    /* The boxes first: they hold their workspaces' groups. */
+    boxes_stop_all(sb);
     ws_limits_host_free(sb->limits);
     ws_seccomp_free(sb->seccomp);
     if (sb->etc[0])
@@ -448,6 +471,12 @@ void ws_sandbox_free(struct ws_sandbox *sb)
         (void)unlink(sb->resolv);
     if (sb->init[0])
         (void)unlink(sb->init);
+    if (sb->agent[0])
+        (void)unlink(sb->agent);
+    if (sb->dinit[0])
+        (void)unlink(sb->dinit);
+    ws_pump_free(sb->pump);
+    pthread_mutex_destroy(&sb->boxes_lock);
     free(sb);
 }
 
@@ -467,6 +496,8 @@ static struct ws_limits_group *group_get(struct ws_sandbox *sb, const char *id,
 
 void ws_sandbox_forget(struct ws_sandbox *sb, const char *workspace_id)
 {
+    /* Its box first: that holds a reference to its group. */
+    ws_sandbox_box_reset(sb, workspace_id);
     ws_limits_forget(sb->limits, workspace_id);
 }
 
@@ -1079,13 +1110,23 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     struct run *r;
     int err;
 
-    if (!spec || !spec->workspace_dir || !spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')
+    if (!spec || !spec->workspace_dir ||
+        (!spec->agent && (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/')) ||
+        (spec->agent && spec->channel_fd < 0))
         return -EINVAL;
     /* Fail closed: no bwrap or no init means no sandbox, never less; and
      * no user-mode network means no sandbox with network (never one with
-     * the host's). */
-    if (!bwrap || !init || (spec->network && !ws_probe_usernet_path()))
+     * the host's). A box needs its agent and the agent's init. */
+    const char *agent = ws_probe_agent_path(), *dinit = ws_probe_inbox_init_path();
+    if (!bwrap || (!spec->agent && !init) || (spec->network && !ws_probe_usernet_path()) ||
+        (spec->agent && (!agent || !dinit)))
         return -ENOENT;
+    /* The copies a workspace's uid can reach, once the originals are
+     * known to be still installed. */
+    if (spec->agent && sb->agent[0])
+        agent = sb->agent;
+    if (spec->agent && sb->dinit[0])
+        dinit = sb->dinit;
     r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
@@ -1133,6 +1174,17 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
             err = -errno;
             goto fail;
         }
+    }
+    /* A box: the agent's channel, after the fixed fds. */
+    char channel_num[16] = "";
+    if (spec->agent) {
+        int fd = fcntl(spec->channel_fd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) {
+            err = -errno;
+            goto fail;
+        }
+        snprintf(channel_num, sizeof(channel_num), "%zu", FD_SECCOMP + r->n_child_fds);
+        r->child_fds[r->n_child_fds++] = fd;
     }
 
     add(r, bwrap);
@@ -1215,11 +1267,16 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
         r->n_child_fds++;
         add3(r, ro ? "--ro-bind-fd" : "--bind-fd", num, buf);
     }
-    add3(r, "--ro-bind", sb->init[0] ? sb->init : init, WS_SANDBOX_INIT_PATH);
+    if (spec->agent) {
+        add3(r, "--ro-bind", agent, WS_SANDBOX_AGENT_PATH);
+        add3(r, "--ro-bind", dinit, WS_SANDBOX_AGENT_INIT_PATH);
+    } else {
+        add3(r, "--ro-bind", sb->init[0] ? sb->init : init, WS_SANDBOX_INIT_PATH);
+    }
     /* After every bind: the root itself (bwrap's tmpfs) becomes read-only,
      * the mounts on it keep their own modes. */
     add2(r, "--remount-ro", "/");
-    if (!spec->cwd || !spec->cwd[0] || strcmp(spec->cwd, ".") == 0)
+    if (spec->agent || !spec->cwd || !spec->cwd[0] || strcmp(spec->cwd, ".") == 0)
         snprintf(buf, sizeof(buf), "%s", WS_SANDBOX_WORKSPACE);
     else if (snprintf(buf, sizeof(buf), "%s/%s", WS_SANDBOX_WORKSPACE, spec->cwd) >=
              (int)sizeof(buf)) {
@@ -1234,6 +1291,17 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     /* Everything after this is the command: no user string is ever read
      * as one of bwrap's options. */
     add(r, "--");
+    if (spec->agent) {
+        /* The agent is the box's pid 1, for the box's life. */
+        add(r, WS_SANDBOX_AGENT_PATH);
+        add2(r, "--init", WS_SANDBOX_AGENT_INIT_PATH);
+        add2(r, "--channel-fd", channel_num);
+        if (spec->network) {
+            snprintf(num, sizeof(num), "%d", FD_NET_GO);
+            add2(r, "--wait-fd", num);
+        }
+        goto built;
+    }
     add(r, WS_SANDBOX_INIT_PATH);
     if (spec->network) {
         snprintf(buf, sizeof(buf), "--wait-fd=%d", FD_NET_GO);
@@ -1257,6 +1325,7 @@ int ws_sandbox_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     add(r, bound ? buf : spec->argv[0]);
     for (const char *const *a = spec->argv + 1; *a; a++)
         add(r, *a);
+built:
     if (r->oom) {
         err = -ENOMEM;
         goto fail;
@@ -1344,4 +1413,311 @@ void ws_sandbox_backend_version(char *buf, size_t size)
         v[strcspn(v, "\n")] = '\0';
         snprintf(buf, size, "%s", v + 1);
     }
+}
+
+/* ---- agent mode: one box per workspace ---- */
+
+/* A workspace's box: one bubblewrap for the workspace's life, the agent its
+ * pid 1, every command started through the agent. */
+struct box {
+    struct ws_sandbox *sb;
+    char id[WS_SANDBOX_ID_MAX + 1];
+    struct ws_proc_wrapper w; /* its run: network, group, pipes */
+    struct ws_child *bwrap;
+    struct ws_agent *agent;
+    bool failed; /* the agent was lost: refused until reset */
+    char why[WS_AGENT_WHY_MAX];
+    struct box *next;
+};
+
+/* The agent was lost (it died, or broke the protocol): the box is failed
+ * until the workspace is resolved again. */
+static void box_lost(void *arg, const char *why)
+{
+    struct box *b = arg;
+
+    pthread_mutex_lock(&b->sb->boxes_lock);
+    b->failed = true;
+    snprintf(b->why, sizeof(b->why), "%s", why);
+    pthread_mutex_unlock(&b->sb->boxes_lock);
+}
+
+/* Ends a box no longer listed: the agent (which kills every process in
+ * the box), bwrap (the box's pid namespace goes with it), the network. */
+static void box_free(struct box *b)
+{
+    if (!b)
+        return;
+    ws_agent_free(b->agent);
+    if (b->w.kill)
+        b->w.kill(b->w.arg);
+    ws_child_free(b->bwrap);
+    ws_sandbox_discard(&b->w);
+    free(b);
+}
+
+static void boxes_stop_all(struct ws_sandbox *sb)
+{
+    pthread_mutex_lock(&sb->boxes_lock);
+    struct box *list = sb->boxes;
+    sb->boxes = NULL;
+    pthread_mutex_unlock(&sb->boxes_lock);
+    while (list) {
+        struct box *next = list->next;
+        box_free(list);
+        list = next;
+    }
+}
+
+void ws_sandbox_box_reset(struct ws_sandbox *sb, const char *workspace_id)
+{
+    struct box *found = NULL;
+
+    pthread_mutex_lock(&sb->boxes_lock);
+    for (struct box **pp = &sb->boxes; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->id, workspace_id) == 0) {
+            found = *pp;
+            *pp = found->next;
+            break;
+        }
+    pthread_mutex_unlock(&sb->boxes_lock);
+    box_free(found);
+}
+
+/* Starts a box for spec's workspace, as ra (the identity and limits its
+ * commands would have had); boxes_lock held. */
+static int box_start(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
+                     const struct ws_run_as *ra, struct box **ret, char *why, size_t why_size)
+{
+    struct box *b = calloc(1, sizeof(*b));
+    int sv[2] = {-1, -1}, root = -1, err;
+
+    if (!b)
+        return -ENOMEM;
+    b->sb = sb;
+    snprintf(b->id, sizeof(b->id), "%s", spec->workspace_id);
+    if (!sb->pump) {
+        err = ws_pump_new(&sb->pump);
+        if (err < 0) {
+            snprintf(why, why_size, "cannot start the agents' pump: %s", strerror(-err));
+            goto fail;
+        }
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        err = -errno;
+        snprintf(why, why_size, "cannot make the agent's channel: %s", strerror(-err));
+        goto fail;
+    }
+    struct ws_sandbox_spec s = *spec;
+    s.agent = true;
+    s.channel_fd = sv[1];
+    s.argv = NULL;
+    s.cwd = NULL;
+    s.pty = false;
+    err = ws_sandbox_wrap(sb, &s, &b->w);
+    ws_close_fd(&sv[1]);
+    if (err < 0) {
+        snprintf(why, why_size, "the box cannot be made: %s", strerror(-err));
+        goto fail;
+    }
+    root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (root < 0) {
+        err = -errno;
+        snprintf(why, why_size, "%s", strerror(-err));
+        goto fail;
+    }
+    /* The agent needs no environment: each command brings its own. */
+    const char *const envp[] = {NULL};
+    struct ws_spawn_opts so = {
+        .argv = b->w.argv,
+        .envp = envp,
+        .cwd_fd = root,
+        .stdin_mode = WS_SPAWN_STDIN_NULL,
+        .output_null = true,
+        .keep_fds = b->w.keep_fds,
+        .n_keep_fds = b->w.n_keep_fds,
+    };
+    if (ra)
+        so.run_as = *ra;
+    if (b->w.into_cgroup) {
+        so.run_as.into_cgroup = true;
+        so.run_as.cgroup_fd = b->w.cgroup_fd;
+    }
+    err = b->w.enter ? b->w.enter(b->w.arg) : 0;
+    if (err == 0) {
+        err = ws_spawn(&so, &b->bwrap);
+        if (b->w.leave)
+            b->w.leave(b->w.arg);
+    }
+    /* The box's ends of its pipes close; with network, it comes up now. */
+    ws_sandbox_spawned(&b->w);
+    if (err < 0) {
+        snprintf(why, why_size, "the box cannot be started: %s", strerror(-err));
+        goto fail;
+    }
+    struct ws_agent_config cfg = {
+        .pump = sb->pump,
+        .fd = sv[0],
+        .lost = box_lost,
+        .arg = b,
+    };
+    sv[0] = -1; /* consumed */
+    char awhy[WS_AGENT_WHY_MAX];
+    err = ws_agent_new(&cfg, &b->agent, awhy, sizeof(awhy));
+    if (err < 0) {
+        snprintf(why, why_size, "the box's agent did not come up: %s", awhy);
+        goto fail;
+    }
+    ws_close_fd(&root);
+    *ret = b;
+    return 0;
+
+fail:
+    ws_close_fd(&sv[0]);
+    ws_close_fd(&sv[1]);
+    ws_close_fd(&root);
+    box_free(b);
+    return err;
+}
+
+/* One command through a box, with the workspace's OOM kills told apart
+ * (the agent in a sandbox cannot read the group's counter). */
+struct box_cmd {
+    struct ws_proc_wrapper inner;
+    struct ws_limits_group *group; /* a reference; NULL: no caps */
+    uint64_t oom_kills;
+};
+
+static int box_cmd_start(void *arg, struct ws_child *child, const int *fds, size_t n)
+{
+    struct box_cmd *bc = arg;
+    return bc->inner.start(bc->inner.arg, child, fds, n);
+}
+
+static int box_cmd_signal(void *arg, struct ws_tree *tree, pid_t leader, int sig)
+{
+    struct box_cmd *bc = arg;
+    return bc->inner.signal(bc->inner.arg, tree, leader, sig);
+}
+
+static void box_cmd_kill(void *arg)
+{
+    struct box_cmd *bc = arg;
+    bc->inner.kill(bc->inner.arg);
+}
+
+static void box_cmd_exited(void *arg, struct ws_child_exit *e, enum ws_cause *ret_cause)
+{
+    struct box_cmd *bc = arg;
+
+    bc->inner.exited(bc->inner.arg, e, ret_cause);
+    if (!*ret_cause && e->signaled && e->signal == SIGKILL && bc->group &&
+        ws_limits_group_oom_kills(bc->group) > bc->oom_kills)
+        *ret_cause = WS_CAUSE_OOM;
+}
+
+static void box_cmd_free(void *arg)
+{
+    struct box_cmd *bc = arg;
+
+    bc->inner.free(bc->inner.arg);
+    if (bc->group)
+        ws_limits_group_put(bc->group);
+    free(bc);
+}
+
+int ws_sandbox_agent_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
+                          const struct ws_run_as *ra, const char *const *envp, uint64_t timeout_ms,
+                          struct ws_proc_wrapper *ret, char *why, size_t why_size)
+{
+    char cwd[PATH_MAX], prog[PATH_MAX];
+    struct box *b = NULL;
+    int err = 0;
+
+    if (!spec || !spec->argv || !spec->argv[0] || spec->argv[0][0] != '/' || !envp)
+        return -EINVAL;
+    /* Where the command is inside: its directory under /workspace, its
+     * program under /mnt when the guard found it in a bound directory. */
+    if (!spec->cwd || !spec->cwd[0] || strcmp(spec->cwd, ".") == 0)
+        snprintf(cwd, sizeof(cwd), "%s", WS_SANDBOX_WORKSPACE);
+    else if (snprintf(cwd, sizeof(cwd), "%s/%s", WS_SANDBOX_WORKSPACE, spec->cwd) >=
+             (int)sizeof(cwd))
+        return -ENAMETOOLONG;
+    const char *program = spec->argv[0];
+    for (size_t k = 0; k < spec->n_rw + spec->n_ro; k++) {
+        const char *path = k < spec->n_rw ? spec->rw_paths[k] : spec->ro_paths[k - spec->n_rw];
+        size_t len = strlen(path);
+        if (strncmp(spec->argv[0], path, len) == 0 && spec->argv[0][len] == '/') {
+            if (snprintf(prog, sizeof(prog), "%s%s", BIND_PREFIX, spec->argv[0]) >=
+                (int)sizeof(prog))
+                return -ENAMETOOLONG;
+            program = prog;
+            break;
+        }
+    }
+
+    pthread_mutex_lock(&sb->boxes_lock);
+    for (b = sb->boxes; b && strcmp(b->id, spec->workspace_id) != 0; b = b->next)
+        ;
+    if (b && b->failed) {
+        snprintf(why, why_size,
+                 "the workspace's box ended (%s); Resolve brings up a fresh one over the same "
+                 "files",
+                 b->why);
+        err = -EPIPE;
+    } else if (!b) {
+        /* Made while the lock is held: two first commands make one box. */
+        err = box_start(sb, spec, ra, &b, why, why_size);
+        if (err == 0) {
+            b->next = sb->boxes;
+            sb->boxes = b;
+        }
+    }
+    struct ws_agent *agent = err == 0 ? b->agent : NULL;
+    pthread_mutex_unlock(&sb->boxes_lock);
+    if (err < 0)
+        return err;
+
+    size_t n = 0;
+    while (spec->argv[n])
+        n++;
+    const char **argv = calloc(n + 1, sizeof(*argv));
+    struct box_cmd *bc = calloc(1, sizeof(*bc));
+    if (!argv || !bc) {
+        free(argv);
+        free(bc);
+        return -ENOMEM;
+    }
+    argv[0] = program;
+    for (size_t i = 1; i < n; i++)
+        argv[i] = spec->argv[i];
+    /* The exec layer's own timeout acts first; this is the box's backstop
+     * should the server's kill never arrive. */
+    uint64_t backstop = timeout_ms ? timeout_ms + WS_EXEC_GRACE_MS_MAX + WS_PROC_SETTLE_MS : 0;
+    struct ws_agent_command c = {
+        .argv = argv,
+        .envp = envp,
+        .cwd = cwd,
+        .timeout_ms = backstop,
+        .pty = spec->pty,
+    };
+    err = ws_agent_wrap(agent, &c, &bc->inner);
+    free(argv);
+    if (err < 0) {
+        free(bc);
+        snprintf(why, why_size, "the box's agent cannot take the command: %s", strerror(-err));
+        return err;
+    }
+    bc->group = group_get(sb, spec->workspace_id, &spec->limits);
+    if (bc->group)
+        bc->oom_kills = ws_limits_group_oom_kills(bc->group);
+    *ret = (struct ws_proc_wrapper){
+        .start = box_cmd_start,
+        .signal = box_cmd_signal,
+        .kill = box_cmd_kill,
+        .exited = box_cmd_exited,
+        .free = box_cmd_free,
+        .arg = bc,
+    };
+    return 0;
 }

@@ -48,8 +48,11 @@
 #include "server/exec/process.h"
 #include "server/posix/limits.h"
 
-/* Where init is found inside the sandbox. */
-#define WS_SANDBOX_INIT_PATH "/.workspaced-init"
+/* Where init is found inside the sandbox; in a box (agent mode), the agent
+ * and the init it runs each command under. */
+#define WS_SANDBOX_INIT_PATH       "/.workspaced-init"
+#define WS_SANDBOX_AGENT_PATH      "/.workspaced-agent"
+#define WS_SANDBOX_AGENT_INIT_PATH "/.workspaced-agent-init"
 /* Where the workspace is bound. */
 #define WS_SANDBOX_WORKSPACE "/workspace"
 /* Size of the sandbox's private /tmp. */
@@ -104,6 +107,11 @@ struct ws_sandbox_spec {
      * server's directories. */
     uid_t uid;
     gid_t gid;
+    /* A box instead of one command (ws_sandbox_box_*): the agent as pid 1
+     * with channel_fd (duplicated, not consumed) as its channel, in
+     * /workspace; argv, cwd and pty are not used. */
+    bool agent;
+    int channel_fd;
 };
 
 /* Fills *ret with the wrapper that runs spec->argv sandboxed. Returns 0;
@@ -140,6 +148,24 @@ void ws_sandbox_limits_report(struct ws_sandbox *sb, const char *workspace_id,
                               const struct ws_limits *l, struct ws_sandbox_limits_info *ret);
 /* bubblewrap's version ("0.8.0"), asked now; "" when it cannot say. */
 void ws_sandbox_backend_version(char *buf, size_t size);
+
+/* Agent mode: fills *ret with the wrapper that runs spec->argv (in
+ * spec->cwd, with envp, a terminal when spec->pty) through the
+ * workspace's box, starting the box first if it has none: one bubblewrap
+ * with the same binds, seccomp filter, namespaces, network and group as
+ * a command's own, spawned as ra, the agent its pid 1. timeout_ms is the
+ * command's deadline (the agent's backstop comes after it). Returns 0;
+ * -EPIPE when the box's agent was lost (its reason in why: the box is
+ * refused until ws_sandbox_box_reset); -ENOENT when the agent, its init,
+ * bwrap or (with network) slirp4netns is missing; the box's start error
+ * with why; -ENOMEM. */
+int ws_sandbox_agent_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
+                          const struct ws_run_as *ra, const char *const *envp, uint64_t timeout_ms,
+                          struct ws_proc_wrapper *ret, char *why, size_t why_size);
+/* Ends the workspace's box, if any (its commands end EVICTED); the next
+ * command starts a fresh one. ws_sandbox_forget does it too. Blocking
+ * (the box's processes are reaped). */
+void ws_sandbox_box_reset(struct ws_sandbox *sb, const char *workspace_id);
 
 /* For direct use: closes the fds that only the sandbox's processes need. */
 void ws_sandbox_spawned(struct ws_proc_wrapper *w);

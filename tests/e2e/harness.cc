@@ -486,6 +486,18 @@ Error Decode(const grpc::Status &status)
            << e.reason << "' domain '" << e.domain << "' message '" << e.message << "'";
 }
 
+workspace::v1::ExecMode TestExecMode()
+{
+    const char *m = getenv("WS_TEST_EXEC_MODE");
+    if (m && std::string(m) == "agent")
+        return workspace::v1::EXEC_MODE_AGENT;
+    if (m && std::string(m) == "per-command")
+        return workspace::v1::EXEC_MODE_PER_COMMAND;
+    if (m && m[0])
+        throw std::runtime_error(std::string("WS_TEST_EXEC_MODE: unknown mode ") + m);
+    return workspace::v1::EXEC_MODE_DEFAULT;
+}
+
 Ws Open(workspace::v1::Workspaces::Stub *stub, const std::string &provider, uint64_t max_file_size)
 {
     workspace::v1::OpenRequest req;
@@ -494,7 +506,7 @@ Ws Open(workspace::v1::Workspaces::Stub *stub, const std::string &provider, uint
     else if (provider == "local-bash")
         req.mutable_local_bash();
     else if (provider == "local-sandbox")
-        req.mutable_local_sandbox();
+        req.mutable_local_sandbox()->set_exec_mode(TestExecMode());
     else
         throw std::runtime_error("unknown provider " + provider);
     req.mutable_capabilities()->mutable_fs()->set_max_file_size_bytes(max_file_size);

@@ -137,6 +137,11 @@ struct Ws {
     std::string token;
 };
 
+// The exec mode local-sandbox and docker Opens of the tests ask for:
+// WS_TEST_EXEC_MODE ("agent" or "per-command"; unset: the server's
+// default). A suite built twice, once per mode, covers both.
+workspace::v1::ExecMode TestExecMode();
+
 Ws Open(workspace::v1::Workspaces::Stub *stub, const std::string &provider,
         uint64_t max_file_size = 0);
 grpc::Status Write(workspace::v1::FileSystem::Stub *fs, const std::string &id,

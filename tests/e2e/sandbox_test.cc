@@ -62,6 +62,8 @@ using Clock = std::chrono::steady_clock;
 
 const char kProbeRunfile[] = "tests/sandbox/escape_probe";
 const char kInitRunfile[] = "server/progs/workspaced-sandbox-init";
+const char kAgentRunfile[] = "server/progs/workspaced-agent";
+const char kAgentInitRunfile[] = "server/progs/workspaced-docker-init";
 const int kSurvivorWaitMs = 10000;
 
 // Every check escape_probe makes, in the order it prints them (README.md).
@@ -75,6 +77,19 @@ const std::vector<std::string> kAllChecks = {
 
 // Where a docker daemon listens; a sandboxed command must reach neither.
 const std::vector<std::string> kDockerSockets = {"/var/run/docker.sock", "/run/docker.sock"};
+
+// Whether the suite runs its sandboxes in agent mode (WS_TEST_EXEC_MODE).
+bool Agent()
+{
+    return wstest::TestExecMode() == EXEC_MODE_AGENT;
+}
+
+// Processes naming a workspace's directory while it is open and idle: none
+// per command, the box's bubblewrap in agent mode (it lives until Close).
+int IdleBoxProcs()
+{
+    return Agent() ? 1 : 0;
+}
 
 const std::vector<std::string> kAllowed = {
     "escape_probe", "sh",  "sleep", "cat", "id", "setsid", "echo", "ls", "true",
@@ -517,6 +532,7 @@ grpc::Status OpenSandbox(Workspaces::Stub *stub, const SandboxOptions &o,
 {
     OpenRequest req;
     LocalSandboxConfig *sb = req.mutable_local_sandbox();
+    sb->set_exec_mode(wstest::TestExecMode());
     if (o.network)
         sb->set_network(NETWORK_ALLOW);
     for (const auto &p : o.rw)
@@ -810,9 +826,15 @@ TEST_F(SandboxTest, EveryEscapeIsBlocked)
     EXPECT_EQ(by["af_vsock"].detail, "socket:EPERM");
     EXPECT_EQ(by["x32_syscall"].detail, "EPERM");
     // Only init and the probe in the pid namespace, init as pid 1 running the
-    // command given (the probe from its bound directory, under /mnt).
-    EXPECT_EQ(
-        by["proc_host"].detail.rfind("pids=2 max=2 pid1=/.workspaced-init 5 /mnt" + probe_, 0), 0u)
+    // command given (the probe from its bound directory, under /mnt); in
+    // agent mode the box's agent as pid 1, the command's reaper and the
+    // probe.
+    EXPECT_EQ(by["proc_host"].detail.rfind(Agent() ? "pids=3 max=3 pid1=/.workspaced-agent --init "
+                                                     "/.workspaced-agent-init --channel-fd "
+                                                   : "pids=2 max=2 pid1=/.workspaced-init 5 /mnt" +
+                                                         probe_,
+                                           0),
+              0u)
         << by["proc_host"].detail;
     EXPECT_EQ(by["read_planted"].detail,
               planted_state + ":ENOENT " + planted_home.path + ":ENOENT");
@@ -1576,6 +1598,26 @@ TEST_F(SandboxTest, NetworkFailsClosedWithoutTheUserModeNetwork)
 
 // A bind of host path P is at /mnt + P inside, never at P: a bind cannot
 // land on the sandbox's own /proc, /dev, /tmp or /workspace.
+// In agent mode a box's /tmp lasts as long as the box, for its workspace's
+// commands only, and a reset box (a Close, a Resolve after a failure) starts
+// with an empty one.
+TEST_F(SandboxTest, BoxTmpIsTheWorkspacesOwn)
+{
+    if (!Agent())
+        GTEST_SKIP() << "per-command mode: every command has a /tmp of its own "
+                        "(WorkspaceIsTheOnlyWritablePlace)";
+    wstest::Ws a = OpenOk(), b = OpenOk();
+    const std::string f = "/tmp/ws-box-" + Unique();
+    RunResponse r = Sh(a, "echo mine > " + f);
+    ASSERT_EQ(r.exited().exit_code(), 0) << r.stderr();
+    r = RunOk(a, ArgvProcess({"cat", f}));
+    EXPECT_EQ(r.stdout(), "mine\n");
+    r = RunOk(b, ArgvProcess({"cat", f}));
+    EXPECT_EQ(r.exited().exit_code(), 1) << "another workspace's box saw it";
+    EXPECT_NE(r.stderr().find("No such file or directory"), std::string::npos) << r.stderr();
+    EXPECT_FALSE(Exists(f)) << "the box's /tmp is the host's";
+}
+
 TEST_F(SandboxTest, BindsLiveUnderMnt)
 {
     const std::string dir = HostTempDir("ws-sbx-mnt", &cleanup_);
@@ -1590,9 +1632,11 @@ TEST_F(SandboxTest, BindsLiveUnderMnt)
     // A program found in a bound directory runs from its place inside.
     r = RunOk(ws, ArgvProcess({"escape_probe", "--only", "proc_host"}));
     EXPECT_EQ(r.exited().exit_code(), 0) << r.stderr();
-    // /proc is the sandbox's own: its pid 1 is the sandbox's init.
+    // /proc is the sandbox's own: its pid 1 is the sandbox's init (the
+    // box's agent in agent mode).
     r = RunOk(ws, ArgvProcess({"cat", "/proc/1/cmdline"}));
-    EXPECT_EQ(r.stdout().substr(0, r.stdout().find('\0')), "/.workspaced-init");
+    EXPECT_EQ(r.stdout().substr(0, r.stdout().find('\0')),
+              Agent() ? "/.workspaced-agent" : "/.workspaced-init");
 }
 
 // ---- 3. what a command can write ----
@@ -1711,15 +1755,22 @@ TEST_F(SandboxTest, WorkspaceIsTheOnlyWritablePlace)
     r = RunOk(ws, ArgvProcess({"cat", "in.txt"}));
     EXPECT_EQ(r.stdout(), "from-rpc");
 
-    // /tmp: writable, private to the command.
+    // /tmp: writable, private to the command (in agent mode to the box:
+    // the workspace's commands share it, as a container's do, and no other
+    // workspace sees it).
     const std::string priv = "/tmp/ws-sbx-private-" + Unique();
     r = Sh(ws, "echo secret > " + priv + " && cat " + priv);
     EXPECT_EQ(r.stdout(), "secret\n") << r.stderr();
     EXPECT_EQ(r.exited().exit_code(), 0);
     EXPECT_FALSE(Exists(priv)) << "the sandbox's /tmp is the host's";
     r = RunOk(ws, ArgvProcess({"cat", priv}));
-    EXPECT_EQ(r.exited().exit_code(), 1) << "the next command saw the previous one's /tmp";
-    EXPECT_NE(r.stderr().find("No such file or directory"), std::string::npos) << r.stderr();
+    if (Agent()) {
+        // Another workspace's box does not see it: BoxTmpIsTheWorkspacesOwn.
+        EXPECT_EQ(r.stdout(), "secret\n") << "the box's /tmp did not last: " << r.stderr();
+    } else {
+        EXPECT_EQ(r.exited().exit_code(), 1) << "the next command saw the previous one's /tmp";
+        EXPECT_NE(r.stderr().find("No such file or directory"), std::string::npos) << r.stderr();
+    }
 
     // A read_write_paths bind: at /mnt + its host path, both ways.
     r = Sh(ws, "cat /mnt" + rw_dir + "/host-file && echo from-sandbox > /mnt" + rw_dir + "/new");
@@ -1752,8 +1803,14 @@ TEST_F(SandboxTest, WorkspaceIsTheOnlyWritablePlace)
     // The root holds only what the sandbox gives: /usr and its neighbours,
     // a few /etc files, /proc, /dev, /tmp, the workspace, the binds' /mnt
     // and init.
-    std::set<std::string> want_root = {
-        ".", "..", ".workspaced-init", "dev", "etc", "mnt", "proc", "tmp", "usr", "workspace"};
+    std::set<std::string> want_root = {".",    "..",  "dev", "etc",      "mnt",
+                                       "proc", "tmp", "usr", "workspace"};
+    if (Agent()) {
+        want_root.insert(".workspaced-agent");
+        want_root.insert(".workspaced-agent-init");
+    } else {
+        want_root.insert(".workspaced-init");
+    }
     for (const char *d : {"bin", "sbin", "lib", "lib32", "lib64", "libx32"})
         if (Exists(std::string("/") + d))
             want_root.insert(d);
@@ -1945,7 +2002,8 @@ TEST_F(SandboxTest, SendSignalReachesTheCommandNotTheSandbox)
         EXPECT_EQ(log.exit.signal(), 9);
     }
     EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0);
-    EXPECT_EQ(wstest::WaitProcsAtMost(WsDir(ws), 0, kSurvivorWaitMs), 0) << "a bwrap is left";
+    EXPECT_LE(wstest::WaitProcsAtMost(WsDir(ws), IdleBoxProcs(), kSurvivorWaitMs), IdleBoxProcs())
+        << "a bwrap is left";
 }
 
 // ---- 6. aborts ----
@@ -1971,7 +2029,7 @@ TEST_F(SandboxTest, AbortKillsEverythingInTheSandbox)
         // bwrap, init and the three sleeps (at least) carry the marker.
         EXPECT_GE(watch.Stop(), 5) << "the tree never ran";
     }
-    EXPECT_EQ(wstest::WaitProcsAtMost(dir, 0, kSurvivorWaitMs), 0);
+    EXPECT_LE(wstest::WaitProcsAtMost(dir, IdleBoxProcs(), kSurvivorWaitMs), IdleBoxProcs());
 
     // (b) Client cancel.
     {
@@ -1988,7 +2046,7 @@ TEST_F(SandboxTest, AbortKillsEverythingInTheSandbox)
         ASSERT_TRUE(info.has_exited());
         EXPECT_EQ(info.exited().cause(), EXIT_CAUSE_CANCELLED);
     }
-    EXPECT_EQ(wstest::WaitProcsAtMost(dir, 0, kSurvivorWaitMs), 0);
+    EXPECT_LE(wstest::WaitProcsAtMost(dir, IdleBoxProcs(), kSurvivorWaitMs), IdleBoxProcs());
 
     // (c) Workspace Close, with a streamed and a background command.
     {
@@ -2133,11 +2191,58 @@ TEST_F(SandboxTest, FailsClosed)
         std::string source;
         const char *env;
         std::string reason;
-    } gone[] = {
-        {"bwrap", "/usr/bin/bwrap", "WORKSPACED_BWRAP", "bubblewrap (bwrap) is not installed"},
-        {"init", kInitRunfile, "WORKSPACED_SANDBOX_INIT",
-         "the sandbox init (workspaced-sandbox-init) is not installed next to the server"},
-    };
+    } gone[] =
+        {
+            {"bwrap", "/usr/bin/bwrap", "WORKSPACED_BWRAP", "bubblewrap (bwrap) is not installed"},
+            {"init", kInitRunfile, "WORKSPACED_SANDBOX_INIT",
+             "the sandbox init (workspaced-sandbox-init) is not installed next to the server"},
+        },
+      agent_gone[] = {
+          {"bwrap", "/usr/bin/bwrap", "WORKSPACED_BWRAP", "bubblewrap (bwrap) is not installed"},
+          {"agent", kAgentRunfile, "WORKSPACED_AGENT",
+           "the sandbox's agent (workspaced-agent) is not installed"},
+          {"agent-init", kAgentInitRunfile, "WORKSPACED_DOCKER_INIT",
+           "the agent's init (workspaced-docker-init) is not installed"},
+      };
+    // In agent mode a workspace's box, once made, needs none of them: its
+    // commands still run inside it. A box made after one went fails closed
+    // as a command's sandbox does.
+    if (Agent()) {
+        for (const auto &g : agent_gone) {
+            std::string dir = HostTempDir("ws-sbx-backend", &cleanup_);
+            std::string copy = dir + "/" + g.what;
+            CopyFile(g.source, copy, 0755);
+            Server srv({}, "", {std::string(g.env) + "=" + copy});
+            auto stub = srv.workspaces();
+            auto exec = srv.exec();
+            wstest::Ws ws, fresh;
+            SandboxOptions o;
+            o.probe_dir = false;
+            ASSERT_TRUE(OpenSandbox(stub.get(), o, "", &ws).ok()) << g.what;
+            RunResponse r;
+            ASSERT_TRUE(wstest::RunProcess(exec.get(), ws.id, ArgvProcess({"true"}), &r).ok());
+            EXPECT_EQ(r.exited().exit_code(), 0) << g.what;
+            ASSERT_EQ(unlink(copy.c_str()), 0);
+            ASSERT_TRUE(
+                wstest::RunProcess(exec.get(), ws.id, ArgvProcess({"cat", "/proc/1/cmdline"}), &r)
+                    .ok());
+            EXPECT_EQ(r.stdout().substr(0, r.stdout().find('\0')), "/.workspaced-agent")
+                << g.what << ": the box's command ran outside it";
+            if (std::string(g.what) == "bwrap") {
+                // The provider is unavailable: no new workspace.
+                EXPECT_FALSE(SandboxProvider(srv).available());
+                continue;
+            }
+            ASSERT_TRUE(OpenSandbox(stub.get(), o, "", &fresh).ok()) << g.what;
+            const std::string wsdir = RealPath(srv.workspace_dir(fresh.id));
+            grpc::Status s = wstest::RunProcess(
+                exec.get(), fresh.id, ArgvProcess({"sh", "-c", "touch /workspace/ran"}), &r);
+            EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED") << g.what;
+            EXPECT_EQ(s.error_message(), g.reason) << g.what;
+            EXPECT_FALSE(Exists(wsdir + "/ran")) << g.what << ": the command ran";
+        }
+        return;
+    }
     for (const auto &g : gone) {
         std::string dir = HostTempDir("ws-sbx-backend", &cleanup_);
         std::string copy = dir + "/" + g.what;

@@ -418,10 +418,12 @@ static void check_proc_host(const struct options *o, struct verdict *v)
             if (cmd[i] == '\0')
                 cmd[i] = ' ';
     }
-    /* argv[0] of pid 1 names the sandbox init, e.g. /.workspaced-init */
+    /* argv[0] of pid 1 names the sandbox init, e.g. /.workspaced-init, or
+     * in agent mode the box's agent, /.workspaced-agent */
     char arg0[128];
     snprintf(arg0, sizeof(arg0), "%.*s", (int)strcspn(cmd, " "), cmd);
-    bool init_is_ours = strstr(arg0, "workspaced") && strstr(arg0, "init");
+    bool init_is_ours =
+        strstr(arg0, "workspaced") && (strstr(arg0, "init") || strstr(arg0, "agent"));
     look(v, count < PROC_FEW_PIDS && init_is_ours);
     note(v, "pids=%d max=%ld pid1=%s", count, max, cmd);
 }

@@ -260,6 +260,13 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
 
     uint64_t max_ms = ws_services_max_duration_ms(ws_workspace_capabilities(ws));
     uint64_t timeout_ms = pc->timeout_ms && pc->timeout_ms < max_ms ? pc->timeout_ms : max_ms;
+    /* No file a command writes grows past the workspace's file size cap,
+     * as none the API writes does: the kernel stops the write (SIGXFSZ,
+     * or EFBIG where the command ignores that signal). A box's own file
+     * systems (its /tmp) are held to it too. */
+    if (xe->spawn_as_uid && run_as.n_rlimits < WS_SPAWN_RLIMITS_MAX)
+        run_as.rlimits[run_as.n_rlimits++] =
+            (struct ws_rlimit){.resource = RLIMIT_FSIZE, .value = ws_workspace_max_file_size(ws)};
     if (p->ops->exec_wrap) {
         struct ws_provider_cmd cmd = {
             .argv = (const char *const *)g->argv,
@@ -268,6 +275,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
             .pty = pc->pty != NULL,
             .stdin_pipe = how->stdin_pipe,
             .timeout_ms = timeout_ms,
+            .run_as = &run_as,
         };
         err = p->ops->exec_wrap(p->rt, &w, &cmd, &wrap, &d);
         if (err < 0)
@@ -301,13 +309,6 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         if (err < 0)
             goto fail;
     }
-    /* No file a command writes grows past the workspace's file size cap,
-     * as none the API writes does: the kernel stops the write (SIGXFSZ,
-     * or EFBIG where the command ignores that signal). A box's own file
-     * systems (its /tmp) are held to it too. */
-    if (xe->spawn_as_uid && run_as.n_rlimits < WS_SPAWN_RLIMITS_MAX)
-        run_as.rlimits[run_as.n_rlimits++] =
-            (struct ws_rlimit){.resource = RLIMIT_FSIZE, .value = ws_workspace_max_file_size(ws)};
     if (run_as.set || run_as.into_cgroup || run_as.n_rlimits)
         cfg.run_as = &run_as;
     err = ws_exec_start_for(s->exec, ws_workspace_tenant(ws), ws_workspace_id(ws), &cfg, own_home,

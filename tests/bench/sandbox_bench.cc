@@ -5,16 +5,23 @@
 //   sandbox_bench --server PATH/TO/workspaced [options]   (--help lists them)
 //
 // It starts its own server on a loopback port with a fresh state directory,
-// opens one local-sandbox and one local-bash workspace (capabilities fs,
-// and shell allowing `true` and `head`), and prints one table:
+// opens a local-sandbox workspace in each exec mode (per-command: a
+// bubblewrap per command; agent: one box per workspace, commands through
+// its agent) and one local-bash workspace (capabilities fs, and shell
+// allowing `true` and `head`), and prints one table:
 //   * run:    Run of `true` in the local-sandbox workspace vs, in the bench
 //             process, the bwrap command line the server builds for it
 //             (ws_sandbox_wrap, linked from the server's own library, then
 //             ws_spawn and wait) vs posix_spawn+waitpid of /bin/true; plus
 //             Run of `true` in the local-bash workspace and an empty
 //             Health.Check (latency p50/p99, interleaved in blocks);
+//             Run of `true` in agent mode against all of those;
 //   * stream: Start of `head -c N /dev/zero` in the local-sandbox workspace
-//             vs the same in the local-bash workspace (throughput).
+//             (both modes) vs the same in the local-bash workspace
+//             (throughput);
+//   * agent:  the first command after Open in agent mode (which starts the
+//             box) vs per-command mode, and 100 concurrent commands in one
+//             box, each with its exact output.
 // Exit status: 0 when every measurement ran and every check passed (goals
 // missed are reported, not failures), 1 otherwise. A part that cannot run
 // (the local-sandbox Open refused because bwrap cannot run here, an RPC
@@ -83,6 +90,12 @@ const char *const kSandboxEnv[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/w
 // The goals stated for the local-sandbox provider.
 constexpr double kGoalRunDeltaUs = 1000.0; // Run p50 within 1 ms of direct bwrap
 constexpr double kGoalStreamVsBash = 0.9;  // streamed output within 10% of local-bash
+// The goals of agent mode: Run p50 under 2 ms and within 1 ms of
+// local-bash, streaming within 15% of local-bash.
+constexpr double kGoalAgentRunUs = 2000.0;
+constexpr double kGoalAgentVsBashUs = 1000.0;
+constexpr double kGoalAgentStreamVsBash = 0.85;
+constexpr int kConcurrent = 100;
 // Reference figures measured earlier on this hardware (not re-measured):
 // a direct `bwrap --unshare-all ... /bin/true`, and Anthropic's
 // sandbox-runtime per command through its library and through its CLI.
@@ -103,8 +116,8 @@ struct Options {
     // server does for a workspace.
     bool direct_limits = false;
     bool keep = false;
-    // Parts to run: any of "run", "stream", comma-separated.
-    std::string only = "run,stream";
+    // Parts to run: any of "run", "stream", "agent", comma-separated.
+    std::string only = "run,stream,agent";
 };
 
 // The server under test, killed by Die so that a failed run leaves no
@@ -385,13 +398,13 @@ class DirectSandbox
                 exited = true;
         }
         struct ws_child_exit ex = {};
-        bool oom = false;
+        enum ws_cause cause = WS_CAUSE_NONE;
         if (error.empty()) {
             r = ws_child_try_reap(c, &ex);
             if (r < 0)
                 error = Fmt("reap of bwrap: %s", strerror(-r));
             else if (w.exited)
-                w.exited(w.arg, &ex, &oom);
+                w.exited(w.arg, &ex, &cause);
         }
         ws_sandbox_discard(&w);
         ws_child_free(c);
@@ -736,11 +749,12 @@ void Part(const char *name, const std::function<void()> &fn)
 // Opens a workspace of `provider` ("local-sandbox" or "local-bash") with
 // the fs capability and shell allowing true and head; "" and *why on
 // failure.
-std::string OpenWorkspace(v1::Workspaces::Stub *stub, const std::string &provider, std::string *why)
+std::string OpenWorkspace(v1::Workspaces::Stub *stub, const std::string &provider, std::string *why,
+                          v1::ExecMode mode = v1::EXEC_MODE_PER_COMMAND)
 {
     v1::OpenRequest req;
     if (provider == "local-sandbox")
-        req.mutable_local_sandbox();
+        req.mutable_local_sandbox()->set_exec_mode(mode);
     else
         req.mutable_local_bash();
     req.mutable_capabilities()->mutable_fs();
@@ -885,6 +899,9 @@ struct Env {
     std::string bash_id;
     DirectSandbox &direct;
     DirectSandbox *direct_limits; // --direct-limits, else null
+    v1::Workspaces::Stub *workspaces;
+    std::string agent_id; // local-sandbox in agent mode; "" when its Open failed
+    std::string agent_why;
 };
 
 void BenchRun(Env &e)
@@ -899,25 +916,29 @@ void BenchRun(Env &e)
         grpc::health::v1::HealthCheckResponse resp;
         Check(health->Check(&ctx, req, &resp), "Health.Check");
     };
-    v1::RunRequest sreq = TrueRequest(e.sandbox_id), breq = TrueRequest(e.bash_id);
+    if (e.agent_id.empty())
+        Fail("%s", e.agent_why.c_str());
+    v1::RunRequest sreq = TrueRequest(e.sandbox_id), breq = TrueRequest(e.bash_id),
+                   areq = TrueRequest(e.agent_id);
     auto sandbox_run = [&] { RpcRunTrue(e.exec, sreq, "Run true (local-sandbox)"); };
     auto bash_run = [&] { RpcRunTrue(e.exec, breq, "Run true (local-bash)"); };
+    auto agent_run = [&] { RpcRunTrue(e.exec, areq, "Run true (local-sandbox, agent)"); };
     // One call of each first, so that a refused Run or a bwrap that cannot
-    // run here fails fast.
+    // run here fails fast (and the agent's box is up).
     sandbox_run();
     e.direct.RunTrue();
     bash_run();
+    agent_run();
 
     pid_t pid = e.server.pid();
-    std::vector<Side> sides = {{sandbox_run, pid},
-                               {[&] { e.direct.RunTrue(); }, 0},
-                               {RawTrue, 0},
-                               {bash_run, pid},
-                               {health_check, pid}};
+    std::vector<Side> sides = {{sandbox_run, pid},  {[&] { e.direct.RunTrue(); }, 0},
+                               {RawTrue, 0},        {bash_run, pid},
+                               {health_check, pid}, {agent_run, pid}};
     if (e.direct_limits)
         sides.push_back({[&] { e.direct_limits->RunTrue(); }, 0});
     std::vector<SideResult> l = Measure(sides, e.opt.warmup, e.opt.iters);
-    const Lat &sb = l[0].lat, &direct = l[1].lat, &raw = l[2].lat, &bash = l[3].lat, &hc = l[4].lat;
+    const Lat &sb = l[0].lat, &direct = l[1].lat, &raw = l[2].lat, &bash = l[3].lat, &hc = l[4].lat,
+              &ag = l[5].lat;
     const char *direct_name = "direct bwrap (ws_sandbox_wrap + ws_spawn + wait)";
     const char *raw_name = "posix_spawn+waitpid /bin/true";
     const char *bash_name = "Run true (local-bash, same server)";
@@ -949,8 +970,28 @@ void BenchRun(Env &e)
     g_rows.push_back({"Run true (local-bash) p99", Us(bash.p99_us), raw_name, Us(raw.p99_us),
                       Ratio(bash.p99_us, raw.p99_us),
                       Fmt("(%+.2f ms)", (bash.p99_us - raw.p99_us) / 1000)});
+    // Agent mode: against local-bash (the floor), per-command mode and the
+    // direct bwrap.
+    double agent_vs_bash = ag.p50_us - bash.p50_us;
+    g_rows.push_back(
+        {"Run true (local-sandbox, agent) p50", Us(ag.p50_us), bash_name, Us(bash.p50_us),
+         Ratio(ag.p50_us, bash.p50_us),
+         Goal(ag.p50_us < kGoalAgentRunUs && agent_vs_bash <= kGoalAgentVsBashUs,
+              Fmt("%+.2f ms, goal < 2 ms and <= local-bash + 1 ms", agent_vs_bash / 1000))});
+    g_rows.push_back({"Run true (local-sandbox, agent) p99", Us(ag.p99_us), bash_name,
+                      Us(bash.p99_us), Ratio(ag.p99_us, bash.p99_us),
+                      Fmt("(%+.2f ms)", (ag.p99_us - bash.p99_us) / 1000)});
+    g_rows.push_back({"Run true (local-sandbox, agent) p50", Us(ag.p50_us),
+                      "Run true (local-sandbox, per-command)", Us(sb.p50_us),
+                      Ratio(ag.p50_us, sb.p50_us), Fmt("(%.1fx faster)", sb.p50_us / ag.p50_us)});
+    g_rows.push_back({"Run true (local-sandbox, agent) p99", Us(ag.p99_us),
+                      "Run true (local-sandbox, per-command)", Us(sb.p99_us),
+                      Ratio(ag.p99_us, sb.p99_us), "-"});
+    g_rows.push_back({"Run true (local-sandbox, agent) p50", Us(ag.p50_us), direct_name,
+                      Us(direct.p50_us), Ratio(ag.p50_us, direct.p50_us),
+                      Fmt("(%.1fx faster)", direct.p50_us / ag.p50_us)});
     if (e.direct_limits) {
-        const Lat &dl = l[5].lat;
+        const Lat &dl = l[6].lat;
         const char *dl_name = "direct bwrap, server's default caps (cgroup enter/leave)";
         g_rows.push_back({"Run true (local-sandbox) p50", Us(sb.p50_us), dl_name, Us(dl.p50_us),
                           Ratio(sb.p50_us, dl.p50_us),
@@ -974,6 +1015,10 @@ void BenchRun(Env &e)
                       Fmt("server %s, its children %s", ms(l[3].cpu.self).c_str(),
                           ms(l[3].cpu.children).c_str()),
                       "posix_spawn: bench's children (true)", ms(l[2].cpu.children), "-", "-"});
+    // The agent's box is not the server's child until it ends: the CPU of
+    // its commands is not in this row.
+    g_rows.push_back({"server CPU per Run (local-sandbox, agent)", ms(l[5].cpu.self), "local-bash",
+                      ms(l[3].cpu.self), Ratio(l[5].cpu.self, l[3].cpu.self), "-"});
 
     // Figures measured earlier on this hardware, not in this run.
     g_rows.push_back({"Run true (local-sandbox) p50", Us(sb.p50_us),
@@ -989,6 +1034,64 @@ void BenchRun(Env &e)
                       Fmt("(%.0fx faster; not measured here)", kRefSrtCliUs / sb.p50_us)});
 }
 
+// Agent mode's own figures: the first command after Open (it starts the
+// box) against per-command mode's, and 100 commands at once in one box.
+void BenchAgent(Env &e)
+{
+    if (e.agent_id.empty())
+        Fail("%s", e.agent_why.c_str());
+    const int opens = std::max(5, std::min(50, e.opt.iters / 20));
+    std::vector<double> first[2]; // 0: per-command, 1: agent
+    for (int i = 0; i < opens; i++)
+        for (int k = 0; k < 2; k++) {
+            int side = (i + k) % 2;
+            std::string why;
+            std::string id = OpenWorkspace(e.workspaces, "local-sandbox", &why,
+                                           side ? v1::EXEC_MODE_AGENT : v1::EXEC_MODE_PER_COMMAND);
+            if (id.empty())
+                Fail("%s", why.c_str());
+            v1::RunRequest req = TrueRequest(id);
+            auto a = Clock::now();
+            RpcRunTrue(e.exec, req, "first Run true");
+            first[side].push_back(Seconds(a, Clock::now()) * 1e6);
+            CloseWorkspace(e.workspaces, id);
+        }
+    std::sort(first[0].begin(), first[0].end());
+    std::sort(first[1].begin(), first[1].end());
+    double pc = first[0][first[0].size() / 2], ag = first[1][first[1].size() / 2];
+    g_rows.push_back({Fmt("first Run true after Open, agent (median of %d)", opens), Us(ag),
+                      "the same, per-command", Us(pc), Ratio(ag, pc),
+                      Fmt("(%+.2f ms: the box starts)", (ag - pc) / 1000)});
+
+    // 100 at once, each `head -c i /dev/zero`: exactly i bytes each.
+    std::vector<std::thread> threads;
+    std::vector<uint64_t> got(kConcurrent, 0);
+    std::vector<int> codes(kConcurrent, -1);
+    auto a = Clock::now();
+    for (int i = 0; i < kConcurrent; i++)
+        threads.emplace_back([&, i] {
+            try {
+                StreamResult r = RpcStream(e.exec, e.agent_id, (uint64_t)i + 1);
+                got[i] = r.stdout_bytes;
+                codes[i] = r.exited.cause() == v1::EXIT_CAUSE_EXITED ? r.exited.exit_code() : -1;
+            } catch (const BenchError &ex) {
+                fprintf(stderr, "sandbox_bench: concurrent command %d: %s\n", i, ex.what());
+            }
+        });
+    for (auto &t : threads)
+        t.join();
+    double wall = Seconds(a, Clock::now());
+    int exact = 0;
+    for (int i = 0; i < kConcurrent; i++)
+        exact += got[i] == (uint64_t)i + 1 && codes[i] == 0;
+    if (exact != kConcurrent)
+        g_failed = true;
+    g_rows.push_back({Fmt("%d concurrent commands in one box (agent)", kConcurrent),
+                      Fmt("%d exact, %.0f ms wall", exact, wall * 1000), "expected",
+                      Fmt("%d exact", kConcurrent), "-",
+                      exact == kConcurrent ? "ok" : "WRONG (a command's output or exit)"});
+}
+
 void BenchStream(Env &e)
 {
     if (e.sandbox_id.empty())
@@ -996,24 +1099,28 @@ void BenchStream(Env &e)
     uint64_t len = (uint64_t)e.opt.stream_mib * kMiB;
     pid_t pid = e.server.pid();
 
+    if (e.agent_id.empty())
+        Fail("%s", e.agent_why.c_str());
     // Warm-up: a small stream each way (page tables, the head binary).
-    for (const std::string *id : {&e.sandbox_id, &e.bash_id}) {
+    for (const std::string *id : {&e.sandbox_id, &e.bash_id, &e.agent_id}) {
         StreamResult w = RpcStream(e.exec, *id, 4 * kMiB);
         if (w.stdout_bytes != 4 * kMiB)
             Fail("Start warm-up: %llu of %zu bytes", (unsigned long long)w.stdout_bytes, 4 * kMiB);
     }
 
-    // Index 0: local-sandbox, 1: local-bash.
-    std::vector<double> t[2];
-    Cpu cpu[2];
-    uint64_t events[2] = {0, 0};
+    // Index 0: local-sandbox, 1: local-bash, 2: local-sandbox in agent mode.
+    const std::string *ids[3] = {&e.sandbox_id, &e.bash_id, &e.agent_id};
+    const char *names[3] = {"local-sandbox", "local-bash", "local-sandbox, agent"};
+    std::vector<double> t[3];
+    Cpu cpu[3];
+    uint64_t events[3] = {0, 0, 0};
     bool counts_ok = true;
     std::string counts;
     for (int i = 0; i < e.opt.stream_runs; i++) {
-        // Alternate which side goes first, against drift.
-        for (int k = 0; k < 2; k++) {
-            int side = (i % 2 == 0) ? k : 1 - k;
-            const std::string &id = side == 0 ? e.sandbox_id : e.bash_id;
+        // Rotate which side goes first, against drift.
+        for (int k = 0; k < 3; k++) {
+            int side = (i + k) % 3;
+            const std::string &id = *ids[side];
             Cpu c0 = ProcCpu(pid);
             auto a = Clock::now();
             StreamResult r = RpcStream(e.exec, id, len);
@@ -1031,8 +1138,7 @@ void BenchStream(Env &e)
                         "sandbox_bench: Start run %d (%s): %llu bytes in stdout events, "
                         "exited.stdout bytes_total %llu delivered %llu truncated %d, "
                         "stderr %llu, cause %s, exit code %d\n",
-                        i, side == 0 ? "local-sandbox" : "local-bash",
-                        (unsigned long long)r.stdout_bytes,
+                        i, names[side], (unsigned long long)r.stdout_bytes,
                         (unsigned long long)x.stdout().bytes_total(),
                         (unsigned long long)x.stdout().bytes_delivered(),
                         (int)x.stdout().truncated(), (unsigned long long)r.stderr_bytes,
@@ -1044,8 +1150,8 @@ void BenchStream(Env &e)
                         (unsigned long long)x.stdout().bytes_total());
         }
     }
-    double sb = Median(t[0]), bash = Median(t[1]);
-    double sb_bps = (double)len / sb, bash_bps = (double)len / bash;
+    double sb = Median(t[0]), bash = Median(t[1]), ag = Median(t[2]);
+    double sb_bps = (double)len / sb, bash_bps = (double)len / bash, ag_bps = (double)len / ag;
     std::string op = Fmt("Start head -c %s /dev/zero, local-sandbox (median of %d)",
                          Size(len).c_str(), e.opt.stream_runs);
     g_rows.push_back(
@@ -1053,6 +1159,13 @@ void BenchStream(Env &e)
          Ratio(sb, bash),
          Goal(sb_bps >= kGoalStreamVsBash * bash_bps,
               Fmt("sandbox at %.0f%% of local-bash, goal >= 90%%", 100 * sb_bps / bash_bps))});
+    g_rows.push_back(
+        {Fmt("Start head -c %s /dev/zero, local-sandbox agent (median of %d)", Size(len).c_str(),
+             e.opt.stream_runs),
+         Rate((double)len, ag), "the same in local-bash (same server)", Rate((double)len, bash),
+         Ratio(ag, bash),
+         Goal(ag_bps >= kGoalAgentStreamVsBash * bash_bps,
+              Fmt("agent at %.0f%% of local-bash, goal >= 85%%", 100 * ag_bps / bash_bps))});
     if (!counts_ok)
         g_failed = true;
     g_rows.push_back({"Start byte counts (local-sandbox, last run)", counts, "expected",
@@ -1170,7 +1283,7 @@ void PinInit(const std::string &server)
     if (forced && forced[0])
         return;
     std::string dir = server.substr(0, server.rfind('/') + 1);
-    for (const char *rel : {"sandbox/" WS_SANDBOX_INIT_NAME, WS_SANDBOX_INIT_NAME}) {
+    for (const char *rel : {"progs/" WS_SANDBOX_INIT_NAME, WS_SANDBOX_INIT_NAME}) {
         std::string p = dir + rel;
         if (p[0] == '/' && access(p.c_str(), X_OK) == 0) {
             setenv(WS_SANDBOX_INIT_ENV, p.c_str(), 1);
@@ -1232,8 +1345,12 @@ int main(int argc, char **argv)
         std::string bash_id = OpenWorkspace(workspaces.get(), "local-bash", &why);
         if (bash_id.empty())
             Die("%s", why.c_str());
-        Env e{opt, server, channel, exec.get(), "", "", bash_id, direct, direct_limits.get()};
+        Env e{opt, server,  channel, exec.get(),          "",
+              "",  bash_id, direct,  direct_limits.get(), workspaces.get(),
+              "",  ""};
         e.sandbox_id = OpenWorkspace(workspaces.get(), "local-sandbox", &e.sandbox_why);
+        e.agent_id =
+            OpenWorkspace(workspaces.get(), "local-sandbox", &e.agent_why, v1::EXEC_MODE_AGENT);
 
         char bwrap_version[64];
         ws_sandbox_backend_version(bwrap_version, sizeof(bwrap_version));
@@ -1269,6 +1386,12 @@ int main(int argc, char **argv)
             fprintf(stderr, "sandbox_bench: streaming done at %.1f s\n",
                     Seconds(start, Clock::now()));
         }
+        if (wanted("agent")) {
+            Part("agent mode", [&] { BenchAgent(e); });
+            fprintf(stderr, "sandbox_bench: agent figures done at %.1f s\n",
+                    Seconds(start, Clock::now()));
+        }
+        CloseWorkspace(workspaces.get(), e.agent_id);
         CloseWorkspace(workspaces.get(), e.sandbox_id);
         CloseWorkspace(workspaces.get(), e.bash_id);
     }

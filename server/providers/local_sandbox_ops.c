@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/agent/client.h"
 #include "server/providers/ops.h"
 #include "server/providers/probe.h"
 
@@ -176,6 +177,17 @@ static int sandbox_open_check(void *rt, const struct ws_provider_open *o, struct
     return 0;
 }
 
+/* A Resolve (!fresh) of a workspace whose box lost its agent brings up a
+ * fresh box over the same files, with its next command; a box that is
+ * well is kept. Nothing to make at Open: the first command makes it. */
+static int sandbox_attach(void *rt, const struct ws_provider_ws *w, bool fresh, struct ws_diag *d)
+{
+    (void)d;
+    if (rt && !fresh && ws_sandbox_box_failed(rt, w->id, NULL, 0))
+        ws_sandbox_box_reset(rt, w->id);
+    return 0;
+}
+
 static int sandbox_record(const struct ws_provider_open *o, ws_record *rec,
                           union ws_provider_scratch *scratch)
 {
@@ -299,6 +311,8 @@ struct sandbox_describe {
     char version[32];
     char ns_buf[64];
     struct ws_probe probe;
+    char box_why[WS_AGENT_WHY_MAX];
+    char last_error[WS_AGENT_WHY_MAX + 96];
 };
 
 static void sandbox_describe_free(void *keep)
@@ -402,6 +416,15 @@ static int sandbox_describe(void *rt, const struct ws_provider_ws *w,
     k->info.seccomp_policy = (char *)ws_sandbox_seccomp_summary(rt);
     k->info.network = sc->network;
     resp->exec_mode = ws_local_sandbox_agent_mode(sc) ? "agent" : "per-command";
+    /* A box that lost its agent: the workspace is failed until a Resolve
+     * brings up a fresh one. */
+    if (ws_sandbox_box_failed(rt, w->id, k->box_why, sizeof(k->box_why))) {
+        resp->state = WORKSPACE__V1__WORKSPACE_STATE__STATE_FAILED;
+        snprintf(k->last_error, sizeof(k->last_error),
+                 "WORKSPACE_FAILED: the workspace's box ended (%s); Resolve brings up a fresh one",
+                 k->box_why);
+        resp->last_error = k->last_error;
+    }
     describe_binds(k, sc);
     describe_limits(rt, w->id, k, sc);
     resp->sandbox = &k->info;
@@ -422,6 +445,7 @@ const struct ws_provider_ops ws_local_sandbox_ops = {
     .rt_free = sandbox_rt_free,
     .check = sandbox_check,
     .open_check = sandbox_open_check,
+    .attach = sandbox_attach,
     .record = sandbox_record,
     .network = sandbox_network,
     .probe = sandbox_probe,

@@ -1484,6 +1484,21 @@ void ws_sandbox_box_reset(struct ws_sandbox *sb, const char *workspace_id)
     box_free(found);
 }
 
+bool ws_sandbox_box_failed(struct ws_sandbox *sb, const char *workspace_id, char *why, size_t size)
+{
+    bool failed = false;
+
+    pthread_mutex_lock(&sb->boxes_lock);
+    for (struct box *b = sb->boxes; b; b = b->next)
+        if (strcmp(b->id, workspace_id) == 0 && b->failed) {
+            failed = true;
+            if (why)
+                snprintf(why, size, "%s", b->why);
+        }
+    pthread_mutex_unlock(&sb->boxes_lock);
+    return failed;
+}
+
 /* Starts a box for spec's workspace, as ra (the identity and limits its
  * commands would have had); boxes_lock held. */
 static int box_start(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,

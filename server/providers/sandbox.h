@@ -166,6 +166,8 @@ int ws_sandbox_agent_wrap(struct ws_sandbox *sb, const struct ws_sandbox_spec *s
  * command starts a fresh one. ws_sandbox_forget does it too. Blocking
  * (the box's processes are reaped). */
 void ws_sandbox_box_reset(struct ws_sandbox *sb, const char *workspace_id);
+/* Whether the workspace's box lost its agent, and why. */
+bool ws_sandbox_box_failed(struct ws_sandbox *sb, const char *workspace_id, char *why, size_t size);
 
 /* For direct use: closes the fds that only the sandbox's processes need. */
 void ws_sandbox_spawned(struct ws_proc_wrapper *w);

@@ -802,6 +802,15 @@ std::vector<pid_t> PidsWithMarker(const std::string &marker)
     return out;
 }
 
+pid_t ParentPid(pid_t pid)
+{
+    char state = 0;
+    long ppid = 0;
+    if (!ReadStat(std::to_string(pid), &state, &ppid) || state == 'Z' || state == 'X')
+        return 0;
+    return static_cast<pid_t>(ppid);
+}
+
 int CountProcsWithMarker(const std::string &marker)
 {
     return static_cast<int>(PidsWithMarker(marker).size());

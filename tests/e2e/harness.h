@@ -241,6 +241,8 @@ std::string UniqueSleep();
 int CountProcsWithMarker(const std::string &marker);
 // Their pids.
 std::vector<pid_t> PidsWithMarker(const std::string &marker);
+// A live process's parent, from /proc/PID/stat; 0 when it is gone.
+pid_t ParentPid(pid_t pid);
 
 // Polls until CountProcsWithMarker(marker) <= at_most (or >= at_least when
 // at_least > 0) or `timeout_ms` passes; returns the last count.

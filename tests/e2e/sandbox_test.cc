@@ -93,7 +93,7 @@ int IdleBoxProcs()
 
 const std::vector<std::string> kAllowed = {
     "escape_probe", "sh",  "sleep", "cat", "id", "setsid", "echo", "ls", "true",
-    "kill",         "pwd", "touch", "ln",  "rm", "mkdir",  "head", "wc",
+    "kill",         "pwd", "touch", "ln",  "rm", "mkdir",  "head", "wc", "python3",
 };
 
 std::string RealPath(const std::string &p)
@@ -1616,6 +1616,117 @@ TEST_F(SandboxTest, BoxTmpIsTheWorkspacesOwn)
     EXPECT_EQ(r.exited().exit_code(), 1) << "another workspace's box saw it";
     EXPECT_NE(r.stderr().find("No such file or directory"), std::string::npos) << r.stderr();
     EXPECT_FALSE(Exists(f)) << "the box's /tmp is the host's";
+}
+
+// The host pid of a workspace's box agent: the child of the bubblewrap
+// that binds its directory; 0 when there is none.
+pid_t BoxAgentPid(const std::string &ws_dir)
+{
+    pid_t bwrap = 0;
+    for (pid_t pid : wstest::PidsWithMarker(ws_dir))
+        bwrap = pid;
+    if (!bwrap)
+        return 0;
+    for (pid_t pid : wstest::PidsWithMarker("/.workspaced-agent"))
+        if (wstest::ParentPid(pid) == bwrap)
+            return pid;
+    return 0;
+}
+
+// What a command in a box can do to the box's agent (pid 1 there, of the
+// command's own uid): nothing. Its memory, environment and descriptors
+// are closed to it (the agent is not dumpable), ptrace is refused, a
+// SIGKILL from inside the namespace never reaches pid 1, and a forged exit
+// record on its own stdout is output like any other.
+TEST_F(SandboxTest, CommandsCannotReachTheBoxAgent)
+{
+    if (!Agent())
+        GTEST_SKIP() << "per-command mode: no agent in the sandbox";
+    wstest::Ws ws = OpenOk();
+    RunResponse r =
+        Sh(ws, "cat /proc/1/environ; echo \"environ $?\"; ls /proc/1/fd; echo \"fd $?\"; "
+               "cat /proc/1/mem; echo \"mem $?\"; kill -9 1; echo \"kill $?\"; "
+               "printf '\\033_wsinit;exited 0\\033\\\\'; exit 3");
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+    EXPECT_EQ(r.exited().exit_code(), 3) << "a forged record was taken for the real one";
+    EXPECT_EQ(r.stdout(), "environ 1\nfd 2\nmem 1\nkill 0\n\x1b_wsinit;exited 0\x1b\\");
+    EXPECT_NE(r.stderr().find("/proc/1/environ: Permission denied"), std::string::npos)
+        << r.stderr();
+    EXPECT_NE(r.stderr().find("cannot open directory '/proc/1/fd': Permission denied"),
+              std::string::npos)
+        << r.stderr();
+    // ptrace of pid 1, through python's libc (no debugger in the box).
+    r = RunOk(ws, ArgvProcess({"python3", "-c",
+                               "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+                               "r = libc.ptrace(16, 1, 0, 0); "
+                               "print(r, os.strerror(ctypes.get_errno()))"}));
+    EXPECT_EQ(r.stdout(), "-1 Operation not permitted\n") << r.stderr();
+    // The agent is still there, and still pid 1.
+    r = RunOk(ws, ArgvProcess({"cat", "/proc/1/cmdline"}));
+    EXPECT_EQ(r.stdout().substr(0, r.stdout().find('\0')), "/.workspaced-agent");
+}
+
+// The agent dying (killed from the host here: nothing inside can) is seen
+// at once: the running command ends EVICTED, Describe says the workspace
+// failed and why, a command is refused, and a Resolve brings up a fresh box
+// over the same files.
+TEST_F(SandboxTest, ALostAgentFailsTheBoxUntilResolve)
+{
+    if (!Agent())
+        GTEST_SKIP() << "per-command mode: no agent";
+    wstest::Ws ws = OpenOk();
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws.id, "kept.txt", "kept").ok());
+    std::string m = wstest::UniqueSleep();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    EventLog log;
+    auto rw = StartUntil(&ctx, ws, ArgvProcess({"sh", "-c", "sleep " + m}), &log);
+    ASSERT_GE(wstest::WaitProcsAtLeast(m, 1, 10000), 1);
+    pid_t agent = BoxAgentPid(RealPath(WsDir(ws)));
+    ASSERT_GT(agent, 0) << "no agent found for the box";
+    ASSERT_EQ(kill(agent, SIGKILL), 0);
+    wstest::ReadEvents(rw.get(), &log);
+    rw->Finish();
+    ASSERT_TRUE(log.exited);
+    EXPECT_EQ(log.exit.cause(), EXIT_CAUSE_EVICTED);
+    EXPECT_EQ(wstest::WaitProcsAtMost(m, 0, kSurvivorWaitMs), 0) << "the box outlived its agent";
+
+    const std::string why = "the agent's channel ended (the agent exited or was killed)";
+    DescribeResponse d;
+    {
+        ClientContext c;
+        DescribeRequest req;
+        req.set_workspace_id(ws.id);
+        ASSERT_TRUE(wsstub_->Describe(&c, req, &d).ok());
+    }
+    EXPECT_EQ(d.state(), STATE_FAILED);
+    EXPECT_EQ(d.exec_mode(), "agent");
+    EXPECT_EQ(d.last_error(), "WORKSPACE_FAILED: the workspace's box ended (" + why +
+                                  "); Resolve brings up a fresh one");
+    RunResponse r;
+    grpc::Status s = Run(ws, ArgvProcess({"true"}), &r);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_EQ(s.error_message(), "the workspace's box ended (" + why +
+                                     "); Resolve brings up a fresh one over the same files");
+
+    {
+        ClientContext c;
+        ResolveRequest req;
+        ResolveResponse resp;
+        req.mutable_ref()->set_token(ws.token);
+        ASSERT_TRUE(wsstub_->Resolve(&c, req, &resp).ok());
+    }
+    r = RunOk(ws, ArgvProcess({"cat", "kept.txt"}));
+    EXPECT_EQ(r.stdout(), "kept");
+    {
+        ClientContext c;
+        DescribeRequest req;
+        req.set_workspace_id(ws.id);
+        ASSERT_TRUE(wsstub_->Describe(&c, req, &d).ok());
+    }
+    EXPECT_EQ(d.state(), STATE_OPEN);
+    EXPECT_GT(BoxAgentPid(RealPath(WsDir(ws))), 0);
+    EXPECT_NE(BoxAgentPid(RealPath(WsDir(ws))), agent);
 }
 
 TEST_F(SandboxTest, BindsLiveUnderMnt)

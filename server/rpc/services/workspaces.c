@@ -226,7 +226,12 @@ static void describe(struct ws_call *call, struct ws_workspace *ws)
             append(ops, &n_ops, exec_ops[i]);
         resp.process_containment = (char *)ws_exec_containment(s->exec);
     }
-    /* The provider's own section, as its runtime sees the workspace now.
+    resp.opened_at_unix_ms = info.opened_at_ms;
+    resp.last_success_at_unix_ms = info.last_success_at_ms;
+    resp.last_error_at_unix_ms = info.last_error_at_ms;
+    resp.last_error = info.last_error;
+    /* The provider's own section, as its runtime sees the workspace now
+     * (it may also say the workspace failed: a box that lost its agent).
      * Its storage lives until the response is sent; short of memory the
      * answer goes without it. */
     const struct ws_provider *p = ws_workspace_provider(ws);
@@ -237,10 +242,6 @@ static void describe(struct ws_call *call, struct ws_workspace *ws)
         (void)p->ops->describe(p->rt, &w, &resp, &keep);
     resp.operations = ops;
     resp.n_operations = n_ops;
-    resp.opened_at_unix_ms = info.opened_at_ms;
-    resp.last_success_at_unix_ms = info.last_success_at_ms;
-    resp.last_error_at_unix_ms = info.last_error_at_ms;
-    resp.last_error = info.last_error;
     /* The caller's policy now, next to what this workspace was opened
      * with above. */
     struct ws_policy_set *pset = ws_registry_policy(s->reg);

@@ -790,9 +790,8 @@ static pid_t read_init_pid(struct run *r, int64_t deadline)
     return r->init_pid;
 }
 
-/* fd of a namespace of pid, refusing the server's own: configuring that
- * would put the tap device on the host. */
-/* Whether fd is a network namespace other than the server's own. */
+/* Whether fd is a network namespace other than the server's own:
+ * configuring that would put the tap device on the host. */
 static int check_netns(int fd)
 {
     struct stat mine, theirs;
@@ -1424,6 +1423,7 @@ struct box {
     char id[WS_SANDBOX_ID_MAX + 1];
     struct ws_proc_wrapper w; /* its run: network, group, pipes */
     struct ws_child *bwrap;
+    int agent_pidfd; /* the agent (bwrap's child, pid 1 inside); -1: unknown */
     struct ws_agent *agent;
     bool failed; /* the agent was lost: refused until reset */
     char why[WS_AGENT_WHY_MAX];
@@ -1452,6 +1452,13 @@ static void box_free(struct box *b)
     if (b->w.kill)
         b->w.kill(b->w.arg);
     ws_child_free(b->bwrap);
+    /* Its pid 1 exits only once every process of the box's namespace is
+     * gone: then the group it leaves behind can be removed. */
+    if (b->agent_pidfd >= 0) {
+        struct pollfd p = {.fd = b->agent_pidfd, .events = POLLIN};
+        (void)WS_RETRY_EINTR(poll(&p, 1, WS_PROC_SETTLE_MS));
+        ws_close_fd(&b->agent_pidfd);
+    }
     ws_sandbox_discard(&b->w);
     free(b);
 }
@@ -1510,6 +1517,7 @@ static int box_start(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
     if (!b)
         return -ENOMEM;
     b->sb = sb;
+    b->agent_pidfd = -1;
     snprintf(b->id, sizeof(b->id), "%s", spec->workspace_id);
     if (!sb->pump) {
         err = ws_pump_new(&sb->pump);
@@ -1565,11 +1573,15 @@ static int box_start(struct ws_sandbox *sb, const struct ws_sandbox_spec *spec,
             b->w.leave(b->w.arg);
     }
     /* The box's ends of its pipes close; with network, it comes up now. */
+    struct run *run = b->w.arg;
     ws_sandbox_spawned(&b->w);
     if (err < 0) {
         snprintf(why, why_size, "the box cannot be started: %s", strerror(-err));
         goto fail;
     }
+    pid_t agent_pid = read_init_pid(run, ws_mono_ms() + NET_WAIT_MS);
+    if (agent_pid > 0)
+        b->agent_pidfd = pidfd_open(agent_pid, 0);
     struct ws_agent_config cfg = {
         .pump = sb->pump,
         .fd = sv[0],

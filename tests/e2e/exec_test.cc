@@ -1742,18 +1742,21 @@ namespace
 
 // A command cannot write a file past the workspace's file size cap, as the
 // API cannot: the kernel stops the write at the cap (RLIMIT_FSIZE), in
-// local-bash and in local-sandbox alike, and the file holds exactly the
-// cap's bytes.
+// local-bash and in local-sandbox alike (in either exec mode: a box keeps
+// the limit it was started with), and the file holds exactly the cap's
+// bytes.
 TEST_F(ExecTest, CommandsCannotWritePastTheFileSizeCap)
 {
-    for (const char *provider : {"local-bash", "local-sandbox"}) {
+    for (const char *provider : {"local-bash", "local-sandbox", "local-sandbox agent"}) {
         SCOPED_TRACE(provider);
         ClientContext ctx;
         OpenRequest req;
         if (std::string(provider) == "local-bash")
             req.mutable_local_bash();
+        else if (std::string(provider) == "local-sandbox")
+            req.mutable_local_sandbox()->set_exec_mode(EXEC_MODE_PER_COMMAND);
         else
-            req.mutable_local_sandbox();
+            req.mutable_local_sandbox()->set_exec_mode(EXEC_MODE_AGENT);
         req.mutable_capabilities()->mutable_fs()->set_max_file_size_bytes(1 << 20);
         for (const char *c : {"sh", "head", "stat"})
             req.mutable_capabilities()->mutable_shell()->add_allowed_commands(c);

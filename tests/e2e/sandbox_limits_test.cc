@@ -181,6 +181,8 @@ class SandboxLimitsTest : public ::testing::Test
     {
         OpenRequest req;
         *req.mutable_local_sandbox() = cfg;
+        if (!cfg.exec_mode())
+            req.mutable_local_sandbox()->set_exec_mode(wstest::TestExecMode());
         req.mutable_capabilities()->mutable_fs();
         auto *sh = req.mutable_capabilities()->mutable_shell();
         for (const char *c : {"sh", "sleep", "true", "echo", "python3", "cat"})

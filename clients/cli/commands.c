@@ -128,13 +128,10 @@ static int print_workspace(struct wsc_ctx *ctx, const Workspace__V1__Workspace *
 int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"provider", required_argument, NULL, 'p'},
-        {"image", required_argument, NULL, 'I'},
-        {"runtime", required_argument, NULL, 'R'},
-        {"allow", required_argument, NULL, 'a'},
-        {"max-duration-ms", required_argument, NULL, 'd'},
-        {"network", no_argument, NULL, 'n'},
-        {NULL, 0, NULL, 0},
+        {"provider", required_argument, NULL, 'p'},        {"image", required_argument, NULL, 'I'},
+        {"runtime", required_argument, NULL, 'R'},         {"allow", required_argument, NULL, 'a'},
+        {"max-duration-ms", required_argument, NULL, 'd'}, {"network", no_argument, NULL, 'n'},
+        {"exec-mode", required_argument, NULL, 'm'},       {NULL, 0, NULL, 0},
     };
     Workspace__V1__OpenRequest req = WORKSPACE__V1__OPEN_REQUEST__INIT;
     Workspace__V1__MemoryConfig mem = WORKSPACE__V1__MEMORY_CONFIG__INIT;
@@ -150,6 +147,7 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
     size_t n_allowed = 0;
     uint32_t max_ms = 0;
     bool network = false;
+    Workspace__V1__ExecMode exec_mode = WORKSPACE__V1__EXEC_MODE__EXEC_MODE_DEFAULT;
     struct wsc_error err;
     int opt, r;
 
@@ -175,13 +173,23 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         case 'n':
             network = true;
             break;
+        case 'm':
+            if (strcmp(optarg, "agent") == 0)
+                exec_mode = WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT;
+            else if (strcmp(optarg, "per-command") == 0)
+                exec_mode = WORKSPACE__V1__EXEC_MODE__EXEC_MODE_PER_COMMAND;
+            else
+                return wsc_usage_error("open: --exec-mode is agent or per-command, not '%s'",
+                                       optarg);
+            break;
         default:
             return bad_option(argv);
         }
     }
     r = need_args(argc, argv, 0, 0,
                   "--provider local-bash|local-sandbox|docker|memory "
-                  "[--image I [--runtime runc|runsc]] [--allow cmd,...] [--network]");
+                  "[--image I [--runtime runc|runsc]] [--allow cmd,...] [--network] "
+                  "[--exec-mode agent|per-command]");
     if (r)
         return r;
 
@@ -218,6 +226,13 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         docker.network = WORKSPACE__V1__NETWORK__NETWORK_ALLOW;
     else if (network)
         return wsc_usage_error("open: --network is for --provider local-sandbox or docker");
+    /* How the box's commands start (agent: one box, an agent in it). */
+    if (exec_mode && req.provider_case == WORKSPACE__V1__OPEN_REQUEST__PROVIDER_LOCAL_SANDBOX)
+        sandbox.exec_mode = exec_mode;
+    else if (exec_mode && req.provider_case == WORKSPACE__V1__OPEN_REQUEST__PROVIDER_DOCKER)
+        docker.exec_mode = exec_mode;
+    else if (exec_mode)
+        return wsc_usage_error("open: --exec-mode is for --provider local-sandbox or docker");
 
     caps.fs = &fs;
     /* The memory provider has no shell; declaring one would fail Open. */

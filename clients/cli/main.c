@@ -25,7 +25,7 @@ static const struct command {
 } commands[] = {
     {"open", wsc_cmd_open,
      "--provider local-bash|local-sandbox|docker|memory [--image I [--runtime runc|runsc]] "
-     "[--allow cmd,...] [--network]"},
+     "[--allow cmd,...] [--network] [--exec-mode agent|per-command]"},
     {"resolve", wsc_cmd_resolve, "REF"},
     {"close", wsc_cmd_close, "WS"},
     {"describe", wsc_cmd_describe, "WS"},

@@ -1483,6 +1483,27 @@ TEST(WsctlWire, RuntimeGoesOutAndUserAndRuntimeComeBack)
     EXPECT_NE(canned.Request("/workspace.v1.Workspaces/Open")
                   .find(Field(4, 2, Field(1, 2, "busybox") + Field(2, 0, Varint(1)))),
               std::string::npos);
+    // --exec-mode: field 7 of the sandbox's config, 9 of docker's.
+    Result am = at({"open", "--provider", "local-sandbox", "--exec-mode", "agent"});
+    ASSERT_EQ(am.code, 0) << am.err;
+    EXPECT_NE(
+        canned.Request("/workspace.v1.Workspaces/Open").find(Field(3, 2, Field(7, 0, Varint(1)))),
+        std::string::npos);
+    Result pm =
+        at({"open", "--provider", "docker", "--image", "busybox", "--exec-mode", "per-command"});
+    ASSERT_EQ(pm.code, 0) << pm.err;
+    EXPECT_NE(canned.Request("/workspace.v1.Workspaces/Open")
+                  .find(Field(4, 2, Field(1, 2, "busybox") + Field(9, 0, Varint(2)))),
+              std::string::npos);
+    Result bad = at({"open", "--provider", "local-sandbox", "--exec-mode", "fast"});
+    EXPECT_EQ(bad.code, 2);
+    EXPECT_NE(bad.err.find("--exec-mode is agent or per-command, not 'fast'"), std::string::npos)
+        << bad.err;
+    Result bm = at({"open", "--provider", "local-bash", "--exec-mode", "agent"});
+    EXPECT_EQ(bm.code, 2);
+    EXPECT_NE(bm.err.find("--exec-mode is for --provider local-sandbox or docker"),
+              std::string::npos)
+        << bm.err;
     Result bn = at({"open", "--provider", "local-bash", "--network"});
     EXPECT_EQ(bn.code, 2);
     EXPECT_NE(bn.err.find("--network is for --provider local-sandbox or docker"), std::string::npos)

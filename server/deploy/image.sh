@@ -14,7 +14,8 @@
 #   bash server/deploy/image.sh workspaced:local bazel-bin/server/workspaced \
 #     bazel-bin/server/progs/workspaced-sandbox-init \
 #     bazel-bin/server/progs/workspaced-docker-init \
-#     bazel-bin/server/progs/workspaced-docker-relay
+#     bazel-bin/server/progs/workspaced-docker-relay \
+#     bazel-bin/server/progs/workspaced-agent
 #
 # The image runs as uid 10001 (`workspaced`) with the state on the volume
 # /var/lib/workspaced and the configuration in /etc/workspaced (the example

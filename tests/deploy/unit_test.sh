@@ -5,21 +5,23 @@
 # no_new_privs, the unit's umask and oom_score_adj, workspace uids on, from
 # the install layout the unit names (the sandbox init next to the server).
 # Through the real wsctl, a local-bash and a local-sandbox workspace (and
-# one with a network) must work with their files and commands as the
-# workspace's uid: a capability
+# one with a network, and one in agent mode) must work with their files and
+# commands as the workspace's uid: a capability
 # the unit leaves out that the server needs fails here. A control start
 # without CAP_KILL then shows the server's own check is in force under
 # these conditions. Last, what the server relies on that no start here can show:
 # Delegate's controllers, the state directory's mode, the uid lease
 # directory, root.
 #
-# usage: unit_test.sh UNIT SERVER SANDBOX_INIT WSCTL
+# usage: unit_test.sh UNIT SERVER SANDBOX_INIT WSCTL AGENT AGENT_INIT
 set -euo pipefail
 
 unit=$1
 server=$2
 sandbox_init=$3
 wsctl=$4
+agent=$5
+agent_init=$6
 
 if [ "$(id -u)" != 0 ]; then
   echo "unit_test: SKIPPED: the unit's server runs as root; this test runs as uid $(id -u)"
@@ -86,7 +88,10 @@ chmod 0711 "$tmp"
 mkdir -m 0755 "$tmp/lib"
 cp "$server" "$tmp/lib/workspaced"
 cp "$sandbox_init" "$tmp/lib/workspaced-sandbox-init"
-chmod 0755 "$tmp/lib/workspaced" "$tmp/lib/workspaced-sandbox-init"
+cp "$agent" "$tmp/lib/workspaced-agent"
+cp "$agent_init" "$tmp/lib/workspaced-docker-init"
+chmod 0755 "$tmp/lib/workspaced" "$tmp/lib/workspaced-sandbox-init" "$tmp/lib/workspaced-agent" \
+  "$tmp/lib/workspaced-docker-init"
 mkdir -m "$(values StateDirectoryMode)" "$tmp/state"
 mkdir -m "$(values RuntimeDirectoryMode)" "$tmp/run"
 cat >"$tmp/workspaced.conf" <<EOF
@@ -172,6 +177,18 @@ ws=${ws%% *}
 [ -n "$ws" ] || fail "open local-sandbox --network"
 devs=$(wsc exec "$ws" -- cat /proc/net/dev)
 grep -q "tap0:" <<<"$devs" || fail "the sandbox has no network device: $devs"
+wsc close "$ws" >/dev/null
+
+# local-sandbox in agent mode, with a network: one box as the workspace's
+# uid, the agent its pid 1, two commands through it.
+ws=$(wsc open --provider local-sandbox --exec-mode agent --network --allow cat,id)
+ws=${ws%% *}
+[ -n "$ws" ] || fail "open local-sandbox --exec-mode agent"
+pid1=$(wsc exec "$ws" -- cat /proc/1/cmdline | tr '\0' ' ')
+[[ "$pid1" == "/.workspaced-agent "* ]] || fail "the box's pid 1 is not the agent: $pid1"
+auid=$(wsc exec "$ws" -- id -u)
+[ -n "$auid" ] && [ "$auid" != 0 ] || fail "agent-mode commands run as uid '$auid'"
+grep -q "tap0:" <<<"$(wsc exec "$ws" -- cat /proc/net/dev)" || fail "the box has no network"
 wsc close "$ws" >/dev/null
 
 # SIGTERM, as systemd stops it (KillSignal=): a drain and exit 0.

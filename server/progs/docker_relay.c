@@ -52,7 +52,8 @@
  * daemon then keeps the exec's stream open for minutes, or ends it at once
  * without a record; so a stream that ends without one also has the
  * container looked at (CONTAINER_SETTLE_TRIES times, INSPECT_PAUSE_MS
- * apart, while it still runs) before the exec's code is taken. A
+ * apart, while it still runs; CONTAINER_OOM_TRIES times once it stopped,
+ * for the daemon's word on an OOM kill) before the exec's code is taken. A
  * container the daemon reports OOMKilled gives the status line "signaled
  * 9 oom" (the command died with it, for lack of memory); any other end
  * gives no status line and 125, the command's fate unknown. Either way
@@ -168,9 +169,13 @@
 #define CONTAINER_CHECK_MS 1000
 /* A stream that ended without a record may have ended with its container,
  * whose state the daemon updates on its own time: it is looked at this
- * many times, INSPECT_PAUSE_MS apart, while it still runs, and as many
- * again while it is stopped but not (yet) said to be OOM-killed. */
+ * many times, INSPECT_PAUSE_MS apart, while it still runs. */
 #define CONTAINER_SETTLE_TRIES 30
+/* A stopped container not (yet) said to be OOM-killed is asked again this
+ * many times, INSPECT_PAUSE_MS apart: under gVisor the daemon learns of
+ * the host's OOM kill from an event of its own, which a loaded host was
+ * seen to deliver more than 3 s after the stop. */
+#define CONTAINER_OOM_TRIES 100
 
 /* The exit record: ESC '_' "wsinit;" STATUS ESC '\\' (an APC string, which
  * terminals ignore, so a stray one does no harm on screen). */
@@ -1380,7 +1385,7 @@ static int container_end(struct relay *r)
     r->held_len = 0;
     /* The daemon learns of the OOM kill and of the end as two events, in
      * either order: a stopped container is asked again for a while. */
-    for (int i = 0; !r->container_oom && i < CONTAINER_SETTLE_TRIES; i++) {
+    for (int i = 0; !r->container_oom && i < CONTAINER_OOM_TRIES; i++) {
         ws_sleep_ms(INSPECT_PAUSE_MS);
         container_check(r);
     }

@@ -285,7 +285,9 @@ Server::Server(std::vector<std::string> args, std::string state_dir, std::vector
     int out = -1;
     pid_ = Spawn(full, env, stderr_path_, &out);
     std::string line;
-    bool ok = testutil::ReadLine(out, &line, 20000);
+    // Generous: a cold server in the cgroup v2 VM, emulated without KVM,
+    // was seen to need more than 20 s for its first line.
+    bool ok = testutil::ReadLine(out, &line, 60000);
     close(out);
     const std::string prefix = "workspaced listening on ";
     if (!ok || line.compare(0, prefix.size(), prefix) != 0) {

@@ -266,10 +266,11 @@ static int start_pool(struct ws_app *app, const struct ws_app_config *cfg)
 static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
 {
     char sandbox_dir[PATH_MAX], audit_dir[PATH_MAX], home_root[PATH_MAX], server_id[17];
-    char accounts_dir[PATH_MAX];
+    char accounts_dir[PATH_MAX], channels_dir[PATH_MAX];
     int err;
 
     if (!state_path(cfg->state_dir, "sandbox", sandbox_dir) ||
+        !state_path(cfg->state_dir, "channels", channels_dir) ||
         !state_path(cfg->state_dir, "audit", audit_dir) ||
         !state_path(cfg->state_dir, "homes", home_root) ||
         !state_path(cfg->state_dir, "accounts", accounts_dir)) {
@@ -296,6 +297,7 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
     struct ws_provider_config pc = {
         .sandbox_dir = sandbox_dir,
         .accounts_dir = accounts_dir,
+        .channels_dir = channels_dir,
         .server_id = server_id,
         .docker_default_image = cfg->docker_default_image,
         /* The first uid of the range no workspace ever gets. */

@@ -755,6 +755,19 @@ static int spec_check(const struct ws_docker_container_spec *spec, struct effect
     if (spec->init_path &&
         (!canonical_abs(spec->init_path, WS_DOCKER_HOST_PATH_MAX) || !utf8_ok(spec->init_path)))
         return -EINVAL;
+    if (!spec->agent_path != !spec->channel_dir)
+        return -EINVAL;
+    for (int i = 0; spec->agent_path && i < 2; i++) {
+        const char *p = i ? spec->channel_dir : spec->agent_path;
+        if (!canonical_abs(p, WS_DOCKER_HOST_PATH_MAX) || !utf8_ok(p))
+            return -EINVAL;
+    }
+    for (size_t i = 0; spec->env && spec->env[i]; i++) {
+        size_t n = strnlen(spec->env[i], WS_DOCKER_CONTAINER_ENV_VAR_MAX);
+        if (i >= WS_DOCKER_CONTAINER_ENV_MAX || n >= WS_DOCKER_CONTAINER_ENV_VAR_MAX ||
+            spec->env[i][0] == '=' || !memchr(spec->env[i], '=', n) || !utf8_ok(spec->env[i]))
+            return -EINVAL;
+    }
     if (!argv_ok(keepalive, WS_DOCKER_KEEPALIVE_ARGS_MAX, WS_DOCKER_KEEPALIVE_ARG_MAX,
                  WS_DOCKER_KEEPALIVE_ARGS_MAX * (WS_DOCKER_KEEPALIVE_ARG_MAX + 1)))
         return -EINVAL;
@@ -840,6 +853,16 @@ int ws_docker_create_body(const struct ws_docker_container_spec *spec, char **re
                                               "ReadOnly", 1)) < 0
                   ? -ENOMEM
                   : 0;
+    for (int i = 0; err == 0 && spec->agent_path && i < 2; i++)
+        err = json_array_append_new(json_object_get(hc, "Mounts"),
+                                    json_pack("{s:s, s:s, s:s, s:b}", "Type", "bind", "Source",
+                                              i ? spec->channel_dir : spec->agent_path, "Target",
+                                              i ? WS_DOCKER_CHANNEL_TARGET : WS_DOCKER_AGENT_TARGET,
+                                              "ReadOnly", 1)) < 0
+                  ? -ENOMEM
+                  : 0;
+    if (err == 0 && spec->env)
+        err = put(root, "Env", string_array(spec->env));
     for (int i = 0; err == 0 && spec->passwd_path && spec->group_path && i < 2; i++)
         err = json_array_append_new(json_object_get(hc, "Mounts"),
                                     json_pack("{s:s, s:s, s:s, s:b}", "Type", "bind", "Source",
@@ -1231,6 +1254,10 @@ static int read_mounts(json_t *root, struct ws_docker_hardening *h)
             h->workspace_rw = true;
         else if (!strcmp(dest, WS_DOCKER_INIT_TARGET) && !strcmp(type, "bind") && !rw)
             h->init_ro = true;
+        else if (!strcmp(dest, WS_DOCKER_AGENT_TARGET) && !strcmp(type, "bind") && !rw)
+            h->agent_ro = true;
+        else if (!strcmp(dest, WS_DOCKER_CHANNEL_TARGET) && !strcmp(type, "bind") && !rw)
+            h->channel_ro = true;
         else if ((!strcmp(dest, "/etc/passwd") || !strcmp(dest, "/etc/group")) &&
                  !strcmp(type, "bind") && !rw)
             h->accounts_ro++;
@@ -1349,6 +1376,7 @@ const char *ws_docker_hardening_mismatch(const struct ws_docker_hardening *h,
     if (strcmp(h->tmp_options, tmpfs))
         return "HostConfig.Tmpfs";
     if (!h->workspace_rw || h->n_other_mounts || h->init_ro != (spec->init_path != NULL) ||
+        h->agent_ro != (spec->agent_path != NULL) || h->channel_ro != (spec->agent_path != NULL) ||
         h->accounts_ro != (spec->passwd_path && spec->group_path ? 2u : 0u))
         return "Mounts";
     if (strcmp(h->server_id, spec->server_id) || strcmp(h->workspace_id, spec->workspace_id))

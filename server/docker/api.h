@@ -211,6 +211,15 @@ int ws_docker_path_list_by_label(struct ws_docker_api_version v, const char *lab
 #define WS_DOCKER_LABEL_WORKSPACE "dev.workspaced.workspace"
 /* Where the spec's init_path appears in the container (read-only). */
 #define WS_DOCKER_INIT_TARGET "/.workspaced-init"
+/* Where the spec's agent_path and channel_dir appear (read-only), and the
+ * socket in the channel directory the agent connects to. */
+#define WS_DOCKER_AGENT_TARGET   "/.workspaced-agent"
+#define WS_DOCKER_CHANNEL_TARGET "/.workspaced-channel"
+#define WS_DOCKER_CHANNEL_SOCKET "agent.sock"
+/* Variables of the container's own environment (Config.Env), and bytes in
+ * each. */
+#define WS_DOCKER_CONTAINER_ENV_MAX     4
+#define WS_DOCKER_CONTAINER_ENV_VAR_MAX 256
 /* Container names are this prefix, the server id, '-', the workspace id. */
 #define WS_DOCKER_NAME_PREFIX "workspaced-"
 
@@ -315,6 +324,17 @@ struct ws_docker_container_spec {
      * image's /etc/passwd and /etc/group (both or neither). */
     const char *passwd_path;
     const char *group_path;
+    /* Agent mode (both or neither): the absolute host path of the in-box
+     * agent, bound read-only at WS_DOCKER_AGENT_TARGET, and of the host
+     * directory its channel socket appears in, bound read-only at
+     * WS_DOCKER_CHANNEL_TARGET. */
+    const char *agent_path;
+    const char *channel_dir;
+    /* NULL-terminated "NAME=value" entries of Config.Env (the agent's
+     * one-time secret), at most WS_DOCKER_CONTAINER_ENV_MAX of at most
+     * WS_DOCKER_CONTAINER_ENV_VAR_MAX bytes; NULL: no Env member, the
+     * image's own. */
+    const char *const *env;
 };
 
 /* The container's name, WS_DOCKER_NAME_PREFIX "<server_id>-<workspace_id>":
@@ -334,7 +354,8 @@ int ws_docker_container_name(const char *server_id, const char *workspace_id, ch
  * /tmp tmpfs (exec, nosuid, nodev, sized, owned by tmp_user or User),
  * NetworkMode, PidsLimit, Memory equal to MemorySwap, NanoCpus, Init
  * (false when keepalive_is_pid1), IpcMode "private", RestartPolicy "no",
- * Runtime (only when the spec names one) and the bounded LogConfig.
+ * Runtime (only when the spec names one), the bounded LogConfig, and in
+ * agent mode the agent's and its channel's read-only binds and Env.
  * Nothing else: every other setting keeps the daemon's default (in
  * particular MaskedPaths and ReadonlyPaths, which an explicit empty list
  * would switch off, and the default seccomp profile).
@@ -447,6 +468,10 @@ struct ws_docker_hardening {
     bool workspace_rw;
     /* A read-only bind at WS_DOCKER_INIT_TARGET exists. */
     bool init_ro;
+    /* Read-only binds at WS_DOCKER_AGENT_TARGET and at
+     * WS_DOCKER_CHANNEL_TARGET exist. */
+    bool agent_ro;
+    bool channel_ro;
     /* Read-only binds at /etc/passwd and /etc/group. */
     unsigned accounts_ro;
     unsigned n_other_mounts;

@@ -4,8 +4,8 @@
  * The server bind-mounts this static binary read-only into each workspace container and runs
  * every command through `docker exec` as
  *
- *     init run [--uid U --gid G --helper H] [--nproc N] [--record-fd FD] ID TIMEOUT_MS PROGRAM
- *              [ARGS...]
+ *     init run [--uid U --gid G --helper H] [--nproc N] [--record-fd FD] [--cwd DIR] ID
+ *              TIMEOUT_MS PROGRAM [ARGS...]
  *     init signal [--helper H] ID SIGNO
  *     init keepalive [--helper H]
  *
@@ -53,6 +53,11 @@
  * of init, another uid it holds no capability over, while init can still signal and kill the
  * command's processes. `signal --helper H` drops to H with CAP_KILL the same way before it looks at
  * anything. Without the options every process keeps the uid init was started with, as before.
+ *
+ * --cwd DIR (absolute) is the command's working directory, entered by the command's child once it
+ * has its identity (init's own uid may not be let into the workspace); failing to enter it is
+ * reported like a failed execve (`exited 126`, or 127 when DIR does not exist). Without it the
+ * command starts where init was started (docker exec's WorkingDir).
  *
  * --nproc N (1..4194304) gives the command RLIMIT_NPROC N, soft and hard, once it has its uid:
  * the kernel then refuses it a fork or a thread beyond N processes of its uid. That is how a
@@ -213,15 +218,16 @@ struct identity {
     bool set;
     uid_t uid;
     gid_t gid;
-    uid_t helper;  /* also the helper's gid */
-    rlim_t nproc;  /* the command's RLIMIT_NPROC; 0: the one init has */
-    gid_t tag;     /* the command's tag group (see the top); 0: none */
-    int record_fd; /* --record-fd; -1: the record goes to stderr */
+    uid_t helper;    /* also the helper's gid */
+    rlim_t nproc;    /* the command's RLIMIT_NPROC; 0: the one init has */
+    gid_t tag;       /* the command's tag group (see the top); 0: none */
+    int record_fd;   /* --record-fd; -1: the record goes to stderr */
+    const char *cwd; /* --cwd; NULL: init's own */
 };
 
-enum { OPT_UID, OPT_GID, OPT_HELPER, OPT_NPROC, OPT_RECORD_FD, OPT_COUNT };
-static const char *const option_names[OPT_COUNT] = {"--uid", "--gid", "--helper", "--nproc",
-                                                    "--record-fd"};
+enum { OPT_UID, OPT_GID, OPT_HELPER, OPT_NPROC, OPT_RECORD_FD, OPT_CWD, OPT_COUNT };
+static const char *const option_names[OPT_COUNT] = {"--uid",   "--gid",       "--helper",
+                                                    "--nproc", "--record-fd", "--cwd"};
 
 /* Parses the options that follow the mode word, up to the first argument that does not start
  * with "--" (an ID never does); only --helper when !run_mode. Returns the index of that
@@ -230,6 +236,7 @@ static int parse_identity(int argc, char **argv, bool run_mode, struct identity 
 {
     uint64_t v[OPT_COUNT] = {0};
     bool seen[OPT_COUNT] = {false};
+    const char *cwd = NULL;
     int i = 2;
 
     while (i < argc && strncmp(argv[i], "--", 2) == 0) {
@@ -252,6 +259,12 @@ static int parse_identity(int argc, char **argv, bool run_mode, struct identity 
                 say(0, "--nproc wants a decimal count from 1 to %d", PROC_COUNT_LIMIT);
                 return -1;
             }
+        } else if (opt == OPT_CWD) {
+            if (i + 1 >= argc || argv[i + 1][0] != '/' || strlen(argv[i + 1]) >= PATH_MAX) {
+                say(0, "--cwd wants an absolute path");
+                return -1;
+            }
+            cwd = argv[i + 1];
         } else if (opt == OPT_RECORD_FD) {
             if (i + 1 >= argc || parse_decimal(argv[i + 1], INT32_MAX, &v[opt]) < 0 ||
                 v[opt] <= STDERR_FILENO || fcntl((int)v[opt], F_GETFL) < 0 ||
@@ -273,6 +286,7 @@ static int parse_identity(int argc, char **argv, bool run_mode, struct identity 
         .helper = (uid_t)v[OPT_HELPER],
         .nproc = (rlim_t)v[OPT_NPROC],
         .record_fd = seen[OPT_RECORD_FD] ? (int)v[OPT_RECORD_FD] : -1,
+        .cwd = cwd,
     };
     if (run_mode && (seen[OPT_UID] != seen[OPT_HELPER] || seen[OPT_GID] != seen[OPT_HELPER])) {
         say(0, "--uid, --gid and --helper go together");
@@ -693,12 +707,13 @@ struct start_error {
     int err;
 };
 
-enum { STEP_SESSION, STEP_EXEC, STEP_IDENTITY, STEP_NPROC, STEP_COUNT };
+enum { STEP_SESSION, STEP_EXEC, STEP_IDENTITY, STEP_NPROC, STEP_CWD, STEP_COUNT };
 static const char *const start_steps[STEP_COUNT] = {
     "cannot start a session for",
     "cannot execute",
     "cannot take the command's uid and gid for",
     "cannot cap the processes (RLIMIT_NPROC) of",
+    "cannot enter the working directory (--cwd) of",
 };
 
 /* Runs the name argv[0] from the first directory of PATH that has it, like execvp but never
@@ -759,6 +774,11 @@ static __attribute__((noreturn)) void start_command(char **argv, const struct id
             e = (struct start_error){.step = STEP_NPROC, .err = errno};
             goto fail;
         }
+    }
+    /* As the command: init's own uid may not enter the workspace. */
+    if (id->cwd && chdir(id->cwd) < 0) {
+        e = (struct start_error){.step = STEP_CWD, .err = errno};
+        goto fail;
     }
     if (setsid() < 0) {
         e = (struct start_error){.step = STEP_SESSION, .err = errno};

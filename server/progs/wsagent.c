@@ -14,10 +14,12 @@
  * first passes the network gate (netgate.h): no HELLO, and so no command, before the sandbox's
  * network is up, and none at all when it could not be.
  *
- * Each START forks a reaper: PATH (workspaced-docker-init) as `run --record-fd 3 ID TIMEOUT_MS
- * PROGRAM ARGS...`, with --uid/--gid/--helper/--nproc when the START names an identity, in a
- * session of its own, in the START's directory, with exactly the START's environment and the
- * descriptors that came with it as 0, 1 and 2. The reaper is a child subreaper: the command's
+ * Each START forks a reaper: PATH (workspaced-docker-init) as `run --record-fd 3 --cwd DIR ID
+ * TIMEOUT_MS PROGRAM ARGS...`, with --uid/--gid/--helper/--nproc when the START names an
+ * identity, in a session of its own, with exactly the START's environment and the descriptors
+ * that came with it as 0, 1 and 2. The command enters the START's directory itself, as its own
+ * uid (the agent's may not be let in); a directory that does not exist fails the START. The
+ * reaper is a child subreaper: the command's
  * escapees stay its descendants, its timeout ends them all, and it writes the exit record on
  * its private pipe once nothing of the command is left. The command's output never passes
  * through the agent: the descriptors are the server's own pipes or terminal. The agent answers
@@ -37,7 +39,10 @@
  * With --helper H (a container, started as root) the agent becomes uid and gid H at once,
  * keeping CAP_SETUID, CAP_SETGID and CAP_KILL (also as ambient capabilities, which is how the
  * reaper gets what it needs to give the command its identity), so a command's uid can neither
- * signal nor trace it.
+ * signal nor trace it. Where the kernel has no ambient capabilities (gVisor), the child that
+ * becomes a reaper or a `signal` takes uid 0 back just before its exec, as `docker exec`
+ * would have started the init: no_new_privs then holds the exec to the three capabilities it
+ * had, and the init splits at once as it does under `docker exec`.
  *
  * Built static and without sanitizers, like the inits.
  */
@@ -59,6 +64,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -110,6 +116,8 @@ static struct {
     const char *init;
     pid_t pid;    /* the agent's own (children call getpid() for theirs) */
     uid_t helper; /* 0: none */
+    /* No ambient capabilities here: reapers and `signal`s are exec'd as uid 0. */
+    bool root_exec;
     int channel;
     int sigfd;
     char secret[WS_WIRE_SECRET_HEX + 1];
@@ -316,6 +324,8 @@ static void init_id(uint32_t stream, char buf[19])
     snprintf(buf, 19, "p_%08x%08x", (unsigned)A.pid, (unsigned)stream);
 }
 
+static int exec_identity(void);
+
 /* Runs `init signal [--helper H] ID SIGNO` for c; returns its pid (or -1) without waiting:
  * the agent reaps it with the rest. */
 static pid_t signal_command(struct command *c, int signo)
@@ -344,7 +354,8 @@ static pid_t signal_command(struct command *c, int signo)
         (void)dup2(null, STDOUT_FILENO);
     }
     char *const envp[] = {NULL};
-    execve(A.init, (char *const *)argv, envp);
+    if (exec_identity() == 0)
+        execve(A.init, (char *const *)argv, envp);
     _exit(127);
 }
 
@@ -620,6 +631,10 @@ static __attribute__((noreturn)) void exec_reaper(const struct start *s, uint32_
     }
     argv[n++] = "--record-fd";
     argv[n++] = record;
+    /* Entered by the command once it has its identity: the agent's own
+     * uid may not be let into the workspace. */
+    argv[n++] = "--cwd";
+    argv[n++] = s->cwd;
     argv[n++] = id;
     argv[n++] = timeout;
     for (size_t i = 0; i < s->argc; i++)
@@ -642,15 +657,28 @@ static __attribute__((noreturn)) void exec_reaper(const struct start *s, uint32_
         goto fail;
     err_fd = 4;
     (void)syscall(SYS_close_range, 5, ~0U, 0);
-    if (setsid() < 0 || chdir(s->cwd) < 0)
+    if (setsid() < 0 || chdir("/") < 0)
         goto fail;
     sigemptyset(&none);
     (void)sigprocmask(SIG_SETMASK, &none, NULL);
+    if (exec_identity() < 0)
+        goto fail;
     execve(A.init, (char *const *)argv, s->envp);
 fail:
     e = errno;
     (void)!write(err_fd, &e, sizeof(e));
     _exit(EXIT_INTERNAL);
+}
+
+/* A directory that is not there fails its START: ENOENT or ENOTDIR, else 0. One the agent may not
+ * look into (another uid's) is the command's to enter (--cwd), which says so itself if it cannot.
+ */
+static int cwd_missing(const char *cwd)
+{
+    struct stat st;
+    if (stat(cwd, &st) < 0)
+        return errno == ENOENT || errno == ENOTDIR ? errno : 0;
+    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
 static int on_start(const struct ws_wire_frame *f, const char **why)
@@ -685,7 +713,9 @@ static int on_start(const struct ws_wire_frame *f, const char **why)
     int fail = 0;
     if (!c)
         fail = EAGAIN;
-    else if (pipe2(rec, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0)
+    if (!fail)
+        fail = cwd_missing(s.cwd);
+    if (!fail && (pipe2(rec, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0))
         fail = errno;
     pid_t pid = -1;
     if (!fail) {
@@ -867,9 +897,25 @@ static int become_helper(uid_t helper)
         setresgid(gid, gid, gid) < 0 || setresuid(helper, helper, helper) < 0)
         return -errno;
     int r = set_caps(caps, true);
+    if (r == -EINVAL) {
+        /* No ambient capabilities (gVisor): the permitted ones stay. */
+        A.root_exec = true;
+        r = set_caps(caps, false);
+    }
     if (r < 0)
         return r;
     (void)prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0);
+    return 0;
+}
+
+/* In a child about to exec the init as the helper's stand-in: without ambient capabilities,
+ * uid 0 again (see the top), which CAP_SETUID and CAP_SETGID allow. */
+static int exec_identity(void)
+{
+    if (!A.root_exec)
+        return 0;
+    if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0)
+        return -errno;
     return 0;
 }
 

@@ -4,17 +4,22 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
+#include "server/agent/client.h"
+#include "server/agent/wire.h"
 #include "server/base/fd.h"
 #include "server/base/io.h"
 #include "server/base/time.h"
@@ -37,6 +42,8 @@
 #define ROOT_USER "0:0"
 /* A uid or gid in decimal, with the NUL. */
 #define ID_TEXT_MAX 12
+/* The variable the agent takes its one-time secret from. */
+#define SECRET_ENV "WSAGENT_SECRET"
 
 /* What the runtime knows of one workspace's container. */
 struct box {
@@ -52,6 +59,16 @@ struct box {
      * under gVisor, whose guest the host's pids cgroup does not count (see
      * WS_DOCKER_RUNTIME_GVISOR); 0 elsewhere. */
     int64_t nproc;
+    /* Agent mode: the container's agent; NULL: per-command. */
+    struct ws_agent *agent;
+    /* Under gVisor, which cannot take a host terminal as one: a command
+     * with a terminal starts through `docker exec` even in agent mode. */
+    bool gvisor;
+    /* The agent was lost: the box is failed until a Resolve makes it
+     * again (under rt->lock). */
+    bool failed;
+    char why[WS_AGENT_WHY_MAX];
+    struct ws_docker_rt *rt;
 };
 
 struct ws_docker_rt {
@@ -62,7 +79,12 @@ struct ws_docker_rt {
     char *host_arg;
     char *cert_path;
     bool tls;
+    /* Where the agents' channel directories are made; NULL: no agent
+     * mode. */
+    char *channel_root;
     pthread_mutex_t lock;
+    /* The pump that reads the agents' channels, made with the first. */
+    struct ws_pump *agent_pump;
     bool have_version;
     struct ws_docker_api_version version;
     struct box *boxes;
@@ -102,7 +124,7 @@ const char *ws_docker_rt_relay_path(void)
 
 /* ---- life ---- */
 
-int ws_docker_rt_new(const char *server_id, struct ws_docker_rt **ret)
+int ws_docker_rt_new(const char *server_id, const char *channel_root, struct ws_docker_rt **ret)
 {
     struct ws_docker_http_config cfg;
     struct ws_docker_rt *rt;
@@ -122,8 +144,9 @@ int ws_docker_rt_new(const char *server_id, struct ws_docker_rt **ret)
     rt->tls = cfg.tls;
     rt->host_arg = strdup(host && *host ? host : "unix://" WS_DOCKER_HTTP_DEFAULT_SOCKET);
     rt->cert_path = certs && *certs ? strdup(certs) : NULL;
+    rt->channel_root = channel_root ? strdup(channel_root) : NULL;
     pthread_mutex_init(&rt->lock, NULL);
-    if (!rt->host_arg) {
+    if (!rt->host_arg || (channel_root && !rt->channel_root)) {
         err = -ENOMEM;
         goto fail;
     }
@@ -143,6 +166,8 @@ fail:
 static void box_free(struct box *b)
 {
     if (b) {
+        /* The channel shut: the agent ends the container's commands. */
+        ws_agent_free(b->agent);
         ws_docker_names_free(b->image_env);
         free(b);
     }
@@ -152,16 +177,18 @@ void ws_docker_rt_free(struct ws_docker_rt *rt)
 {
     if (!rt)
         return;
-    ws_docker_http_free(rt->http);
-    ws_pump_free(rt->pump);
     while (rt->boxes) {
         struct box *b = rt->boxes;
         rt->boxes = b->next;
         box_free(b);
     }
+    ws_pump_free(rt->agent_pump);
+    ws_docker_http_free(rt->http);
+    ws_pump_free(rt->pump);
     pthread_mutex_destroy(&rt->lock);
     free(rt->host_arg);
     free(rt->cert_path);
+    free(rt->channel_root);
     free(rt);
 }
 
@@ -278,15 +305,18 @@ static struct box *box_find_locked(struct ws_docker_rt *rt, const char *workspac
     return NULL;
 }
 
-/* Replaces (or, with b NULL, drops) what is remembered of a workspace. */
+/* Replaces (or, with b NULL, drops) what is remembered of a workspace.
+ * The old box is freed without the lock: freeing an agent waits for its
+ * `lost`, which takes the lock. */
 static void box_set(struct ws_docker_rt *rt, const char *workspace_id, struct box *b)
 {
+    struct box *old = NULL;
+
     pthread_mutex_lock(&rt->lock);
     for (struct box **p = &rt->boxes; *p; p = &(*p)->next)
         if (!strcmp((*p)->workspace_id, workspace_id)) {
-            struct box *old = *p;
+            old = *p;
             *p = old->next;
-            box_free(old);
             break;
         }
     if (b) {
@@ -294,6 +324,42 @@ static void box_set(struct ws_docker_rt *rt, const char *workspace_id, struct bo
         rt->boxes = b;
     }
     pthread_mutex_unlock(&rt->lock);
+    box_free(old);
+}
+
+/* The box's agent was lost (it died, the container went, or it broke the
+ * protocol): failed until a Resolve makes the container again. */
+static void box_lost(void *arg, const char *why)
+{
+    struct box *b = arg;
+
+    pthread_mutex_lock(&b->rt->lock);
+    b->failed = true;
+    snprintf(b->why, sizeof(b->why), "%s", why);
+    pthread_mutex_unlock(&b->rt->lock);
+}
+
+bool ws_docker_rt_box_failed(struct ws_docker_rt *rt, const char *workspace_id, char *why,
+                             size_t size)
+{
+    pthread_mutex_lock(&rt->lock);
+    struct box *b = box_find_locked(rt, workspace_id);
+    bool failed = b && b->failed;
+    if (failed && why)
+        snprintf(why, size, "%s", b->why);
+    pthread_mutex_unlock(&rt->lock);
+    return failed;
+}
+
+/* Whether the workspace's box runs a live agent (agent mode, and nothing
+ * lost it since). */
+static bool box_agent_alive(struct ws_docker_rt *rt, const char *workspace_id)
+{
+    pthread_mutex_lock(&rt->lock);
+    struct box *b = box_find_locked(rt, workspace_id);
+    bool alive = b && b->agent && !b->failed;
+    pthread_mutex_unlock(&rt->lock);
+    return alive;
 }
 
 /* DELETE ?force=true&v=true; a missing container is not an error. */
@@ -612,6 +678,137 @@ static int account_files(const struct ws_docker_identity *id, char *passwd, char
     return write_account_file(id->accounts_dir, name, text, group, size);
 }
 
+/* ---- the agent's channel ---- */
+
+/* A container's channel while it is being made: the listening socket in
+ * the workspace's channel directory, which the container sees read-only
+ * at WS_DOCKER_CHANNEL_TARGET, and the secret its agent must present. */
+struct channel {
+    char dir[PATH_MAX];
+    int dir_fd;
+    int listen_fd;
+    char secret[WS_WIRE_SECRET_HEX + 1];
+    char secret_env[sizeof(SECRET_ENV "=") + WS_WIRE_SECRET_HEX];
+};
+
+static void channel_close(struct channel *ch)
+{
+    if (ch->dir_fd >= 0)
+        (void)unlinkat(ch->dir_fd, WS_DOCKER_CHANNEL_SOCKET, 0);
+    ws_close_fd(&ch->listen_fd);
+    ws_close_fd(&ch->dir_fd);
+    explicit_bzero(ch->secret, sizeof(ch->secret));
+    explicit_bzero(ch->secret_env, sizeof(ch->secret_env));
+}
+
+/* Lowercase hex of n bytes into out (2n + 1 bytes). */
+static void hex(const uint8_t *in, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[in[i] >> 4];
+        out[2 * i + 1] = digits[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* Makes <channel root>/<workspace id> (0700, owned by whom the agent runs
+ * as, so that no command's uid can even look in) with a listening socket
+ * in it (0600, the same owner), and a fresh secret. The socket is bound
+ * through /proc/self/fd: the directory's path may be longer than a
+ * socket address takes. */
+static int channel_open(struct ws_docker_rt *rt, const char *workspace_id, uid_t owner, gid_t group,
+                        struct channel *ch, struct ws_diag *d)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    uint8_t rnd[WS_WIRE_SECRET_HEX / 2];
+    int err;
+
+    *ch = (struct channel){.dir_fd = -1, .listen_fd = -1};
+    if (!rt->channel_root) {
+        ws_diag_set(d, "agent mode is not available: the server has no directory for the "
+                       "agents' channels");
+        return -WS_EFAILED;
+    }
+    if (snprintf(ch->dir, sizeof(ch->dir), "%s/%s", rt->channel_root, workspace_id) >=
+        (int)sizeof(ch->dir))
+        return -ENAMETOOLONG;
+    if ((mkdir(rt->channel_root, 0711) < 0 && errno != EEXIST) ||
+        (mkdir(ch->dir, 0700) < 0 && errno != EEXIST))
+        goto sys;
+    ch->dir_fd = open(ch->dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (ch->dir_fd < 0 || fchmod(ch->dir_fd, 0700) < 0 ||
+        ((owner != geteuid() || group != getegid()) && fchown(ch->dir_fd, owner, group) < 0))
+        goto sys;
+    if (unlinkat(ch->dir_fd, WS_DOCKER_CHANNEL_SOCKET, 0) < 0 && errno != ENOENT)
+        goto sys;
+    snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", ch->dir_fd,
+             WS_DOCKER_CHANNEL_SOCKET);
+    ch->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (ch->listen_fd < 0 || bind(ch->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+        fchmodat(ch->dir_fd, WS_DOCKER_CHANNEL_SOCKET, 0600, 0) < 0 ||
+        ((owner != geteuid() || group != getegid()) &&
+         fchownat(ch->dir_fd, WS_DOCKER_CHANNEL_SOCKET, owner, group, AT_SYMLINK_NOFOLLOW) < 0) ||
+        listen(ch->listen_fd, 1) < 0)
+        goto sys;
+    if (getrandom(rnd, sizeof(rnd), 0) != sizeof(rnd))
+        goto sys;
+    hex(rnd, sizeof(rnd), ch->secret);
+    explicit_bzero(rnd, sizeof(rnd));
+    snprintf(ch->secret_env, sizeof(ch->secret_env), "%s=%s", SECRET_ENV, ch->secret);
+    return 0;
+sys:
+    err = -errno;
+    ws_diag_set(d, "the agent's channel cannot be made in %s: %s", ch->dir, strerror(-err));
+    channel_close(ch);
+    return -WS_EFAILED;
+}
+
+/* Removes a workspace's channel directory (empty once its socket went). */
+static void channel_remove(struct ws_docker_rt *rt, const char *workspace_id)
+{
+    char dir[PATH_MAX];
+
+    if (rt->channel_root &&
+        snprintf(dir, sizeof(dir), "%s/%s", rt->channel_root, workspace_id) < (int)sizeof(dir)) {
+        int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            (void)unlinkat(fd, WS_DOCKER_CHANNEL_SOCKET, 0);
+            close(fd);
+        }
+        (void)rmdir(dir);
+    }
+}
+
+/* Takes the one connection the agent makes (within WS_AGENT_HELLO_MS),
+ * then removes the socket: nothing can connect after it. Returns the
+ * connection, or -WS_EFAILED with d set. */
+static int channel_accept(struct channel *ch, struct ws_diag *d)
+{
+    struct pollfd p = {.fd = ch->listen_fd, .events = POLLIN};
+    int64_t end = ws_mono_ms() + WS_AGENT_HELLO_MS;
+    int fd = -1;
+
+    for (;;) {
+        int64_t left = end - ws_mono_ms();
+        int n = poll(&p, 1, left > 0 ? (int)left : 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        fd = accept4(ch->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0 || (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED))
+            break;
+    }
+    (void)unlinkat(ch->dir_fd, WS_DOCKER_CHANNEL_SOCKET, 0);
+    ws_close_fd(&ch->listen_fd);
+    if (fd < 0)
+        ws_diag_set(d, "the container's agent did not connect within %d ms",
+                    (int)WS_AGENT_HELLO_MS);
+    return fd < 0 ? -WS_EFAILED : fd;
+}
+
 /* A workspace's container as asked for, with the strings its spec points
  * at: filled in place and never copied. */
 struct container {
@@ -622,8 +819,10 @@ struct container {
     char passwd[PATH_MAX];
     char group[PATH_MAX];
     /* The container's main process: our init, which the image need not
-     * provide anything for; with identities it becomes the helper. */
-    const char *keepalive[5];
+     * provide anything for, or the agent; with identities it becomes the
+     * helper. */
+    const char *keepalive[WS_DOCKER_KEEPALIVE_ARGS_MAX];
+    const char *env[2];
 };
 
 /* HostConfig.PidsLimit for a container whose commands may have `pids`
@@ -644,16 +843,28 @@ static bool runtime_is_gvisor(const Workspace__V1__DockerConfig *cfg)
     return cfg->runtime && !strcmp(cfg->runtime, WS_DOCKER_RUNTIME_GVISOR);
 }
 
+/* ch: agent mode, with this channel; NULL: per-command. */
 static int container_fill(const char *server_id, const char *workspace_id, const char *dir,
                           const Workspace__V1__DockerConfig *cfg,
                           const struct ws_docker_identity *id, const char *init_path,
-                          struct container *ret)
+                          const struct channel *ch, struct container *ret)
 {
     bool split = id->uid != 0;
+    size_t n = 0;
 
-    ret->keepalive[0] = WS_DOCKER_INIT_TARGET;
-    ret->keepalive[1] = "keepalive";
-    ret->keepalive[2] = NULL;
+    if (ch) {
+        ret->keepalive[n++] = WS_DOCKER_AGENT_TARGET;
+        ret->keepalive[n++] = "--init";
+        ret->keepalive[n++] = WS_DOCKER_INIT_TARGET;
+        ret->keepalive[n++] = "--connect";
+        ret->keepalive[n++] = WS_DOCKER_CHANNEL_TARGET "/" WS_DOCKER_CHANNEL_SOCKET;
+        ret->env[0] = ch->secret_env;
+        ret->env[1] = NULL;
+    } else {
+        ret->keepalive[n++] = WS_DOCKER_INIT_TARGET;
+        ret->keepalive[n++] = "keepalive";
+    }
+    ret->keepalive[n] = NULL;
     if (split) {
         /* Root only for the init's split: Docker gives an exec as root the
          * container's capabilities only when the container's user is root
@@ -662,9 +873,9 @@ static int container_fill(const char *server_id, const char *workspace_id, const
         if (ws_docker_user_format(id->uid, id->gid, ret->tmp_user, sizeof(ret->tmp_user)) < 0)
             return -EINVAL;
         snprintf(ret->helper, sizeof(ret->helper), "%u", (unsigned)id->helper);
-        ret->keepalive[2] = "--helper";
-        ret->keepalive[3] = ret->helper;
-        ret->keepalive[4] = NULL;
+        ret->keepalive[n++] = "--helper";
+        ret->keepalive[n++] = ret->helper;
+        ret->keepalive[n] = NULL;
     } else if (cfg->user && cfg->user[0]) {
         snprintf(ret->user, sizeof(ret->user), "%s", cfg->user);
     } else if (ws_docker_user_format(getuid(), getgid(), ret->user, sizeof(ret->user)) < 0) {
@@ -687,9 +898,14 @@ static int container_fill(const char *server_id, const char *workspace_id, const
         .runtime = cfg->runtime && cfg->runtime[0] ? cfg->runtime : NULL,
         .tmp_user = split ? ret->tmp_user : NULL,
         /* No process of the container stays root: Docker's init would,
-         * as the container's user. */
-        .keepalive_is_pid1 = split,
+         * as the container's user. The agent reaps as pid 1 too. */
+        .keepalive_is_pid1 = split || ch,
+        .agent_path = ch ? ws_probe_agent_path() : NULL,
+        .channel_dir = ch ? ch->dir : NULL,
+        .env = ch ? ret->env : NULL,
     };
+    if (ch && !ret->spec.agent_path)
+        return -ENOENT;
     if (split) {
         int err = account_files(id, ret->passwd, ret->group, sizeof(ret->passwd));
 
@@ -729,14 +945,40 @@ static bool runtime_args_deny_network(json_t *args)
     return false;
 }
 
+/* Whether a runtime's registered arguments let the container connect to a
+ * host unix socket bound into it: runsc's --host-uds=open (or all), which
+ * the agent's channel needs under gVisor. */
+static bool runtime_args_allow_host_uds(json_t *args)
+{
+    size_t i;
+    json_t *arg;
+
+    json_array_foreach(args, i, arg)
+    {
+        const char *a = json_string_value(arg);
+        const char *next = json_string_value(json_array_get(args, i + 1));
+
+        if (!a)
+            continue;
+        a += a[0] == '-' && a[1] == '-' ? 2 : a[0] == '-' ? 1 : 0;
+        if (!strcmp(a, "host-uds=open") || !strcmp(a, "host-uds=all") ||
+            !strcmp(a, "fsgofer-host-uds") || !strcmp(a, "fsgofer-host-uds=true"))
+            return true;
+        if (!strcmp(a, "host-uds") && next && (!strcmp(next, "open") || !strcmp(next, "all")))
+            return true;
+    }
+    return false;
+}
+
 /* The daemon has the OCI runtime `name` registered (GET /info, Runtimes),
  * and, when the container is to have a network, registered without
  * arguments that take it away: 0, or -WS_EFAILED with d naming it. Asked
  * before every create under a named runtime, so that its absence is said
  * as such and a workspace is never made again under a weaker one, nor
- * made without the network it asked for. */
+ * made without the network it asked for. With `agent`, gVisor must also
+ * let the agent reach its channel (runtime_args_allow_host_uds). */
 static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v, const char *name,
-                         bool network_allow, struct ws_diag *d)
+                         bool network_allow, bool agent, struct ws_diag *d)
 {
     char path[WS_DOCKER_PATH_MAX];
     char *body = NULL;
@@ -744,7 +986,7 @@ static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v
     long status = 0;
     json_t *info = NULL, *runtimes;
     json_t *entry;
-    bool have, no_network;
+    bool have, no_network, host_uds;
     int err;
 
     snprintf(path, sizeof(path), "/v%u.%u/info", v.major, v.minor);
@@ -764,6 +1006,7 @@ static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v
     entry = json_object_get(runtimes, name);
     have = json_is_object(entry);
     no_network = have && runtime_args_deny_network(json_object_get(entry, "runtimeArgs"));
+    host_uds = have && runtime_args_allow_host_uds(json_object_get(entry, "runtimeArgs"));
     json_decref(info);
     if (!have) {
         ws_diag_set(d,
@@ -784,6 +1027,17 @@ static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v
         ws_diag_meta(d, "transient", "false");
         return -WS_EFAILED;
     }
+    if (agent && !strcmp(name, WS_DOCKER_RUNTIME_GVISOR) && !host_uds) {
+        ws_diag_set(d,
+                    "docker runtime %s cannot run the in-box agent: the Docker daemon registers "
+                    "it without --host-uds=open, so the agent could not reach the server (ask "
+                    "exec_mode PER_COMMAND, or register the runtime with --host-uds=open)",
+                    name);
+        ws_diag_meta(d, "runtime", "%s", name);
+        ws_diag_meta(d, "field", "exec_mode");
+        ws_diag_meta(d, "transient", "false");
+        return -WS_EFAILED;
+    }
     return 0;
 }
 
@@ -792,7 +1046,7 @@ int ws_docker_rt_runtime_usable(struct ws_docker_rt *rt, const char *name, struc
     struct ws_docker_api_version v;
     int err = version(rt, &v, d);
 
-    return err < 0 ? err : runtime_check(rt, v, name, false, d);
+    return err < 0 ? err : runtime_check(rt, v, name, false, false, d);
 }
 
 /* GET /containers/{ref}/json into hardening and state; 404: -ENOENT. */
@@ -839,6 +1093,46 @@ static int inspect(struct ws_docker_rt *rt, struct ws_docker_api_version v, cons
     return 0;
 }
 
+bool ws_docker_agent_mode(const Workspace__V1__DockerConfig *cfg)
+{
+    /* The default stays per-command until every docker test passes in
+     * agent mode too. */
+    return cfg && cfg->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT;
+}
+
+/* Takes the agent's connection and HELLO: b runs its commands through
+ * it from now on. */
+static int agent_connect(struct ws_docker_rt *rt, struct box *b, struct channel *ch,
+                         struct ws_diag *d)
+{
+    char why[WS_AGENT_WHY_MAX] = "";
+    int err = 0, fd;
+
+    pthread_mutex_lock(&rt->lock);
+    if (!rt->agent_pump)
+        err = ws_pump_new(&rt->agent_pump);
+    struct ws_pump *pump = rt->agent_pump;
+    pthread_mutex_unlock(&rt->lock);
+    if (err < 0)
+        return err;
+    fd = channel_accept(ch, d);
+    if (fd < 0)
+        return fd;
+    struct ws_agent_config cfg = {
+        .pump = pump,
+        .fd = fd,
+        .secret = ch->secret,
+        .lost = box_lost,
+        .arg = b,
+    };
+    err = ws_agent_new(&cfg, &b->agent, why, sizeof(why));
+    if (err < 0) {
+        ws_diag_set(d, "the container's agent did not come up: %s", why);
+        return err == -ENOMEM ? err : -WS_EFAILED;
+    }
+    return 0;
+}
+
 int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const char *dir,
                         const Workspace__V1__DockerConfig *cfg,
                         const struct ws_docker_identity *ident, bool fresh,
@@ -857,7 +1151,8 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     size_t len = 0;
     long status = 0;
     struct box *b = NULL;
-    bool made = false;
+    bool made = false, agent = ws_docker_agent_mode(cfg);
+    struct channel ch = {.dir_fd = -1, .listen_fd = -1};
     int err;
 
     if (!init || !ws_docker_rt_relay_path()) {
@@ -872,12 +1167,30 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
                        "daemon (DOCKER_TLS_VERIFY) yet");
         return -WS_EFAILED;
     }
+    if (agent && !ws_probe_agent_path()) {
+        ws_diag_set(d,
+                    "docker backend unavailable in agent mode: the in-box agent (%s) is "
+                    "missing",
+                    WS_AGENT_NAME);
+        return -WS_EFAILED;
+    }
+    if (agent && !rt->channel_root) {
+        ws_diag_set(d, "agent mode is not available: the server has no directory for the "
+                       "agents' channels");
+        return -WS_EFAILED;
+    }
     if (!identity_valid(ident))
         return -EINVAL;
     err = ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name));
     if (err < 0)
         return -EINVAL;
-    err = container_fill(rt->server_id, workspace_id, dir, cfg, ident, init, &c);
+    /* The channel's directory is named now; its socket and secret are
+     * made only for a container that is to be created. */
+    if (agent && snprintf(ch.dir, sizeof(ch.dir), "%s/%s", rt->channel_root, workspace_id) >=
+                     (int)sizeof(ch.dir))
+        return -ENAMETOOLONG;
+    err =
+        container_fill(rt->server_id, workspace_id, dir, cfg, ident, init, agent ? &ch : NULL, &c);
     if (err < 0)
         return err;
     err = version(rt, &v, d);
@@ -889,7 +1202,9 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         return -ENOMEM;
     snprintf(b->workspace_id, sizeof(b->workspace_id), "%s", workspace_id);
     b->id = *ident;
-    if (runtime_is_gvisor(cfg))
+    b->rt = rt;
+    b->gvisor = runtime_is_gvisor(cfg);
+    if (b->gvisor)
         b->nproc = cfg->pids_limit ? cfg->pids_limit : WS_DOCKER_PIDS_DEFAULT;
     err = ensure_image(rt, v, cfg, ctl, &b->image_env, d);
     if (err < 0)
@@ -906,9 +1221,15 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     }
 
     if (!fresh) {
-        /* Keep a container that runs and reads back right. */
+        /* Keep a container that runs and reads back right; in agent mode,
+         * one whose agent is still ours. */
         err = inspect(rt, v, name, &h, &st, id, d);
-        if (err == 0 && st.running && !ws_docker_hardening_mismatch(&h, spec)) {
+        if (err == 0 && st.running && !ws_docker_hardening_mismatch(&h, spec) && agent &&
+            box_agent_alive(rt, workspace_id)) {
+            err = 0;
+            goto out;
+        }
+        if (err == 0 && st.running && !ws_docker_hardening_mismatch(&h, spec) && !agent) {
             memcpy(b->container_id, id, sizeof(id));
             box_set(rt, workspace_id, b);
             return 0;
@@ -917,7 +1238,13 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
             goto out;
     }
     if (spec->runtime) {
-        err = runtime_check(rt, v, spec->runtime, spec->network_allow, d);
+        err = runtime_check(rt, v, spec->runtime, spec->network_allow, agent, d);
+        if (err < 0)
+            goto out;
+    }
+    if (agent) {
+        err = channel_open(rt, workspace_id, ident->uid ? ident->helper : geteuid(),
+                           ident->uid ? (gid_t)ident->helper : getegid(), &ch, d);
         if (err < 0)
             goto out;
     }
@@ -995,6 +1322,11 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         err = -WS_EFAILED;
         goto out;
     }
+    if (agent) {
+        err = agent_connect(rt, b, &ch, d);
+        if (err < 0)
+            goto out;
+    }
     memcpy(b->container_id, id, sizeof(id));
     box_set(rt, workspace_id, b);
     b = NULL;
@@ -1005,6 +1337,7 @@ out:
         struct ws_diag ignored = {0};
         (void)remove_container(rt, v, id, &ignored);
     }
+    channel_close(&ch);
     box_free(b);
     free(json);
     free(body);
@@ -1030,12 +1363,14 @@ int ws_docker_rt_detach(struct ws_docker_rt *rt, const char *workspace_id, struc
         return err;
     }
     box_set(rt, workspace_id, NULL);
+    channel_remove(rt, workspace_id);
     return 0;
 }
 
 void ws_docker_rt_forget(struct ws_docker_rt *rt, const char *workspace_id)
 {
     box_set(rt, workspace_id, NULL);
+    channel_remove(rt, workspace_id);
 }
 
 int ws_docker_rt_reconcile(struct ws_docker_rt *rt, struct ws_diag *d)
@@ -1287,7 +1622,11 @@ static void hook_free(void *arg)
 void ws_docker_rt_discard(struct ws_proc_wrapper *w)
 {
     if (w && w->arg) {
-        run_free(w->arg);
+        /* An agent's wrapper frees itself; a relay's is a run. */
+        if (w->free && w->free != hook_free)
+            w->free(w->arg);
+        else
+            run_free(w->arg);
         w->arg = NULL;
     }
 }
@@ -1333,18 +1672,6 @@ static int unset_list(const struct box *b, const char *const *envp, const char *
     return 0;
 }
 
-/* Lowercase hex of n bytes into out (2n + 1 bytes). */
-static void hex(const uint8_t *in, size_t n, char *out)
-{
-    static const char digits[] = "0123456789abcdef";
-
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = digits[in[i] >> 4];
-        out[2 * i + 1] = digits[in[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
 /* The command's environment for the exec: envp without any NONCE_ENV of
  * the client's (the daemon keeps the last of a name, the init the first:
  * neither may be the client's), then `nonce`. The array is the caller's
@@ -1368,6 +1695,54 @@ static int exec_env(const char *const *envp, const char *nonce, const char ***re
     return 0;
 }
 
+/* A command through the box's agent; rt->lock held, so the box and its
+ * agent stay while the wrapper takes its reference. */
+static int agent_wrap_locked(const struct box *b, const struct ws_docker_rt_exec *spec,
+                             struct ws_proc_wrapper *ret, struct ws_diag *d)
+{
+    char cwd[WS_DOCKER_CWD_MAX + 1];
+    int err;
+
+    if (b->failed) {
+        ws_diag_set(d,
+                    "the workspace's container ended (%s); Resolve brings up a fresh one over "
+                    "the same files",
+                    b->why);
+        ws_diag_meta(d, "transient", "false");
+        return -WS_EFAILED;
+    }
+    if (!spec->cwd || !spec->cwd[0] || !strcmp(spec->cwd, "."))
+        snprintf(cwd, sizeof(cwd), "%s", WS_DOCKER_WORKDIR);
+    else if ((size_t)snprintf(cwd, sizeof(cwd), "%s/%s", WS_DOCKER_WORKDIR, spec->cwd) >=
+             sizeof(cwd))
+        return -WS_EBADPATH;
+    struct ws_agent_command c = {
+        .argv = spec->argv,
+        .envp = spec->envp,
+        .cwd = cwd,
+        /* The exec layer's own timeout acts first; this is the box's
+         * backstop should the server's kill never arrive. */
+        .timeout_ms = spec->timeout_ms ? spec->timeout_ms + WS_DOCKER_BACKSTOP_MARGIN_MS : 0,
+        .pty = spec->tty,
+        .identity = b->id.uid != 0,
+        .uid = b->id.uid,
+        .gid = b->id.gid,
+        .nproc = b->nproc > 0 ? (uint64_t)b->nproc : 0,
+    };
+    err = ws_agent_wrap(b->agent, &c, ret);
+    if (err == -ECONNRESET) {
+        ws_diag_set(d, "the workspace's container lost its agent; Resolve brings up a fresh one "
+                       "over the same files");
+        ws_diag_meta(d, "transient", "false");
+        return -WS_EFAILED;
+    }
+    if (err == -E2BIG) {
+        ws_diag_set(d, "the command and its environment do not fit the agent's channel");
+        return -WS_EMALFORMED;
+    }
+    return err;
+}
+
 int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *spec,
                       struct ws_proc_wrapper *ret, struct ws_diag *d)
 {
@@ -1389,6 +1764,14 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
     struct box *b;
     int err, p[2];
 
+    pthread_mutex_lock(&rt->lock);
+    b = box_find_locked(rt, spec->workspace_id);
+    if (b && b->agent && !(spec->tty && b->gvisor)) {
+        err = agent_wrap_locked(b, spec, ret, d);
+        pthread_mutex_unlock(&rt->lock);
+        return err;
+    }
+    pthread_mutex_unlock(&rt->lock);
     if (!relay || !ws_docker_rt_init_path())
         return -ENOENT;
     err = version(rt, &v, d);

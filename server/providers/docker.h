@@ -42,6 +42,26 @@
  * server is not root) keeps the container's user as the command's, as
  * before.
  *
+ * Agent mode (DockerConfig.exec_mode AGENT): the container's main process
+ * is the in-box agent (wsagent, bound read-only at /.workspaced-agent),
+ * started as root only to take the helper uid at once, keeping CAP_SETUID,
+ * CAP_SETGID and CAP_KILL for the commands' reapers. It connects to a
+ * unix socket the server listens on in a per-workspace host directory
+ * (<channel root>/<workspace id>, 0700 and the socket 0600, both the
+ * helper's; bound read-only at /.workspaced-channel), presents the
+ * one-time secret of its container's environment, and the server takes
+ * that one connection and removes the socket. Commands then start through
+ * it (server/agent/client.h) with the exec layer's own pipes or terminal:
+ * no daemon call and no relay per command. The agent's loss (it died, the
+ * container stopped, a broken frame) ends the running commands with cause
+ * EVICTED and fails the box until a Resolve makes the container again.
+ * Under gVisor the runtime must let the container reach a host socket
+ * (runsc --host-uds=open), else the attach is refused saying so; and
+ * since gVisor takes a host terminal passed in as a plain file, a command
+ * with a terminal starts through `docker exec` there, as in per-command
+ * mode. An OOM kill under gVisor takes the whole sandbox, agent included:
+ * its commands end EVICTED and Describe shows the container OOM-killed.
+ *
  * Runtimes: DockerConfig.runtime names the OCI runtime ("runsc": gVisor);
  * before a container is created under a named one the daemon is asked
  * whether it has it (GET /info), and a missing one fails the attach, so
@@ -124,9 +144,15 @@ struct ws_work_ctl; /* server/work/pool.h */
 /* Creates the runtime: its own pump thread and HTTP client for the daemon
  * named by DOCKER_HOST (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH), read now.
  * server_id labels and names this server's containers ([a-zA-Z0-9_.-],
- * stable across restarts). Nothing is contacted yet. Returns 0, -EINVAL
- * (bad server_id or DOCKER_HOST), -ENOMEM. */
-int ws_docker_rt_new(const char *server_id, struct ws_docker_rt **ret);
+ * stable across restarts). channel_root: the host directory where the
+ * agents' channel directories are made (agent mode), or NULL (agent mode
+ * refused). Nothing is contacted yet. Returns 0, -EINVAL (bad server_id or
+ * DOCKER_HOST), -ENOMEM. */
+int ws_docker_rt_new(const char *server_id, const char *channel_root, struct ws_docker_rt **ret);
+
+/* Whether a workspace's commands run through the in-box agent
+ * (DockerConfig.exec_mode). */
+bool ws_docker_agent_mode(const Workspace__V1__DockerConfig *cfg);
 /* Accepts NULL. After every command using it is done. */
 void ws_docker_rt_free(struct ws_docker_rt *rt);
 
@@ -170,6 +196,11 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
  * volumes); a container that does not exist is fine. Errors: -WS_EFAILED
  * (the daemon is unreachable or refused; nothing was forgotten). */
 int ws_docker_rt_detach(struct ws_docker_rt *rt, const char *workspace_id, struct ws_diag *d);
+
+/* Whether the workspace's container lost its agent (agent mode), and why:
+ * it is failed until a Resolve makes it again. */
+bool ws_docker_rt_box_failed(struct ws_docker_rt *rt, const char *workspace_id, char *why,
+                             size_t size);
 
 /* Drops what the runtime remembers of a workspace (evicted). */
 void ws_docker_rt_forget(struct ws_docker_rt *rt, const char *workspace_id);

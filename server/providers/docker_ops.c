@@ -87,7 +87,7 @@ static int docker_rt_new(const struct ws_provider_config *cfg, void **ret_rt)
         }
     }
     if (cfg && cfg->server_id) {
-        err = ws_docker_rt_new(cfg->server_id, &t->docker);
+        err = ws_docker_rt_new(cfg->server_id, cfg->channels_dir, &t->docker);
         if (err < 0)
             goto out;
     }
@@ -165,6 +165,14 @@ static int docker_check(void *rt, const Workspace__V1__OpenRequest *req, const c
     if (c->user[0] && !ws_docker_user_unprivileged(c->user)) {
         ws_diag_set(d, "docker.user must not have uid or gid 0: commands never run as root");
         ws_diag_meta(d, "field", "user");
+        return -WS_EMALFORMED;
+    }
+    /* An agent's command enters /workspace as itself, which only the
+     * workspace's own uid may. */
+    if (c->user[0] && c->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT) {
+        ws_diag_set(d, "docker.user cannot be combined with exec_mode AGENT: the agent's commands "
+                       "enter /workspace as their own uid, and only the workspace's may");
+        ws_diag_meta(d, "field", "exec_mode");
         return -WS_EMALFORMED;
     }
     if (c->user[0] && user_is_helper(c->user, helper_of(rt))) {
@@ -389,6 +397,8 @@ static int docker_exec_wrap(void *rt, const struct ws_provider_ws *w,
 struct docker_describe {
     Workspace__V1__ContainerInfo info;
     struct ws_docker_rt_info rt;
+    char why[WS_DIAG_MESSAGE_MAX];
+    char last_error[WS_DIAG_MESSAGE_MAX + 128];
 };
 
 static void docker_describe_free(void *keep)
@@ -443,6 +453,17 @@ static int docker_describe(void *rt, const struct ws_provider_ws *w,
         ci->runtime = (char *)h->runtime;
     }
     resp->container = ci;
+    resp->exec_mode = ws_docker_agent_mode(dc) ? "agent" : "per-command";
+    /* A container that lost its agent: the workspace is failed until a
+     * Resolve makes it again. */
+    if (ws_docker_rt_box_failed(docker, w->id, k->why, sizeof(k->why))) {
+        resp->state = WORKSPACE__V1__WORKSPACE_STATE__STATE_FAILED;
+        snprintf(k->last_error, sizeof(k->last_error),
+                 "WORKSPACE_FAILED: the workspace's container ended (%s); Resolve brings up a "
+                 "fresh one",
+                 k->why);
+        resp->last_error = k->last_error;
+    }
     *ret_keep = k;
     return 0;
 }

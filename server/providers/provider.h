@@ -85,6 +85,9 @@ struct ws_provider_config {
     /* docker: a directory for the containers' /etc/passwd and /etc/group
      * (ws_docker_identity); NULL: the image's own. */
     const char *accounts_dir;
+    /* docker: where the in-box agents' channel directories are made;
+     * NULL: no agent mode. */
+    const char *channels_dir;
 };
 
 /* One Open being made; valid for the duration of the Open only. */

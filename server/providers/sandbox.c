@@ -1369,11 +1369,17 @@ void ws_sandbox_spawned(struct ws_proc_wrapper *w)
     w->n_keep_fds = 0;
 }
 
+static void box_cmd_free(void *arg);
+
 void ws_sandbox_discard(struct ws_proc_wrapper *w)
 {
     if (!w || !w->arg)
         return;
-    run_free(w->arg);
+    /* A command through a box frees itself; a sandbox's own is a run. */
+    if (w->free == box_cmd_free)
+        box_cmd_free(w->arg);
+    else
+        run_free(w->arg);
     w->arg = NULL;
 }
 

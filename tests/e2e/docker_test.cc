@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <set>
 #include <sstream>
@@ -326,14 +327,21 @@ int WaitTopGone(const std::string &cid, const std::string &marker, int timeout_m
     return n;
 }
 
-// The processes of the container other than its own main process (our
-// keepalive, under Docker's init when the container has one): what a
-// command left behind.
+// Whether a process of the container is its main process: our keepalive
+// (per-command mode) or the in-box agent (agent mode).
+bool IsMainProcess(const std::string &cmd)
+{
+    return cmd.find("/.workspaced-init keepalive") != std::string::npos ||
+           cmd.find("/.workspaced-agent --init") != std::string::npos;
+}
+
+// The processes of the container other than its own main process (under
+// Docker's init when the container has one): what a command left behind.
 std::vector<std::string> Leftovers(const std::string &cid)
 {
     std::vector<std::string> out;
     for (const auto &line : Top(cid))
-        if (line.find("/.workspaced-init keepalive") == std::string::npos)
+        if (!IsMainProcess(line))
             out.push_back(line);
     return out;
 }
@@ -445,6 +453,7 @@ struct DockerOptions {
     bool pull_never = false;
     std::string user;
     std::string runtime = TestRuntime();
+    ExecMode exec_mode = wstest::TestExecMode();
     std::vector<std::string> allowed = kAllowed;
     uint64_t max_duration_ms = 0;
 };
@@ -463,6 +472,7 @@ grpc::Status OpenDocker(Workspaces::Stub *stub, const DockerOptions &o, wstest::
         dc->set_pull_policy(PULL_NEVER);
     dc->set_user(o.user);
     dc->set_runtime(o.runtime);
+    dc->set_exec_mode(o.exec_mode);
     req.mutable_capabilities()->mutable_fs();
     ShellCapability *shell = req.mutable_capabilities()->mutable_shell();
     for (const auto &c : o.allowed)
@@ -611,6 +621,24 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
     EXPECT_EQ(d.container().memory_bytes(), 256LL << 20);
     EXPECT_EQ(d.container().memory_swap_bytes(), 256LL << 20);
     EXPECT_EQ(d.container().other_mounts(), 0u);
+    // How its commands start, and what the container's main process is.
+    const bool agent = wstest::TestExecMode() == EXEC_MODE_AGENT;
+    EXPECT_EQ(d.exec_mode(), agent ? "agent" : "per-command");
+    EXPECT_EQ(json_string_value(json_array_get(j.at("Config.Entrypoint"), 0)),
+              std::string(agent ? "/.workspaced-agent" : "/.workspaced-init"));
+    std::map<std::string, bool> ro;
+    json_t *mounts = j.at("Mounts");
+    for (size_t i = 0; i < json_array_size(mounts); i++) {
+        json_t *m = json_array_get(mounts, i);
+        ro[json_string_value(json_object_get(m, "Destination"))] =
+            !json_is_true(json_object_get(m, "RW"));
+    }
+    EXPECT_EQ(ro.count("/.workspaced-agent"), agent ? 1u : 0u);
+    EXPECT_EQ(ro.count("/.workspaced-channel"), agent ? 1u : 0u);
+    if (agent) {
+        EXPECT_TRUE(ro["/.workspaced-agent"]);
+        EXPECT_TRUE(ro["/.workspaced-channel"]);
+    }
 
     // The ref carries the configuration, never a container id.
     EXPECT_EQ(w.token.find(cid.substr(0, 12)), std::string::npos);
@@ -945,6 +973,142 @@ TEST_F(DockerTest, ACommandCannotForgeItsExitOrEscape)
     EXPECT_EQ(CountInTop(cid, m), 0) << "the escapee outlived the next command's timeout";
 }
 
+// The attack on the container's main process (the agent in agent mode, the
+// keepalive per command; the helper uid either way): a command tries to
+// reach its channel, read its environment (where the agent's one-time
+// secret was) and descriptors, signal and trace it, and forge an exit
+// record on its own stdout. Each is refused, the record is only output,
+// and the main process is untouched.
+TEST_F(DockerTest, ACommandCannotReachTheContainersMainProcess)
+{
+    const bool agent = wstest::TestExecMode() == EXEC_MODE_AGENT;
+    DockerOptions o;
+    o.image = "workspaced-test:debian12-py";
+    o.allowed = {"sh", "python3", "cat"};
+    wstest::Ws w = Open(o);
+    RunResponse r = RunIn(*srv_, w.id, ArgvProcess({"cat", "/proc/1/environ"}));
+    if (TestRuntime() != "runsc") {
+        EXPECT_EQ(r.exited().exit_code(), 1);
+        EXPECT_EQ(r.stdout(), "");
+        EXPECT_NE(r.stderr().find("/proc/1/environ: Permission denied"), std::string::npos)
+            << r.stderr();
+    } else {
+        // gVisor's /proc does not guard another uid's environ: what the
+        // agent was started with shows, but the secret was wiped in place
+        // before any command existed (and it was good for one connection,
+        // long taken).
+        std::string env = r.stdout();
+        size_t at = env.find("WSAGENT_SECRET=");
+        EXPECT_EQ(at != std::string::npos, agent) << env;
+        if (at != std::string::npos) {
+            EXPECT_EQ(env.substr(at + 15, 64), std::string(64, '\0')) << env;
+        }
+    }
+    r = RunIn(*srv_, w.id,
+              ArgvProcess({"sh", "-c",
+                           "ls /proc/1/fd; echo \"fd $?\"; ls /.workspaced-channel; "
+                           "echo \"channel $?\"; kill -9 1; echo \"kill $?\"; "
+                           "printf '\\033_wsinit;exited 0\\033\\\\'; exit 3"}));
+    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_EXITED);
+    EXPECT_EQ(r.exited().exit_code(), 3) << "a forged record was taken for the real one";
+    EXPECT_EQ(r.stdout(), std::string("fd 2\nchannel 2\nkill 1\n") + "\x1b_wsinit;exited 0\x1b\\")
+        << r.stderr();
+    // runc says EACCES; gVisor EINVAL for both.
+    const std::string denied = TestRuntime() == "runsc" ? "Invalid argument" : "Permission denied";
+    EXPECT_NE(r.stderr().find("'/proc/1/fd': " + denied), std::string::npos) << r.stderr();
+    EXPECT_NE(r.stderr().find("kill: Operation not permitted"), std::string::npos) << r.stderr();
+    // Connecting to the channel, and ptrace of pid 1 (PTRACE_ATTACH), from
+    // python (no debugger in the image).
+    r = RunIn(*srv_, w.id,
+              ArgvProcess({"python3", "-c",
+                           "import ctypes, os, socket\n"
+                           "s = socket.socket(socket.AF_UNIX)\n"
+                           "try:\n"
+                           "    s.connect('/.workspaced-channel/agent.sock'); print('connected')\n"
+                           "except OSError as e:\n"
+                           "    print('connect', e.strerror)\n"
+                           "libc = ctypes.CDLL(None, use_errno=True)\n"
+                           "r = libc.ptrace(16, 1, 0, 0)\n"
+                           "print('ptrace', r, os.strerror(ctypes.get_errno()))\n"}));
+    EXPECT_EQ(r.stdout(), std::string(agent ? "connect Permission denied\n"
+                                            : "connect No such file or directory\n") +
+                              "ptrace -1 Operation not permitted\n")
+        << r.stderr();
+    // The main process is still there, still pid 1, and still serves.
+    r = RunIn(*srv_, w.id, ArgvProcess({"cat", "/proc/1/cmdline"}));
+    EXPECT_EQ(r.stdout().substr(0, r.stdout().find('\0')),
+              agent ? "/.workspaced-agent" : "/.workspaced-init");
+    if (!agent)
+        return;
+    // The server took its one connection and removed the socket: nothing
+    // is left to connect to, even for a process that could enter.
+    std::string dir = srv_->state_dir() + "/channels/" + w.id;
+    struct stat st;
+    ASSERT_EQ(stat(dir.c_str(), &st), 0) << dir;
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+    EXPECT_EQ(stat((dir + "/agent.sock").c_str(), &st), -1);
+    EXPECT_EQ(errno, ENOENT);
+}
+
+// The agent dying (its container killed from the host here: nothing inside
+// can) is seen at once: the running command ends EVICTED, Describe says the
+// workspace failed, a command is refused, and a Resolve brings up a fresh
+// container over the same files.
+TEST_F(DockerTest, ALostAgentFailsTheWorkspaceUntilResolve)
+{
+    if (wstest::TestExecMode() != EXEC_MODE_AGENT)
+        GTEST_SKIP() << "per-command mode: no agent in the container";
+    wstest::Ws w = Open();
+    std::string cid = ContainerOf(w.id);
+    auto fs = srv_->fs();
+    ASSERT_TRUE(wstest::Write(fs.get(), w.id, "kept.txt", "kept\n").ok());
+    std::string m = wstest::UniqueSleep();
+    auto ex = srv_->exec();
+    ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    auto stream = wstest::StartStream(ex.get(), &ctx, w.id,
+                                      ArgvProcess({"sh", "-c", "echo ready; sleep " + m}));
+    EventLog log;
+    wstest::ReadEvents(stream.get(), &log, [](const EventLog &l) {
+        return l.out.data.find("ready") != std::string::npos;
+    });
+    EXPECT_EQ(Docker("POST", "/containers/" + cid + "/kill?signal=KILL").status, 204);
+    wstest::ReadEvents(stream.get(), &log);
+    stream->Finish();
+    ASSERT_TRUE(log.exited);
+    EXPECT_EQ(log.exit.cause(), EXIT_CAUSE_EVICTED) << log.exit.DebugString();
+
+    DescribeRequest dr;
+    dr.set_workspace_id(w.id);
+    DescribeResponse d;
+    ClientContext dctx;
+    ASSERT_TRUE(ws_->Describe(&dctx, dr, &d).ok());
+    EXPECT_EQ(d.state(), STATE_FAILED);
+    EXPECT_EQ(d.exec_mode(), "agent");
+    EXPECT_EQ(d.last_error(), "WORKSPACE_FAILED: the workspace's container ended (the agent's "
+                              "channel ended (the agent exited or was killed)); Resolve brings "
+                              "up a fresh one");
+    RunResponse r;
+    grpc::Status s = wstest::RunProcess(ex.get(), w.id, ArgvProcess({"true"}), &r);
+    EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+    EXPECT_NE(s.error_message().find("Resolve"), std::string::npos) << s.error_message();
+
+    ResolveRequest rr;
+    rr.mutable_ref()->set_token(w.token);
+    ResolveResponse resp;
+    ClientContext rctx;
+    rctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    ASSERT_TRUE(ws_->Resolve(&rctx, rr, &resp).ok());
+    std::string fresh = ContainerOf(w.id);
+    EXPECT_NE(fresh, cid);
+    r = RunIn(*srv_, w.id, ArgvProcess({"cat", "kept.txt"}));
+    EXPECT_EQ(r.stdout(), "kept\n");
+    DescribeResponse d2;
+    ClientContext dctx2;
+    ASSERT_TRUE(ws_->Describe(&dctx2, dr, &d2).ok());
+    EXPECT_EQ(d2.state(), STATE_OPEN) << d2.ShortDebugString();
+}
+
 // The commands run as the workspace's own uid (the owner of its directory),
 // never root, and nothing of the container runs as root while they do: the
 // keepalive (pid 1) and the command's init are the helper uid, the command
@@ -998,7 +1162,7 @@ TEST_F(DockerTest, CommandsRunAsTheWorkspacesUidAndNothingAsRoot)
             EXPECT_NE(id, "0");
         for (const auto &id : gids)
             EXPECT_NE(id, "0");
-        if (cmd.find("keepalive") != std::string::npos) {
+        if (IsMainProcess(cmd)) {
             saw_keepalive = true;
             helpers.insert(uids[0]);
         } else if (cmd.find(" run ") != std::string::npos) {
@@ -1041,6 +1205,14 @@ TEST_F(DockerTest, ADockerUserIsNeverRootAndOtherwiseThePolicys)
     ws_ = srv_->workspaces();
     DockerOptions o;
     o.user = "4242:4343";
+    // In agent mode a command enters /workspace as itself, which another
+    // uid than the workspace's cannot: refused at Open, not at the first
+    // command.
+    o.exec_mode = EXEC_MODE_AGENT;
+    grpc::Status s = OpenDocker(ws_.get(), o, nullptr);
+    EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
+    EXPECT_EQ(wstest::Decode(s).metadata["field"], "exec_mode");
+    o.exec_mode = EXEC_MODE_DEFAULT;
     wstest::Ws w = Open(o);
     RunResponse r =
         RunIn(*srv_, w.id, ArgvProcess({"sh", "-c", "id -u; id -g; stat -c %u:%g /tmp"}));
@@ -1132,9 +1304,33 @@ TEST_F(DockerTest, OutOfMemoryIsReportedAsOom)
                           ArgvProcess({"sh", "-c",
                                        "x=$(head -c 67108864 /dev/zero | tr '\\0' a); "
                                        "echo ${#x}"}));
-    EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_OOM) << r.exited().DebugString() << r.stderr();
-    if (TestRuntime() != "runsc")
+    const bool agent = wstest::TestExecMode() == EXEC_MODE_AGENT;
+    if (TestRuntime() != "runsc") {
+        EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_OOM) << r.exited().DebugString() << r.stderr();
         return;
+    }
+    // Under gVisor in agent mode the OOM kill takes the agent with the
+    // sandbox: the command ends as the workspace's box does, EVICTED, and
+    // Describe says the box failed and its container was OOM-killed.
+    EXPECT_EQ(r.exited().cause(), agent ? EXIT_CAUSE_EVICTED : EXIT_CAUSE_OOM)
+        << r.exited().DebugString() << r.stderr();
+    if (agent) {
+        DescribeResponse d;
+        auto deadline = Clock::now() + std::chrono::seconds(15);
+        do {
+            DescribeRequest dr;
+            dr.set_workspace_id(w.id);
+            ClientContext dctx;
+            d.Clear();
+            ASSERT_TRUE(ws_->Describe(&dctx, dr, &d).ok());
+            if (d.container().oom_killed())
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        } while (Clock::now() < deadline);
+        EXPECT_EQ(d.state(), STATE_FAILED) << d.ShortDebugString();
+        EXPECT_TRUE(d.container().oom_killed()) << d.ShortDebugString();
+        EXPECT_NE(d.last_error().find("Resolve"), std::string::npos) << d.last_error();
+    }
     // Under gVisor the cap is the host cgroup's, whose OOM killer takes the
     // whole sandbox, not one process: the command is reported as OOM all
     // the same, and the workspace's next command finds no running
@@ -1376,6 +1572,16 @@ TEST_F(DockerTest, RestartAfterKillReconcilesAndResolveRecreates)
     srv_.reset();
     // The container outlived the server...
     EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 200);
+    // ...but in agent mode not its commands: the agent saw its channel end,
+    // ended everything and exited, and the container with it.
+    if (wstest::TestExecMode() == EXEC_MODE_AGENT) {
+        auto deadline = Clock::now() + std::chrono::seconds(15);
+        while (Json(Docker("GET", "/containers/" + cid + "/json").body).flag("State.Running") &&
+               Clock::now() < deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        EXPECT_FALSE(Json(Docker("GET", "/containers/" + cid + "/json").body).flag("State.Running"))
+            << "the container's agent outlived the server";
+    }
     srv_ = std::make_unique<Server>(std::vector<std::string>{}, state);
     ws_ = srv_->workspaces();
     // ...and the restart removed it, with everything labelled as this
@@ -1580,10 +1786,13 @@ TEST_F(DockerTest, EvictionRemovesTheContainer)
 
 // ---- a daemon without the runtime (a fake one) ----
 
-grpc::Status OpenRunsc(Workspaces::Stub *stub, wstest::Ws *ret)
+// Per-command: the fake daemon runs no container's agent.
+grpc::Status OpenRunsc(Workspaces::Stub *stub, wstest::Ws *ret,
+                       ExecMode mode = EXEC_MODE_PER_COMMAND)
 {
     DockerOptions o;
     o.runtime = "runsc";
+    o.exec_mode = mode;
     return OpenDocker(stub, o, ret);
 }
 
@@ -1626,6 +1835,15 @@ TEST(DockerRuntimeTest, AMissingRuntimeFailsClosedAtOpenAndResolve)
         EXPECT_EQ(fake.Requests(create), 0);
 
         fake.SetRuntimes({"runc", "runsc"});
+        // A runsc that cannot let the agent reach its channel (registered
+        // without --host-uds=open, as the fake has it) refuses agent mode
+        // before anything is created.
+        s = OpenRunsc(ws.get(), nullptr, EXEC_MODE_AGENT);
+        EXPECT_WS_ERROR(s, StatusCode::FAILED_PRECONDITION, "WORKSPACE_FAILED");
+        EXPECT_EQ(wstest::Decode(s).metadata["field"], "exec_mode");
+        EXPECT_NE(s.error_message().find("--host-uds=open"), std::string::npos)
+            << s.error_message();
+        EXPECT_EQ(fake.Requests(create), 0);
         s = OpenRunsc(ws.get(), &w);
         ASSERT_TRUE(s.ok()) << s.error_message();
         EXPECT_EQ(fake.Requests(create), 1);

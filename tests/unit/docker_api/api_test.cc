@@ -1899,6 +1899,83 @@ TEST(DockerCreate, InitIsBoundReadOnlyAndReadBack)
     }
 }
 
+// Agent mode: the agent and its channel directory bound read-only, the
+// secret in the container's Env; both binds or neither, and the read-back
+// must show exactly what was asked.
+TEST(DockerCreate, TheAgentAndItsChannelAreBoundReadOnlyAndReadBack)
+{
+    ws_docker_container_spec s = Spec();
+    const char *env[] = {"WSAGENT_SECRET=00ff", nullptr};
+    s.agent_path = "/opt/workspaced/workspaced-agent";
+    s.channel_dir = "/var/lib/workspaced/channels/ws_1";
+    s.env = env;
+    Json j(Create(s));
+    ASSERT_NE(j.j, nullptr);
+    json_t *mounts = json_object_get(json_object_get(j.j, "HostConfig"), "Mounts");
+    ASSERT_EQ(json_array_size(mounts), 3u);
+    EXPECT_EQ(Str(json_array_get(mounts, 1), "Source"), "/opt/workspaced/workspaced-agent");
+    EXPECT_EQ(Str(json_array_get(mounts, 1), "Target"), WS_DOCKER_AGENT_TARGET);
+    EXPECT_TRUE(True(json_array_get(mounts, 1), "ReadOnly"));
+    EXPECT_EQ(Str(json_array_get(mounts, 2), "Source"), "/var/lib/workspaced/channels/ws_1");
+    EXPECT_EQ(Str(json_array_get(mounts, 2), "Target"), WS_DOCKER_CHANNEL_TARGET);
+    EXPECT_TRUE(True(json_array_get(mounts, 2), "ReadOnly"));
+    EXPECT_EQ(Strings(json_object_get(j.j, "Env")),
+              (std::vector<std::string>{"WSAGENT_SECRET=00ff"}));
+    // Without agent mode: no Env member at all (the image's own).
+    Json plain(Create(Spec()));
+    EXPECT_EQ(json_object_get(plain.j, "Env"), nullptr);
+
+    // One bind without the other, a path that is not canonical, and Env
+    // entries that are not NAME=value or too many: refused.
+    ws_docker_container_spec half = s;
+    half.channel_dir = nullptr;
+    EXPECT_EQ(CreateErr(half), -EINVAL);
+    for (const char *bad : {"relative/agent", "/opt/../agent", "/opt/\xff"}) {
+        ws_docker_container_spec b = s;
+        b.agent_path = bad;
+        EXPECT_EQ(CreateErr(b), -EINVAL) << bad;
+        b = s;
+        b.channel_dir = bad;
+        EXPECT_EQ(CreateErr(b), -EINVAL) << bad;
+    }
+    std::string longer = "A=" + std::string(WS_DOCKER_CONTAINER_ENV_VAR_MAX, 'x');
+    for (const char *bad : {"NOVALUE", "=x", "\xff=1", longer.c_str()}) {
+        const char *e[] = {bad, nullptr};
+        ws_docker_container_spec b = s;
+        b.env = e;
+        EXPECT_EQ(CreateErr(b), -EINVAL) << bad;
+    }
+    const char *many[] = {"A=1", "B=1", "C=1", "D=1", "E=1", nullptr};
+    ws_docker_container_spec b = s;
+    b.env = many;
+    EXPECT_EQ(CreateErr(b), -EINVAL);
+
+    // The read-back: both read-only binds, or the mounts do not match.
+    auto spec = InspectSpec();
+    spec.agent_path = s.agent_path;
+    spec.channel_dir = s.channel_dir;
+    auto mount = [](const char *dest, bool rw) {
+        return json_pack("{s:s, s:s, s:b}", "Type", "bind", "Destination", dest, "RW", rw);
+    };
+    auto with = [&](std::vector<json_t *> extra) {
+        json_t *a = json_array();
+        json_array_append_new(a, mount("/workspace", true));
+        for (json_t *m : extra)
+            json_array_append_new(a, m);
+        return Hardening(Edit({"Mounts"}, a));
+    };
+    auto good =
+        with({mount(WS_DOCKER_AGENT_TARGET, false), mount(WS_DOCKER_CHANNEL_TARGET, false)});
+    EXPECT_EQ(ws_docker_hardening_mismatch(&good, &spec), nullptr);
+    auto rw = with({mount(WS_DOCKER_AGENT_TARGET, false), mount(WS_DOCKER_CHANNEL_TARGET, true)});
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&rw, &spec), "Mounts");
+    auto missing = with({mount(WS_DOCKER_AGENT_TARGET, false)});
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&missing, &spec), "Mounts");
+    // A per-command spec does not take a container with the agent's binds.
+    auto per_command = InspectSpec();
+    EXPECT_STREQ(ws_docker_hardening_mismatch(&good, &per_command), "Mounts");
+}
+
 TEST(DockerExec, RemovalsComeFirstAndAreBareNames)
 {
     const char *argv[] = {"env", nullptr};

@@ -426,6 +426,26 @@ TEST(DockerInitTest, UnexecutableProgramIsExited126WithAMessage)
 }
 
 // The command's own 127 is not an exec failure: no message.
+// --cwd: the command starts there; a directory that is not there is like
+// a program that is not (127, one line, the record); a relative one is
+// misuse.
+TEST(DockerInitTest, TheCommandStartsInItsCwd)
+{
+    Result r = RunInit({"run", "--cwd", "/tmp", NewId(), "0", "/bin/pwd"});
+    EXPECT_EQ(ExitCode(r), 0);
+    EXPECT_EQ(r.out, "/tmp\n");
+    EXPECT_EQ(r.err, Record("exited 0"));
+    r = RunInit({"run", "--cwd", "/nonexistent-workspaced-dir", NewId(), "0", "/bin/pwd"});
+    EXPECT_EQ(ExitCode(r), 127);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "workspaced-docker-init: cannot enter the working directory (--cwd) of "
+                     "/bin/pwd: No such file or directory\n" +
+                         Record("exited 127"));
+    r = RunInit({"run", "--cwd", "tmp", NewId(), "0", "/bin/pwd"});
+    EXPECT_EQ(ExitCode(r), 127);
+    EXPECT_EQ(r.err, "workspaced-docker-init: --cwd wants an absolute path\n");
+}
+
 TEST(DockerInitTest, CommandExiting127GetsNoExecMessage)
 {
     Result r = RunInit(Shell(NewId(), "exit 127"));
@@ -1122,6 +1142,32 @@ TEST_F(DockerInitIdentityTest, TheCommandRunsAsUAndInitAsHWithCapKillAlone)
     EXPECT_EQ(r.out, child + "signal " + std::to_string(SIGUSR1) + " from uid " +
                          std::to_string(kHelper) + "\n");
     EXPECT_EQ(r.err, Record("exited 0"));
+}
+
+// --cwd is entered by the command as itself: a directory only its uid may
+// enter works, one only root may enter is refused (init is root here, so
+// an init that entered it for the command would have got in).
+TEST_F(DockerInitIdentityTest, TheCommandEntersItsDirectoryAsItself)
+{
+    std::string mine = dir_ + "/mine", roots = dir_ + "/roots";
+    ASSERT_EQ(mkdir(mine.c_str(), 0700), 0);
+    ASSERT_EQ(chown(mine.c_str(), kUid, kGid), 0);
+    ASSERT_EQ(mkdir(roots.c_str(), 0700), 0);
+    std::vector<std::string> a = RunAs(NewId(), {"/bin/pwd"});
+    a.insert(a.begin() + 1, {"--cwd", mine});
+    Result r = RunInit(a);
+    EXPECT_EQ(ExitCode(r), 0) << r.err;
+    EXPECT_EQ(r.out, mine + "\n");
+    a = RunAs(NewId(), {"/bin/pwd"});
+    a.insert(a.begin() + 1, {"--cwd", roots});
+    r = RunInit(a);
+    EXPECT_EQ(ExitCode(r), 126);
+    EXPECT_EQ(r.out, "");
+    EXPECT_EQ(r.err, "workspaced-docker-init: cannot enter the working directory (--cwd) of "
+                     "/bin/pwd: Permission denied\n" +
+                         Record("exited 126"));
+    rmdir(mine.c_str());
+    rmdir(roots.c_str());
 }
 
 // The attack of a command on its init: once init is H, a kill, a ptrace and

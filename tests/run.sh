@@ -38,7 +38,10 @@ bash tests/skips.sh bazel-testlogs "$stamp" | sed 's/^SKIPPED /SKIPPED (regular)
 # boot (this suite's hosts are v1): the regular build's binaries, which
 # bazel-bin holds now, in a VM booted with Debian's kernel
 # (tests/cgroup2/README.md). A VM that cannot start here fails the suite.
-vm_bins=(bazel-bin/tests/e2e/sandbox_limits_test bazel-bin/tests/unit/cgroup2/cgroup2_test)
+# The limits suite in both exec modes: agent (the default), then
+# per-command.
+vm_bins=(bazel-bin/tests/unit/cgroup2/cgroup2_test bazel-bin/tests/e2e/sandbox_limits_test
+  WS_TEST_EXEC_MODE=per-command bazel-bin/tests/e2e/sandbox_limits_test)
 bash tests/cgroup2/vm.sh "${vm_bins[@]}" 2>&1 | grep -v '^\[ *[0-9]*\.[0-9]*\]' | tee -a "$log"
 if [ "${PIPESTATUS[0]}" -eq 0 ]; then
   echo "//tests/cgroup2:vm PASSED (vm.sh, cgroup v2 only)" | tee -a "$log"

@@ -339,6 +339,15 @@ static void box_lost(void *arg, const char *why)
     pthread_mutex_unlock(&b->rt->lock);
 }
 
+const char *ws_docker_rt_exec_mode(struct ws_docker_rt *rt, const char *workspace_id)
+{
+    pthread_mutex_lock(&rt->lock);
+    struct box *b = box_find_locked(rt, workspace_id);
+    const char *mode = !b ? NULL : b->agent ? "agent" : "per-command";
+    pthread_mutex_unlock(&rt->lock);
+    return mode;
+}
+
 bool ws_docker_rt_box_failed(struct ws_docker_rt *rt, const char *workspace_id, char *why,
                              size_t size)
 {
@@ -976,7 +985,8 @@ static bool runtime_args_allow_host_uds(json_t *args)
  * before every create under a named runtime, so that its absence is said
  * as such and a workspace is never made again under a weaker one, nor
  * made without the network it asked for. With `agent`, gVisor must also
- * let the agent reach its channel (runtime_args_allow_host_uds). */
+ * let the agent reach its channel (runtime_args_allow_host_uds): else
+ * -EOPNOTSUPP, d saying so. */
 static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v, const char *name,
                          bool network_allow, bool agent, struct ws_diag *d)
 {
@@ -1036,7 +1046,7 @@ static int runtime_check(struct ws_docker_rt *rt, struct ws_docker_api_version v
         ws_diag_meta(d, "runtime", "%s", name);
         ws_diag_meta(d, "field", "exec_mode");
         ws_diag_meta(d, "transient", "false");
-        return -WS_EFAILED;
+        return -EOPNOTSUPP;
     }
     return 0;
 }
@@ -1095,9 +1105,14 @@ static int inspect(struct ws_docker_rt *rt, struct ws_docker_api_version v, cons
 
 bool ws_docker_agent_mode(const Workspace__V1__DockerConfig *cfg)
 {
-    /* The default stays per-command until every docker test passes in
-     * agent mode too. */
-    return cfg && cfg->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT;
+    if (!cfg)
+        return false;
+    if (cfg->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT)
+        return true;
+    /* The default: agent mode, but a docker.user's commands could not
+     * enter /workspace as themselves (see docker_check). */
+    return cfg->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_DEFAULT &&
+           !(cfg->user && cfg->user[0]);
 }
 
 /* Takes the agent's connection and HELLO: b runs its commands through
@@ -1152,9 +1167,14 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     long status = 0;
     struct box *b = NULL;
     bool made = false, agent = ws_docker_agent_mode(cfg);
+    const bool asked = cfg->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT;
     struct channel ch = {.dir_fd = -1, .listen_fd = -1};
     int err;
 
+    /* The default falls back to per-command where agent mode cannot run
+     * (Describe says which it got); AGENT asked for is refused instead. */
+    if (agent && !asked && (!ws_probe_agent_path() || !rt->channel_root))
+        agent = false;
     if (!init || !ws_docker_rt_relay_path()) {
         ws_diag_set(d, "docker backend unavailable: the %s program is missing",
                     init ? WS_DOCKER_RELAY_NAME : WS_DOCKER_INIT_NAME);
@@ -1184,6 +1204,14 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     err = ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name));
     if (err < 0)
         return -EINVAL;
+    err = version(rt, &v, d);
+    if (err < 0)
+        return err;
+    if (agent && !asked && runtime_is_gvisor(cfg)) {
+        struct ws_diag ignored = {0};
+        if (runtime_check(rt, v, cfg->runtime, false, true, &ignored) == -EOPNOTSUPP)
+            agent = false;
+    }
     /* The channel's directory is named now; its socket and secret are
      * made only for a container that is to be created. */
     if (agent && snprintf(ch.dir, sizeof(ch.dir), "%s/%s", rt->channel_root, workspace_id) >=
@@ -1191,9 +1219,6 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         return -ENAMETOOLONG;
     err =
         container_fill(rt->server_id, workspace_id, dir, cfg, ident, init, agent ? &ch : NULL, &c);
-    if (err < 0)
-        return err;
-    err = version(rt, &v, d);
     if (err < 0)
         return err;
 
@@ -1239,6 +1264,8 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     }
     if (spec->runtime) {
         err = runtime_check(rt, v, spec->runtime, spec->network_allow, agent, d);
+        if (err == -EOPNOTSUPP)
+            err = -WS_EFAILED;
         if (err < 0)
             goto out;
     }

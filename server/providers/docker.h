@@ -42,7 +42,7 @@
  * server is not root) keeps the container's user as the command's, as
  * before.
  *
- * Agent mode (DockerConfig.exec_mode AGENT): the container's main process
+ * Agent mode (DockerConfig.exec_mode AGENT, and the default): the container's main process
  * is the in-box agent (wsagent, bound read-only at /.workspaced-agent),
  * started as root only to take the helper uid at once, keeping CAP_SETUID,
  * CAP_SETGID and CAP_KILL for the commands' reapers. It connects to a
@@ -150,8 +150,11 @@ struct ws_work_ctl; /* server/work/pool.h */
  * DOCKER_HOST), -ENOMEM. */
 int ws_docker_rt_new(const char *server_id, const char *channel_root, struct ws_docker_rt **ret);
 
-/* Whether a workspace's commands run through the in-box agent
- * (DockerConfig.exec_mode). */
+/* Whether a workspace's commands are to run through the in-box agent
+ * (DockerConfig.exec_mode): AGENT, or DEFAULT without a docker.user. The
+ * default still falls back to per-command at attach where agent mode
+ * cannot run (the agent not installed, gVisor registered without
+ * --host-uds=open); ws_docker_rt_exec_mode says what a container got. */
 bool ws_docker_agent_mode(const Workspace__V1__DockerConfig *cfg);
 /* Accepts NULL. After every command using it is done. */
 void ws_docker_rt_free(struct ws_docker_rt *rt);
@@ -196,6 +199,10 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
  * volumes); a container that does not exist is fine. Errors: -WS_EFAILED
  * (the daemon is unreachable or refused; nothing was forgotten). */
 int ws_docker_rt_detach(struct ws_docker_rt *rt, const char *workspace_id, struct ws_diag *d);
+
+/* How the workspace's container runs its commands: "agent",
+ * "per-command", or NULL when it has no container now. */
+const char *ws_docker_rt_exec_mode(struct ws_docker_rt *rt, const char *workspace_id);
 
 /* Whether the workspace's container lost its agent (agent mode), and why:
  * it is failed until a Resolve makes it again. */

@@ -453,7 +453,8 @@ static int docker_describe(void *rt, const struct ws_provider_ws *w,
         ci->runtime = (char *)h->runtime;
     }
     resp->container = ci;
-    resp->exec_mode = ws_docker_agent_mode(dc) ? "agent" : "per-command";
+    const char *mode = ws_docker_rt_exec_mode(docker, w->id);
+    resp->exec_mode = (char *)(mode ? mode : ws_docker_agent_mode(dc) ? "agent" : "per-command");
     /* A container that lost its agent: the workspace is failed until a
      * Resolve makes it again. */
     if (ws_docker_rt_box_failed(docker, w->id, k->why, sizeof(k->why))) {

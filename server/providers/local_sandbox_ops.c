@@ -26,9 +26,8 @@ static const Workspace__V1__LocalSandboxConfig *config_of(const ws_record *rec)
 
 bool ws_local_sandbox_agent_mode(const Workspace__V1__LocalSandboxConfig *c)
 {
-    /* The default stays per-command until every sandbox test passes in
-     * agent mode too. */
-    return c && c->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT;
+    /* Agent mode is the default. */
+    return c && c->exec_mode != WORKSPACE__V1__EXEC_MODE__EXEC_MODE_PER_COMMAND;
 }
 
 void ws_local_sandbox_limits(const Workspace__V1__LocalSandboxConfig *c, struct ws_limits *ret)
@@ -253,11 +252,15 @@ static int sandbox_exec_wrap(void *rt, const struct ws_provider_ws *w,
         char why[WS_DIAG_MESSAGE_MAX] = "";
         err = ws_sandbox_agent_wrap(rt, &spec, c->run_as, c->envp, c->timeout_ms, ret, why,
                                     sizeof(why));
-        if (err == -ENOENT && !ws_probe_agent_path()) {
+        /* bubblewrap itself first (below), then the agent's programs. */
+        struct ws_probe bw;
+        if (err == -ENOENT)
+            ws_probe_bwrap(&bw);
+        if (err == -ENOENT && bw.available && !ws_probe_agent_path()) {
             ws_diag_set(d, "the sandbox's agent (" WS_AGENT_NAME ") is not installed");
             return -WS_EFAILED;
         }
-        if (err == -ENOENT && !ws_probe_inbox_init_path()) {
+        if (err == -ENOENT && bw.available && !ws_probe_inbox_init_path()) {
             ws_diag_set(d, "the agent's init (" WS_INBOX_INIT_NAME ") is not installed");
             return -WS_EFAILED;
         }

@@ -105,6 +105,18 @@ constexpr size_t kHeadMax = 16 * 1024;
 constexpr double kGoalOpenVsDirect = 1.10;  // Open median within 10% of direct
 constexpr double kGoalRunVsDirect = 1.10;   // Run median within 10% of direct
 constexpr double kGoalStreamVsDirect = 0.9; // streaming at >= 90% of the direct rate
+// The in-box agent's goals: Run /bin/true under 2 ms at the median, at
+// least 20x faster than the Engine API's exec and within 1 ms of
+// local-bash; under gVisor within 2x of local-bash; streaming within 15% of
+// local-bash; Open no more than 10% slower than per-command.
+constexpr double kGoalAgentRunMs = 2.0;
+constexpr double kGoalAgentVsDirect = 20.0;
+constexpr double kGoalAgentOverBashMs = 1.0;
+constexpr double kGoalAgentGvisorVsBash = 2.0;
+constexpr double kGoalAgentStreamVsBash = 0.85;
+constexpr double kGoalAgentOpen = 1.10;
+// The agent part's streams: GNU coreutils' head, like the host's.
+constexpr const char *kStreamImage = "workspaced-test:debian12-py";
 
 struct Options {
     std::string server;
@@ -122,9 +134,14 @@ struct Options {
     int stream_mib = 200;
     int stream_runs = 3;
     int server_threads = 0; // 0: the server's default
+    int agent_runs = 300;   // timed Runs of each side in the agent part
+    int agent_stream_mib = 1024;
+    int agent_opens = 10;
+    int agent_concurrency = 100;
     bool keep = false;
-    // Parts to run: any of "open", "run", "stream", comma-separated.
-    std::string only = "open,run,stream,runtimes";
+    // Parts to run: any of "open", "run", "stream", "runtimes", "agent",
+    // comma-separated.
+    std::string only = "open,run,stream,runtimes,agent";
 };
 
 // Killed (or cleaned up) by Die, so that a failed run leaves nothing behind.
@@ -946,7 +963,7 @@ pid_t DockerdPid()
 
 struct Stats {
     size_t n = 0;
-    double median = 0, p90 = 0, mean = 0; // nanoseconds
+    double median = 0, p90 = 0, p99 = 0, mean = 0; // nanoseconds
 };
 
 Stats Summarize(std::vector<double> ns)
@@ -962,6 +979,7 @@ Stats Summarize(std::vector<double> ns)
     };
     s.median = at(0.5);
     s.p90 = at(0.9);
+    s.p99 = at(0.99);
     double sum = 0;
     for (double v : ns)
         sum += v;
@@ -971,6 +989,7 @@ Stats Summarize(std::vector<double> ns)
 
 struct Row {
     std::string op, side, n, median, p90, mean, r_median, r_mean, goal;
+    std::string p99 = ""; // the agent part's latency rows
 };
 
 std::vector<Row> g_rows;
@@ -998,15 +1017,15 @@ std::string Goal(bool met, const std::string &what)
 
 void PrintTable()
 {
-    Row head = {"measurement",  "side",         "n",   "median", "p90", "mean",
-                "ws/side med.", "ws/side mean", "goal"};
+    Row head = {"measurement",  "side",         "n",    "median", "p90", "mean",
+                "ws/side med.", "ws/side mean", "goal", "p99"};
     std::vector<Row> all = {head};
     all.insert(all.end(), g_rows.begin(), g_rows.end());
-    const int kCols = 9;
+    const int kCols = 10;
     size_t w[kCols] = {0};
     auto fields = [](const Row &r) {
-        return std::vector<const std::string *>{&r.op,   &r.side,     &r.n,      &r.median, &r.p90,
-                                                &r.mean, &r.r_median, &r.r_mean, &r.goal};
+        return std::vector<const std::string *>{&r.op,  &r.side, &r.n,        &r.median, &r.p90,
+                                                &r.p99, &r.mean, &r.r_median, &r.r_mean, &r.goal};
     };
     for (const auto &r : all) {
         auto f = fields(r);
@@ -1756,6 +1775,259 @@ void BenchStream(Env &e)
     }
 }
 
+// ---- the in-box agent ----
+
+// A docker workspace under `runtime` whose commands start `mode`, of the
+// bench's image or another.
+std::string OpenDockerMode(Env &e, const char *runtime, v1::ExecMode mode,
+                           const std::string &image = "")
+{
+    v1::OpenRequest rq = DockerOpenRequest(image.empty() ? e.opt.image : image);
+    rq.mutable_docker()->set_runtime(runtime);
+    rq.mutable_docker()->set_exec_mode(mode);
+    return OpenDocker(e.workspaces, rq);
+}
+
+// The floor: a local-bash workspace with the same allowlist.
+std::string OpenLocalBash(Env &e)
+{
+    v1::OpenRequest rq;
+    rq.mutable_local_bash();
+    rq.mutable_capabilities()->mutable_fs();
+    auto *shell = rq.mutable_capabilities()->mutable_shell();
+    for (const char *c : {"/bin/true", "/bin/head", "/bin/cat"})
+        shell->add_allowed_commands(c);
+    return OpenDocker(e.workspaces, rq);
+}
+
+v1::RunRequest TrueIn(const std::string &id)
+{
+    v1::RunRequest req;
+    req.set_workspace_id(id);
+    req.mutable_process()->add_argv("/bin/true");
+    return req;
+}
+
+// One Run of `head -c n /dev/zero`; fails unless exactly n NULs came back.
+void RpcRunHead(v1::Exec::Stub *exec, const std::string &id, size_t n)
+{
+    v1::RunRequest req;
+    req.set_workspace_id(id);
+    for (const std::string &a :
+         {std::string("/bin/head"), std::string("-c"), std::to_string(n), std::string("/dev/zero")})
+        req.mutable_process()->add_argv(a);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(In(300));
+    v1::RunResponse resp;
+    Check(exec->Run(&ctx, req, &resp), "Run /bin/head");
+    if (resp.exited().cause() != v1::EXIT_CAUSE_EXITED || resp.exited().exit_code() != 0 ||
+        resp.stdout().size() != n || resp.stdout().find_first_not_of('\0') != std::string::npos)
+        Fail("Run head -c %zu: cause %s, exit code %d, %zu bytes of stdout", n,
+             v1::ExitCause_Name(resp.exited().cause()).c_str(), resp.exited().exit_code(),
+             resp.stdout().size());
+}
+
+// Latency rows with p99 and the ratio of side 0 over each; goals are added
+// by the caller (indices into g_rows from the returned first row).
+size_t AgentLatencyRows(const std::string &op, const std::vector<Side> &sides,
+                        const std::vector<SideResult> &res)
+{
+    size_t first = g_rows.size();
+    Stats ws = Summarize(res[0].ns);
+    for (size_t k = 0; k < sides.size(); k++) {
+        if (!sides[k].available) {
+            g_rows.push_back(
+                {op, sides[k].name, "-", "not measured", "-", "-", "-", "-", sides[k].why});
+            continue;
+        }
+        Stats s = Summarize(res[k].ns);
+        Row r = {op,
+                 sides[k].name,
+                 std::to_string(s.n),
+                 Ms(s.median),
+                 Ms(s.p90),
+                 Ms(s.mean),
+                 k ? Ratio(ws.median, s.median) : "-",
+                 k ? Ratio(ws.mean, s.mean) : "-",
+                 "",
+                 Ms(s.p99)};
+        g_rows.push_back(r);
+    }
+    return first;
+}
+
+// Run /bin/true in docker agent mode against per-command mode, the Engine
+// API's exec called directly, dockerode and local-bash, taking turns; the
+// same under gVisor; 1 GiB streamed out of each box against local-bash;
+// Open and the first command after it; 100 concurrent commands in one box.
+void BenchAgent(Env &e)
+{
+    SetUpExecTargets(e);
+    const int runs = e.opt.agent_runs, warm = std::max(5, runs / 20), block = 20;
+    std::string agent = OpenDockerMode(e, "runc", v1::EXEC_MODE_AGENT);
+    std::string per_cmd = OpenDockerMode(e, "runc", v1::EXEC_MODE_PER_COMMAND);
+    std::string agent_sc = OpenDockerMode(e, "runsc", v1::EXEC_MODE_AGENT);
+    std::string per_cmd_sc = OpenDockerMode(e, "runsc", v1::EXEC_MODE_PER_COMMAND);
+    std::string bash = OpenLocalBash(e);
+    v1::RunRequest ta = TrueIn(agent), tp = TrueIn(per_cmd), tas = TrueIn(agent_sc),
+                   tps = TrueIn(per_cmd_sc), tb = TrueIn(bash);
+    for (const auto *rq : {&ta, &tp, &tas, &tps, &tb})
+        RpcRunTrue(e.exec, *rq);
+    auto rpc = [&](const v1::RunRequest &rq) {
+        return [&e, &rq](int n) { return Times(n, [&] { RpcRunTrue(e.exec, rq); }); };
+    };
+
+    std::vector<Side> sides = {
+        {"docker agent mode (runc)", rpc(ta), e.server.pid()},
+        {"docker per-command (runc)", rpc(tp), e.server.pid()},
+        {"direct: exec create + attached start + inspect",
+         [&](int n) { return Times(n, [&] { DirectRunTrue(e); }); }, 0},
+        {"dockerode: exec + start (hijack) + inspect",
+         [&](int n) { return e.node.AskTimes(Fmt("run %d", n), n); }, e.node.pid(), e.node.ok(),
+         e.node.why()},
+        {"local-bash (the floor)", rpc(tb), e.server.pid()},
+    };
+    std::vector<SideResult> res = Measure(sides, warm, runs, block);
+    size_t at = AgentLatencyRows("Run /bin/true, agent", sides, res);
+    Stats a = Summarize(res[0].ns), direct = Summarize(res[2].ns), floor = Summarize(res[4].ns);
+    g_rows[at].goal = Goal(a.median < kGoalAgentRunMs * 1e6,
+                           Fmt("p50 %.2f ms, goal under %.0f ms", a.median / 1e6, kGoalAgentRunMs));
+    g_rows[at + 2].goal =
+        Goal(direct.median >= kGoalAgentVsDirect * a.median,
+             Fmt("%.1fx faster, goal >= %.0fx", direct.median / a.median, kGoalAgentVsDirect));
+    g_rows[at + 4].goal = Goal(a.median - floor.median <= kGoalAgentOverBashMs * 1e6,
+                               Fmt("%+.2f ms, goal within %.0f ms", (a.median - floor.median) / 1e6,
+                                   kGoalAgentOverBashMs));
+
+    std::vector<Side> gv = {
+        {"docker agent mode (runsc)", rpc(tas), e.server.pid()},
+        {"docker per-command (runsc)", rpc(tps), e.server.pid()},
+        {"local-bash (the floor)", rpc(tb), e.server.pid()},
+    };
+    res = Measure(gv, warm, runs, block);
+    at = AgentLatencyRows("Run /bin/true, agent under gVisor", gv, res);
+    Stats g = Summarize(res[0].ns), gf = Summarize(res[2].ns);
+    g_rows[at + 2].goal = Goal(
+        g.median <= kGoalAgentGvisorVsBash * gf.median,
+        Fmt("%.2fx local-bash, goal within %.0fx", g.median / gf.median, kGoalAgentGvisorVsBash));
+
+    // Streaming: each box's head -c LEN, byte-checked, against local-bash.
+    // The boxes run Debian's image, so that head is the host's own GNU
+    // coreutils (busybox's head writes in 4 KiB pieces); per-command mode,
+    // whose output comes through the daemon, for comparison.
+    std::string deb_agent = OpenDockerMode(e, "runc", v1::EXEC_MODE_AGENT, kStreamImage),
+                deb_per_cmd = OpenDockerMode(e, "runc", v1::EXEC_MODE_PER_COMMAND, kStreamImage),
+                deb_agent_sc = OpenDockerMode(e, "runsc", v1::EXEC_MODE_AGENT, kStreamImage),
+                deb_per_cmd_sc =
+                    OpenDockerMode(e, "runsc", v1::EXEC_MODE_PER_COMMAND, kStreamImage);
+    uint64_t len = (uint64_t)e.opt.agent_stream_mib * kMiB;
+    auto stream = [&](const std::string &id) {
+        return [&e, id, len](int n) {
+            return Times(n, [&] {
+                StreamResult r = RpcStream(e.exec, id, len);
+                if (r.stdout_bytes != len || r.exited.cause() != v1::EXIT_CAUSE_EXITED ||
+                    r.exited.exit_code() != 0)
+                    Fail("stream: %llu of %llu B, cause %s", (unsigned long long)r.stdout_bytes,
+                         (unsigned long long)len, v1::ExitCause_Name(r.exited.cause()).c_str());
+            });
+        };
+    };
+    std::vector<Side> ss = {
+        {"docker agent mode (runc)", stream(deb_agent), e.server.pid()},
+        {"docker agent mode (runsc)", stream(deb_agent_sc), e.server.pid()},
+        {"docker per-command (runc)", stream(deb_per_cmd), e.server.pid()},
+        {"docker per-command (runsc)", stream(deb_per_cmd_sc), e.server.pid()},
+        {"local-bash (the floor)", stream(bash), e.server.pid()},
+    };
+    res = Measure(ss, 0, e.opt.stream_runs, 1);
+    std::string op = Fmt("Start head -c %d MiB, agent", e.opt.agent_stream_mib);
+    Stats fl = Summarize(res[4].ns);
+    for (size_t k = 0; k < ss.size(); k++) {
+        Stats s = Summarize(res[k].ns);
+        Row r = {op,
+                 ss[k].name,
+                 std::to_string(s.n),
+                 Rate((double)len, s.median) + " (" + Ms(s.median) + ")",
+                 Rate((double)len, s.p90),
+                 Rate((double)len, s.mean),
+                 k < 4 ? Fmt("%.0f%% of local-bash", 100 * fl.median / s.median) : "-",
+                 "-",
+                 ""};
+        if (k < 2) // the goal is agent mode's
+            r.goal = Goal(fl.median >= kGoalAgentStreamVsBash * s.median,
+                          Fmt("%.0f%% of local-bash's rate, goal >= %.0f%%",
+                              100 * fl.median / s.median, 100 * kGoalAgentStreamVsBash));
+        g_rows.push_back(r);
+    }
+
+    // Open, then the first command: each mode in turn, Close untimed.
+    for (const char *runtime : {"runc", "runsc"}) {
+        std::vector<double> open_ns[2], first_ns[2];
+        for (int i = 0; i < e.opt.agent_opens; i++)
+            for (int m = 0; m < 2; m++) {
+                int k = (m + i) % 2;
+                auto t0 = Clock::now();
+                std::string id =
+                    OpenDockerMode(e, runtime, k ? v1::EXEC_MODE_PER_COMMAND : v1::EXEC_MODE_AGENT);
+                auto t1 = Clock::now();
+                RpcRunTrue(e.exec, TrueIn(id));
+                auto t2 = Clock::now();
+                open_ns[k].push_back(Nanos(t0, t1));
+                first_ns[k].push_back(Nanos(t1, t2));
+                CloseWorkspace(e.workspaces, id);
+            }
+        Stats oa = Summarize(open_ns[0]), op_ = Summarize(open_ns[1]);
+        Stats fa = Summarize(first_ns[0]), fp = Summarize(first_ns[1]);
+        std::string o = Fmt("Open, agent (%s)", runtime),
+                    f = Fmt("first Run after Open (%s)", runtime);
+        g_rows.push_back({o, "agent mode", std::to_string(oa.n), Ms(oa.median), Ms(oa.p90),
+                          Ms(oa.mean), Ratio(oa.median, op_.median), Ratio(oa.mean, op_.mean),
+                          Goal(oa.median <= kGoalAgentOpen * op_.median,
+                               Fmt("%+.1f%% of per-command, goal within +%.0f%%",
+                                   100 * (oa.median / op_.median - 1), 100 * (kGoalAgentOpen - 1))),
+                          Ms(oa.p99)});
+        g_rows.push_back({o, "per-command", std::to_string(op_.n), Ms(op_.median), Ms(op_.p90),
+                          Ms(op_.mean), "-", "-", "", Ms(op_.p99)});
+        g_rows.push_back({f, "agent mode", std::to_string(fa.n), Ms(fa.median), Ms(fa.p90),
+                          Ms(fa.mean), Ratio(fa.median, fp.median), Ratio(fa.mean, fp.mean), "",
+                          Ms(fa.p99)});
+        g_rows.push_back({f, "per-command", std::to_string(fp.n), Ms(fp.median), Ms(fp.p90),
+                          Ms(fp.mean), "-", "-", "", Ms(fp.p99)});
+    }
+
+    // Concurrent commands in one box, each with its own exact output.
+    for (const std::string *id : {&agent, &agent_sc}) {
+        const int n = e.opt.agent_concurrency;
+        std::vector<std::thread> th;
+        std::vector<std::string> errors(n);
+        auto t0 = Clock::now();
+        for (int i = 0; i < n; i++)
+            th.emplace_back([&, i] {
+                try {
+                    RpcRunHead(e.exec, *id, 1000 + (size_t)i);
+                } catch (const BenchError &ex) {
+                    errors[i] = ex.what();
+                }
+            });
+        for (auto &t : th)
+            t.join();
+        double ns = Nanos(t0, Clock::now());
+        int bad = 0;
+        std::string first;
+        for (const auto &er : errors)
+            if (!er.empty() && bad++ == 0)
+                first = er;
+        g_rows.push_back({Fmt("%d concurrent Runs in one box", n),
+                          id == &agent ? "docker agent mode (runc)" : "docker agent mode (runsc)",
+                          std::to_string(n), Ms(ns) + " (all)", "-", Ms(ns / n) + " each", "-", "-",
+                          Goal(bad == 0, bad ? Fmt("%d wrong: %s", bad, first.c_str())
+                                             : "all complete with exact output")});
+    }
+    for (const std::string *id : {&agent, &per_cmd, &agent_sc, &per_cmd_sc, &bash, &deb_agent,
+                                  &deb_per_cmd, &deb_agent_sc, &deb_per_cmd_sc})
+        CloseWorkspace(e.workspaces, *id);
+}
+
 void Usage(FILE *f)
 {
     fprintf(f,
@@ -1777,7 +2049,12 @@ void Usage(FILE *f)
             "  --stream-mib N       bytes head -c writes, in MiB [200]\n"
             "  --stream-runs N      streams of each side (median reported) [3]\n"
             "  --server-threads N   pass --threads N to the server [its default]\n"
-            "  --only LIST          parts to run, comma-separated: open,run,stream,runtimes [all]\n"
+            "  --agent-runs N       timed Runs of each side in the agent part [300]\n"
+            "  --agent-stream-mib N the agent part's stream, in MiB [1024]\n"
+            "  --agent-opens N      Opens of each mode in the agent part [10]\n"
+            "  --agent-concurrency N concurrent Runs in one box [100]\n"
+            "  --only LIST          parts to run, comma-separated: open,run,stream,runtimes,agent\n"
+            "                       [all]\n"
             "  --tmp DIR            where the state directory goes [$TMPDIR or /tmp]\n"
             "  --keep               keep the state directory\n",
             kDefaultSocket, kDefaultImage);
@@ -1815,6 +2092,10 @@ Options ParseArgs(int argc, char **argv)
             {"--stream-mib", &o.stream_mib, 5, 65536},
             {"--stream-runs", &o.stream_runs, 1, 1000},
             {"--server-threads", &o.server_threads, 1, 1024},
+            {"--agent-runs", &o.agent_runs, 1, 10000000},
+            {"--agent-stream-mib", &o.agent_stream_mib, 1, 65536},
+            {"--agent-opens", &o.agent_opens, 1, 100000},
+            {"--agent-concurrency", &o.agent_concurrency, 1, 1000},
         };
         bool matched = false;
         for (auto &x : ints) {
@@ -2039,6 +2320,11 @@ int main(int argc, char **argv)
         if (wanted("stream")) {
             Part("Start stream", [&] { BenchStream(e); });
             fprintf(stderr, "docker_bench: streaming done at %.1f s\n",
+                    Seconds(start, Clock::now()));
+        }
+        if (wanted("agent")) {
+            Part("agent", [&] { BenchAgent(e); });
+            fprintf(stderr, "docker_bench: the in-box agent done at %.1f s\n",
                     Seconds(start, Clock::now()));
         }
         if (wanted("runtimes")) {

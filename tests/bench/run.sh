@@ -75,7 +75,8 @@ if [[ $quick == 1 ]]; then
                 --concurrency 20 --conc-each 10 --conc-rounds 1)
     sandbox_args+=(--iters 100 --warmup 10 --stream-mib 64 --stream-runs 1)
     docker_args+=(--opens 5 --open-warmup 1 --runs 20 --run-warmup 2 --run-block 10
-                  --stream-mib 16 --stream-runs 1)
+                  --stream-mib 16 --stream-runs 1 --agent-runs 40 --agent-stream-mib 64
+                  --agent-opens 2)
     auth_args+=(--iters 200 --warmup 20 --workspaces 200 --abuse-iters 300 --abuse-seconds 5
                 --big-mib 16)
 fi

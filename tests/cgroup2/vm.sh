@@ -9,9 +9,10 @@
 #   bash tests/cgroup2/vm.sh --smoke
 #       boot, mount cgroup2, check that cgroup.controllers lists pids,
 #       memory and cpu, check the host's root is usable, power off;
-#   bash tests/cgroup2/vm.sh [--timeout SECONDS] BINARY [BINARY...]
+#   bash tests/cgroup2/vm.sh [--timeout SECONDS] [NAME=VALUE] BINARY [...]
 #       run each binary (a Bazel test binary: its runfiles are found next
-#       to it) inside the VM.
+#       to it) inside the VM; NAME=VALUE sets an environment variable for
+#       the binaries after it (as a test target's env would).
 #
 # Exits 0 when everything passed, 1 when something failed or the VM did
 # not finish in time, 2 when it cannot run here (missing tools, no kernel).
@@ -167,6 +168,10 @@ echo "$mode" >"$root/job/mode"
   echo 'passed=0; failed=0; n=0'
   echo 'export HOME=/tmp PATH=/usr/sbin:/usr/bin:/sbin:/bin TEST_WORKSPACE=workspaced GTEST_COLOR=no'
   for b in "${bins[@]}"; do
+    if [[ "$b" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]]; then
+      printf 'export %q=%q\n' "${b%%=*}" "${b#*=}"
+      continue
+    fi
     real=$(realpath -e "$b") || cannot "no such binary: $b"
     [ -x "$real" ] || cannot "not executable: $b"
     q=$(printf '%q' "$real")

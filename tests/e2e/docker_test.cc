@@ -622,7 +622,7 @@ TEST_F(DockerTest, HardeningIsWhatTheDaemonReports)
     EXPECT_EQ(d.container().memory_swap_bytes(), 256LL << 20);
     EXPECT_EQ(d.container().other_mounts(), 0u);
     // How its commands start, and what the container's main process is.
-    const bool agent = wstest::TestExecMode() == EXEC_MODE_AGENT;
+    const bool agent = wstest::AgentMode();
     EXPECT_EQ(d.exec_mode(), agent ? "agent" : "per-command");
     EXPECT_EQ(json_string_value(json_array_get(j.at("Config.Entrypoint"), 0)),
               std::string(agent ? "/.workspaced-agent" : "/.workspaced-init"));
@@ -981,7 +981,7 @@ TEST_F(DockerTest, ACommandCannotForgeItsExitOrEscape)
 // and the main process is untouched.
 TEST_F(DockerTest, ACommandCannotReachTheContainersMainProcess)
 {
-    const bool agent = wstest::TestExecMode() == EXEC_MODE_AGENT;
+    const bool agent = wstest::AgentMode();
     DockerOptions o;
     o.image = "workspaced-test:debian12-py";
     o.allowed = {"sh", "python3", "cat"};
@@ -1056,7 +1056,7 @@ TEST_F(DockerTest, ACommandCannotReachTheContainersMainProcess)
 // container over the same files.
 TEST_F(DockerTest, ALostAgentFailsTheWorkspaceUntilResolve)
 {
-    if (wstest::TestExecMode() != EXEC_MODE_AGENT)
+    if (!wstest::AgentMode())
         GTEST_SKIP() << "per-command mode: no agent in the container";
     wstest::Ws w = Open();
     std::string cid = ContainerOf(w.id);
@@ -1304,7 +1304,7 @@ TEST_F(DockerTest, OutOfMemoryIsReportedAsOom)
                           ArgvProcess({"sh", "-c",
                                        "x=$(head -c 67108864 /dev/zero | tr '\\0' a); "
                                        "echo ${#x}"}));
-    const bool agent = wstest::TestExecMode() == EXEC_MODE_AGENT;
+    const bool agent = wstest::AgentMode();
     if (TestRuntime() != "runsc") {
         EXPECT_EQ(r.exited().cause(), EXIT_CAUSE_OOM) << r.exited().DebugString() << r.stderr();
         return;
@@ -1574,7 +1574,7 @@ TEST_F(DockerTest, RestartAfterKillReconcilesAndResolveRecreates)
     EXPECT_EQ(Docker("GET", "/containers/" + cid + "/json").status, 200);
     // ...but in agent mode not its commands: the agent saw its channel end,
     // ended everything and exited, and the container with it.
-    if (wstest::TestExecMode() == EXEC_MODE_AGENT) {
+    if (wstest::AgentMode()) {
         auto deadline = Clock::now() + std::chrono::seconds(15);
         while (Json(Docker("GET", "/containers/" + cid + "/json").body).flag("State.Running") &&
                Clock::now() < deadline)

@@ -500,6 +500,11 @@ workspace::v1::ExecMode TestExecMode()
     return workspace::v1::EXEC_MODE_DEFAULT;
 }
 
+bool AgentMode()
+{
+    return TestExecMode() != workspace::v1::EXEC_MODE_PER_COMMAND;
+}
+
 Ws Open(workspace::v1::Workspaces::Stub *stub, const std::string &provider, uint64_t max_file_size)
 {
     workspace::v1::OpenRequest req;

@@ -141,6 +141,8 @@ struct Ws {
 // WS_TEST_EXEC_MODE ("agent" or "per-command"; unset: the server's
 // default). A suite built twice, once per mode, covers both.
 workspace::v1::ExecMode TestExecMode();
+// Whether those Opens run in agent mode (asked for, or the default).
+bool AgentMode();
 
 Ws Open(workspace::v1::Workspaces::Stub *stub, const std::string &provider,
         uint64_t max_file_size = 0);

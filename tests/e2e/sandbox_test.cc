@@ -81,7 +81,7 @@ const std::vector<std::string> kDockerSockets = {"/var/run/docker.sock", "/run/d
 // Whether the suite runs its sandboxes in agent mode (WS_TEST_EXEC_MODE).
 bool Agent()
 {
-    return wstest::TestExecMode() == EXEC_MODE_AGENT;
+    return wstest::AgentMode();
 }
 
 // Processes naming a workspace's directory while it is open and idle: none

@@ -28,6 +28,8 @@ grpc::Status OpenDocker(Workspaces::Stub *stub, std::string *ret_id)
     DockerConfig *dc = req.mutable_docker();
     dc->set_image("busybox:fake");
     dc->set_pull_policy(PULL_NEVER);
+    // The fake daemon starts no container's agent.
+    dc->set_exec_mode(EXEC_MODE_PER_COMMAND);
     req.mutable_capabilities()->mutable_fs();
     OpenResponse resp;
     ClientContext ctx;

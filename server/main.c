@@ -21,6 +21,7 @@
 #include "server/app.h"
 #include "server/base/macros.h"
 #include "server/base/time.h"
+#include "server/base/version.h"
 #include "server/conf/conf.h"
 #include "server/docker/api.h"
 #include "server/docker/endpoint.h"
@@ -107,7 +108,8 @@ enum {
     /* Flags that are not settings. */
     CONFIG = SETTINGS_END,
     CHECKCONFIG,
-    HELP
+    HELP,
+    VERSION_FLAG
 };
 #define N_SETTINGS (SETTINGS_END - LISTEN)
 
@@ -234,6 +236,7 @@ static void usage(FILE *f)
         f,
         "usage: workspaced [--config FILE] [options]\n"
         "       workspaced --check-config FILE [options]\n"
+        "       workspaced --version\n"
         "  --config FILE          read settings from FILE first; flags override it\n"
         "                         (the file's keys are in the README's Configuration section)\n"
         "  --check-config FILE    check FILE (and the flags with it) as a start would, start\n"
@@ -858,12 +861,12 @@ static void default_quotas(struct options *o)
             *q[i].field = on ? q[i].dflt : 0;
 }
 
-/* Returns 0 to run, 1 to exit 0 (--help, a good --check-config), -1 to
- * exit 2. The file is read first, whatever the order of the arguments,
+/* Returns 0 to run, 1 to exit 0 (--help, --version, a good
+ * --check-config), -1 to exit 2. The file is read first, whatever the order of the arguments,
  * so a flag overrides it. */
 static int parse_args(int argc, char **argv, struct options *o)
 {
-    struct option longopts[N_ROWS + 4];
+    struct option longopts[N_ROWS + 5];
     struct flag *flags = NULL;
     size_t n_flags = 0, i;
     const char *check = NULL;
@@ -891,6 +894,7 @@ static int parse_args(int argc, char **argv, struct options *o)
     longopts[i++] = (struct option){"config", required_argument, NULL, CONFIG};
     longopts[i++] = (struct option){"check-config", required_argument, NULL, CHECKCONFIG};
     longopts[i++] = (struct option){"help", no_argument, NULL, HELP};
+    longopts[i++] = (struct option){"version", no_argument, NULL, VERSION_FLAG};
     longopts[i] = (struct option){NULL, 0, NULL, 0};
 
     flags = calloc((size_t)argc + 1, sizeof(*flags));
@@ -910,6 +914,10 @@ static int parse_args(int argc, char **argv, struct options *o)
             break;
         case HELP:
             usage(stdout);
+            rc = 1;
+            goto out;
+        case VERSION_FLAG:
+            printf("workspaced %s\n", WS_VERSION);
             rc = 1;
             goto out;
         default:

@@ -12,6 +12,7 @@
 
 #include "clients/cli/cli.h"
 #include "clients/cli/output.h"
+#include "server/base/version.h"
 
 /* The server's default listener. gRPC dials unix:PATH targets itself. */
 #define ADDR_DEFAULT "unix:/run/workspaced/workspaced.sock"
@@ -53,6 +54,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: wsctl [--addr ADDR] [--token T] [TLS options] [--node NAME] [--json]\n"
                "             COMMAND ...\n"
+               "       wsctl --version\n"
                "  ADDR is HOST:PORT, or unix:/PATH for the server's unix socket\n"
                "  address and token default to $WORKSPACED_ADDR (else " ADDR_DEFAULT ")\n"
                "  and $WORKSPACED_TOKEN\n"
@@ -160,6 +162,7 @@ int main(int argc, char **argv)
         {"token", required_argument, NULL, 'k'},
         {"json", no_argument, NULL, 'j'},
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
         {"tls", no_argument, NULL, 'T'},
         {"tls-ca", required_argument, NULL, 'C'},
         {"tls-cert", required_argument, NULL, 'c'},
@@ -220,6 +223,9 @@ int main(int argc, char **argv)
             break;
         case 'h':
             usage(stdout);
+            return WSC_EXIT_OK;
+        case 'V':
+            printf("wsctl %s\n", WS_VERSION);
             return WSC_EXIT_OK;
         default:
             return wsc_usage_error("unknown global option '%s'", argv[optind - 1]);

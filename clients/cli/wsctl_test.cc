@@ -512,6 +512,12 @@ TEST_F(WsctlTest, DefaultAddressIsTheServersUnixSocket)
     Result help = Wsctl({"--help"}, o);
     EXPECT_EQ(help.code, 0);
     EXPECT_NE(help.out.find("(else " + def + ")"), std::string::npos) << help.out;
+    // The release, the repository's VERSION, as the server's is.
+    std::string version = ReadFile("VERSION");
+    ASSERT_FALSE(version.empty());
+    Result v = Wsctl({"--version"}, o);
+    EXPECT_EQ(v.code, 0);
+    EXPECT_EQ(v.out, "wsctl " + version);
 
     // The flag wins over a variable naming a dead address.
     o.env = {"WORKSPACED_ADDR=" + DeadAddress()};

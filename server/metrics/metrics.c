@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "server/base/macros.h"
+#include "server/base/version.h"
 
 #define LABELS_MAX 2
 /* Upper bounds of the latency histograms, seconds (+Inf is implied). */
@@ -363,6 +364,12 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
             "# HELP workspaced_connections Client connections open now.\n"
             "# TYPE workspaced_connections gauge\nworkspaced_connections %u\n",
             conns);
+    /* The release this server is (VERSION), as Prometheus' convention
+     * for build information: a gauge of 1 with the version as a label. */
+    put(&b,
+        "# HELP workspaced_build_info The server's release, as the label version.\n"
+        "# TYPE workspaced_build_info gauge\nworkspaced_build_info{version=\"%s\"} 1\n",
+        WS_VERSION);
     if (refused_fn)
         put(&b,
             "# HELP workspaced_connections_refused_total Connections closed on accept: the "

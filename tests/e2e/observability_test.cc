@@ -191,6 +191,10 @@ TEST(ObservabilityTest, MetricsCountAKnownSequenceExactly)
     EXPECT_EQ(s0.get("workspaced_active_workspaces{tenant=\"default\"}"), -1);
     EXPECT_EQ(s0.get("workspaced_active_commands{tenant=\"default\"}"), -1);
     EXPECT_EQ(s0.sum("workspaced_rejections_total"), 0);
+    // The release, from VERSION, as build information.
+    std::string version = wstest::ReadHostFile("VERSION");
+    version = version.substr(0, version.find('\n'));
+    EXPECT_EQ(s0.get("workspaced_build_info{version=\"" + version + "\"}"), 1);
 
     auto ws = srv.workspaces();
     auto fs = srv.fs();

@@ -54,6 +54,25 @@ TEST(Server, BadFlagsExitWithUsage)
     EXPECT_EQ(WEXITSTATUS(st), 2);
 }
 
+// One version, the repository's VERSION file: `--version` prints it and
+// exits 0 without starting anything (no --state-dir needed).
+TEST(Server, VersionIsTheVersionFile)
+{
+    std::string want = wstest::ReadHostFile("VERSION");
+    ASSERT_FALSE(want.empty());
+    want = want.substr(0, want.find('\n'));
+    FILE *p = popen("server/workspaced --version 2>&1", "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[256];
+    while (fgets(buf, sizeof(buf), p))
+        out += buf;
+    int st = pclose(p);
+    ASSERT_TRUE(WIFEXITED(st)) << st;
+    EXPECT_EQ(WEXITSTATUS(st), 0);
+    EXPECT_EQ(out, "workspaced " + want + "\n");
+}
+
 TEST(Server, CreatesStateDirPrivate)
 {
     std::string parent = wstest::MakeTempDir("sd");

@@ -98,6 +98,13 @@ TEST(Stdlib, PythonSuitesPassInADockerWorkspaceOnDebian)
     ASSERT_TRUE(s.ok()) << s.error_message() << " (the image " << kImage
                         << " is built by tests/fixtures/debian/build.sh)";
     RunSuites(srv, resp.workspace().id());
+    // Closed, so that its container does not outlive the test.
+    CloseRequest creq;
+    creq.set_workspace_id(resp.workspace().id());
+    CloseResponse cresp;
+    ClientContext cctx;
+    cctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    EXPECT_TRUE(ws->Close(&cctx, creq, &cresp).ok());
 }
 
 } // namespace

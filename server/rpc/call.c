@@ -369,9 +369,10 @@ static void set_status_locked(struct ws_call *c, struct ws_rpc_status *st)
 }
 
 /* The core ends the call itself (bad request, unknown method). */
-static void fail_core_locked(struct ws_call *c, grpc_status_code code, const char *reason,
-                             const char *message, const char *field)
+static void fail_core_locked(struct ws_call *c, grpc_status_code code,
+                             Workspace__V1__ErrorReason why, const char *message, const char *field)
 {
+    const char *reason = ws_rpc_reason_name(why);
     const char *key = "field";
     struct ws_rpc_status st;
 
@@ -471,17 +472,21 @@ void ws_rpc_call_accepted(struct ws_call *c)
      * tenant (see auth.c for why it is not carried from there). */
     if (c->server->auth &&
         !ws_rpc_auth_tenant(c->server->auth, c->call, &c->request_md, c->tenant)) {
-        fail_core_locked(c, GRPC_STATUS_UNAUTHENTICATED, NULL, WS_RPC_UNAUTHENTICATED, NULL);
+        fail_core_locked(c, GRPC_STATUS_UNAUTHENTICATED,
+                         WORKSPACE__V1__ERROR_REASON__ERROR_REASON_UNSPECIFIED,
+                         WS_RPC_UNAUTHENTICATED, NULL);
         goto out;
     }
     if (!c->server->auth)
         snprintf(c->tenant, sizeof(c->tenant), "%s", WS_RPC_TENANT_DEFAULT);
     if (!c->method) {
-        fail_core_locked(c, GRPC_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED", "unknown method", NULL);
+        fail_core_locked(c, GRPC_STATUS_UNIMPLEMENTED, WORKSPACE__V1__ERROR_REASON__UNIMPLEMENTED,
+                         "unknown method", NULL);
         goto out;
     }
     if (issue_recv_locked(c) < 0) {
-        fail_core_locked(c, GRPC_STATUS_INTERNAL, "INTERNAL", NULL, NULL);
+        fail_core_locked(c, GRPC_STATUS_INTERNAL, WORKSPACE__V1__ERROR_REASON__INTERNAL, NULL,
+                         NULL);
         goto out;
     }
 out:
@@ -523,12 +528,13 @@ static void first_message_locked(struct ws_call *c, bool ok, grpc_byte_buffer *b
         return;
     }
     if (!bb && (m->kind == WS_RPC_UNARY || m->kind == WS_RPC_SERVER_STREAM)) {
-        fail_core_locked(c, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED", "missing request message",
-                         NULL);
+        fail_core_locked(c, GRPC_STATUS_INVALID_ARGUMENT, WORKSPACE__V1__ERROR_REASON__MALFORMED,
+                         "missing request message", NULL);
         return;
     }
     if (bb && decode(c, bb, &msg, field, sizeof(field)) < 0) {
-        fail_core_locked(c, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED", NULL, field);
+        fail_core_locked(c, GRPC_STATUS_INVALID_ARGUMENT, WORKSPACE__V1__ERROR_REASON__MALFORMED,
+                         NULL, field);
         return;
     }
     if (counts_as_stream(c)) {
@@ -572,7 +578,8 @@ static void next_message_locked(struct ws_call *c, bool ok, grpc_byte_buffer *bb
     if (bb && decode(c, bb, &msg, field, sizeof(field)) < 0) {
         if (c->finished)
             return;
-        fail_core_locked(c, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED", NULL, field);
+        fail_core_locked(c, GRPC_STATUS_INVALID_ARGUMENT, WORKSPACE__V1__ERROR_REASON__MALFORMED,
+                         NULL, field);
         deliver_cancel_locked(c);
         return;
     }
@@ -780,13 +787,14 @@ out:
     return r;
 }
 
-int ws_call_fail_status(struct ws_call *call, grpc_status_code code, const char *reason,
-                        const char *message)
+int ws_call_fail_status(struct ws_call *call, Workspace__V1__ErrorReason why, const char *message)
 {
+    const char *reason = ws_rpc_reason_name(why);
+    grpc_status_code code;
     struct ws_rpc_status st;
     int r;
 
-    if (code == GRPC_STATUS_OK)
+    if (!ws_rpc_reason_info(why, &code, NULL))
         return -EINVAL;
     call_lock(call);
     r = check_open_locked(call);

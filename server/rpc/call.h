@@ -36,6 +36,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "server/base/errors.h"
+#include "workspace/v1/common.pb-c.h"
 
 enum ws_rpc_kind {
     WS_RPC_UNARY,
@@ -120,9 +121,10 @@ int ws_call_finish(struct ws_call *call, const ProtobufCMessage *msg);
  * a send is in flight. Returns as ws_call_finish. */
 int ws_call_fail(struct ws_call *call, int err, const struct ws_diag *d);
 
-/* Ends the call with an explicit code and reason (reason may be NULL: no
- * ErrorInfo metadata beyond the domain). -EINVAL for GRPC_STATUS_OK. */
-int ws_call_fail_status(struct ws_call *call, grpc_status_code code, const char *reason,
+/* Ends the call with a reason of workspace.v1.ErrorReason and its code
+ * (the one table's); message NULL: the reason's default. -EINVAL for
+ * ERROR_REASON_UNSPECIFIED. */
+int ws_call_fail_status(struct ws_call *call, Workspace__V1__ErrorReason reason,
                         const char *message);
 
 /* The tenant the call was authenticated as (WS_RPC_TENANT_DEFAULT when the
@@ -269,5 +271,13 @@ long ws_rpc_server_live_calls(struct ws_rpc_server *s);
 /* Maps an error number to a gRPC code and ErrorInfo reason (the one
  * table). Exposed for tests. */
 void ws_rpc_error_status(int err, grpc_status_code *ret_code, const char **ret_reason);
+/* The reason an error number maps to (INTERNAL for any the table lacks). */
+Workspace__V1__ErrorReason ws_rpc_error_reason(int err);
+/* A reason's name as ErrorInfo carries it; NULL for UNSPECIFIED. */
+const char *ws_rpc_reason_name(Workspace__V1__ErrorReason reason);
+/* A reason's gRPC code and default message; false when the server's table
+ * lacks the reason (the status table test proves it lacks none). */
+bool ws_rpc_reason_info(Workspace__V1__ErrorReason reason, grpc_status_code *ret_code,
+                        const char **ret_message);
 
 #endif

@@ -12,6 +12,7 @@
 #include "google/protobuf/any.pb-c.h"
 #include "google/rpc/error_details.pb-c.h"
 #include "google/rpc/status.pb-c.h"
+#include "workspace/v1/common.pb-c.h"
 #include "server/base/errors.h"
 #include "server/base/macros.h"
 #include "server/metrics/metrics.h"
@@ -21,152 +22,192 @@
 /* ErrorInfo metadata pairs: the diag's plus the ones added here. */
 #define META_MAX   (WS_DIAG_META_MAX + 2)
 #define REASON_MAX 64
+#define R(name)    WORKSPACE__V1__ERROR_REASON__##name
 
 static const struct errmap {
     int err;
-    grpc_status_code code;
-    const char *reason;
+    Workspace__V1__ErrorReason reason;
 } errmap[] = {
-    {-EXDEV, GRPC_STATUS_INVALID_ARGUMENT, "PATH_ESCAPE"},
-    {-ELOOP, GRPC_STATUS_INVALID_ARGUMENT, "SYMLINK_LOOP"},
-    {-WS_ESYMLINK_LEAF, GRPC_STATUS_INVALID_ARGUMENT, "SYMLINK_LEAF"},
-    {-WS_EBADPATTERN, GRPC_STATUS_INVALID_ARGUMENT, "BAD_PATTERN"},
-    {-WS_EBADPATH, GRPC_STATUS_INVALID_ARGUMENT, "BAD_PATH"},
-    {-ENAMETOOLONG, GRPC_STATUS_INVALID_ARGUMENT, "BAD_PATH"},
-    {-WS_EMALFORMED, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED"},
-    {-EINVAL, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED"},
-    {-WS_ELIMIT, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT"},
-    {-WS_EBADREF, GRPC_STATUS_INVALID_ARGUMENT, "BAD_REF"},
-    {-EFBIG, GRPC_STATUS_RESOURCE_EXHAUSTED, "SIZE_CAP"},
-    {-WS_EQUOTA, GRPC_STATUS_RESOURCE_EXHAUSTED, "QUOTA"},
-    {-ENOSPC, GRPC_STATUS_RESOURCE_EXHAUSTED, "NO_SPACE"},
-    {-EDQUOT, GRPC_STATUS_RESOURCE_EXHAUSTED, "NO_SPACE"},
-    {-ENOMEM, GRPC_STATUS_RESOURCE_EXHAUSTED, "NO_MEMORY"},
-    {-ENOENT, GRPC_STATUS_NOT_FOUND, "NO_SUCH_FILE"},
-    {-WS_ENOWORKSPACE, GRPC_STATUS_NOT_FOUND, "NO_SUCH_WORKSPACE"},
-    {-ESRCH, GRPC_STATUS_NOT_FOUND, "NO_SUCH_PROCESS"},
-    {-WS_EEVICTED, GRPC_STATUS_NOT_FOUND, "WORKSPACE_EVICTED"},
-    {-WS_ECAPABILITY, GRPC_STATUS_FAILED_PRECONDITION, "CAPABILITY_MISSING"},
-    {-WS_EDISABLED, GRPC_STATUS_FAILED_PRECONDITION, "PROVIDER_DISABLED"},
+    {-EXDEV, R(PATH_ESCAPE)},
+    {-ELOOP, R(SYMLINK_LOOP)},
+    {-WS_ESYMLINK_LEAF, R(SYMLINK_LEAF)},
+    {-WS_EBADPATTERN, R(BAD_PATTERN)},
+    {-WS_EBADPATH, R(BAD_PATH)},
+    {-ENAMETOOLONG, R(BAD_PATH)},
+    {-WS_EMALFORMED, R(MALFORMED)},
+    {-EINVAL, R(MALFORMED)},
+    {-WS_ELIMIT, R(LIMIT)},
+    {-WS_EBADREF, R(BAD_REF)},
+    {-EFBIG, R(SIZE_CAP)},
+    {-WS_EQUOTA, R(QUOTA)},
+    {-ENOSPC, R(NO_SPACE)},
+    {-EDQUOT, R(NO_SPACE)},
+    {-ENOMEM, R(NO_MEMORY)},
+    {-ENOENT, R(NO_SUCH_FILE)},
+    {-WS_ENOWORKSPACE, R(NO_SUCH_WORKSPACE)},
+    {-ESRCH, R(NO_SUCH_PROCESS)},
+    {-WS_EEVICTED, R(WORKSPACE_EVICTED)},
+    {-WS_ECAPABILITY, R(CAPABILITY_MISSING)},
+    {-WS_EDISABLED, R(PROVIDER_DISABLED)},
     /* UNAVAILABLE instead when the diag says transient. */
-    {-WS_EFAILED, GRPC_STATUS_FAILED_PRECONDITION, "WORKSPACE_FAILED"},
-    {-WS_ECONFLICT, GRPC_STATUS_FAILED_PRECONDITION, "CONFLICT"},
-    {-WS_ENOMATCH, GRPC_STATUS_FAILED_PRECONDITION, "NO_MATCH"},
-    {-WS_EMULTIMATCH, GRPC_STATUS_FAILED_PRECONDITION, "MULTIPLE_MATCHES"},
-    {-WS_ESPECIAL, GRPC_STATUS_FAILED_PRECONDITION, "SPECIAL_FILE"},
-    {-WS_EHARDLINK, GRPC_STATUS_FAILED_PRECONDITION, "HARDLINK"},
-    {-EISDIR, GRPC_STATUS_FAILED_PRECONDITION, "IS_DIRECTORY"},
-    {-ENOTDIR, GRPC_STATUS_FAILED_PRECONDITION, "NOT_DIRECTORY"},
-    {-ENOTEMPTY, GRPC_STATUS_FAILED_PRECONDITION, "NOT_EMPTY"},
-    {-EROFS, GRPC_STATUS_FAILED_PRECONDITION, "READ_ONLY"},
-    {-EBUSY, GRPC_STATUS_FAILED_PRECONDITION, "BUSY"},
+    {-WS_EFAILED, R(WORKSPACE_FAILED)},
+    {-WS_ECONFLICT, R(CONFLICT)},
+    {-WS_ENOMATCH, R(NO_MATCH)},
+    {-WS_EMULTIMATCH, R(MULTIPLE_MATCHES)},
+    {-WS_ESPECIAL, R(SPECIAL_FILE)},
+    {-WS_EHARDLINK, R(HARDLINK)},
+    {-EISDIR, R(IS_DIRECTORY)},
+    {-ENOTDIR, R(NOT_DIRECTORY)},
+    {-ENOTEMPTY, R(NOT_EMPTY)},
+    {-EROFS, R(READ_ONLY)},
+    {-EBUSY, R(BUSY)},
     /* A concurrent rename kept the resolver from proving a lookup safe, or
      * a file was swapped during an open: nothing happened, a retry may
      * succeed. */
-    {-EAGAIN, GRPC_STATUS_UNAVAILABLE, "RETRY"},
-    {-ESTALE, GRPC_STATUS_UNAVAILABLE, "RETRY"},
-    {-EEXIST, GRPC_STATUS_ALREADY_EXISTS, "EXISTS"},
-    {-EACCES, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
-    {-EPERM, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
+    {-EAGAIN, R(RETRY)},
+    {-ESTALE, R(RETRY)},
+    {-EEXIST, R(EXISTS)},
+    {-EACCES, R(ACCESS_DENIED)},
+    {-EPERM, R(ACCESS_DENIED)},
     /* The shell guard (server/guard/guard.h); its malformed input (a bad
      * env name, an unterminated quote) is -WS_EMALFORMED above. */
-    {-WS_ENOTALLOWED, GRPC_STATUS_PERMISSION_DENIED, "COMMAND_NOT_ALLOWED"},
-    {-WS_EMETACHAR, GRPC_STATUS_PERMISSION_DENIED, "METACHAR"},
-    {-WS_EGLOB, GRPC_STATUS_PERMISSION_DENIED, "GLOB"},
-    {-WS_EENVDENIED, GRPC_STATUS_PERMISSION_DENIED, "ENV_DENIED"},
-    {-WS_ECWDESCAPE, GRPC_STATUS_PERMISSION_DENIED, "CWD_ESCAPE"},
-    {-WS_EARGLIMIT, GRPC_STATUS_PERMISSION_DENIED, "ARG_LIMIT"},
+    {-WS_ENOTALLOWED, R(COMMAND_NOT_ALLOWED)},
+    {-WS_EMETACHAR, R(METACHAR)},
+    {-WS_EGLOB, R(GLOB)},
+    {-WS_EENVDENIED, R(ENV_DENIED)},
+    {-WS_ECWDESCAPE, R(CWD_ESCAPE)},
+    {-WS_EARGLIMIT, R(ARG_LIMIT)},
     /* The operator's policy for the caller's tenant (server/policy). */
-    {-WS_EPOLICY, GRPC_STATUS_PERMISSION_DENIED, "POLICY"},
-    {-ECANCELED, GRPC_STATUS_CANCELLED, "CANCELLED"},
-    {-ETIMEDOUT, GRPC_STATUS_DEADLINE_EXCEEDED, "DEADLINE"},
+    {-WS_EPOLICY, R(POLICY)},
+    {-ECANCELED, R(CANCELLED)},
+    {-ETIMEDOUT, R(DEADLINE)},
     /* The server stopped taking work (its worker pool, a daemon client)
      * before this call's could run: another server, or this one after a
      * restart, may take it. */
-    {-ESHUTDOWN, GRPC_STATUS_UNAVAILABLE, "SHUTTING_DOWN"},
-    {-ENOSYS, GRPC_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED"},
+    {-ESHUTDOWN, R(SHUTTING_DOWN)},
+    {-ENOSYS, R(UNIMPLEMENTED)},
 };
 
-/* Said to the client when the diag carries no message. None names a path. */
-static const struct {
-    const char *reason;
+/* Every reason of workspace.v1.ErrorReason (proto/workspace/v1/common.proto):
+ * its gRPC code, the one its comment there documents, and what the client is
+ * told when the diag carries no message (none names a path). Indexed by the
+ * enum, so a reason missing from the proto does not build, and a reason the
+ * proto has but this table lacks is caught by the status table test. */
+static const struct reason_info {
+    grpc_status_code code;
     const char *message;
-} default_messages[] = {
-    {"PATH_ESCAPE", "path escapes the workspace"},
-    {"SYMLINK_LOOP", "too many levels of symbolic links"},
-    {"SYMLINK_LEAF", "path names a symbolic link"},
-    {"BAD_PATTERN", "pattern rejected"},
-    {"BAD_PATH", "path is empty, too long or otherwise unusable"},
-    {"MALFORMED", "malformed request"},
-    {"LIMIT", "requested limit exceeds the server's ceiling"},
-    {"BAD_REF", "workspace ref does not verify"},
-    {"SIZE_CAP", "size cap exceeded"},
-    {"QUOTA", "quota exhausted"},
-    {"NO_SPACE", "no space left"},
-    {"NO_MEMORY", "out of memory"},
-    {"NO_SUCH_FILE", "no such file or directory"},
-    {"NO_SUCH_WORKSPACE", "no such workspace"},
-    {"NO_SUCH_PROCESS", "no such process"},
-    {"WORKSPACE_EVICTED", "the workspace's storage is gone"},
-    {"CAPABILITY_MISSING", "capability not declared or not supported"},
-    {"PROVIDER_DISABLED", "the provider is not enabled on this server"},
-    {"WORKSPACE_FAILED", "the workspace's backend is not usable"},
-    {"CONFLICT", "the file changed (if_match did not match)"},
-    {"NO_MATCH", "text not found"},
-    {"MULTIPLE_MATCHES", "text found more than once"},
-    {"SPECIAL_FILE", "not a regular file or directory"},
-    {"HARDLINK", "file has more than one link"},
-    {"IS_DIRECTORY", "is a directory"},
-    {"NOT_DIRECTORY", "not a directory"},
-    {"NOT_EMPTY", "directory not empty"},
-    {"READ_ONLY", "read-only"},
-    {"BUSY", "busy (a mount point)"},
-    {"RETRY", "a concurrent change got in the way; nothing was done, retry"},
-    {"EXISTS", "already exists"},
-    {"ACCESS_DENIED", "access denied"},
-    {"COMMAND_NOT_ALLOWED", "command not allowed"},
-    {"METACHAR", "shell metacharacter rejected"},
-    {"GLOB", "glob, brace or tilde form rejected"},
-    {"ENV_DENIED", "environment variable not allowed"},
-    {"CWD_ESCAPE", "working directory escapes the workspace"},
-    {"ARG_LIMIT", "argument or environment limit exceeded"},
-    {"POLICY", "refused by the operator's policy"},
-    {"CANCELLED", "cancelled"},
-    {"DEADLINE", "deadline exceeded"},
-    {"SHUTTING_DOWN", "the server is shutting down"},
-    {"UNIMPLEMENTED", "not implemented"},
-    {"INTERNAL", "internal error"},
+} reasons[] = {
+    [R(PATH_ESCAPE)] = {GRPC_STATUS_INVALID_ARGUMENT, "path escapes the workspace"},
+    [R(SYMLINK_LOOP)] = {GRPC_STATUS_INVALID_ARGUMENT, "too many levels of symbolic links"},
+    [R(SYMLINK_LEAF)] = {GRPC_STATUS_INVALID_ARGUMENT, "path names a symbolic link"},
+    [R(BAD_PATTERN)] = {GRPC_STATUS_INVALID_ARGUMENT, "pattern rejected"},
+    [R(BAD_PATH)] = {GRPC_STATUS_INVALID_ARGUMENT, "path is empty, too long or otherwise unusable"},
+    [R(MALFORMED)] = {GRPC_STATUS_INVALID_ARGUMENT, "malformed request"},
+    [R(LIMIT)] = {GRPC_STATUS_INVALID_ARGUMENT, "requested limit exceeds the server's ceiling"},
+    [R(BAD_REF)] = {GRPC_STATUS_INVALID_ARGUMENT, "workspace ref does not verify"},
+    [R(SIZE_CAP)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "size cap exceeded"},
+    [R(QUOTA)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "quota exhausted"},
+    [R(NO_SPACE)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "no space left"},
+    [R(NO_MEMORY)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory"},
+    [R(NO_SUCH_FILE)] = {GRPC_STATUS_NOT_FOUND, "no such file or directory"},
+    [R(NO_SUCH_WORKSPACE)] = {GRPC_STATUS_NOT_FOUND, "no such workspace"},
+    [R(NO_SUCH_PROCESS)] = {GRPC_STATUS_NOT_FOUND, "no such process"},
+    [R(WORKSPACE_EVICTED)] = {GRPC_STATUS_NOT_FOUND, "the workspace's storage is gone"},
+    [R(CAPABILITY_MISSING)] = {GRPC_STATUS_FAILED_PRECONDITION,
+                               "capability not declared or not supported"},
+    [R(PROVIDER_DISABLED)] = {GRPC_STATUS_FAILED_PRECONDITION,
+                              "the provider is not enabled on this server"},
+    [R(WORKSPACE_FAILED)] = {GRPC_STATUS_FAILED_PRECONDITION,
+                             "the workspace's backend is not usable"},
+    [R(CONFLICT)] = {GRPC_STATUS_FAILED_PRECONDITION, "the file changed (if_match did not match)"},
+    [R(NO_MATCH)] = {GRPC_STATUS_FAILED_PRECONDITION, "text not found"},
+    [R(MULTIPLE_MATCHES)] = {GRPC_STATUS_FAILED_PRECONDITION, "text found more than once"},
+    [R(SPECIAL_FILE)] = {GRPC_STATUS_FAILED_PRECONDITION, "not a regular file or directory"},
+    [R(HARDLINK)] = {GRPC_STATUS_FAILED_PRECONDITION, "file has more than one link"},
+    [R(IS_DIRECTORY)] = {GRPC_STATUS_FAILED_PRECONDITION, "is a directory"},
+    [R(NOT_DIRECTORY)] = {GRPC_STATUS_FAILED_PRECONDITION, "not a directory"},
+    [R(NOT_EMPTY)] = {GRPC_STATUS_FAILED_PRECONDITION, "directory not empty"},
+    [R(READ_ONLY)] = {GRPC_STATUS_FAILED_PRECONDITION, "read-only"},
+    [R(BUSY)] = {GRPC_STATUS_FAILED_PRECONDITION, "busy (a mount point)"},
+    [R(RETRY)] = {GRPC_STATUS_UNAVAILABLE,
+                  "a concurrent change got in the way; nothing was done, retry"},
+    [R(EXISTS)] = {GRPC_STATUS_ALREADY_EXISTS, "already exists"},
+    [R(ACCESS_DENIED)] = {GRPC_STATUS_PERMISSION_DENIED, "access denied"},
+    [R(COMMAND_NOT_ALLOWED)] = {GRPC_STATUS_PERMISSION_DENIED, "command not allowed"},
+    [R(METACHAR)] = {GRPC_STATUS_PERMISSION_DENIED, "shell metacharacter rejected"},
+    [R(GLOB)] = {GRPC_STATUS_PERMISSION_DENIED, "glob, brace or tilde form rejected"},
+    [R(ENV_DENIED)] = {GRPC_STATUS_PERMISSION_DENIED, "environment variable not allowed"},
+    [R(CWD_ESCAPE)] = {GRPC_STATUS_PERMISSION_DENIED, "working directory escapes the workspace"},
+    [R(ARG_LIMIT)] = {GRPC_STATUS_PERMISSION_DENIED, "argument or environment limit exceeded"},
+    [R(POLICY)] = {GRPC_STATUS_PERMISSION_DENIED, "refused by the operator's policy"},
+    [R(CANCELLED)] = {GRPC_STATUS_CANCELLED, "cancelled"},
+    [R(DEADLINE)] = {GRPC_STATUS_DEADLINE_EXCEEDED, "deadline exceeded"},
+    [R(SHUTTING_DOWN)] = {GRPC_STATUS_UNAVAILABLE, "the server is shutting down"},
+    [R(UNIMPLEMENTED)] = {GRPC_STATUS_UNIMPLEMENTED, "not implemented"},
+    [R(INTERNAL)] = {GRPC_STATUS_INTERNAL, "internal error"},
+    [R(STDIN_CLOSED)] = {GRPC_STATUS_FAILED_PRECONDITION, "stdin is closed"},
+    [R(NO_PTY)] = {GRPC_STATUS_FAILED_PRECONDITION, "the process has no terminal"},
+    [R(NO_SUCH_SERVICE)] = {GRPC_STATUS_NOT_FOUND, "unknown service"},
 };
+
+const char *ws_rpc_reason_name(Workspace__V1__ErrorReason reason)
+{
+    const ProtobufCEnumValue *v;
+
+    if (reason == R(ERROR_REASON_UNSPECIFIED))
+        return NULL;
+    v = protobuf_c_enum_descriptor_get_value(&workspace__v1__error_reason__descriptor, (int)reason);
+    return v ? v->name : "INTERNAL";
+}
+
+bool ws_rpc_reason_info(Workspace__V1__ErrorReason reason, grpc_status_code *ret_code,
+                        const char **ret_message)
+{
+    if (reason <= R(ERROR_REASON_UNSPECIFIED) || (size_t)reason >= WS_ELEMENTSOF(reasons) ||
+        !reasons[reason].message)
+        return false;
+    if (ret_code)
+        *ret_code = reasons[reason].code;
+    if (ret_message)
+        *ret_message = reasons[reason].message;
+    return true;
+}
+
+Workspace__V1__ErrorReason ws_rpc_error_reason(int err)
+{
+    size_t i;
+
+    for (i = 0; i < WS_ELEMENTSOF(errmap); i++)
+        if (errmap[i].err == err)
+            return errmap[i].reason;
+    return R(INTERNAL);
+}
 
 void ws_rpc_error_status(int err, grpc_status_code *ret_code, const char **ret_reason)
 {
+    Workspace__V1__ErrorReason reason = ws_rpc_error_reason(err);
     grpc_status_code code = GRPC_STATUS_INTERNAL;
-    const char *reason = "INTERNAL";
-    size_t i;
 
-    for (i = 0; i < WS_ELEMENTSOF(errmap); i++) {
-        if (errmap[i].err == err) {
-            code = errmap[i].code;
-            reason = errmap[i].reason;
-            break;
-        }
-    }
+    (void)ws_rpc_reason_info(reason, &code, NULL);
     if (ret_code)
         *ret_code = code;
     if (ret_reason)
-        *ret_reason = reason;
+        *ret_reason = ws_rpc_reason_name(reason);
 }
 
+/* The message for a reason's name, for a diag without one. */
 static const char *default_message(const char *reason)
 {
-    size_t i;
+    const ProtobufCEnumValue *v;
+    const char *message = "";
 
     if (!reason)
         return "";
-    for (i = 0; i < WS_ELEMENTSOF(default_messages); i++)
-        if (strcmp(default_messages[i].reason, reason) == 0)
-            return default_messages[i].message;
-    return "";
+    v = protobuf_c_enum_descriptor_get_value_by_name(&workspace__v1__error_reason__descriptor,
+                                                     reason);
+    if (v)
+        (void)ws_rpc_reason_info((Workspace__V1__ErrorReason)v->value, NULL, &message);
+    return message;
 }
 
 /* Serializes ErrorInfo{reason, domain, metadata} into a new slice. */

@@ -73,6 +73,31 @@ TEST(Server, VersionIsTheVersionFile)
     EXPECT_EQ(out, "workspaced " + want + "\n");
 }
 
+// The same version on the wire: ListProviders and Describe say which
+// server answered.
+TEST(Server, ServerInfoCarriesTheVersion)
+{
+    std::string want = wstest::ReadHostFile("VERSION");
+    want = want.substr(0, want.find('\n'));
+    Server srv(std::vector<std::string>{});
+    auto p = srv.providers();
+    ClientContext pctx;
+    ListProvidersResponse lp;
+    ASSERT_TRUE(p->ListProviders(&pctx, ListProvidersRequest(), &lp).ok());
+    ASSERT_TRUE(lp.has_server());
+    EXPECT_EQ(lp.server().version(), want);
+
+    auto ws = srv.workspaces();
+    wstest::Ws w = wstest::Open(ws.get(), "memory");
+    ClientContext dctx;
+    DescribeRequest dreq;
+    dreq.set_workspace_id(w.id);
+    DescribeResponse d;
+    ASSERT_TRUE(ws->Describe(&dctx, dreq, &d).ok());
+    ASSERT_TRUE(d.has_server());
+    EXPECT_EQ(d.server().version(), want);
+}
+
 TEST(Server, CreatesStateDirPrivate)
 {
     std::string parent = wstest::MakeTempDir("sd");

@@ -186,7 +186,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     int err;
 
     if (!pc) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__MALFORMED,
                             "the request has no process config");
         return -EINVAL;
     }
@@ -514,17 +514,17 @@ static void run_start(struct ws_call *call, const ProtobufCMessage *msg)
     struct run *r;
 
     if (pc && pc->background) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__MALFORMED,
                             "Run cannot start a background process: use Start");
         return;
     }
     if (req->stdin_data.len > RUN_STDIN_MAX) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__LIMIT,
                             "stdin_data is larger than 1 MiB: stream it with Start");
         return;
     }
     if (pc && pc->max_output_bytes > RUN_OUTPUT_MAX) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__LIMIT,
                             "max_output_bytes is above 2 MiB: stream the output with Start");
         return;
     }
@@ -828,10 +828,9 @@ static void stream_destroy(struct ws_call *call)
  * on_cancel, so what on_cancel would do happens here (the process ends
  * with its stream unless it runs in the background; the subscriber and
  * its call reference go). */
-static void stream_fail(struct stream *st, grpc_status_code code, const char *reason,
-                        const char *message)
+static void stream_fail(struct stream *st, Workspace__V1__ErrorReason reason, const char *message)
 {
-    ws_call_fail_status(st->call, code, reason, message);
+    ws_call_fail_status(st->call, reason, message);
     stream_cancel(st->call);
 }
 
@@ -931,13 +930,13 @@ static void start_start(struct ws_call *call, const ProtobufCMessage *msg)
     struct stream *st;
 
     if (!req || req->msg_case != WORKSPACE__V1__START_REQUEST__MSG_START || !req->start) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__MALFORMED,
                             "the first message must be `start`");
         return;
     }
     const Workspace__V1__ProcessConfig *pc = req->start->process;
     if (pc && pc->max_output_bytes > START_RING_MAX) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__LIMIT,
                             "max_output_bytes is above 1 MiB");
         return;
     }
@@ -970,7 +969,7 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
     switch (req->msg_case) {
     case WORKSPACE__V1__START_REQUEST__MSG_STDIN:
         if (!st->want_stdin) {
-            stream_fail(st, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
+            stream_fail(st, WORKSPACE__V1__ERROR_REASON__STDIN_CLOSED,
                         "stdin was not requested (set process.stdin)");
             return;
         }
@@ -980,12 +979,11 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
             return; /* the next receive follows the write */
         ws_call_unref(call);
         if (err == -EBADF) {
-            stream_fail(st, GRPC_STATUS_FAILED_PRECONDITION, "STDIN_CLOSED",
-                        "stdin was already closed");
+            stream_fail(st, WORKSPACE__V1__ERROR_REASON__STDIN_CLOSED, "stdin was already closed");
             return;
         }
         if (err == -E2BIG) {
-            stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "LIMIT",
+            stream_fail(st, WORKSPACE__V1__ERROR_REASON__LIMIT,
                         "a stdin message holds at most 1 MiB");
             return;
         }
@@ -996,8 +994,7 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
         break;
     case WORKSPACE__V1__START_REQUEST__MSG_SIGNAL:
         if (req->signal <= 0 || req->signal >= NSIG) {
-            stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
-                        "signal number out of range");
+            stream_fail(st, WORKSPACE__V1__ERROR_REASON__MALFORMED, "signal number out of range");
             return;
         }
         (void)ws_proc_signal(st->p, req->signal);
@@ -1005,18 +1002,16 @@ static void start_message(struct ws_call *call, const ProtobufCMessage *msg)
     case WORKSPACE__V1__START_REQUEST__MSG_RESIZE:
         err = req->resize ? ws_proc_resize(st->p, req->resize->rows, req->resize->cols) : -EINVAL;
         if (err == -ENOTTY) {
-            stream_fail(st, GRPC_STATUS_FAILED_PRECONDITION, "NO_PTY",
-                        "the process has no terminal");
+            stream_fail(st, WORKSPACE__V1__ERROR_REASON__NO_PTY, "the process has no terminal");
             return;
         }
         if (err == -EINVAL) {
-            stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
-                        "terminal size out of range");
+            stream_fail(st, WORKSPACE__V1__ERROR_REASON__MALFORMED, "terminal size out of range");
             return;
         }
         break;
     default:
-        stream_fail(st, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+        stream_fail(st, WORKSPACE__V1__ERROR_REASON__MALFORMED,
                     "`start` may only be the first message");
         return;
     }
@@ -1033,7 +1028,7 @@ static int find_target(struct ws_call *call, const char *ws_id, const char *id, 
     int err;
 
     if ((id[0] != 0) == (tag[0] != 0)) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__MALFORMED,
                             "name the process by exactly one of id and tag");
         return -EINVAL;
     }
@@ -1208,7 +1203,7 @@ static void signal_start(struct ws_call *call, const ProtobufCMessage *msg)
     struct ws_proc *p = NULL;
 
     if (req->signal <= 0 || req->signal >= NSIG) {
-        ws_call_fail_status(call, GRPC_STATUS_INVALID_ARGUMENT, "MALFORMED",
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__MALFORMED,
                             "signal number out of range");
         return;
     }

@@ -57,7 +57,7 @@ static void check(struct ws_call *call, const ProtobufCMessage *msg)
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
 
     if (!known(req->service)) {
-        ws_call_fail_status(call, GRPC_STATUS_NOT_FOUND, "NO_SUCH_SERVICE", "unknown service");
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__NO_SUCH_SERVICE, "unknown service");
         return;
     }
     resp.status = current(s);

@@ -5,12 +5,14 @@
 #include <stdlib.h>
 
 #include "server/base/macros.h"
+#include "server/base/version.h"
 #include "server/rpc/services/internal.h"
 #include "workspace/v1/providers.pb-c.h"
 
 static void list_providers_run(struct ws_call *call)
 {
     Workspace__V1__ListProvidersResponse resp = WORKSPACE__V1__LIST_PROVIDERS_RESPONSE__INIT;
+    Workspace__V1__ServerInfo server = WORKSPACE__V1__SERVER_INFO__INIT;
     Workspace__V1__ProviderInfo infos[WS_PROVIDERS_MAX];
     Workspace__V1__ProviderInfo *ptrs[WS_PROVIDERS_MAX];
     struct ws_probe probes[WS_PROVIDERS_MAX];
@@ -90,6 +92,8 @@ static void list_providers_run(struct ws_call *call)
     ws_policy_to_proto(pol, ws_registry_providers_enabled(s->reg), &policy, policy_providers);
     policy.tenant = (char *)(tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT);
     resp.policy = &policy;
+    server.version = (char *)WS_VERSION;
+    resp.server = &server;
     ws_call_finish(call, &resp.base);
     ws_policy_set_unref(pset);
 }

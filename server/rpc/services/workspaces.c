@@ -17,6 +17,7 @@
 #include "server/audit/audit.h"
 #include "server/base/macros.h"
 #include "server/base/time.h"
+#include "server/base/version.h"
 #include "server/exec/exec.h"
 #include "server/metrics/metrics.h"
 #include "server/rpc/services/internal.h"
@@ -187,6 +188,7 @@ static void describe(struct ws_call *call, struct ws_workspace *ws)
 {
     struct ws_services *s = ws_call_method_data(call);
     Workspace__V1__DescribeResponse resp = WORKSPACE__V1__DESCRIBE_RESPONSE__INIT;
+    Workspace__V1__ServerInfo server = WORKSPACE__V1__SERVER_INFO__INIT;
     Workspace__V1__Limits limits = WORKSPACE__V1__LIMITS__INIT;
     struct ws_workspace_info info;
     char *ops[16];
@@ -252,6 +254,8 @@ static void describe(struct ws_call *call, struct ws_workspace *ws)
                        ws_registry_providers_enabled(s->reg), &policy, policy_providers);
     policy.tenant = (char *)(tenant && tenant[0] ? tenant : WS_TENANT_DEFAULT);
     resp.policy = &policy;
+    server.version = (char *)WS_VERSION;
+    resp.server = &server;
     ws_call_finish(call, &resp.base);
     ws_policy_set_unref(pset);
     if (p->ops->describe)

@@ -1,11 +1,19 @@
 // The one error table: every row, and the fallback.
 #include <errno.h>
 
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+
 #include <gtest/gtest.h>
 
 extern "C" {
 #include "server/base/errors.h"
 #include "server/rpc/call.h"
+#include "workspace/v1/common.pb-c.h"
 }
 
 namespace
@@ -38,6 +46,7 @@ const Row kRows[] = {
     {-ESRCH, GRPC_STATUS_NOT_FOUND, "NO_SUCH_PROCESS"},
     {-WS_EEVICTED, GRPC_STATUS_NOT_FOUND, "WORKSPACE_EVICTED"},
     {-WS_ECAPABILITY, GRPC_STATUS_FAILED_PRECONDITION, "CAPABILITY_MISSING"},
+    {-WS_EDISABLED, GRPC_STATUS_FAILED_PRECONDITION, "PROVIDER_DISABLED"},
     {-WS_EFAILED, GRPC_STATUS_FAILED_PRECONDITION, "WORKSPACE_FAILED"},
     {-WS_ECONFLICT, GRPC_STATUS_FAILED_PRECONDITION, "CONFLICT"},
     {-WS_ENOMATCH, GRPC_STATUS_FAILED_PRECONDITION, "NO_MATCH"},
@@ -48,6 +57,9 @@ const Row kRows[] = {
     {-ENOTDIR, GRPC_STATUS_FAILED_PRECONDITION, "NOT_DIRECTORY"},
     {-ENOTEMPTY, GRPC_STATUS_FAILED_PRECONDITION, "NOT_EMPTY"},
     {-EROFS, GRPC_STATUS_FAILED_PRECONDITION, "READ_ONLY"},
+    {-EBUSY, GRPC_STATUS_FAILED_PRECONDITION, "BUSY"},
+    {-EAGAIN, GRPC_STATUS_UNAVAILABLE, "RETRY"},
+    {-ESTALE, GRPC_STATUS_UNAVAILABLE, "RETRY"},
     {-EEXIST, GRPC_STATUS_ALREADY_EXISTS, "EXISTS"},
     {-EACCES, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
     {-EPERM, GRPC_STATUS_PERMISSION_DENIED, "ACCESS_DENIED"},
@@ -57,8 +69,10 @@ const Row kRows[] = {
     {-WS_EENVDENIED, GRPC_STATUS_PERMISSION_DENIED, "ENV_DENIED"},
     {-WS_ECWDESCAPE, GRPC_STATUS_PERMISSION_DENIED, "CWD_ESCAPE"},
     {-WS_EARGLIMIT, GRPC_STATUS_PERMISSION_DENIED, "ARG_LIMIT"},
+    {-WS_EPOLICY, GRPC_STATUS_PERMISSION_DENIED, "POLICY"},
     {-ECANCELED, GRPC_STATUS_CANCELLED, "CANCELLED"},
     {-ETIMEDOUT, GRPC_STATUS_DEADLINE_EXCEEDED, "DEADLINE"},
+    {-ESHUTDOWN, GRPC_STATUS_UNAVAILABLE, "SHUTTING_DOWN"},
     {-ENOSYS, GRPC_STATUS_UNIMPLEMENTED, "UNIMPLEMENTED"},
     {-EIO, GRPC_STATUS_INTERNAL, "INTERNAL"},
     {-WS_EINTERNAL, GRPC_STATUS_INTERNAL, "INTERNAL"},
@@ -86,6 +100,96 @@ TEST(StatusTable, AcceptsNullOutputs)
     EXPECT_STREQ(reason, "NO_SUCH_FILE");
     ws_rpc_error_status(-ENOENT, &code, nullptr);
     EXPECT_EQ(code, GRPC_STATUS_NOT_FOUND);
+}
+
+// Every reason of workspace.v1.ErrorReason has a row in the server's table,
+// under the same name: a reason added to the proto without a row fails here.
+TEST(StatusTable, EveryReasonOfTheProto)
+{
+    const ProtobufCEnumDescriptor *d = &workspace__v1__error_reason__descriptor;
+    ASSERT_GE(d->n_values, 48u) << "the proto lost reasons";
+    for (unsigned i = 0; i < d->n_values; i++) {
+        auto reason = static_cast<Workspace__V1__ErrorReason>(d->values[i].value);
+        if (reason == WORKSPACE__V1__ERROR_REASON__ERROR_REASON_UNSPECIFIED) {
+            EXPECT_EQ(ws_rpc_reason_name(reason), nullptr);
+            EXPECT_FALSE(ws_rpc_reason_info(reason, nullptr, nullptr));
+            continue;
+        }
+        grpc_status_code code = GRPC_STATUS_OK;
+        const char *message = nullptr;
+        EXPECT_TRUE(ws_rpc_reason_info(reason, &code, &message))
+            << d->values[i].name << " has no row in the server's table";
+        EXPECT_STREQ(ws_rpc_reason_name(reason), d->values[i].name);
+        EXPECT_NE(code, GRPC_STATUS_OK) << d->values[i].name;
+        ASSERT_NE(message, nullptr) << d->values[i].name;
+        EXPECT_GT(strlen(message), 0u) << d->values[i].name;
+    }
+    EXPECT_FALSE(
+        ws_rpc_reason_info(static_cast<Workspace__V1__ErrorReason>(9999), nullptr, nullptr));
+}
+
+const std::map<std::string, grpc_status_code> kCodes = {
+    {"CANCELLED", GRPC_STATUS_CANCELLED},
+    {"INVALID_ARGUMENT", GRPC_STATUS_INVALID_ARGUMENT},
+    {"DEADLINE_EXCEEDED", GRPC_STATUS_DEADLINE_EXCEEDED},
+    {"NOT_FOUND", GRPC_STATUS_NOT_FOUND},
+    {"ALREADY_EXISTS", GRPC_STATUS_ALREADY_EXISTS},
+    {"PERMISSION_DENIED", GRPC_STATUS_PERMISSION_DENIED},
+    {"RESOURCE_EXHAUSTED", GRPC_STATUS_RESOURCE_EXHAUSTED},
+    {"FAILED_PRECONDITION", GRPC_STATUS_FAILED_PRECONDITION},
+    {"UNIMPLEMENTED", GRPC_STATUS_UNIMPLEMENTED},
+    {"INTERNAL", GRPC_STATUS_INTERNAL},
+    {"UNAVAILABLE", GRPC_STATUS_UNAVAILABLE},
+};
+
+// The code each value's comment in the proto documents (its first word) is
+// the code the server sends with it.
+TEST(StatusTable, CodesAsTheProtoDocumentsThem)
+{
+    const char *srcdir = getenv("TEST_SRCDIR");
+    ASSERT_NE(srcdir, nullptr);
+    std::ifstream in(std::string(srcdir) + "/workspaced/proto/workspace/v1/common.proto");
+    ASSERT_TRUE(in) << "common.proto not in the runfiles";
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string proto = text.str();
+    size_t start = proto.find("enum ErrorReason {");
+    ASSERT_NE(start, std::string::npos);
+    std::string body = proto.substr(start, proto.find("\n}", start) - start);
+
+    // A comment block, then "NAME = N;".
+    std::regex value(R"(((?:  //[^\n]*\n)+)  ([A-Z_]+) = ([0-9]+);)");
+    const ProtobufCEnumDescriptor *d = &workspace__v1__error_reason__descriptor;
+    unsigned seen = 0;
+    for (std::sregex_iterator it(body.begin(), body.end(), value), end; it != end; ++it) {
+        std::string comment = (*it)[1], name = (*it)[2];
+        std::smatch first;
+        ASSERT_TRUE(std::regex_search(comment, first, std::regex(R"(//\s*([A-Z_]+))"))) << name;
+        auto code = kCodes.find(first[1]);
+        ASSERT_NE(code, kCodes.end())
+            << name << ": comment starts with '" << first[1] << "', not a gRPC code";
+        const ProtobufCEnumValue *v = protobuf_c_enum_descriptor_get_value_by_name(d, name.c_str());
+        ASSERT_NE(v, nullptr) << name;
+        grpc_status_code got = GRPC_STATUS_OK;
+        ASSERT_TRUE(
+            ws_rpc_reason_info(static_cast<Workspace__V1__ErrorReason>(v->value), &got, nullptr))
+            << name;
+        EXPECT_EQ(got, code->second) << name << " is documented as " << first[1];
+        seen++;
+    }
+    EXPECT_EQ(seen + 1, d->n_values) << "every value but UNSPECIFIED has a documented code";
+}
+
+// The table's error numbers map only to reasons of the proto.
+TEST(StatusTable, EveryErrorNumberMapsToAReasonOfTheProto)
+{
+    for (const Row &row : kRows) {
+        Workspace__V1__ErrorReason r = ws_rpc_error_reason(row.err);
+        EXPECT_NE(protobuf_c_enum_descriptor_get_value(&workspace__v1__error_reason__descriptor,
+                                                       static_cast<int>(r)),
+                  nullptr)
+            << row.err;
+    }
 }
 
 } // namespace

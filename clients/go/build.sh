@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds and tests the Go client.
 #
-# Generated code is never committed: this script runs protoc over the API
-# protos, assembles a throwaway GOPATH (generated stubs + the wrapper +
-# the example), checks formatting, and runs go vet and go test against a
-# real server. It uses only Debian's Go packages (GOPATH mode, no module
-# proxy): golang-go, golang-google-grpc-dev, golang-google-genproto-dev,
+# This is the GOPATH-mode build (module_test.sh is the module-mode one).
+# Generated code is never committed: this script assembles a throwaway
+# GOPATH in which workspaced.dev/go is a copy of the module's sources,
+# runs the module's `go generate` (protoc over the API protos), checks
+# formatting, and runs go vet and go test against a real server. It uses
+# only Debian's Go packages (/usr/share/gocode, no module proxy): golang-go, golang-google-grpc-dev, golang-google-genproto-dev,
 # golang-github-golang-protobuf-1-3-dev, protobuf-compiler,
 # protoc-gen-go-1-3, protoc-gen-go-grpc.
 #
@@ -36,38 +37,19 @@ for tool in go gofmt protoc protoc-gen-go protoc-gen-go-grpc; do
     command -v "$tool" >/dev/null || { echo "build.sh: $tool not found (see the package list at the top)" >&2; exit 1; }
 done
 
-# The Go import path mirrors the repository layout.
-pkg=workspaced/clients/go
-src="$work/gopath/src/$pkg"
-gen_pkg="$pkg/gen/workspace/v1"
-mkdir -p "$src/gen/workspace/v1" "$src/workspaced" "$src/examples/agentloop" "$work/protoc-out"
-
-# The protos declare no go_package, so each file is mapped to the import
-# path here. Both plugins are given the package name workspace_v1, the one
-# protoc-gen-go 1.3 derives from the proto package. google.rpc and
-# grpc.health are not generated: the Debian packages already carry them
-# (errdetails, grpc_health_v1), and generating them again would register
-# the same message names twice.
-protos=(common providers workspaces filesystem exec)
-map=""
-files=()
-for p in "${protos[@]}"; do
-    map="$map,Mworkspace/v1/$p.proto=$gen_pkg;workspace_v1"
-    files+=("$root/proto/workspace/v1/$p.proto")
-done
-map="${map#,}"
-protoc -I"$root/proto" -I/usr/include \
-    --go_out="$map:$work/protoc-out" \
-    --go-grpc_out="$map:$work/protoc-out" \
-    "${files[@]}"
-# protoc-gen-go 1.3 writes beside the proto path, protoc-gen-go-grpc under
-# the import path: gather both into the package directory.
-find "$work/protoc-out" -name '*.go' -exec mv {} "$src/gen/workspace/v1/" \;
-[[ $(find "$src/gen/workspace/v1" -name '*.pb.go' | wc -l) -eq 9 ]] ||
-    { echo "build.sh: protoc did not produce the 9 expected files" >&2; exit 1; }
-
-cp -L "$root/clients/go/workspaced/"*.go "$src/workspaced/"
-cp -L "$root/clients/go/examples/agentloop/"*.go "$src/examples/agentloop/"
+# A copy of the sources keeps the repository's layout, which the
+# go:generate directive relies on (it reads ../../../../../proto); the
+# GOPATH names it by the module's import path, workspaced.dev/go.
+tree="$work/src"
+mod="$tree/clients/go"
+mkdir -p "$mod" "$tree/proto" "$work/gopath/src/workspaced.dev"
+cp -rL "$root/proto/." "$tree/proto/"
+cp -L "$root/VERSION" "$tree/VERSION"
+export WORKSPACED_VERSION_FILE="$tree/VERSION"
+(cd "$root/clients/go" && cp -L --parents gen/workspace/v1/generate.go \
+    workspaced/*.go examples/agentloop/*.go "$mod/")
+ln -s "$mod" "$work/gopath/src/workspaced.dev/go"
+pkgs=(workspaced.dev/go/gen/workspace/v1 workspaced.dev/go/workspaced workspaced.dev/go/examples/agentloop)
 
 export GO111MODULE=off
 export GOPATH="$work/gopath:/usr/share/gocode"
@@ -81,19 +63,23 @@ if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w "$cache" ]]; then
 fi
 export GOCACHE="$cache"
 
-cd "$src"
-unformatted="$(gofmt -l workspaced examples)"
+cd "$mod"
+unformatted="$(gofmt -l workspaced examples gen)"
 if [[ -n "$unformatted" ]]; then
     echo "build.sh: not gofmt'd:" >&2
     echo "$unformatted" >&2
     exit 1
 fi
-go vet ./workspaced/ ./examples/...
-go build ./...
+# The same go:generate directive as in module mode writes the stubs.
+go generate workspaced.dev/go/gen/workspace/v1
+[[ $(find gen/workspace/v1 -name '*.pb.go' | wc -l) -eq 9 ]] ||
+    { echo "build.sh: go generate did not produce the 9 expected files" >&2; exit 1; }
+go vet "${pkgs[@]}"
+go build "${pkgs[@]}"
 
 if [[ ! -x "$WORKSPACED_BIN" ]]; then
     echo "build.sh: no server binary at $WORKSPACED_BIN (set WORKSPACED_BIN)" >&2
     exit 1
 fi
 # go test prints the final "ok"/"FAIL" line and exits non-zero on failure.
-go test -count=1 "$@" ./workspaced/
+go test -count=1 "$@" workspaced.dev/go/workspaced

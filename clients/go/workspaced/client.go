@@ -8,11 +8,23 @@
 // Go-shaped handles for files and processes.
 //
 //	c, err := workspaced.Connect(ctx, "")  // WORKSPACED_ADDR, WORKSPACED_TOKEN
-//	ws, err := c.Open(ctx, workspaced.LocalSandbox(nil), &workspaced.Capabilities{
-//		Fs:    &workspaced.FsCapability{},
-//		Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh"}},
-//	})
+//	providers, err := c.Providers(ctx)
+//	if available(providers, "local-sandbox") { // ProviderInfo.Available
+//		ws, err = c.Open(ctx, workspaced.LocalSandbox(nil), &workspaced.Capabilities{
+//			Fs:    &workspaced.FsCapability{},
+//			Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh", "wc"}},
+//		})
+//	} else { // files only
+//		ws, err = c.Open(ctx, workspaced.Memory(), &workspaced.Capabilities{Fs: &workspaced.FsCapability{}})
+//	}
 //	defer ws.Close(ctx)
+//
+// Allowing "sh" is only sound inside a sandbox (local-sandbox, docker):
+// `sh -c` runs any program, so once sh is allowed the command guard
+// constrains nothing, and on local-bash, which has no isolation, the
+// workspace's commands could then do whatever the server's user can.
+// Without a sandbox, use files only, or an allowlist of commands that
+// cannot start others.
 //
 // Behind a front proxy that balances several workspaced nodes, a workspace
 // lives on the node that opened it. Open and Resolve read the node's name
@@ -34,12 +46,11 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io/ioutil"
 	"net"
 	"os"
 	"strings"
 
-	pb "workspaced/clients/go/gen/workspace/v1"
+	pb "workspaced.dev/go/gen/workspace/v1"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -70,6 +81,7 @@ type (
 	GrepMatch          = pb.GrepMatch
 	GrepSummary        = pb.GrepSummary
 	Policy             = pb.Policy
+	ServerInfo         = pb.ServerInfo
 )
 
 // Environment variables that supply defaults to Connect.
@@ -127,7 +139,7 @@ func WithTLSFiles(rootCA, certFile, keyFile, serverName string) Option {
 	return func(o *options) {
 		cfg := &tls.Config{ServerName: serverName, MinVersion: tls.VersionTLS12}
 		if rootCA != "" {
-			pem, err := ioutil.ReadFile(rootCA)
+			pem, err := os.ReadFile(rootCA)
 			if err != nil {
 				o.tlsErr = err
 				return
@@ -225,6 +237,9 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 	if o.tls != nil {
 		dial = append(dial, grpc.WithTransportCredentials(credentials.NewTLS(o.tls)))
 	} else {
+		// grpc.WithInsecure is deprecated in newer grpc-go for
+		// credentials/insecure.NewCredentials(), which the grpc-go this
+		// module builds with (1.33, Debian 12's) does not have yet.
 		dial = append(dial, grpc.WithInsecure())
 	}
 	if o.token != "" {

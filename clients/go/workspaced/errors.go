@@ -21,9 +21,11 @@ const ErrorDomain = "workspaced"
 // should branch on (the message is for people and may change).
 //
 // Errors with a known reason come back as one of the per-reason types below
-// (*PathEscape, *NoSuchFile, ...), each of which unwraps to *Error, so both
+// (*PathEscape, *NoSuchFile, ...), each of which unwraps to *Error, so all
+// of
 //
 //	var pe *workspaced.PathEscape; errors.As(err, &pe)
+//	errors.Is(err, workspaced.ReasonPathEscape)
 //	var e *workspaced.Error; errors.As(err, &e) // any server error
 //
 // work. An unknown reason yields a bare *Error with Reason set; an error
@@ -88,10 +90,14 @@ func (e *Error) GRPCStatus() *status.Status {
 	return status.New(e.Code, e.Message)
 }
 
-// Is makes errors.Is(err, context.Canceled) and
-// errors.Is(err, context.DeadlineExceeded) hold for calls that ended because
-// of the caller's context, as they would for non-gRPC code.
+// Is makes errors.Is(err, ReasonX) hold for an error with reason X, and
+// errors.Is(err, context.Canceled) and errors.Is(err,
+// context.DeadlineExceeded) for calls that ended because of the caller's
+// context, as they would for non-gRPC code.
 func (e *Error) Is(target error) bool {
+	if r, ok := target.(Reason); ok {
+		return e.Reason != "" && e.Reason == string(r)
+	}
 	switch target {
 	case context.Canceled:
 		return e.Code == codes.Canceled
@@ -101,6 +107,73 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
+// Reason is an ErrorInfo reason: the name of one value of the API's
+// ErrorReason enum (proto/workspace/v1/common.proto), spelled as the server
+// sends it. A Reason is also a target for errors.Is, which holds for every
+// error the server returned with that reason, typed or not:
+//
+//	if errors.Is(err, workspaced.ReasonPathEscape) { ... }
+//
+// A reason this client does not know (a newer server's) still compares
+// equal to Reason("ITS_NAME").
+type Reason string
+
+// Error makes a Reason usable as an errors.Is target; it is the reason's
+// name, which is also what fmt prints for a Reason.
+func (r Reason) Error() string { return string(r) }
+
+// The reasons, one per value of ErrorReason except ERROR_REASON_UNSPECIFIED.
+// Each has a typed error below; the comment gives its gRPC code.
+const (
+	ReasonPathEscape        Reason = "PATH_ESCAPE"         // InvalidArgument: *PathEscape
+	ReasonSymlinkLoop       Reason = "SYMLINK_LOOP"        // InvalidArgument: *SymlinkLoop
+	ReasonSymlinkLeaf       Reason = "SYMLINK_LEAF"        // InvalidArgument: *SymlinkLeaf
+	ReasonBadPattern        Reason = "BAD_PATTERN"         // InvalidArgument: *BadPattern
+	ReasonBadPath           Reason = "BAD_PATH"            // InvalidArgument: *BadPath
+	ReasonMalformed         Reason = "MALFORMED"           // InvalidArgument: *Malformed
+	ReasonLimit             Reason = "LIMIT"               // InvalidArgument: *Limit
+	ReasonBadRef            Reason = "BAD_REF"             // InvalidArgument: *BadRef
+	ReasonSizeCap           Reason = "SIZE_CAP"            // ResourceExhausted: *SizeCap
+	ReasonQuota             Reason = "QUOTA"               // ResourceExhausted: *Quota
+	ReasonNoSpace           Reason = "NO_SPACE"            // ResourceExhausted: *NoSpace
+	ReasonNoMemory          Reason = "NO_MEMORY"           // ResourceExhausted: *NoMemory
+	ReasonNoSuchFile        Reason = "NO_SUCH_FILE"        // NotFound: *NoSuchFile
+	ReasonNoSuchWorkspace   Reason = "NO_SUCH_WORKSPACE"   // NotFound: *NoSuchWorkspace
+	ReasonNoSuchProcess     Reason = "NO_SUCH_PROCESS"     // NotFound: *NoSuchProcess
+	ReasonWorkspaceEvicted  Reason = "WORKSPACE_EVICTED"   // NotFound: *WorkspaceEvicted
+	ReasonCapabilityMissing Reason = "CAPABILITY_MISSING"  // FailedPrecondition: *CapabilityMissing
+	ReasonProviderDisabled  Reason = "PROVIDER_DISABLED"   // FailedPrecondition: *ProviderDisabled
+	ReasonWorkspaceFailed   Reason = "WORKSPACE_FAILED"    // FailedPrecondition or Unavailable: *WorkspaceFailed
+	ReasonConflict          Reason = "CONFLICT"            // FailedPrecondition: *Conflict
+	ReasonNoMatch           Reason = "NO_MATCH"            // FailedPrecondition: *NoMatch
+	ReasonMultipleMatches   Reason = "MULTIPLE_MATCHES"    // FailedPrecondition: *MultipleMatches
+	ReasonSpecialFile       Reason = "SPECIAL_FILE"        // FailedPrecondition: *SpecialFile
+	ReasonHardlink          Reason = "HARDLINK"            // FailedPrecondition: *Hardlink
+	ReasonIsDirectory       Reason = "IS_DIRECTORY"        // FailedPrecondition: *IsDirectory
+	ReasonNotDirectory      Reason = "NOT_DIRECTORY"       // FailedPrecondition: *NotDirectory
+	ReasonNotEmpty          Reason = "NOT_EMPTY"           // FailedPrecondition: *NotEmpty
+	ReasonReadOnly          Reason = "READ_ONLY"           // FailedPrecondition: *ReadOnly
+	ReasonBusy              Reason = "BUSY"                // FailedPrecondition: *Busy
+	ReasonRetry             Reason = "RETRY"               // Unavailable: *Retry
+	ReasonExists            Reason = "EXISTS"              // AlreadyExists: *Exists
+	ReasonAccessDenied      Reason = "ACCESS_DENIED"       // PermissionDenied: *AccessDenied
+	ReasonCommandNotAllowed Reason = "COMMAND_NOT_ALLOWED" // PermissionDenied: *CommandNotAllowed
+	ReasonMetachar          Reason = "METACHAR"            // PermissionDenied: *Metachar
+	ReasonGlob              Reason = "GLOB"                // PermissionDenied: *GlobRejected
+	ReasonEnvDenied         Reason = "ENV_DENIED"          // PermissionDenied: *EnvDenied
+	ReasonCwdEscape         Reason = "CWD_ESCAPE"          // PermissionDenied: *CwdEscape
+	ReasonArgLimit          Reason = "ARG_LIMIT"           // PermissionDenied: *ArgLimit
+	ReasonPolicy            Reason = "POLICY"              // PermissionDenied: *PolicyDenied
+	ReasonCancelled         Reason = "CANCELLED"           // Canceled: *Cancelled
+	ReasonDeadline          Reason = "DEADLINE"            // DeadlineExceeded: *Deadline
+	ReasonShuttingDown      Reason = "SHUTTING_DOWN"       // Unavailable: *ShuttingDown
+	ReasonUnimplemented     Reason = "UNIMPLEMENTED"       // Unimplemented: *Unimplemented
+	ReasonInternal          Reason = "INTERNAL"            // Internal: *Internal
+	ReasonStdinClosed       Reason = "STDIN_CLOSED"        // FailedPrecondition: *StdinClosed
+	ReasonNoPty             Reason = "NO_PTY"              // FailedPrecondition: *NoPty
+	ReasonNoSuchService     Reason = "NO_SUCH_SERVICE"     // NotFound: *NoSuchService
+)
+
 // errorBase lets the per-reason types embed *Error under an unexported
 // field name, so the promoted Error method is not shadowed by a field
 // called Error.
@@ -109,24 +182,18 @@ type errorBase = Error
 // The per-reason error types. Each carries the full *Error (code, message,
 // metadata) and unwraps to it.
 type (
-	// WorkspaceEvicted: the workspace was closed or its storage is gone
-	// (Resolve of a closed workspace's ref). Open a new one.
-	WorkspaceEvicted struct{ *errorBase }
-	// WorkspaceFailed: the provider's backend is not usable. Transient()
-	// says whether retrying later may help (Open retries those itself).
-	WorkspaceFailed struct{ *errorBase }
 	// PathEscape: an absolute path, ".." or a symlink leaving the root.
 	PathEscape struct{ *errorBase }
+	// SymlinkLoop: too many levels of symbolic links.
+	SymlinkLoop struct{ *errorBase }
 	// SymlinkLeaf: read/write/edit of a path whose last component is a
 	// symlink.
 	SymlinkLeaf struct{ *errorBase }
-	// SymlinkLoop: too many levels of symbolic links.
-	SymlinkLoop struct{ *errorBase }
-	// BadPath: empty path, or a path or component too long.
-	BadPath struct{ *errorBase }
 	// BadPattern: a glob or regular expression the server rejects
 	// (metadata "offset" for regex syntax errors).
 	BadPattern struct{ *errorBase }
+	// BadPath: empty path, or a path or component too long.
+	BadPath struct{ *errorBase }
 	// Malformed: an invalid request (metadata "field").
 	Malformed struct{ *errorBase }
 	// Limit: a requested limit above the server's ceiling.
@@ -141,30 +208,56 @@ type (
 	Quota struct{ *errorBase }
 	// NoSpace: the disk is full.
 	NoSpace struct{ *errorBase }
-	// Conflict: if_match did not match (metadata "actual_sha256").
-	Conflict struct{ *errorBase }
+	// NoMemory: the server ran out of memory for this request.
+	NoMemory struct{ *errorBase }
 	// NoSuchFile: missing file or parent directory.
 	NoSuchFile struct{ *errorBase }
 	// NoSuchWorkspace: unknown, closed or malformed workspace id.
 	NoSuchWorkspace struct{ *errorBase }
 	// NoSuchProcess: unknown process id or tag.
 	NoSuchProcess struct{ *errorBase }
+	// WorkspaceEvicted: the workspace was closed or its storage is gone
+	// (Resolve of a closed workspace's ref). Open a new one.
+	WorkspaceEvicted struct{ *errorBase }
 	// CapabilityMissing: the capability (metadata "capability") was not
 	// declared, or the provider does not support it.
 	CapabilityMissing struct{ *errorBase }
+	// ProviderDisabled: the provider is not enabled on this server
+	// (metadata "provider").
+	ProviderDisabled struct{ *errorBase }
+	// WorkspaceFailed: the provider's backend is not usable. Transient()
+	// says whether retrying later may help (Open retries those itself).
+	WorkspaceFailed struct{ *errorBase }
+	// Conflict: if_match did not match (metadata "actual_sha256").
+	Conflict struct{ *errorBase }
 	// NoMatch: EditFile found no occurrence of the old text.
 	NoMatch struct{ *errorBase }
 	// MultipleMatches: EditFile found the old text more than once
 	// without ReplaceAll (metadata "matches").
 	MultipleMatches struct{ *errorBase }
-	// Exists: the destination already exists.
-	Exists struct{ *errorBase }
+	// SpecialFile: a FIFO, socket or device where a regular file or
+	// directory is needed.
+	SpecialFile struct{ *errorBase }
+	// Hardlink: the file has more than one link and would be written
+	// through another name.
+	Hardlink struct{ *errorBase }
 	// IsDirectory: a directory where a file is needed.
 	IsDirectory struct{ *errorBase }
 	// NotDirectory: a file where a directory is needed.
 	NotDirectory struct{ *errorBase }
 	// NotEmpty: removing a non-empty directory without Recursive.
 	NotEmpty struct{ *errorBase }
+	// ReadOnly: the file or workspace is read-only.
+	ReadOnly struct{ *errorBase }
+	// Busy: the path is busy (a mount point).
+	Busy struct{ *errorBase }
+	// Retry: a concurrent change got in the way; nothing was done and
+	// asking again may succeed.
+	Retry struct{ *errorBase }
+	// Exists: the destination already exists.
+	Exists struct{ *errorBase }
+	// AccessDenied: the file system refused access.
+	AccessDenied struct{ *errorBase }
 	// CommandNotAllowed: the command is not in the workspace's allowlist
 	// (metadata "token", "rule").
 	CommandNotAllowed struct{ *errorBase }
@@ -181,9 +274,6 @@ type (
 	CwdEscape struct{ *errorBase }
 	// ArgLimit: too many or too long arguments or environment entries.
 	ArgLimit struct{ *errorBase }
-	// Unauthenticated: the token is missing or wrong, or the unix socket's
-	// peer is a user the server does not map to a tenant.
-	Unauthenticated struct{ *errorBase }
 	// PolicyDenied: the operator's policy for the caller's tenant does not
 	// allow what the request asked for. Metadata "rule" names the policy
 	// key (providers, network, bind-roots, pass-env, commands,
@@ -191,77 +281,135 @@ type (
 	// "path", "name", "command", "image", "user" what was refused. Asking
 	// again does not help; the operator decides.
 	PolicyDenied struct{ *errorBase }
+	// Cancelled: the server saw the call cancelled.
+	Cancelled struct{ *errorBase }
+	// Deadline: a deadline passed on the server (a container that did not
+	// start in time, an image pull cut short; metadata "timeout_ms",
+	// "limit_ms").
+	Deadline struct{ *errorBase }
+	// ShuttingDown: the server stopped taking work before this call's
+	// could run; another server, or this one after a restart, may take it.
+	ShuttingDown struct{ *errorBase }
+	// Unimplemented: an unknown method or an unsupported operation.
+	Unimplemented struct{ *errorBase }
+	// Internal: an error the server did not expect (metadata "errno").
+	Internal struct{ *errorBase }
+	// StdinClosed: stdin sent after the process's stdin was closed, or to
+	// a process started without stdin.
+	StdinClosed struct{ *errorBase }
+	// NoPty: a resize sent to a process that has no terminal.
+	NoPty struct{ *errorBase }
+	// NoSuchService: the health check named a service the server does
+	// not serve.
+	NoSuchService struct{ *errorBase }
+
+	// Unauthenticated: the token is missing or wrong, or the unix socket's
+	// peer is a user the server does not map to a tenant. It is known by
+	// its gRPC code, not a reason: a proxy in front of the server may
+	// refuse the credential too, and knows nothing of ErrorInfo.
+	Unauthenticated struct{ *errorBase }
 )
 
 // Unwrap methods make errors.As(err, &*Error) succeed for every type.
-func (e *WorkspaceEvicted) Unwrap() error  { return e.errorBase }
-func (e *WorkspaceFailed) Unwrap() error   { return e.errorBase }
 func (e *PathEscape) Unwrap() error        { return e.errorBase }
-func (e *SymlinkLeaf) Unwrap() error       { return e.errorBase }
 func (e *SymlinkLoop) Unwrap() error       { return e.errorBase }
-func (e *BadPath) Unwrap() error           { return e.errorBase }
+func (e *SymlinkLeaf) Unwrap() error       { return e.errorBase }
 func (e *BadPattern) Unwrap() error        { return e.errorBase }
+func (e *BadPath) Unwrap() error           { return e.errorBase }
 func (e *Malformed) Unwrap() error         { return e.errorBase }
 func (e *Limit) Unwrap() error             { return e.errorBase }
 func (e *BadRef) Unwrap() error            { return e.errorBase }
 func (e *SizeCap) Unwrap() error           { return e.errorBase }
 func (e *Quota) Unwrap() error             { return e.errorBase }
 func (e *NoSpace) Unwrap() error           { return e.errorBase }
-func (e *Conflict) Unwrap() error          { return e.errorBase }
+func (e *NoMemory) Unwrap() error          { return e.errorBase }
 func (e *NoSuchFile) Unwrap() error        { return e.errorBase }
 func (e *NoSuchWorkspace) Unwrap() error   { return e.errorBase }
 func (e *NoSuchProcess) Unwrap() error     { return e.errorBase }
+func (e *WorkspaceEvicted) Unwrap() error  { return e.errorBase }
 func (e *CapabilityMissing) Unwrap() error { return e.errorBase }
+func (e *ProviderDisabled) Unwrap() error  { return e.errorBase }
+func (e *WorkspaceFailed) Unwrap() error   { return e.errorBase }
+func (e *Conflict) Unwrap() error          { return e.errorBase }
 func (e *NoMatch) Unwrap() error           { return e.errorBase }
 func (e *MultipleMatches) Unwrap() error   { return e.errorBase }
-func (e *Exists) Unwrap() error            { return e.errorBase }
+func (e *SpecialFile) Unwrap() error       { return e.errorBase }
+func (e *Hardlink) Unwrap() error          { return e.errorBase }
 func (e *IsDirectory) Unwrap() error       { return e.errorBase }
 func (e *NotDirectory) Unwrap() error      { return e.errorBase }
 func (e *NotEmpty) Unwrap() error          { return e.errorBase }
+func (e *ReadOnly) Unwrap() error          { return e.errorBase }
+func (e *Busy) Unwrap() error              { return e.errorBase }
+func (e *Retry) Unwrap() error             { return e.errorBase }
+func (e *Exists) Unwrap() error            { return e.errorBase }
+func (e *AccessDenied) Unwrap() error      { return e.errorBase }
 func (e *CommandNotAllowed) Unwrap() error { return e.errorBase }
 func (e *Metachar) Unwrap() error          { return e.errorBase }
 func (e *GlobRejected) Unwrap() error      { return e.errorBase }
 func (e *EnvDenied) Unwrap() error         { return e.errorBase }
 func (e *CwdEscape) Unwrap() error         { return e.errorBase }
 func (e *ArgLimit) Unwrap() error          { return e.errorBase }
-func (e *Unauthenticated) Unwrap() error   { return e.errorBase }
 func (e *PolicyDenied) Unwrap() error      { return e.errorBase }
+func (e *Cancelled) Unwrap() error         { return e.errorBase }
+func (e *Deadline) Unwrap() error          { return e.errorBase }
+func (e *ShuttingDown) Unwrap() error      { return e.errorBase }
+func (e *Unimplemented) Unwrap() error     { return e.errorBase }
+func (e *Internal) Unwrap() error          { return e.errorBase }
+func (e *StdinClosed) Unwrap() error       { return e.errorBase }
+func (e *NoPty) Unwrap() error             { return e.errorBase }
+func (e *NoSuchService) Unwrap() error     { return e.errorBase }
+func (e *Unauthenticated) Unwrap() error   { return e.errorBase }
 
-// byReason maps the server's reason strings (server/rpc/status.c) to their
-// typed form.
-var byReason = map[string]func(*Error) error{
-	"WORKSPACE_EVICTED":   func(e *Error) error { return &WorkspaceEvicted{e} },
-	"WORKSPACE_FAILED":    func(e *Error) error { return &WorkspaceFailed{e} },
-	"PATH_ESCAPE":         func(e *Error) error { return &PathEscape{e} },
-	"SYMLINK_LEAF":        func(e *Error) error { return &SymlinkLeaf{e} },
-	"SYMLINK_LOOP":        func(e *Error) error { return &SymlinkLoop{e} },
-	"BAD_PATH":            func(e *Error) error { return &BadPath{e} },
-	"BAD_PATTERN":         func(e *Error) error { return &BadPattern{e} },
-	"MALFORMED":           func(e *Error) error { return &Malformed{e} },
-	"LIMIT":               func(e *Error) error { return &Limit{e} },
-	"BAD_REF":             func(e *Error) error { return &BadRef{e} },
-	"SIZE_CAP":            func(e *Error) error { return &SizeCap{e} },
-	"QUOTA":               func(e *Error) error { return &Quota{e} },
-	"NO_SPACE":            func(e *Error) error { return &NoSpace{e} },
-	"CONFLICT":            func(e *Error) error { return &Conflict{e} },
-	"NO_SUCH_FILE":        func(e *Error) error { return &NoSuchFile{e} },
-	"NO_SUCH_WORKSPACE":   func(e *Error) error { return &NoSuchWorkspace{e} },
-	"NO_SUCH_PROCESS":     func(e *Error) error { return &NoSuchProcess{e} },
-	"CAPABILITY_MISSING":  func(e *Error) error { return &CapabilityMissing{e} },
-	"NO_MATCH":            func(e *Error) error { return &NoMatch{e} },
-	"MULTIPLE_MATCHES":    func(e *Error) error { return &MultipleMatches{e} },
-	"EXISTS":              func(e *Error) error { return &Exists{e} },
-	"IS_DIRECTORY":        func(e *Error) error { return &IsDirectory{e} },
-	"NOT_DIRECTORY":       func(e *Error) error { return &NotDirectory{e} },
-	"NOT_EMPTY":           func(e *Error) error { return &NotEmpty{e} },
-	"COMMAND_NOT_ALLOWED": func(e *Error) error { return &CommandNotAllowed{e} },
-	"METACHAR":            func(e *Error) error { return &Metachar{e} },
-	"GLOB":                func(e *Error) error { return &GlobRejected{e} },
-	"ENV_DENIED":          func(e *Error) error { return &EnvDenied{e} },
-	"CWD_ESCAPE":          func(e *Error) error { return &CwdEscape{e} },
-	"ARG_LIMIT":           func(e *Error) error { return &ArgLimit{e} },
-	"UNAUTHENTICATED":     func(e *Error) error { return &Unauthenticated{e} },
-	"POLICY":              func(e *Error) error { return &PolicyDenied{e} },
+// byReason maps every reason to its typed form. The tests check it against
+// the generated ErrorReason enum in both directions.
+var byReason = map[Reason]func(*Error) error{
+	ReasonPathEscape:        func(e *Error) error { return &PathEscape{e} },
+	ReasonSymlinkLoop:       func(e *Error) error { return &SymlinkLoop{e} },
+	ReasonSymlinkLeaf:       func(e *Error) error { return &SymlinkLeaf{e} },
+	ReasonBadPattern:        func(e *Error) error { return &BadPattern{e} },
+	ReasonBadPath:           func(e *Error) error { return &BadPath{e} },
+	ReasonMalformed:         func(e *Error) error { return &Malformed{e} },
+	ReasonLimit:             func(e *Error) error { return &Limit{e} },
+	ReasonBadRef:            func(e *Error) error { return &BadRef{e} },
+	ReasonSizeCap:           func(e *Error) error { return &SizeCap{e} },
+	ReasonQuota:             func(e *Error) error { return &Quota{e} },
+	ReasonNoSpace:           func(e *Error) error { return &NoSpace{e} },
+	ReasonNoMemory:          func(e *Error) error { return &NoMemory{e} },
+	ReasonNoSuchFile:        func(e *Error) error { return &NoSuchFile{e} },
+	ReasonNoSuchWorkspace:   func(e *Error) error { return &NoSuchWorkspace{e} },
+	ReasonNoSuchProcess:     func(e *Error) error { return &NoSuchProcess{e} },
+	ReasonWorkspaceEvicted:  func(e *Error) error { return &WorkspaceEvicted{e} },
+	ReasonCapabilityMissing: func(e *Error) error { return &CapabilityMissing{e} },
+	ReasonProviderDisabled:  func(e *Error) error { return &ProviderDisabled{e} },
+	ReasonWorkspaceFailed:   func(e *Error) error { return &WorkspaceFailed{e} },
+	ReasonConflict:          func(e *Error) error { return &Conflict{e} },
+	ReasonNoMatch:           func(e *Error) error { return &NoMatch{e} },
+	ReasonMultipleMatches:   func(e *Error) error { return &MultipleMatches{e} },
+	ReasonSpecialFile:       func(e *Error) error { return &SpecialFile{e} },
+	ReasonHardlink:          func(e *Error) error { return &Hardlink{e} },
+	ReasonIsDirectory:       func(e *Error) error { return &IsDirectory{e} },
+	ReasonNotDirectory:      func(e *Error) error { return &NotDirectory{e} },
+	ReasonNotEmpty:          func(e *Error) error { return &NotEmpty{e} },
+	ReasonReadOnly:          func(e *Error) error { return &ReadOnly{e} },
+	ReasonBusy:              func(e *Error) error { return &Busy{e} },
+	ReasonRetry:             func(e *Error) error { return &Retry{e} },
+	ReasonExists:            func(e *Error) error { return &Exists{e} },
+	ReasonAccessDenied:      func(e *Error) error { return &AccessDenied{e} },
+	ReasonCommandNotAllowed: func(e *Error) error { return &CommandNotAllowed{e} },
+	ReasonMetachar:          func(e *Error) error { return &Metachar{e} },
+	ReasonGlob:              func(e *Error) error { return &GlobRejected{e} },
+	ReasonEnvDenied:         func(e *Error) error { return &EnvDenied{e} },
+	ReasonCwdEscape:         func(e *Error) error { return &CwdEscape{e} },
+	ReasonArgLimit:          func(e *Error) error { return &ArgLimit{e} },
+	ReasonPolicy:            func(e *Error) error { return &PolicyDenied{e} },
+	ReasonCancelled:         func(e *Error) error { return &Cancelled{e} },
+	ReasonDeadline:          func(e *Error) error { return &Deadline{e} },
+	ReasonShuttingDown:      func(e *Error) error { return &ShuttingDown{e} },
+	ReasonUnimplemented:     func(e *Error) error { return &Unimplemented{e} },
+	ReasonInternal:          func(e *Error) error { return &Internal{e} },
+	ReasonStdinClosed:       func(e *Error) error { return &StdinClosed{e} },
+	ReasonNoPty:             func(e *Error) error { return &NoPty{e} },
+	ReasonNoSuchService:     func(e *Error) error { return &NoSuchService{e} },
 }
 
 // wrapErr turns an error from a generated stub into the typed form. nil and
@@ -296,7 +444,7 @@ func wrapErr(err error) error {
 		// server, which knows nothing of ErrorInfo.
 		return &Unauthenticated{e}
 	}
-	if mk, ok := byReason[e.Reason]; ok {
+	if mk, ok := byReason[Reason(e.Reason)]; ok {
 		return mk(e)
 	}
 	return e

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	pb "workspaced/clients/go/gen/workspace/v1"
+	pb "workspaced.dev/go/gen/workspace/v1"
 )
 
 // Cmd describes a command. Exactly one of Argv (executed directly) and
@@ -43,6 +43,17 @@ type Cmd struct {
 	// MaxOutputBytes: Run: bytes of each stream returned; Exec: bytes of
 	// each stream kept for Attach replay. 0: the server default.
 	MaxOutputBytes uint64
+	// Stdout and Stderr, when set, receive the command's output, like
+	// os/exec's Cmd.Stdout and Cmd.Stderr. Exec writes each chunk there
+	// as it arrives instead of sending it on Output (a terminal's output,
+	// StreamPty, goes to Stdout), in order, from one goroutine, and all
+	// of it before Wait returns; a slow writer holds back the stream as
+	// unread Output does. A writer that fails gets nothing more, and Wait
+	// returns its error along with the exit record. Run writes the output
+	// it returns to them once the command has ended, and returns a write
+	// error along with the result.
+	Stdout io.Writer
+	Stderr io.Writer
 }
 
 func (c *Cmd) config() *pb.ProcessConfig {
@@ -103,7 +114,9 @@ var ErrStreamEnded = errors.New("workspaced: process stream ended")
 // and then call Wait, or call Wait without reading Output (Wait discards
 // what is left): like os/exec pipes, reading Output concurrently with Wait
 // loses events. Unread output holds back the stream, which holds back the
-// command once the server's read-ahead is full: nothing is dropped.
+// command once the server's read-ahead is full: nothing is dropped. A
+// stream the Cmd gave a writer for (Cmd.Stdout, Cmd.Stderr) goes to that
+// writer and not to Output; gap events always go to Output.
 type Process struct {
 	// ID is the server's process id; Pid its host (or container) pid.
 	ID  string
@@ -111,21 +124,34 @@ type Process struct {
 	// Tag is the client-chosen name, if any.
 	Tag string
 
-	ws       *Workspace
-	start    pb.Exec_StartClient // nil for Attach
-	cancel   context.CancelFunc
-	sendMu   sync.Mutex
-	events   chan Event
-	done     chan struct{}
-	exited   *Exited
-	err      error
+	ws     *Workspace
+	start  pb.Exec_StartClient // nil for Attach
+	cancel context.CancelFunc
+	sendMu sync.Mutex
+	events chan Event
+	done   chan struct{}
+	exited *Exited
+	err    error
+	// stdout and stderr are Cmd.Stdout and Cmd.Stderr; only the receive
+	// goroutine touches them and sinkErr before done is closed.
+	stdout   sink
+	stderr   sink
+	sinkErr  error
 	mu       sync.Mutex
 	canceled bool
 }
 
+// sink is a writer that output is copied to, with its first error.
+type sink struct {
+	w   io.Writer
+	err error
+}
+
 type recvFunc func() (*pb.ProcessEvent, error)
 
-func newProcess(ws *Workspace, cancel context.CancelFunc, recv recvFunc) (*Process, error) {
+// newProcess reads the started event and starts the receive goroutine.
+// stdout and stderr may be nil (Output gets that stream).
+func newProcess(ws *Workspace, cancel context.CancelFunc, recv recvFunc, stdout, stderr io.Writer) (*Process, error) {
 	first, err := recv()
 	if err != nil {
 		cancel()
@@ -144,6 +170,8 @@ func newProcess(ws *Workspace, cancel context.CancelFunc, recv recvFunc) (*Proce
 		ws: ws, cancel: cancel,
 		events: make(chan Event, 64),
 		done:   make(chan struct{}),
+		stdout: sink{w: stdout},
+		stderr: sink{w: stderr},
 	}
 	go p.recvLoop(recv)
 	return p, nil
@@ -163,15 +191,37 @@ func (p *Process) recvLoop(recv recvFunc) {
 		}
 		switch ev := m.GetEvent().(type) {
 		case *pb.ProcessEvent_Stdout:
-			p.events <- Event{Stream: StreamStdout, Data: ev.Stdout.GetData(), Offset: ev.Stdout.GetOffset()}
+			p.deliver(&p.stdout, Event{Stream: StreamStdout, Data: ev.Stdout.GetData(), Offset: ev.Stdout.GetOffset()})
 		case *pb.ProcessEvent_Stderr:
-			p.events <- Event{Stream: StreamStderr, Data: ev.Stderr.GetData(), Offset: ev.Stderr.GetOffset()}
+			p.deliver(&p.stderr, Event{Stream: StreamStderr, Data: ev.Stderr.GetData(), Offset: ev.Stderr.GetOffset()})
 		case *pb.ProcessEvent_Pty:
-			p.events <- Event{Stream: StreamPty, Data: ev.Pty.GetData(), Offset: ev.Pty.GetOffset()}
+			p.deliver(&p.stdout, Event{Stream: StreamPty, Data: ev.Pty.GetData(), Offset: ev.Pty.GetOffset()})
 		case *pb.ProcessEvent_Gap:
 			p.events <- Event{Stream: ev.Gap.GetStream(), Offset: ev.Gap.GetOffset(), Gap: true, Dropped: ev.Gap.GetBytesDropped()}
 		case *pb.ProcessEvent_Exited:
 			p.exited = ev.Exited
+		}
+	}
+}
+
+// deliver writes ev's data to s when the caller gave a writer for its
+// stream, else sends ev on Output.
+func (p *Process) deliver(s *sink, ev Event) {
+	if s.w == nil {
+		p.events <- ev
+		return
+	}
+	if s.err != nil {
+		return
+	}
+	n, err := s.w.Write(ev.Data)
+	if err == nil && n < len(ev.Data) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		s.err = err
+		if p.sinkErr == nil {
+			p.sinkErr = err
 		}
 	}
 }
@@ -196,7 +246,7 @@ func (ws *Workspace) Exec(ctx context.Context, cmd Cmd) (*Process, error) {
 		cancel()
 		return nil, wrapErr(err)
 	}
-	p, err := newProcess(ws, cancel, s.Recv)
+	p, err := newProcess(ws, cancel, s.Recv, cmd.Stdout, cmd.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -229,11 +279,11 @@ func (ws *Workspace) Attach(ctx context.Context, t Target, offset uint64) (*Proc
 		cancel()
 		return nil, wrapErr(err)
 	}
-	return newProcess(ws, cancel, s.Recv)
+	return newProcess(ws, cancel, s.Recv, nil, nil)
 }
 
-// Output is the channel of output and gap events; it is closed when the
-// stream ends.
+// Output is the channel of output and gap events (minus the streams sent
+// to Cmd.Stdout and Cmd.Stderr); it is closed when the stream ends.
 func (p *Process) Output() <-chan Event { return p.events }
 
 func (p *Process) send(req *pb.StartRequest) error {
@@ -300,13 +350,14 @@ const cancelGrace = 15 * time.Second
 
 // Wait waits for the stream to end, discarding unread output, and returns
 // the full exit record. After Cancel the stream carries no exit record, so
-// Wait fetches it from the server's process list.
+// Wait fetches it from the server's process list. When a Cmd.Stdout or
+// Cmd.Stderr writer failed, Wait returns the exit record and that error.
 func (p *Process) Wait() (*Exited, error) {
 	for range p.events {
 	}
 	<-p.done
 	if p.exited != nil {
-		return p.exited, nil
+		return p.exited, p.sinkErr
 	}
 	p.mu.Lock()
 	canceled := p.canceled
@@ -322,7 +373,7 @@ func (p *Process) Wait() (*Exited, error) {
 			for _, info := range infos {
 				if info.GetId() == p.ID && info.GetExited() != nil {
 					p.exited = info.GetExited()
-					return p.exited, nil
+					return p.exited, p.sinkErr
 				}
 			}
 			if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
@@ -358,7 +409,19 @@ func (ws *Workspace) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 	if err != nil {
 		return nil, wrapErr(err)
 	}
-	return &RunResult{Stdout: r.GetStdout(), Stderr: r.GetStderr(), Exited: r.GetExited(), ProcessID: r.GetProcessId()}, nil
+	res := &RunResult{Stdout: r.GetStdout(), Stderr: r.GetStderr(), Exited: r.GetExited(), ProcessID: r.GetProcessId()}
+	for _, out := range []struct {
+		w    io.Writer
+		data []byte
+	}{{cmd.Stdout, res.Stdout}, {cmd.Stderr, res.Stderr}} {
+		if out.w == nil || len(out.data) == 0 {
+			continue
+		}
+		if _, err := out.w.Write(out.data); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
 }
 
 // Ps lists the workspace's running and recently finished processes.

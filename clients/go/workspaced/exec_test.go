@@ -339,3 +339,116 @@ func TestPty(t *testing.T) {
 		t.Fatalf("Wait = %+v, %v", ex, err)
 	}
 }
+
+// chunkWriter collects what is written and reports the first write.
+type chunkWriter struct {
+	buf   bytes.Buffer
+	first chan string
+}
+
+func newChunkWriter() *chunkWriter { return &chunkWriter{first: make(chan string, 1)} }
+
+func (w *chunkWriter) Write(b []byte) (int, error) {
+	if w.buf.Len() == 0 {
+		w.first <- string(b)
+	}
+	return w.buf.Write(b)
+}
+
+// Cmd.Stdout and Cmd.Stderr receive the output as it arrives, like
+// os/exec's: the command cannot get past `read` until the test has seen
+// "a" in the writer and written a line, so output held back until the
+// exit would hang the test (no timing involved). The writers' streams do
+// not appear on Output.
+func TestExecWriters(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	stdout, stderr := newChunkWriter(), newChunkWriter()
+	p, err := ws.Exec(ctx, Cmd{
+		Argv:   []string{"sh", "-c", "echo a; read line; echo b; echo err >&2; exit 3"},
+		Stdin:  true,
+		Stdout: stdout, Stderr: stderr,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case first := <-stdout.first:
+		if first != "a\n" {
+			t.Fatalf("first stdout write %q", first)
+		}
+	case <-ctx.Done():
+		t.Fatal("no output before the command's read")
+	}
+	if err := p.WriteStdin([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	for ev := range p.Output() {
+		t.Errorf("an event on Output although both streams have writers: %+v", ev)
+	}
+	ex, err := p.Wait()
+	if err != nil || ex.GetExitCode() != 3 {
+		t.Fatalf("Wait = %v, %v; want exit code 3", ex, err)
+	}
+	if stdout.buf.String() != "a\nb\n" || stderr.buf.String() != "err\n" {
+		t.Fatalf("stdout %q stderr %q", stdout.buf.String(), stderr.buf.String())
+	}
+
+	// Only stderr has a writer: stdout still comes on Output.
+	stderr = newChunkWriter()
+	p, err = ws.Exec(ctx, Cmd{Argv: []string{"sh", "-c", "echo out; echo err >&2"}, Stderr: stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	for ev := range p.Output() {
+		if ev.Stream != StreamStdout {
+			t.Fatalf("event on Output for %v", ev.Stream)
+		}
+		out.Write(ev.Data)
+	}
+	if _, err := p.Wait(); err != nil || out.String() != "out\n" || stderr.buf.String() != "err\n" {
+		t.Fatalf("Wait %v, Output %q, stderr writer %q", err, out.String(), stderr.buf.String())
+	}
+
+	// Run writes its result to the writers too.
+	var runOut strings.Builder
+	r, err := ws.Run(ctx, Cmd{Argv: []string{"echo", "ran"}, Stdout: &runOut})
+	if err != nil || runOut.String() != "ran\n" || string(r.Stdout) != "ran\n" {
+		t.Fatalf("Run = %v, %v; writer got %q", r, err, runOut.String())
+	}
+}
+
+type failingWriter struct{ calls int }
+
+var errSinkFull = errors.New("sink full")
+
+func (w *failingWriter) Write([]byte) (int, error) {
+	w.calls++
+	return 0, errSinkFull
+}
+
+// A writer that fails gets nothing more; the command still runs to its end
+// and Wait returns the exit record with the writer's error.
+func TestExecWriterError(t *testing.T) {
+	_, ws := openBash(t)
+	ctx := testCtx(t)
+	w := &failingWriter{}
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"sh", "-c", "echo 1; read x; echo 2; echo done > out.txt"}, Stdin: true, Stdout: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WriteStdin([]byte("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	ex, err := p.Wait()
+	if !errors.Is(err, errSinkFull) || ex == nil || ex.GetExitCode() != 0 {
+		t.Fatalf("Wait = %v, %v; want the exit record and the writer's error", ex, err)
+	}
+	if w.calls != 1 {
+		t.Fatalf("the failing writer was called %d times, want 1", w.calls)
+	}
+	if got, err := ws.ReadFile(ctx, "out.txt"); err != nil || string(got) != "done\n" {
+		t.Fatalf("the command did not run to its end: %q, %v", got, err)
+	}
+}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/ioutil"
 	"net"
 	"os"
 	"os/exec"
@@ -14,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	pb "workspaced/clients/go/gen/workspace/v1"
+	pb "workspaced.dev/go/gen/workspace/v1"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,7 +32,7 @@ func startFront(t *testing.T, nodes ...*server) string {
 	if script == "" {
 		t.Fatal("WORKSPACED_TEST_FRONT is not set: it must name clients/testdata/front.sh")
 	}
-	dir, err := ioutil.TempDir(os.Getenv("TEST_TMPDIR"), "front-")
+	dir, err := os.MkdirTemp(os.Getenv("TEST_TMPDIR"), "front-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +54,7 @@ func startFront(t *testing.T, nodes ...*server) string {
 		t.Fatal(err)
 	}
 	readErr := func() string {
-		b, err := ioutil.ReadFile(errPath)
+		b, err := os.ReadFile(errPath)
 		if err != nil {
 			return err.Error()
 		}

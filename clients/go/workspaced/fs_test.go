@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
-	"io/ioutil"
 	"math/rand"
 	"testing"
 )
@@ -101,7 +100,7 @@ func TestStreamsAreByteExact(t *testing.T) {
 	if r.Info().GetSize() != uint64(len(data)) {
 		t.Fatalf("info size %d", r.Info().GetSize())
 	}
-	got, err := ioutil.ReadAll(r)
+	got, err := io.ReadAll(r)
 	r.Close()
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read back %d bytes (equal %v), %v", len(got), bytes.Equal(got, data), err)
@@ -115,7 +114,7 @@ func TestStreamsAreByteExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	part, err := ioutil.ReadAll(r)
+	part, err := io.ReadAll(r)
 	r.Close()
 	if err != nil || !bytes.Equal(part, data[1<<20:1<<20+1000]) {
 		t.Fatalf("ranged read: %d bytes, %v", len(part), err)

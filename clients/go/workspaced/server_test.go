@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io/ioutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,13 +33,13 @@ type server struct {
 // runner's) can exceed, so a long one is replaced by one in /tmp.
 func sockDir(t *testing.T) string {
 	t.Helper()
-	dir, err := ioutil.TempDir("", "wsd-sock-")
+	dir, err := os.MkdirTemp("", "wsd-sock-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(filepath.Join(dir, "ws.sock")) > 100 {
 		os.RemoveAll(dir)
-		if dir, err = ioutil.TempDir("/tmp", "wsd-sock-"); err != nil {
+		if dir, err = os.MkdirTemp("/tmp", "wsd-sock-"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +135,7 @@ func startServerArgs(t *testing.T, args []string, env ...string) *server {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("WORKSPACED_BIN: %v", err)
 	}
-	state, err := ioutil.TempDir("", "wsd-state-")
+	state, err := os.MkdirTemp("", "wsd-state-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +158,7 @@ func startServerArgs(t *testing.T, args []string, env ...string) *server {
 		t.Fatal(err)
 	}
 	readLog := func() string {
-		log, err := ioutil.ReadFile(logFile.Name())
+		log, err := os.ReadFile(logFile.Name())
 		if err != nil {
 			return err.Error()
 		}

@@ -3,7 +3,6 @@ package workspaced
 import (
 	"context"
 	"errors"
-	"io/ioutil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +26,7 @@ func makePKI(t *testing.T) string {
 	if script == "" {
 		t.Fatal("WORKSPACED_TEST_PKI is not set: it must name clients/testdata/pki.sh")
 	}
-	dir, err := ioutil.TempDir(os.Getenv("TEST_TMPDIR"), "pki-")
+	dir, err := os.MkdirTemp(os.Getenv("TEST_TMPDIR"), "pki-")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/golang/protobuf/proto"
 
-	pb "workspaced/clients/go/gen/workspace/v1"
+	pb "workspaced.dev/go/gen/workspace/v1"
 )
 
 // varint is n as a protobuf base-128 varint.

@@ -6,7 +6,7 @@ import (
 	"io"
 	"sync"
 
-	pb "workspaced/clients/go/gen/workspace/v1"
+	pb "workspaced.dev/go/gen/workspace/v1"
 
 	"google.golang.org/grpc/metadata"
 )

@@ -2,22 +2,27 @@
 // file, run a command over it with its output streamed as it arrives, read
 // the result back, and close the workspace.
 //
-// It uses the local-sandbox provider (bubblewrap namespaces plus seccomp),
-// which a server offers by default: the provider for untrusted agents when
-// there is no Docker.
+// The command runs in a local-sandbox workspace (bubblewrap namespaces plus
+// seccomp), which a server offers by default where bubblewrap works. When
+// the server says local-sandbox is not available, the example works with
+// files only, in a memory workspace, and runs no command. It never falls
+// back to local-bash with "sh" allowed: `sh -c` runs any program, so once
+// sh is allowed the command guard constrains nothing, and local-bash has
+// no isolation of its own.
 //
 // Usage: agentloop [ADDR]   (default: $WORKSPACED_ADDR, else the server's
 // default socket unix:/run/workspaced/workspaced.sock)
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log"
 	"os"
 	"time"
 
-	"workspaced/clients/go/workspaced"
+	"workspaced.dev/go/workspaced"
 )
 
 func main() {
@@ -33,6 +38,21 @@ func main() {
 	}
 }
 
+// sandboxState reports whether the server offers local-sandbox to this
+// caller now and, if not, why.
+func sandboxState(ctx context.Context, c *workspaced.Client) (bool, string, error) {
+	providers, err := c.Providers(ctx)
+	if err != nil {
+		return false, "", err
+	}
+	for _, p := range providers {
+		if p.GetKind() == "local-sandbox" {
+			return p.GetAvailable(), p.GetReason(), nil
+		}
+	}
+	return false, "the server does not list it", nil
+}
+
 func run(ctx context.Context, addr string) error {
 	c, err := workspaced.Connect(ctx, addr)
 	if err != nil {
@@ -40,10 +60,20 @@ func run(ctx context.Context, addr string) error {
 	}
 	defer c.Close()
 
-	ws, err := c.Open(ctx, workspaced.LocalSandbox(nil), &workspaced.Capabilities{
-		Fs:    &workspaced.FsCapability{},
-		Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh", "wc"}},
-	})
+	sandbox, why, err := sandboxState(ctx, c)
+	if err != nil {
+		return err
+	}
+	var ws *workspaced.Workspace
+	if sandbox {
+		ws, err = c.Open(ctx, workspaced.LocalSandbox(nil), &workspaced.Capabilities{
+			Fs:    &workspaced.FsCapability{},
+			Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh", "wc"}},
+		})
+	} else {
+		fmt.Printf("local-sandbox is not available (%s): files only, no commands\n", why)
+		ws, err = c.Open(ctx, workspaced.Memory(), &workspaced.Capabilities{Fs: &workspaced.FsCapability{}})
+	}
 	if err != nil {
 		return err
 	}
@@ -54,6 +84,17 @@ func run(ctx context.Context, addr string) error {
 
 	if _, err := ws.WriteFile(ctx, "notes/todo.txt", []byte("write code\ntest it\nship it\n"), workspaced.CreateParents()); err != nil {
 		return err
+	}
+
+	if !sandbox {
+		// Without a command, the agent reads the file back and counts
+		// the lines itself.
+		todo, err := ws.ReadFile(ctx, "notes/todo.txt")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("lines: %d\n", bytes.Count(todo, []byte("\n")))
+		return ws.Close(ctx)
 	}
 
 	// The script reports progress before its slow step: the first line

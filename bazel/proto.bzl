@@ -59,3 +59,20 @@ def ws_proto_cc(name, srcs, grpc_srcs, deps = [], **kwargs):
         deps = deps + ["@system//:grpcpp", "@system//:protobuf"],
         **kwargs
     )
+
+def ws_protoset(name, srcs, out, **kwargs):
+    """A FileDescriptorSet of `srcs` with every import (the well-known types
+    from the system's /usr/include) and the source info (comments), the
+    form `grpcurl -protoset` and the reflection service take."""
+    native.genrule(
+        name = name,
+        srcs = srcs,
+        outs = [out],
+        cmd = ("protoc -I$$(dirname $(location {first}))/{up} -I/usr/include " +
+               "--include_imports --include_source_info --descriptor_set_out=$@ {files}").format(
+            first = srcs[0],
+            up = "/".join([".."] * srcs[0].count("/")) or ".",
+            files = " ".join(srcs),
+        ),
+        **kwargs
+    )

@@ -17,6 +17,9 @@ packages=(
   # file's check), openssl for the test certificates
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf
   procps systemd openssl
+  # the Python client's wheel and sdist, built offline and installed into a
+  # virtualenv that uses Debian's grpcio (clients/python/build_dist.sh)
+  python3-build python3-setuptools python3-venv python3-wheel
   # the local-bash tests plant git configuration and run an allowed git
   git
   # deployment tests: network namespaces, the Envoy example's YAML

@@ -17,6 +17,8 @@ bash tests/fixtures/image/build.sh || exit 1
 bash tests/fixtures/debian/build.sh || exit 1
 # The Node client's modules, pinned by its package-lock.json.
 (cd clients/node && npm ci --no-audit --no-fund --loglevel=error) || exit 1
+# The reflection test's client (grpc-js-reflection-client), pinned likewise.
+(cd tests/reflection && npm ci --no-audit --no-fund --loglevel=error) || exit 1
 
 log=$(mktemp)
 skips=$(mktemp)

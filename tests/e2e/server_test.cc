@@ -431,7 +431,18 @@ TEST(Server, HealthServingThenNotServingOnDrain)
     EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING);
     ClientContext c2;
     req.set_service("no.such.Service");
-    EXPECT_EQ(h->Check(&c2, req, &resp).error_code(), StatusCode::NOT_FOUND);
+    auto nf = h->Check(&c2, req, &resp);
+    EXPECT_WS_ERROR(nf, StatusCode::NOT_FOUND, "NO_SUCH_SERVICE");
+    // Every service the server serves has a health, reflection included.
+    for (const char *svc :
+         {"workspace.v1.Providers", "workspace.v1.Workspaces", "workspace.v1.FileSystem",
+          "workspace.v1.Exec", "grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection",
+          "grpc.reflection.v1alpha.ServerReflection"}) {
+        ClientContext c3;
+        req.set_service(svc);
+        ASSERT_TRUE(h->Check(&c3, req, &resp).ok()) << svc;
+        EXPECT_EQ(resp.status(), grpc::health::v1::HealthCheckResponse::SERVING) << svc;
+    }
 
     ClientContext wctx;
     req.set_service("");

@@ -8,6 +8,7 @@ clock of the retry-schedule test.
 """
 
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -392,12 +393,12 @@ class ExecTest(ServerTestCase):
         self.assertEqual(info[0].exited.cause, ExitCause.CANCELLED)
 
     def test_timeout_cause(self):
-        proc = self.ws.exec(["sh", "-c", "echo started; sleep 30"], timeout=0.5)
+        proc = self.ws.exec(["sh", "-c", "echo started; sleep 30"], command_timeout=0.5)
         out, _, result = proc.communicate()
         self.assertEqual(out, b"started\n")
         self.assertEqual(result.cause, ExitCause.TIMEOUT)
         self.assertLess(result.wall_time_ms, 10000)
-        self.assertEqual(self.ws.run(["sleep", "30"], timeout=0.3).exited.cause, ExitCause.TIMEOUT)
+        self.assertEqual(self.ws.run(["sleep", "30"], command_timeout=0.3).exited.cause, ExitCause.TIMEOUT)
 
     def test_signal_and_kill(self):
         proc = self.ws.exec(["sleep", "30"], stdin=True)
@@ -498,13 +499,54 @@ class ErrorTest(ServerTestCase):
         with self.assertRaises(workspaced.BadRef):
             self.client.resolve(bytes(token))
 
-    def test_unknown_reason_is_base_type(self):
+    def test_exists_is_typed(self):
         self.ws.write_file("f", b"x")
-        with self.assertRaises(workspaced.WorkspacedError) as cm:
+        with self.assertRaises(workspaced.AlreadyExists) as cm:
             self.ws.write_file("f", b"y", if_absent=True)
-        self.assertIs(type(cm.exception), workspaced.WorkspacedError)
         self.assertEqual(cm.exception.reason, "EXISTS")
         self.assertEqual(cm.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+
+    def test_call_deadline_is_not_the_commands_timeout(self):
+        # The call's deadline fires first: the client gets
+        # DEADLINE_EXCEEDED, not a result, although the command's own
+        # limit is far away.
+        with self.assertRaises(workspaced.DeadlineExceeded) as cm:
+            self.ws.run(["sleep", "30"], command_timeout=60, timeout=0.3)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        # And the command's own limit, with no deadline, ends in a result.
+        self.assertEqual(self.ws.run(["sleep", "30"], command_timeout=0.2).exited.cause, ExitCause.TIMEOUT)
+
+    def test_client_default_deadline(self):
+        # The default applies to a call given no timeout= ...
+        with silent_server() as address, workspaced.connect(address, timeout=0.2) as silent:
+            with self.assertRaises(workspaced.DeadlineExceeded) as cm:
+                silent.list()
+            self.assertEqual(cm.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+            # ... and a call's own timeout= fires as well; it replaces the
+            # default (None: no deadline at all).
+            with self.assertRaises(workspaced.DeadlineExceeded):
+                silent.health(timeout=0.1)
+            self.assertEqual(
+                [silent._deadline(workspaced.USE_DEFAULT), silent._deadline(5), silent._deadline(None)], [0.2, 5, None]
+            )
+        # Calls that wait for a command do not take the default: a command
+        # that sleeps longer than it still ends in a result.
+        with workspaced.connect(self.server.address, timeout=0.2) as client:
+            ws = client.open("local-bash", CAPS)
+            try:
+                self.assertTrue(ws.run(["sleep", "0.6"]).ok)
+                self.assertTrue(ws.exec(["sleep", "0.6"]).wait().ok)
+                self.assertIsInstance(client.list(timeout=None), list)
+            finally:
+                ws.close()
+        with self.assertRaises(ValueError):
+            workspaced.connect(self.server.address, timeout=-1)
+
+    def test_server_info_names_the_servers_version(self):
+        with open(os.environ["WORKSPACED_VERSION_FILE"]) as f:
+            version = f.read().strip()
+        self.assertEqual(self.client.server_info().version, version)
+        self.assertEqual(self.ws.describe().server.version, version)
 
     def test_conflict(self):
         self.ws.write_file("f", b"v1")
@@ -715,6 +757,27 @@ class refused_port:
         return False
 
 
+class silent_server:
+    """A unix socket address that takes connections and never answers
+    (bound and listening, never accepted): a call there waits for the
+    server's HTTP/2 settings until its deadline passes, so a deadline is
+    the only way it can end."""
+
+    def __enter__(self):
+        import socket
+
+        self.dir = tempfile.mkdtemp(prefix="wsd-silent-", dir="/tmp")
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(os.path.join(self.dir, "s.sock"))
+        self.sock.listen(16)
+        return "unix:" + os.path.join(self.dir, "s.sock")
+
+    def __exit__(self, *exc):
+        self.sock.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+        return False
+
+
 class without_environment:
     """Removes the named environment variables for the with block."""
 
@@ -793,42 +856,59 @@ class ExampleTest(ServerTestCase):
     def setUp(self):
         pass  # the example opens its own workspace
 
-    def test_agent_loop_example(self):
-        out = subprocess.run(
-            [sys.executable, EXAMPLE, self.server.address],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=dict(os.environ),
-        )
-        self.assertEqual(out.returncode, 0, out.stderr)
-        lines = out.stdout.splitlines()
-        self.assertRegex(lines[0], r"^opened workspace ws_[0-9a-f]{32}$")
-        self.assertIn("exit: cause=EXITED code=0", out.stdout)
-        self.assertIn("count.txt says: 3", lines)
+    def run_example(self, address=None, env=None):
+        argv = [sys.executable, EXAMPLE] + ([address] if address else [])
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=dict(os.environ, **(env or {})))
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        return out.stdout.splitlines()
+
+    def test_agent_loop_example_runs_commands_in_the_sandbox(self):
+        lines = self.run_example(self.server.address)
+        self.assertRegex(lines[0], r"^opened workspace ws_[0-9a-f]{32} \(local-sandbox\)$")
+        self.assertIn("exit: cause=EXITED code=0", "\n".join(lines))
+        self.assertIn("sorted.txt says: relax, ship it, write tests", lines)
         self.assertEqual(lines[-1], "workspace closed")
-        # The command's output is streamed between the write and the exit
-        # record, each chunk behind "[stdout] " as it arrives; how the two
-        # lines are cut into chunks is up to the pipe.
-        start = lines.index("wrote notes.txt and task.sh") + 1
+        # wc's output is streamed between the write and its exit record,
+        # behind "[stdout] ".
+        start = lines.index("wrote notes.txt") + 1
         end = [i for i, l in enumerate(lines) if l.startswith("exit:")][0]
-        streamed = lines[start:end]
-        self.assertTrue(streamed and streamed[0].startswith("[stdout] "), streamed)
-        self.assertEqual("\n".join(streamed).replace("[stdout] ", ""), "step 1: counting lines\nstep 2: done")
+        self.assertEqual("".join(lines[start:end]).replace("[stdout] ", "").split(), ["3", "notes.txt"])
         # It closed its workspace.
-        opened = lines[0].split()[-1]
+        opened = lines[0].split()[2]
         self.assertNotIn(opened, [w.id for w in self.client.list()])
 
     def test_agent_loop_example_takes_the_address_from_the_environment(self):
-        out = subprocess.run(
-            [sys.executable, EXAMPLE],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=dict(os.environ, WORKSPACED_ADDR=self.server.address),
-        )
-        self.assertEqual(out.returncode, 0, out.stderr)
-        self.assertIn("count.txt says: 3", out.stdout.splitlines())
+        lines = self.run_example(env={"WORKSPACED_ADDR": self.server.address})
+        self.assertIn("sorted.txt says: relax, ship it, write tests", lines)
+
+    def test_agent_loop_example_falls_back_to_files_only(self):
+        # A tenant that may not open local-sandbox: ListProviders says so,
+        # and the example keeps to a memory workspace.
+        server = Server(["--policy-providers", "memory"])
+        try:
+            lines = self.run_example(server.address)
+        finally:
+            server.stop()
+        self.assertTrue(lines[0].startswith("local-sandbox is not usable ("), lines)
+        self.assertRegex(lines[1], r"^opened workspace ws_[0-9a-f]{32} \(memory\)$")
+        self.assertFalse([l for l in lines if l.startswith("exit:")], lines)
+        self.assertIn("sorted.txt says: relax, ship it, write tests", lines)
+
+    def test_quickstart_never_allows_a_shell(self):
+        # Once a shell is allowed, the shell guard constrains nothing: the
+        # first code a user copies must not teach that.
+        shells = {"sh", "bash", "dash", "zsh", "ash", "busybox", "env", "python3"}
+        spec = importlib.util.spec_from_file_location("agent_loop", EXAMPLE)
+        agent_loop = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(agent_loop)
+        self.assertFalse(shells & set(agent_loop.SHELL["allowed_commands"]))
+        with open(os.path.join(os.path.dirname(HERE), "README.md")) as f:
+            readme = f.read()
+        allowed = re.findall(r'"allowed_commands":\s*\[([^\]]*)\]', readme)
+        self.assertTrue(allowed, "the README shows no allowed_commands")
+        for entry in allowed:
+            self.assertFalse(shells & set(re.findall(r'"([^"]+)"', entry)), entry)
+        self.assertNotRegex(readme, r'open\("local-bash"')
 
 
 if __name__ == "__main__":

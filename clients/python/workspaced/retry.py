@@ -7,16 +7,21 @@ moment later, so Open retries them. Anything else (a missing capability, a
 bad argument) would fail identically again and is raised at once.
 """
 
+from __future__ import annotations
+
 import dataclasses
 import random as _random
 import time
+from typing import Callable, TypeVar
 
 import grpc
 
 from .errors import WorkspacedError
 
+_T = TypeVar("_T")
 
-def is_transient(err):
+
+def is_transient(err: BaseException) -> bool:
     """Whether `err` is worth retrying: the server's transient flag, or UNAVAILABLE."""
     if not isinstance(err, WorkspacedError):
         return False
@@ -42,10 +47,10 @@ class RetryPolicy:
     max_backoff: float = 5.0
     multiplier: float = 2.0
     jitter: float = 0.2
-    sleep: object = dataclasses.field(default=time.sleep, repr=False, compare=False)
-    random: object = dataclasses.field(default=_random.random, repr=False, compare=False)
+    sleep: Callable[[float], None] = dataclasses.field(default=time.sleep, repr=False, compare=False)
+    random: Callable[[], float] = dataclasses.field(default=_random.random, repr=False, compare=False)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         if self.initial_backoff < 0 or self.max_backoff < 0 or self.multiplier < 1:
@@ -53,13 +58,13 @@ class RetryPolicy:
         if not 0 <= self.jitter <= 1:
             raise ValueError("jitter must be within [0, 1]")
 
-    def backoff(self, retry):
+    def backoff(self, retry: int) -> float:
         """Seconds to wait before retry number `retry` (1-based)."""
         base = min(self.max_backoff, self.initial_backoff * self.multiplier ** (retry - 1))
         factor = 1.0 - self.jitter + 2.0 * self.jitter * self.random()
         return min(self.max_backoff, base * factor)
 
-    def call(self, fn, retryable=is_transient):
+    def call(self, fn: Callable[[], _T], retryable: Callable[[BaseException], bool] = is_transient) -> _T:
         """Calls fn() until it succeeds, fails non-retryably, or attempts run out.
 
         The last error is raised unchanged.

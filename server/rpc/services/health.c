@@ -25,6 +25,8 @@ static const char *const known_services[] = {
     "workspace.v1.FileSystem",
     "workspace.v1.Exec",
     "grpc.health.v1.Health",
+    "grpc.reflection.v1.ServerReflection",
+    "grpc.reflection.v1alpha.ServerReflection",
 };
 
 static bool known(const char *service)

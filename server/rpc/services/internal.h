@@ -50,6 +50,7 @@ size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_providers(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_health(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out);
+size_t ws_services_reflection(struct ws_services *s, struct ws_rpc_method *out);
 void ws_services_health_drain(struct ws_services *s);
 
 #define WS_SERVICES_MAX_METHODS 32

@@ -68,6 +68,7 @@ int ws_services_new(const struct ws_services_deps *deps, struct ws_services **re
     n += ws_services_filesystem(s, s->methods + n);
     n += ws_services_exec(s, s->methods + n);
     n += ws_services_health(s, s->methods + n);
+    n += ws_services_reflection(s, s->methods + n);
     s->n_methods = n;
     *ret = s;
     s = NULL;

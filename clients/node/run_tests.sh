@@ -25,6 +25,7 @@ export WORKSPACED_BIN="$runfiles/server/workspaced"
 export WORKSPACED_PROTO_DIR="$runfiles/proto"
 export WORKSPACED_TEST_PKI="$runfiles/clients/testdata/pki.sh"
 export WORKSPACED_TEST_FRONT="$runfiles/clients/testdata/front.sh"
+export WORKSPACED_VERSION_FILE="$runfiles/VERSION"
 [ -x "$WORKSPACED_BIN" ] || { echo "node_test: no server at $WORKSPACED_BIN" >&2; exit 1; }
 
 # A private copy of the package (sources dereferenced from the runfiles)

@@ -2,6 +2,7 @@
 import * as grpc from '@grpc/grpc-js';
 
 import { WorkspacedError } from './errors';
+import type { CallOptions } from './transport';
 import { resolveProtoDir } from './proto';
 import { DEFAULT_RETRY_POLICY, RetryPolicy, withRetry } from './retry';
 import { TlsFiles, tlsFiles, TlsOptions, Transport } from './transport';
@@ -17,7 +18,7 @@ import type { RuntimeInfo__Output } from '../gen/workspace/v1/RuntimeInfo';
 import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
 import type { WorkspaceSummary__Output } from '../gen/workspace/v1/WorkspaceSummary';
 
-export type { Capabilities, DockerConfig, LocalBashConfig, LocalSandboxConfig, TlsFiles, TlsOptions };
+export type { Capabilities, CallOptions, DockerConfig, LocalBashConfig, LocalSandboxConfig, TlsFiles, TlsOptions };
 export { tlsFiles };
 export type ProviderInfo = ProviderInfo__Output;
 /** A docker runtime ("runc", "runsc") and whether an Open may name it now. */
@@ -67,6 +68,13 @@ export interface ConnectOptions {
   protoDir?: string;
   /** Default retry policy of open() (merged over DEFAULT_RETRY_POLICY). */
   openRetry?: Partial<RetryPolicy>;
+  /**
+   * The default deadline of a call, in milliseconds from its start, for
+   * every call but exec, run and attach (whose length is the command's:
+   * give those a `deadlineMs` of their own when wanted). A call's own
+   * `deadlineMs` overrides it (0: none for that call). Default: none.
+   */
+  deadlineMs?: number;
   channelOptions?: grpc.ChannelOptions;
 }
 
@@ -86,12 +94,12 @@ export type ProviderConfig =
   | { localSandbox: LocalSandboxConfig }
   | { docker: DockerConfig };
 
-export interface OpenOptions {
+export interface OpenOptions extends CallOptions {
   /** Overrides of the client's open retry policy; { maxAttempts: 1 } disables retries. */
   retry?: Partial<RetryPolicy>;
 }
 
-export interface ResolveOptions {
+export interface ResolveOptions extends CallOptions {
   /**
    * The node that holds the workspace behind a front proxy (Workspace.node,
    * kept with the ref): the call goes there and the workspace is pinned to
@@ -137,6 +145,7 @@ export class Client {
       tls: opts.tls,
       protoDir: resolveProtoDir(opts.protoDir),
       channelOptions: opts.channelOptions,
+      defaultDeadlineMs: opts.deadlineMs,
     });
     this.openRetry = { ...DEFAULT_RETRY_POLICY, ...opts.openRetry };
   }
@@ -147,16 +156,22 @@ export class Client {
    * backoff and jitter; any other error is thrown at once, typed. Behind a
    * front proxy the workspace is pinned to the node that answered
    * (Workspace.node); Open itself is never pinned, so a retry may land on
-   * another node.
+   * another node. The deadline (`deadlineMs`) covers all the attempts and
+   * the backoffs between them; an abort of `signal` ends them at once.
    */
   open(provider: ProviderConfig, capabilities?: Capabilities, opts: OpenOptions = {}): Promise<Workspace> {
     const policy = { ...this.openRetry, ...opts.retry };
     const req = openRequest(provider, capabilities);
     const t = this.transport;
-    return withRetry(policy, async () => {
-      const { res, node } = await t.unaryWithNode(t.workspaces.Open.bind(t.workspaces), req);
-      return new Workspace(t, res.workspace!, node);
-    });
+    const call = t.resolveCall(opts);
+    return withRetry(
+      policy,
+      async () => {
+        const { res, node } = await t.unaryWithNode(t.workspaces.Open.bind(t.workspaces), req, undefined, call);
+        return new Workspace(t, res.workspace!, node);
+      },
+      opts.signal,
+    );
   }
 
   /**
@@ -167,14 +182,25 @@ export class Client {
   async resolve(ref: WorkspaceRef | Buffer | string, opts: ResolveOptions = {}): Promise<Workspace> {
     const token = typeof ref === 'string' ? Buffer.from(ref, 'base64url') : Buffer.isBuffer(ref) ? ref : ref.token;
     const t = this.transport;
-    const { res, node } = await t.unaryWithNode(t.workspaces.Resolve.bind(t.workspaces), { ref: { token } }, opts.node);
+    const { res, node } = await t.unaryWithNode(t.workspaces.Resolve.bind(t.workspaces), { ref: { token } }, opts.node, opts);
     return new Workspace(t, res.workspace!, node ?? opts.node);
   }
 
   /** All four provider kinds, probed live by the server. */
-  async providers(): Promise<ProviderInfo[]> {
+  async providers(opts: CallOptions = {}): Promise<ProviderInfo[]> {
     const t = this.transport;
-    return (await t.unary(t.providers.ListProviders.bind(t.providers), {})).providers;
+    return (await t.unary(t.providers.ListProviders.bind(t.providers), {}, undefined, opts)).providers;
+  }
+
+  /**
+   * The server's release (MAJOR.MINOR.PATCH, as `workspaced --version`
+   * prints it), from ListProviders; "" from a server that predates
+   * reporting it. Compare with this client's VERSION.
+   */
+  async serverVersion(opts: CallOptions = {}): Promise<string> {
+    const t = this.transport;
+    const res = await t.unary(t.providers.ListProviders.bind(t.providers), {}, undefined, opts);
+    return res.server?.version ?? '';
   }
 
   /**
@@ -183,9 +209,9 @@ export class Client {
    * caller's uid to), the providers it may open, and what an Open may ask
    * of them. A request outside it fails with PolicyDenied.
    */
-  async policy(): Promise<Policy> {
+  async policy(opts: CallOptions = {}): Promise<Policy> {
     const t = this.transport;
-    const res = await t.unary(t.providers.ListProviders.bind(t.providers), {});
+    const res = await t.unary(t.providers.ListProviders.bind(t.providers), {}, undefined, opts);
     if (!res.policy) {
       throw new WorkspacedError(grpc.status.UNIMPLEMENTED, '', 'the server reports no policy: it predates operator policies');
     }
@@ -193,15 +219,15 @@ export class Client {
   }
 
   /** Workspaces the server knows. */
-  async list(): Promise<WorkspaceSummary[]> {
+  async list(opts: CallOptions = {}): Promise<WorkspaceSummary[]> {
     const t = this.transport;
-    return (await t.unary(t.workspaces.List.bind(t.workspaces), {})).workspaces;
+    return (await t.unary(t.workspaces.List.bind(t.workspaces), {}, undefined, opts)).workspaces;
   }
 
-  /** grpc.health.v1 status of the server ("SERVING"). */
-  async health(service = ''): Promise<string> {
+  /** grpc.health.v1 status of the server ("SERVING"); a service it does not serve is NoSuchService. */
+  async health(service = '', opts: CallOptions = {}): Promise<string> {
     const t = this.transport;
-    const res = await t.unary(t.health.Check.bind(t.health), { service });
+    const res = await t.unary(t.health.Check.bind(t.health), { service }, undefined, opts);
     return String(res.status);
   }
 

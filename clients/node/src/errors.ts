@@ -43,9 +43,9 @@ export class WorkspacedError extends Error {
   }
 }
 
-// One class per reason of the server's table (server/rpc/status.c). The
-// contract's required ones first, then the rest so nothing falls back to
-// the base class by omission.
+// One class per value of enum workspace.v1.ErrorReason
+// (proto/workspace/v1/common.proto), whose names are the ErrorInfo
+// reasons; test/reasons.test.ts fails when the two lists differ.
 export class WorkspaceEvicted extends WorkspacedError {}
 /** The provider's backend is not usable; `transient` says whether to retry. */
 export class WorkspaceFailed extends WorkspacedError {}
@@ -132,10 +132,39 @@ export class AccessDenied extends WorkspacedError {}
 export class GlobRejected extends WorkspacedError {}
 export class CwdEscape extends WorkspacedError {}
 export class ArgLimit extends WorkspacedError {}
+/**
+ * The call was cancelled: by the server (reason CANCELLED), or on the
+ * client side with no details (reason "").
+ */
 export class Cancelled extends WorkspacedError {}
+/**
+ * A deadline passed: one the server enforces (reason DEADLINE, e.g. a
+ * container that did not start in time), or the call's own deadline
+ * (`deadlineMs`, reason "").
+ */
 export class DeadlineExceeded extends WorkspacedError {}
+/** The server stopped taking work before this call could run; another server (or this one restarted) may take it. */
+export class ShuttingDown extends WorkspacedError {}
 export class Unimplemented extends WorkspacedError {}
 export class Internal extends WorkspacedError {}
+/** Stdin was sent after it was closed, or to a process started without stdin. */
+export class StdinClosed extends WorkspacedError {}
+/** A resize was sent to a process that has no terminal. */
+export class NoPty extends WorkspacedError {}
+/** grpc.health.v1.Health: the service named is not served. */
+export class NoSuchService extends WorkspacedError {}
+
+/**
+ * The caller aborted the call through its AbortSignal (the `signal` call
+ * option). Raised by the client, never by the server: code CANCELLED,
+ * reason "", and `cause` is the signal's reason. A subclass of Cancelled,
+ * so one `instanceof Cancelled` covers both sides.
+ */
+export class CallAborted extends Cancelled {
+  constructor(reason?: unknown, what = 'the call') {
+    super(GrpcStatus.CANCELLED, '', `${what} was aborted by its AbortSignal`, {}, { cause: reason });
+  }
+}
 
 type ErrorClass = new (
   code: number,
@@ -145,7 +174,11 @@ type ErrorClass = new (
   options?: { cause?: unknown; domain?: string },
 ) => WorkspacedError;
 
-/** ErrorInfo.reason -> class. Unknown reasons map to WorkspacedError itself. */
+/**
+ * ErrorInfo.reason (an ErrorReason value name) -> class. A reason this
+ * client does not know (a newer server) maps to WorkspacedError itself,
+ * which still carries the code and the reason.
+ */
 export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze({
   WORKSPACE_EVICTED: WorkspaceEvicted,
   WORKSPACE_FAILED: WorkspaceFailed,
@@ -165,7 +198,6 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   BAD_REF: BadRef,
   POLICY: PolicyDenied,
   PROVIDER_DISABLED: ProviderDisabled,
-  UNAUTHENTICATED: Unauthenticated,
   SYMLINK_LOOP: SymlinkLoop,
   BAD_PATH: BadPath,
   MALFORMED: Malformed,
@@ -189,9 +221,20 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   ARG_LIMIT: ArgLimit,
   CANCELLED: Cancelled,
   DEADLINE: DeadlineExceeded,
+  SHUTTING_DOWN: ShuttingDown,
   UNIMPLEMENTED: Unimplemented,
   INTERNAL: Internal,
+  STDIN_CLOSED: StdinClosed,
+  NO_PTY: NoPty,
+  NO_SUCH_SERVICE: NoSuchService,
 });
+
+/** Classes of the codes that arrive without ErrorInfo (see toWorkspacedError). */
+const BARE_CODE_CLASSES: Readonly<Record<number, ErrorClass>> = {
+  [GrpcStatus.UNAUTHENTICATED]: Unauthenticated,
+  [GrpcStatus.CANCELLED]: Cancelled,
+  [GrpcStatus.DEADLINE_EXCEEDED]: DeadlineExceeded,
+};
 
 export const STATUS_DETAILS_KEY = 'grpc-status-details-bin';
 
@@ -206,7 +249,9 @@ export type StatusDecoder = (buf: Buffer) => {
  * Turns whatever a grpc-js call failed with into a WorkspacedError subclass.
  * The reason comes from ErrorInfo in the trailer only; without details the
  * result is the base class with reason "" and the call's gRPC code, except
- * UNAUTHENTICATED, which is always Unauthenticated.
+ * for the codes a call gets without the server saying more: UNAUTHENTICATED
+ * is Unauthenticated, CANCELLED Cancelled and DEADLINE_EXCEEDED
+ * DeadlineExceeded (a cancel or a deadline on the client side).
  */
 export function toWorkspacedError(err: unknown, decode: StatusDecoder): WorkspacedError {
   if (err instanceof WorkspacedError) return err;
@@ -230,9 +275,13 @@ export function toWorkspacedError(err: unknown, decode: StatusDecoder): Workspac
   if (!info || !info.reason) {
     // The server refuses credentials before any handler runs, with the bare
     // code and no details (as a proxy in front of it would).
-    const Base = code === GrpcStatus.UNAUTHENTICATED ? Unauthenticated : WorkspacedError;
+    const Base = BARE_CODE_CLASSES[code] ?? WorkspacedError;
     return new Base(code, '', message, {}, { cause: err });
   }
-  const Cls = (info.domain === ERROR_DOMAIN && ERROR_CLASSES[info.reason]) || WorkspacedError;
+  // Unauthenticated has no reason of its own: the server refuses
+  // credentials with the bare code, so that class comes from the code.
+  const Cls =
+    (info.domain === ERROR_DOMAIN && ERROR_CLASSES[info.reason]) ||
+    (code === GrpcStatus.UNAUTHENTICATED ? Unauthenticated : WorkspacedError);
   return new Cls(code, info.reason, message, info.metadata ?? {}, { cause: err, domain: info.domain });
 }

@@ -8,9 +8,11 @@
 (Symbol as { asyncDispose?: symbol }).asyncDispose ??= Symbol.for('Symbol.asyncDispose');
 (Symbol as { dispose?: symbol }).dispose ??= Symbol.for('Symbol.dispose');
 
+export { VERSION } from './version';
 export * from './errors';
 export * from './retry';
 export * from './process';
 export * from './workspace';
 export * from './client';
 export { resolveProtoDir, API_PROTOS, LOADER_OPTIONS } from './proto';
+export type { CallOptions } from './transport';

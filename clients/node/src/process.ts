@@ -5,8 +5,9 @@
 import { constants as osConstants } from 'node:os';
 import * as grpc from '@grpc/grpc-js';
 
-import { WorkspacedError } from './errors';
-import type { Transport } from './transport';
+import { CallAborted, WorkspacedError } from './errors';
+import { onAbort } from './transport';
+import type { ResolvedCall, Transport } from './transport';
 import type { Exited__Output } from '../gen/workspace/v1/Exited';
 import type { ProcessEvent__Output } from '../gen/workspace/v1/ProcessEvent';
 import type { StartRequest } from '../gen/workspace/v1/StartRequest';
@@ -99,6 +100,10 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
   private iterating = false;
   /** An exited event arrived (on any of the streams feeding this handle). */
   protected exitSeen = false;
+  /** The caller's signal: a stream that fails after it aborted failed with CallAborted. */
+  protected abortSignal?: AbortSignal;
+  /** Stops watching the signal; called once the handle is done. */
+  protected unwatch: () => void = () => undefined;
 
   protected constructor(transport: Transport, workspaceId: string, node?: string) {
     this.transport = transport;
@@ -159,7 +164,7 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
     // output or exited event is lost to the ordering.
     let failure: WorkspacedError | undefined;
     call.on('error', (e) => {
-      failure = this.transport.error(e);
+      failure = this.transport.failure(e, this.abortSignal);
     });
     call.on('end', () => {
       if (failure && !sawExit && onError?.(failure)) return; // taken over (resumed through Attach)
@@ -180,6 +185,7 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
   protected finish(err?: WorkspacedError): void {
     if (this.ended) return;
     this.ended = true;
+    this.unwatch();
     this.onStreamDone();
     if (err) {
       this.failure = err;
@@ -261,10 +267,21 @@ export class AttachedProcess extends ProcessStream {
     target: { id?: string; tag?: string },
     offset: number,
     node?: string,
+    call: ResolvedCall = { resolved: true },
   ): AttachedProcess {
     const p = new AttachedProcess(t, workspaceId, node);
-    p.call = t.exec.Attach({ workspaceId, id: target.id ?? '', tag: target.tag ?? '', offset }, t.metadata(node));
+    p.abortSignal = call.signal;
+    if (call.signal?.aborted) {
+      p.finish(new CallAborted(call.signal.reason));
+      return p;
+    }
+    p.call = t.exec.Attach(
+      { workspaceId, id: target.id ?? '', tag: target.tag ?? '', offset },
+      t.metadata(node),
+      t.grpcOptions(call),
+    );
     p.pump(p.call);
+    p.unwatch = onAbort(call.signal, () => p.detach());
     return p;
   }
 
@@ -289,11 +306,19 @@ export class Process extends ProcessStream {
   private requestsClosed = false;
 
   /** @internal */
-  static start(t: Transport, req: StartOptions, node?: string): Process {
+  static start(t: Transport, req: StartOptions, node?: string, call: ResolvedCall = { resolved: true }): Process {
     const p = new Process(t, req.workspaceId, node);
-    p.call = t.exec.Start(t.metadata(node));
+    p.abortSignal = call.signal;
+    if (call.signal?.aborted) {
+      // Nothing is sent: the handle is over before it began.
+      p.requestsClosed = true;
+      p.finish(new CallAborted(call.signal.reason));
+      return p;
+    }
+    p.call = t.exec.Start(t.metadata(node), t.grpcOptions(call));
     p.pump(p.call, (err) => p.resumeAfterCancel(err));
     p.call.write({ start: req });
+    p.unwatch = onAbort(call.signal, () => p.cancel());
     return p;
   }
 
@@ -361,7 +386,7 @@ export class Process extends ProcessStream {
    * EXIT_CAUSE_CANCELLED. Idempotent.
    */
   cancel(): void {
-    if (this.cancelled || this.done) return;
+    if (this.cancelled || this.done || !this.call) return;
     this.cancelled = true;
     this.requestsClosed = true;
     this.call.cancel();

@@ -3,7 +3,9 @@
 // The wrapper loads the .proto files with @grpc/proto-loader (service stubs)
 // and protobufjs (google.rpc.Status / ErrorInfo for error details) rather than
 // shipping generated JavaScript: the generated code under gen/ is TypeScript
-// types only, so the .proto files stay the single source of truth.
+// types only, so the .proto files stay the single source of truth. The
+// published package carries a copy of them (proto/, made by
+// scripts/build.mjs).
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -46,15 +48,16 @@ export const LOADER_OPTIONS: protoLoader.Options = {
 
 /**
  * Finds the directory holding workspace/v1/*.proto: an explicit one, then
- * $WORKSPACED_PROTO_DIR, then the repository's proto/ relative to this
- * package (dist/src/ -> clients/node/ -> proto/).
+ * $WORKSPACED_PROTO_DIR, then the copy the package ships (proto/ next to
+ * dist/, put there by `npm run build`), then the repository's proto/
+ * (dist/src/ -> clients/node/ -> proto/) in a source checkout.
  */
 export function resolveProtoDir(explicit?: string): string {
   const candidates = [
     explicit,
     process.env.WORKSPACED_PROTO_DIR,
-    path.resolve(__dirname, '..', '..', '..', '..', 'proto'),
     path.resolve(__dirname, '..', '..', 'proto'),
+    path.resolve(__dirname, '..', '..', '..', '..', 'proto'),
   ].filter((d): d is string => !!d);
   for (const dir of candidates) {
     if (fs.existsSync(path.join(dir, 'workspace', 'v1', 'common.proto'))) return path.resolve(dir);

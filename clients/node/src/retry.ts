@@ -4,7 +4,7 @@
 // CAPABILITY_MISSING cannot succeed and only hides the bug.
 import { status as GrpcStatus } from '@grpc/grpc-js';
 
-import { WorkspacedError } from './errors';
+import { CallAborted, WorkspacedError } from './errors';
 
 export interface RetryPolicy {
   /** Attempts in all, the first included; 1 disables retries. */
@@ -49,12 +49,37 @@ export function isTransient(err: WorkspacedError): boolean {
   return err.transient || err.code === GrpcStatus.UNAVAILABLE;
 }
 
-const realSleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+/**
+ * Waits `ms` milliseconds (through `sleep` when one is injected), unless
+ * `signal` aborts first: then rejects with CallAborted at once, and the
+ * timer of the default sleep is cleared so it does not keep the process
+ * alive.
+ */
+function backoff(ms: number, sleep: RetryPolicy['sleep'], signal?: AbortSignal): Promise<void> {
+  if (signal?.aborted) return Promise.reject(new CallAborted(signal.reason));
+  return new Promise<void>((resolve, reject) => {
+    let timer: NodeJS.Timeout | undefined;
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new CallAborted(signal!.reason));
+    };
+    signal?.addEventListener('abort', onAbort, { once: true });
+    const done = (err?: unknown) => {
+      signal?.removeEventListener('abort', onAbort);
+      if (err === undefined) resolve();
+      else reject(err);
+    };
+    if (sleep) sleep(ms).then(() => done(), (e) => done(e ?? new Error('sleep failed')));
+    else timer = setTimeout(done, ms);
+  });
+}
 
-/** Runs `attempt` until it succeeds, fails non-transiently, or attempts run out. */
-export async function withRetry<T>(policy: RetryPolicy, attempt: (n: number) => Promise<T>): Promise<T> {
+/**
+ * Runs `attempt` until it succeeds, fails non-transiently, or attempts run
+ * out. An abort of `signal` ends a backoff at once with CallAborted.
+ */
+export async function withRetry<T>(policy: RetryPolicy, attempt: (n: number) => Promise<T>, signal?: AbortSignal): Promise<T> {
   const max = Math.max(1, Math.floor(policy.maxAttempts));
-  const sleep = policy.sleep ?? realSleep;
   const random = policy.random ?? Math.random;
   for (let n = 1; ; n++) {
     try {
@@ -63,7 +88,7 @@ export async function withRetry<T>(policy: RetryPolicy, attempt: (n: number) => 
       if (!(err instanceof WorkspacedError) || !isTransient(err) || n >= max) throw err;
       const delay = backoffDelayMs(policy, n - 1, random);
       policy.onRetry?.(err, n, delay);
-      await sleep(delay);
+      await backoff(delay, policy.sleep, signal);
     }
   }
 }

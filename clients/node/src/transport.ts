@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 
 import * as grpc from '@grpc/grpc-js';
 
-import { toWorkspacedError, WorkspacedError } from './errors';
+import { CallAborted, toWorkspacedError, WorkspacedError } from './errors';
 import { load, Services } from './proto';
 import type { ExecClient } from '../gen/workspace/v1/Exec';
 import type { FileSystemClient } from '../gen/workspace/v1/FileSystem';
@@ -61,6 +61,49 @@ export interface TransportOptions {
   tls?: TlsOptions | boolean;
   protoDir: string;
   channelOptions?: grpc.ChannelOptions;
+  /** The deadline of calls that name none (see CallOptions.deadlineMs); 0 or absent: none. */
+  defaultDeadlineMs?: number;
+}
+
+/**
+ * Options every call takes, apart from what the call itself is about.
+ *
+ * `deadlineMs` bounds the RPC, not a command: a command's own run time is
+ * ExecOptions.timeoutMs, enforced by the server, which ends the command
+ * with cause EXIT_CAUSE_TIMEOUT and still answers. A call past its
+ * deadline is cancelled and rejects with DeadlineExceeded.
+ */
+export interface CallOptions {
+  /**
+   * Aborting it cancels the call: the returned promise (or iterator)
+   * rejects with CallAborted, whose `cause` is the signal's reason. A
+   * signal already aborted sends nothing.
+   */
+  signal?: AbortSignal;
+  /**
+   * Milliseconds from the start of the call to its deadline; default the
+   * client's `deadlineMs` (connect()), which exec, run and attach do not
+   * take: their length is the command's. 0 or Infinity: no deadline.
+   */
+  deadlineMs?: number;
+}
+
+/** CallOptions resolved for one call: `deadline` is an instant (epoch ms). @internal */
+export interface ResolvedCall {
+  resolved: true;
+  signal?: AbortSignal;
+  deadline?: number;
+}
+
+/**
+ * Calls `onAbort` once when `signal` aborts; returns the function that
+ * stops watching (to call when the call is over, so a long-lived signal
+ * does not collect listeners).
+ */
+export function onAbort(signal: AbortSignal | undefined, onAbortFn: () => void): () => void {
+  if (!signal) return () => undefined;
+  signal.addEventListener('abort', onAbortFn, { once: true });
+  return () => signal.removeEventListener('abort', onAbortFn);
 }
 
 /**
@@ -75,7 +118,21 @@ export const NODE_HEADER = 'x-workspace-node';
  * the one TypeScript infers Req and Res from; it is called with metadata.
  */
 export type UnaryFn<Req, Res> = (req: Req, cb: grpc.requestCallback<Res>) => unknown;
-type UnaryWithMetadata<Req, Res> = (req: Req, md: grpc.Metadata, cb: grpc.requestCallback<Res>) => grpc.ClientUnaryCall;
+type UnaryWithOptions<Req, Res> = (
+  req: Req,
+  md: grpc.Metadata,
+  options: grpc.CallOptions,
+  cb: grpc.requestCallback<Res>,
+) => grpc.ClientUnaryCall;
+
+/** A deadline in milliseconds: a number >= 0 (0 and Infinity: none). */
+function checkDeadline(ms: number | undefined, what: string): number {
+  if (ms === undefined) return 0;
+  if (typeof ms !== 'number' || Number.isNaN(ms) || ms < 0) {
+    throw new TypeError(`${what}: milliseconds >= 0 (0 or Infinity for none), not ${String(ms)}`);
+  }
+  return ms;
+}
 
 const buf = (v: Buffer | string | undefined) => (v === undefined ? null : Buffer.isBuffer(v) ? v : Buffer.from(v));
 
@@ -86,10 +143,12 @@ export class Transport {
   readonly exec: ExecClient;
   readonly health: HealthClient;
   private readonly decode: ReturnType<typeof load>['decodeStatus'];
+  private readonly defaultDeadlineMs: number;
 
   constructor(opts: TransportOptions) {
     const { services, decodeStatus } = load(opts.protoDir);
     this.decode = decodeStatus;
+    this.defaultDeadlineMs = checkDeadline(opts.defaultDeadlineMs, 'deadlineMs');
 
     let creds: grpc.ChannelCredentials;
     const channelOptions: grpc.ChannelOptions = {
@@ -138,6 +197,31 @@ export class Transport {
   }
 
   /**
+   * The typed error of a call that failed: CallAborted when the caller's
+   * signal aborted it (grpc-js then reports a plain CANCELLED), else the
+   * error decoded from the status.
+   */
+  failure(err: unknown, signal?: AbortSignal): WorkspacedError {
+    if (signal?.aborted) return err instanceof CallAborted ? err : new CallAborted(signal.reason);
+    return this.error(err);
+  }
+
+  /**
+   * Resolves a call's options now: its deadline becomes an instant, from
+   * `deadlineMs` or, when `useDefault`, the client's default.
+   */
+  resolveCall(opts: CallOptions = {}, useDefault = true): ResolvedCall {
+    const ms =
+      opts.deadlineMs !== undefined ? checkDeadline(opts.deadlineMs, 'deadlineMs') : useDefault ? this.defaultDeadlineMs : 0;
+    return { resolved: true, signal: opts.signal, deadline: ms > 0 && Number.isFinite(ms) ? Date.now() + ms : undefined };
+  }
+
+  /** grpc-js call options of a resolved call. */
+  grpcOptions(call: ResolvedCall): grpc.CallOptions {
+    return call.deadline !== undefined ? { deadline: call.deadline } : {};
+  }
+
+  /**
    * Call metadata pinning a call to `node` (none when undefined: a direct
    * connection, or a call about no workspace). The token is added by the
    * interceptor.
@@ -148,24 +232,40 @@ export class Transport {
     return md;
   }
 
-  /** Promise form of a unary call with typed errors, pinned to `node` when given. */
-  async unary<Req, Res>(fn: UnaryFn<Req, Res>, req: Req, node?: string): Promise<Res> {
-    return (await this.unaryWithNode(fn, req, node)).res;
+  /**
+   * Promise form of a unary call with typed errors, pinned to `node` when
+   * given, under the call's signal and deadline.
+   */
+  async unary<Req, Res>(fn: UnaryFn<Req, Res>, req: Req, node?: string, call?: CallOptions | ResolvedCall): Promise<Res> {
+    return (await this.unaryWithNode(fn, req, node, call)).res;
   }
 
   /**
    * A unary call that also returns the node a front proxy names in the
-   * response headers (undefined when none does).
+   * response headers (undefined when none does). `call` is either the
+   * caller's CallOptions or options already resolved (an Open's deadline
+   * covers all of its attempts).
    */
-  unaryWithNode<Req, Res>(fn: UnaryFn<Req, Res>, req: Req, node?: string): Promise<{ res: Res; node?: string }> {
+  unaryWithNode<Req, Res>(
+    fn: UnaryFn<Req, Res>,
+    req: Req,
+    node?: string,
+    call: CallOptions | ResolvedCall = {},
+  ): Promise<{ res: Res; node?: string }> {
+    const resolved = 'resolved' in call ? call : this.resolveCall(call);
+    const signal = resolved.signal;
+    if (signal?.aborted) return Promise.reject(new CallAborted(signal.reason));
     return new Promise((resolve, reject) => {
       let answered: string | undefined;
+      let unwatch = () => undefined as void;
       // 'metadata' (the response headers) is emitted before the callback.
-      const call = (fn as unknown as UnaryWithMetadata<Req, Res>)(req, this.metadata(node), (err, res) => {
-        if (err) reject(this.error(err));
+      const c = (fn as unknown as UnaryWithOptions<Req, Res>)(req, this.metadata(node), this.grpcOptions(resolved), (err, res) => {
+        unwatch();
+        if (err) reject(this.failure(err, signal));
         else resolve({ res: res as Res, node: answered });
       });
-      call.on('metadata', (md: grpc.Metadata) => {
+      unwatch = onAbort(signal, () => c.cancel());
+      c.on('metadata', (md: grpc.Metadata) => {
         const v = md.get(NODE_HEADER)[0];
         if (v) answered = String(v);
       });

@@ -4,9 +4,10 @@
 import { Readable } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
 
-import { WorkspacedError } from './errors';
+import { CallAborted, WorkspacedError } from './errors';
 import { AttachedProcess, Process, SignalLike, signalNumber } from './process';
-import type { Transport, UnaryFn } from './transport';
+import { onAbort } from './transport';
+import type { CallOptions, ResolvedCall, Transport, UnaryFn } from './transport';
 import type { Capabilities__Output } from '../gen/workspace/v1/Capabilities';
 import type { DescribeResponse__Output } from '../gen/workspace/v1/DescribeResponse';
 import type { EditFileResponse__Output } from '../gen/workspace/v1/EditFileResponse';
@@ -40,7 +41,7 @@ export type WriteData =
   | Iterable<Uint8Array | string>
   | AsyncIterable<Uint8Array | string>;
 
-export interface WriteOptions {
+export interface WriteOptions extends CallOptions {
   /** Permission bits of a new file (masked to 0777); default 0644. */
   mode?: number;
   createParents?: boolean;
@@ -56,16 +57,24 @@ export interface WriteResult {
   sha256: string;
 }
 
-export interface ReadOptions {
+export interface ReadOptions extends CallOptions {
   offset?: number;
   /** Bytes to read; 0 or absent reads to the end. */
   length?: number;
 }
 
-export interface ExecOptions {
+/**
+ * How to run a command. Two different limits: `timeoutMs` is the command's
+ * run time, which the server enforces (the command is killed, the call
+ * still answers, with cause EXIT_CAUSE_TIMEOUT); `deadlineMs` and `signal`
+ * (CallOptions) bound the call itself, which then fails with
+ * DeadlineExceeded or CallAborted (the server kills the command of a call
+ * that goes away, unless it runs in the background).
+ */
+export interface ExecOptions extends CallOptions {
   cwd?: string;
   env?: Record<string, string>;
-  /** Wall-clock limit; on expiry the cause is EXIT_CAUSE_TIMEOUT. */
+  /** The command's run time limit, enforced by the server; on expiry the cause is EXIT_CAUSE_TIMEOUT. */
   timeoutMs?: number;
   /** Keep stdin open for writeStdin (exec only; otherwise /dev/null). */
   stdin?: boolean;
@@ -89,7 +98,7 @@ export interface RunResult {
   processId: string;
 }
 
-export interface GrepOptions {
+export interface GrepOptions extends CallOptions {
   path?: string;
   include?: string;
   ignoreCase?: boolean;
@@ -141,18 +150,27 @@ function processConfig(cmd: string | string[], o: ExecOptions): ProcessConfig {
 /** Result of grep(): iterate the matches; `summary` is set once iteration ends. */
 export class GrepResults implements AsyncIterable<GrepMatch> {
   summary?: GrepSummary;
-  constructor(private readonly call: () => grpc.ClientReadableStream<GrepResponse__Output>, private readonly t: Transport) {}
+  constructor(
+    private readonly call: (options: grpc.CallOptions) => grpc.ClientReadableStream<GrepResponse__Output>,
+    private readonly t: Transport,
+    private readonly opts: CallOptions = {},
+  ) {}
 
   async *[Symbol.asyncIterator](): AsyncIterator<GrepMatch> {
-    const call = this.call();
+    // The deadline counts from the start of the iteration, when the call is made.
+    const resolved = this.t.resolveCall(this.opts);
+    if (resolved.signal?.aborted) throw new CallAborted(resolved.signal.reason);
+    const call = this.call(this.t.grpcOptions(resolved));
+    const unwatch = onAbort(resolved.signal, () => call.cancel());
     try {
       for await (const msg of call as AsyncIterable<GrepResponse__Output>) {
         yield* msg.matches;
         if (msg.summary) this.summary = msg.summary;
       }
     } catch (e) {
-      throw this.t.error(e);
+      throw this.t.failure(e, resolved.signal);
     } finally {
+      unwatch();
       call.cancel(); // no-op when finished; stops the search when the caller broke out
     }
   }
@@ -190,8 +208,8 @@ export class Workspace {
   }
 
   /** A unary call about this workspace, pinned to its node. */
-  private unary<Req, Res>(fn: UnaryFn<Req, Res>, req: Req): Promise<Res> {
-    return this.t.unary(fn, req, this.node);
+  private unary<Req, Res>(fn: UnaryFn<Req, Res>, req: Req, opts: CallOptions | ResolvedCall = {}): Promise<Res> {
+    return this.t.unary(fn, req, this.node, opts);
   }
 
   /** The ref as a string (base64url), e.g. to store it; client.resolve() takes it back. */
@@ -205,9 +223,9 @@ export class Workspace {
    * Closes the workspace (removing its storage) and returns whether it was
    * already closed. Idempotent: later calls return true without a round trip.
    */
-  async close(): Promise<boolean> {
+  async close(opts: CallOptions = {}): Promise<boolean> {
     if (this.closed) return true;
-    const res = await this.unary(this.t.workspaces.Close.bind(this.t.workspaces), { workspaceId: this.id });
+    const res = await this.unary(this.t.workspaces.Close.bind(this.t.workspaces), { workspaceId: this.id }, opts);
     this.closed = true;
     return res.alreadyClosed;
   }
@@ -217,8 +235,9 @@ export class Workspace {
     await this.close();
   }
 
-  describe(): Promise<Description> {
-    return this.unary(this.t.workspaces.Describe.bind(this.t.workspaces), { workspaceId: this.id });
+  /** The workspace as the server sees it; `server.version` is the server's release. */
+  describe(opts: CallOptions = {}): Promise<Description> {
+    return this.unary(this.t.workspaces.Describe.bind(this.t.workspaces), { workspaceId: this.id }, opts);
   }
 
   // ---- files --------------------------------------------------------------
@@ -231,23 +250,31 @@ export class Workspace {
   }
 
   /** The file as text (UTF-8 unless told otherwise). */
-  async readText(path: string, encoding: BufferEncoding = 'utf8'): Promise<string> {
-    return (await this.readFile(path)).toString(encoding);
+  async readText(path: string, encoding: BufferEncoding = 'utf8', opts: ReadOptions = {}): Promise<string> {
+    return (await this.readFile(path, opts)).toString(encoding);
   }
 
-  /** The file's chunks (at most 256 KiB each) as they arrive. */
+  /**
+   * The file's chunks (at most 256 KiB each) as they arrive. The call, and
+   * its deadline, start with the iteration.
+   */
   async *readChunks(path: string, opts: ReadOptions = {}): AsyncGenerator<Buffer> {
+    const resolved = this.t.resolveCall(opts);
+    if (resolved.signal?.aborted) throw new CallAborted(resolved.signal.reason);
     const call = this.t.fs.ReadFile(
       { workspaceId: this.id, path, offset: opts.offset ?? 0, length: opts.length ?? 0 },
       this.t.metadata(this.node),
+      this.t.grpcOptions(resolved),
     );
+    const unwatch = onAbort(resolved.signal, () => call.cancel());
     try {
       for await (const msg of call as AsyncIterable<ReadFileResponse__Output>) {
         if (msg.data.length) yield msg.data;
       }
     } catch (e) {
-      throw this.t.error(e);
+      throw this.t.failure(e, resolved.signal);
     } finally {
+      unwatch();
       call.cancel(); // no-op when finished; frees the call when the caller stopped early
     }
   }
@@ -260,18 +287,28 @@ export class Workspace {
   /**
    * Writes a file from a string, bytes, or any (async) iterable of chunks
    * such as a Readable. The new content becomes visible atomically when the
-   * last chunk is sent; on any failure the old content stays.
+   * last chunk is sent; on any failure (an abort or a deadline included)
+   * the old content stays.
    */
   writeFile(path: string, data: WriteData, opts: WriteOptions = {}): Promise<WriteResult> {
+    const resolved = this.t.resolveCall(opts);
+    const signal = resolved.signal;
+    if (signal?.aborted) return Promise.reject(new CallAborted(signal.reason));
     return new Promise<WriteResult>((resolve, reject) => {
       let failed: WorkspacedError | undefined;
-      const call = this.t.fs.WriteFile(this.t.metadata(this.node), (err, res) => {
+      let unwatch = () => undefined as void;
+      const call = this.t.fs.WriteFile(this.t.metadata(this.node), this.t.grpcOptions(resolved), (err, res) => {
+        unwatch();
         if (err) {
-          failed = this.t.error(err);
+          failed = this.t.failure(err, signal);
           reject(failed);
         } else {
           resolve({ info: res!.info!, bytesWritten: res!.bytesWritten, sha256: res!.sha256 } as WriteResult);
         }
+      });
+      unwatch = onAbort(signal, () => {
+        failed = new CallAborted(signal!.reason);
+        call.cancel();
       });
       const send = (msg: WriteFileRequest) =>
         new Promise<void>((res) => {
@@ -313,9 +350,9 @@ export class Workspace {
     });
   }
 
-  stat(path: string): Promise<FileInfo> {
+  stat(path: string, opts: CallOptions = {}): Promise<FileInfo> {
     return this
-      .unary(this.t.fs.Stat.bind(this.t.fs), { workspaceId: this.id, path })
+      .unary(this.t.fs.Stat.bind(this.t.fs), { workspaceId: this.id, path }, opts)
       .then((r) => r.info!);
   }
 
@@ -325,48 +362,70 @@ export class Workspace {
    * "response_size", "entries_budget"; "" from a server that predates
    * reasons).
    */
-  listDir(path = '.', opts: { depth?: number; maxEntries?: number } = {}): Promise<{ entries: FileInfo[]; truncated: boolean; truncatedReason: string }> {
-    return this.unary(this.t.fs.ListDir.bind(this.t.fs), {
-      workspaceId: this.id,
-      path,
-      depth: opts.depth ?? 0,
-      maxEntries: opts.maxEntries ?? 0,
-    });
+  listDir(
+    path = '.',
+    opts: { depth?: number; maxEntries?: number } & CallOptions = {},
+  ): Promise<{ entries: FileInfo[]; truncated: boolean; truncatedReason: string }> {
+    return this.unary(
+      this.t.fs.ListDir.bind(this.t.fs),
+      {
+        workspaceId: this.id,
+        path,
+        depth: opts.depth ?? 0,
+        maxEntries: opts.maxEntries ?? 0,
+      },
+      opts,
+    );
   }
 
-  makeDir(path: string, opts: { parents?: boolean; mode?: number } = {}): Promise<FileInfo> {
+  makeDir(path: string, opts: { parents?: boolean; mode?: number } & CallOptions = {}): Promise<FileInfo> {
     return this
-      .unary(this.t.fs.MakeDir.bind(this.t.fs), { workspaceId: this.id, path, parents: opts.parents ?? false, mode: opts.mode ?? 0 })
+      .unary(
+        this.t.fs.MakeDir.bind(this.t.fs),
+        { workspaceId: this.id, path, parents: opts.parents ?? false, mode: opts.mode ?? 0 },
+        opts,
+      )
       .then((r) => r.info!);
   }
 
   /** Removes a file, symlink or (with recursive) a directory tree; returns entries removed. */
-  remove(path: string, opts: { recursive?: boolean } = {}): Promise<number> {
+  remove(path: string, opts: { recursive?: boolean } & CallOptions = {}): Promise<number> {
     return this
-      .unary(this.t.fs.Remove.bind(this.t.fs), { workspaceId: this.id, path, recursive: opts.recursive ?? false })
+      .unary(this.t.fs.Remove.bind(this.t.fs), { workspaceId: this.id, path, recursive: opts.recursive ?? false }, opts)
       .then((r) => r.removed);
   }
 
-  move(from: string, to: string, opts: { replace?: boolean } = {}): Promise<FileInfo> {
+  move(from: string, to: string, opts: { replace?: boolean } & CallOptions = {}): Promise<FileInfo> {
     return this
-      .unary(this.t.fs.Move.bind(this.t.fs), { workspaceId: this.id, fromPath: from, toPath: to, replace: opts.replace ?? false })
+      .unary(
+        this.t.fs.Move.bind(this.t.fs),
+        { workspaceId: this.id, fromPath: from, toPath: to, replace: opts.replace ?? false },
+        opts,
+      )
       .then((r) => r.info!);
   }
 
   /** Paths matching `pattern` (`**`, `*`, `?`, `[...]`); truncation as for listDir. */
-  glob(pattern: string, opts: { path?: string; maxResults?: number } = {}): Promise<{ matches: FileInfo[]; truncated: boolean; truncatedReason: string }> {
-    return this.unary(this.t.fs.Glob.bind(this.t.fs), {
-      workspaceId: this.id,
-      pattern,
-      path: opts.path ?? '',
-      maxResults: opts.maxResults ?? 0,
-    });
+  glob(
+    pattern: string,
+    opts: { path?: string; maxResults?: number } & CallOptions = {},
+  ): Promise<{ matches: FileInfo[]; truncated: boolean; truncatedReason: string }> {
+    return this.unary(
+      this.t.fs.Glob.bind(this.t.fs),
+      {
+        workspaceId: this.id,
+        pattern,
+        path: opts.path ?? '',
+        maxResults: opts.maxResults ?? 0,
+      },
+      opts,
+    );
   }
 
   /** PCRE2 search; iterate the matches as they stream in. */
   grep(pattern: string, opts: GrepOptions = {}): GrepResults {
     return new GrepResults(
-      () =>
+      (options) =>
         this.t.fs.Grep(
           {
             workspaceId: this.id,
@@ -378,8 +437,10 @@ export class Workspace {
             maxDepth: opts.maxDepth ?? 0,
           },
           this.t.metadata(this.node),
+          options,
         ),
       this.t,
+      opts,
     );
   }
 
@@ -388,16 +449,20 @@ export class Workspace {
     path: string,
     oldText: string,
     newText: string,
-    opts: { replaceAll?: boolean; ifMatch?: string } = {},
+    opts: { replaceAll?: boolean; ifMatch?: string } & CallOptions = {},
   ): Promise<EditFileResponse__Output> {
-    return this.unary(this.t.fs.EditFile.bind(this.t.fs), {
-      workspaceId: this.id,
-      path,
-      oldText,
-      newText,
-      replaceAll: opts.replaceAll ?? false,
-      ifMatch: opts.ifMatch ?? '',
-    });
+    return this.unary(
+      this.t.fs.EditFile.bind(this.t.fs),
+      {
+        workspaceId: this.id,
+        path,
+        oldText,
+        newText,
+        replaceAll: opts.replaceAll ?? false,
+        ifMatch: opts.ifMatch ?? '',
+      },
+      opts,
+    );
   }
 
   // ---- exec ---------------------------------------------------------------
@@ -406,40 +471,60 @@ export class Workspace {
    * Starts a command (argv array: run directly; string: tokenized by the
    * server's shell guard, never by a shell) and returns its handle at once;
    * `await proc.started` for the pid and id, iterate it for output, and
-   * `await proc.wait()` for the exit record.
+   * `await proc.wait()` for the exit record. An abort of `signal` before
+   * the process started rejects `started` and `wait()` with CallAborted;
+   * after, it is cancel(): wait() yields the record, cause
+   * EXIT_CAUSE_CANCELLED.
    */
   exec(cmd: string | string[], opts: ExecOptions = {}): Process {
-    return Process.start(this.t, { workspaceId: this.id, process: processConfig(cmd, opts) }, this.node);
+    const call = this.t.resolveCall(opts, false);
+    return Process.start(this.t, { workspaceId: this.id, process: processConfig(cmd, opts) }, this.node, call);
   }
 
-  /** Runs a command to completion (unary Exec.Run): head/tail of each stream plus the exit record. */
+  /**
+   * Runs a command to completion (unary Exec.Run): head/tail of each stream
+   * plus the exit record. `timeoutMs` limits the command (the answer then
+   * has cause EXIT_CAUSE_TIMEOUT); `deadlineMs` and `signal` the call
+   * (DeadlineExceeded, CallAborted), whose end also ends the command.
+   */
   async run(cmd: string | string[], opts: RunOptions = {}): Promise<RunResult> {
     const { stdin, ...rest } = opts;
-    const res = await this.unary(this.t.exec.Run.bind(this.t.exec), {
-      workspaceId: this.id,
-      process: processConfig(cmd, rest),
-      stdinData: stdin === undefined ? Buffer.alloc(0) : toBuffer(stdin),
-    });
+    const res = await this.unary(
+      this.t.exec.Run.bind(this.t.exec),
+      {
+        workspaceId: this.id,
+        process: processConfig(cmd, rest),
+        stdinData: stdin === undefined ? Buffer.alloc(0) : toBuffer(stdin),
+      },
+      this.t.resolveCall(opts, false),
+    );
     return { stdout: res.stdout, stderr: res.stderr, exited: res.exited!, processId: res.processId };
   }
 
-  /** Reconnects to a running or recently finished process, replaying from `offset`. */
-  attach(t: ProcessTarget, opts: { offset?: number } = {}): AttachedProcess {
-    return AttachedProcess.open(this.t, this.id, target(t), opts.offset ?? 0, this.node);
+  /**
+   * Reconnects to a running or recently finished process, replaying from
+   * `offset`. An abort of `signal` detaches (the process keeps running).
+   */
+  attach(t: ProcessTarget, opts: { offset?: number } & CallOptions = {}): AttachedProcess {
+    return AttachedProcess.open(this.t, this.id, target(t), opts.offset ?? 0, this.node, this.t.resolveCall(opts, false));
   }
 
   /** The workspace's running and recently finished processes. */
-  async ps(): Promise<ProcessInfo[]> {
-    const res = await this.unary(this.t.exec.ListProcesses.bind(this.t.exec), { workspaceId: this.id });
+  async ps(opts: CallOptions = {}): Promise<ProcessInfo[]> {
+    const res = await this.unary(this.t.exec.ListProcesses.bind(this.t.exec), { workspaceId: this.id }, opts);
     return res.processes;
   }
 
   /** Signals a process tree by id or tag (default SIGTERM). */
-  async kill(t: ProcessTarget, sig: SignalLike = 'SIGTERM'): Promise<void> {
-    await this.unary(this.t.exec.SendSignal.bind(this.t.exec), {
-      workspaceId: this.id,
-      ...target(t),
-      signal: signalNumber(sig),
-    });
+  async kill(t: ProcessTarget, sig: SignalLike = 'SIGTERM', opts: CallOptions = {}): Promise<void> {
+    await this.unary(
+      this.t.exec.SendSignal.bind(this.t.exec),
+      {
+        workspaceId: this.id,
+        ...target(t),
+        signal: signalNumber(sig),
+      },
+      opts,
+    );
   }
 }

@@ -4,12 +4,13 @@
  *
  * The answers come from the FileDescriptorSet built with the server
  * (proto/reflection_set.h: the API, the reflection protos and their
- * imports, comments included). At first use it is split into its files, each
- * a slice of the embedded bytes with its name, package and the transitive
- * closure of its imports; a symbol is found by walking the files' wire form,
- * following only the scopes whose name is a prefix of the one asked for.
- * Nothing is allocated per request and the set is never written after the
- * split, so calls share it without a lock.
+ * imports, comments included). At first use protobuf-c unpacks it; each
+ * file keeps its FileDescriptorProto, its serialized form (packed again
+ * once, into one buffer) and the transitive closure of its imports. A
+ * symbol is found by walking the files' descriptors, following only the
+ * scopes whose name is a prefix of the one asked for. Nothing is allocated
+ * per request and the set is never written after it is loaded, so calls
+ * share it without a lock.
  *
  * The two packages' messages are the same on the wire: both methods decode
  * and encode with v1alpha's C code. A stream answers its requests one at a
@@ -20,8 +21,10 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "google/protobuf/descriptor.pb-c.h"
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
 #include "proto/reflection_set.h"
 #include "server/base/macros.h"
@@ -29,6 +32,10 @@
 
 typedef Grpc__Reflection__V1alpha__ServerReflectionRequest Request;
 typedef Grpc__Reflection__V1alpha__ServerReflectionResponse Response;
+typedef Google__Protobuf__FileDescriptorProto FileProto;
+typedef Google__Protobuf__DescriptorProto MessageProto;
+typedef Google__Protobuf__EnumDescriptorProto EnumProto;
+typedef Google__Protobuf__ServiceDescriptorProto ServiceProto;
 
 /* Files the embedded set may hold: a file's imports are a bit mask. */
 #define REFLECTION_FILES_MAX 64
@@ -40,208 +47,113 @@ typedef Grpc__Reflection__V1alpha__ServerReflectionResponse Response;
 /* Longest service name list_services reports (the method table's own). */
 #define REFLECTION_SERVICE_NAME_MAX 128
 
-/* Field numbers of google/protobuf/descriptor.proto. */
-enum {
-    SET_FILE = 1,          /* FileDescriptorSet.file */
-    FILE_NAME = 1,         /* FileDescriptorProto.name */
-    FILE_PACKAGE = 2,      /* .package */
-    FILE_DEPENDENCY = 3,   /* .dependency */
-    FILE_MESSAGE = 4,      /* .message_type */
-    FILE_ENUM = 5,         /* .enum_type */
-    FILE_SERVICE = 6,      /* .service */
-    FILE_EXTENSION = 7,    /* .extension */
-    MESSAGE_FIELD = 2,     /* DescriptorProto.field */
-    MESSAGE_NESTED = 3,    /* .nested_type */
-    MESSAGE_ENUM = 4,      /* .enum_type */
-    MESSAGE_EXTENSION = 6, /* .extension */
-    MESSAGE_ONEOF = 8,     /* .oneof_decl */
-    ENUM_VALUE = 2,        /* EnumDescriptorProto.value */
-    SERVICE_METHOD = 2,    /* ServiceDescriptorProto.method */
-    NAME = 1,              /* the name of every element above */
-};
-
-struct span {
-    const uint8_t *p;
-    size_t len;
-};
-
 struct file {
-    struct span bytes; /* the serialized FileDescriptorProto */
-    struct span name;
-    struct span package;
-    uint64_t imports; /* bit i: files[i], directly or not */
+    const FileProto *proto;
+    ProtobufCBinaryData bytes; /* the serialized FileDescriptorProto */
+    uint64_t imports;          /* bit i: files[i], directly or not */
 };
 
 static struct {
+    Google__Protobuf__FileDescriptorSet *fds; /* owns every file's proto */
     struct file files[REFLECTION_FILES_MAX];
     size_t n;
     int err; /* < 0: the set could not be read; every answer fails */
 } set;
 static pthread_once_t set_once = PTHREAD_ONCE_INIT;
 
-/* ---- protobuf wire format ---- */
-
-struct wire {
-    const uint8_t *p;
-    const uint8_t *end;
-};
-
-static int wire_varint(struct wire *w, uint64_t *ret)
+/* Whether a descriptor element's name (NULL when it has none) is `name`.
+ * strcmp stops at the first difference: a client's name may be megabytes,
+ * ours are short. */
+static bool named(const char *ours, const char *name)
 {
-    uint64_t v = 0;
-
-    for (unsigned shift = 0; shift < 64 && w->p < w->end; shift += 7) {
-        uint8_t b = *w->p++;
-
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) {
-            *ret = v;
-            return 0;
-        }
-    }
-    return -EBADMSG;
+    return ours && strcmp(ours, name) == 0;
 }
 
-/* Reads the next field of the message w walks: its number, and for a
- * length-delimited field its bytes (other fields are skipped over, their
- * span empty). Returns 1, 0 at the end, -EBADMSG when the bytes are not
- * a message. */
-static int wire_next(struct wire *w, uint32_t *ret_num, struct span *ret_bytes)
-{
-    struct span bytes = {0};
-    uint64_t key, v;
+/* Whether one of the n descriptor elements of `array` is named `wanted`. */
+#define ANY_NAMED(array, n, wanted)                                                                \
+    ({                                                                                             \
+        bool found_ = false;                                                                       \
+        for (size_t i_ = 0; i_ < (n) && !found_; i_++)                                             \
+            found_ = named((array)[i_]->name, (wanted));                                           \
+        found_;                                                                                    \
+    })
 
-    if (w->p == w->end)
-        return 0;
-    if (wire_varint(w, &key) < 0 || key >> 3 == 0 || key >> 3 > UINT32_MAX)
-        return -EBADMSG;
-    switch (key & 7) {
-    case 0:
-        if (wire_varint(w, &v) < 0)
-            return -EBADMSG;
-        break;
-    case 1:
-    case 5: {
-        size_t n = (key & 7) == 1 ? 8 : 4;
-
-        if ((size_t)(w->end - w->p) < n)
-            return -EBADMSG;
-        w->p += n;
-        break;
-    }
-    case 2:
-        if (wire_varint(w, &v) < 0 || v > (uint64_t)(w->end - w->p))
-            return -EBADMSG;
-        bytes.p = w->p;
-        bytes.len = (size_t)v;
-        w->p += v;
-        break;
-    default: /* groups: descriptors have none */
-        return -EBADMSG;
-    }
-    *ret_num = (uint32_t)(key >> 3);
-    *ret_bytes = bytes;
-    return 1;
-}
-
-static struct wire wire_of(struct span s)
-{
-    return (struct wire){.p = s.p, .end = s.p + s.len};
-}
-
-/* The name (field 1) of a descriptor message; empty when it has none. */
-static struct span name_of(struct span msg)
-{
-    struct wire w = wire_of(msg);
-    struct span bytes, name = {0};
-    uint32_t num;
-
-    while (wire_next(&w, &num, &bytes) > 0)
-        if (num == NAME)
-            name = bytes;
-    return name;
-}
-
-/* Whether the string str is s. Reads no further into str than s is long:
- * a client's name may be megabytes. */
-static bool span_is(struct span s, const char *str)
-{
-    return strncmp(str, (const char *)s.p, s.len) == 0 && str[s.len] == '\0';
-}
-
-/* When `name` starts with the element's name s followed by a dot, the rest
+/* When `name` starts with the scope's name followed by a dot, the rest
  * after the dot; else NULL. */
-static const char *span_scope(struct span s, const char *name)
+static const char *in_scope(const char *scope, const char *name)
 {
-    if (s.len == 0 || strncmp(name, (const char *)s.p, s.len) != 0 || name[s.len] != '.')
+    size_t len = scope ? strlen(scope) : 0;
+
+    if (len == 0 || strncmp(name, scope, len) != 0 || name[len] != '.')
         return NULL;
-    return name + s.len + 1;
+    return name + len + 1;
 }
 
-/* ---- the set, split once ---- */
+/* ---- the set, loaded once ---- */
 
-static int file_index(struct span name, size_t *ret)
+static int file_index(const char *name, size_t *ret_index)
 {
     for (size_t i = 0; i < set.n; i++)
-        if (set.files[i].name.len == name.len &&
-            memcmp(set.files[i].name.p, name.p, name.len) == 0) {
-            *ret = i;
+        if (strcmp(set.files[i].proto->name, name) == 0) {
+            *ret_index = i;
             return 0;
         }
     return -ENOENT;
 }
 
-static int set_split(void)
+/* Unpacks the embedded set, packs each file again into one buffer (the
+ * same bytes: protobuf-c writes fields in protoc's order), and works out
+ * each file's imports. Both allocations last as long as the process. */
+static int set_load(void)
 {
-    struct wire w = {.p = ws_reflection_set, .end = ws_reflection_set + ws_reflection_set_len};
-    struct span bytes;
-    uint32_t num;
-    int r;
+    Google__Protobuf__FileDescriptorSet *fds;
+    uint8_t *buf = NULL, *p;
+    size_t total = 0, j;
+    int r = -EBADMSG;
 
-    while ((r = wire_next(&w, &num, &bytes)) > 0) {
-        if (num != SET_FILE)
-            continue;
-        if (set.n == REFLECTION_FILES_MAX)
-            return -E2BIG;
-        struct file *f = &set.files[set.n++];
-        struct wire fw = wire_of(bytes);
-        struct span fb;
-        uint32_t fnum;
-
-        f->bytes = bytes;
-        while ((r = wire_next(&fw, &fnum, &fb)) > 0) {
-            if (fnum == FILE_NAME)
-                f->name = fb;
-            else if (fnum == FILE_PACKAGE)
-                f->package = fb;
-        }
-        if (r < 0 || f->name.len == 0)
-            return -EBADMSG;
+    fds = google__protobuf__file_descriptor_set__unpack(NULL, ws_reflection_set_len,
+                                                        ws_reflection_set);
+    if (!fds)
+        return -EBADMSG;
+    if (fds->n_file == 0)
+        goto out;
+    if (fds->n_file > REFLECTION_FILES_MAX) {
+        r = -E2BIG;
+        goto out;
     }
-    if (r < 0)
-        return r;
+    for (size_t i = 0; i < fds->n_file; i++) {
+        if (!fds->file[i]->name)
+            goto out;
+        total += google__protobuf__file_descriptor_proto__get_packed_size(fds->file[i]);
+    }
+    p = buf = malloc(total);
+    if (!buf) {
+        r = -ENOMEM;
+        goto out;
+    }
+    for (size_t i = 0; i < fds->n_file; i++) {
+        struct file *f = &set.files[i];
+
+        f->proto = fds->file[i];
+        f->bytes.data = p;
+        f->bytes.len = google__protobuf__file_descriptor_proto__pack(fds->file[i], p);
+        p += f->bytes.len;
+    }
+    set.n = fds->n_file;
     /* The direct imports, then their closure: a few rounds for a few
      * files. Every import is in the set (protoc --include_imports). */
-    for (size_t i = 0; i < set.n; i++) {
-        struct wire fw = wire_of(set.files[i].bytes);
-        struct span fb;
-        uint32_t fnum;
-        size_t j;
-
-        while (wire_next(&fw, &fnum, &fb) > 0) {
-            if (fnum != FILE_DEPENDENCY)
-                continue;
-            if (file_index(fb, &j) < 0)
-                return -EBADMSG;
+    for (size_t i = 0; i < set.n; i++)
+        for (size_t d = 0; d < set.files[i].proto->n_dependency; d++) {
+            if (file_index(set.files[i].proto->dependency[d], &j) < 0)
+                goto out;
             set.files[i].imports |= UINT64_C(1) << j;
         }
-    }
     for (bool grew = true; grew;) {
         grew = false;
         for (size_t i = 0; i < set.n; i++) {
             uint64_t m = set.files[i].imports;
 
-            for (size_t j = 0; j < set.n; j++)
+            for (j = 0; j < set.n; j++)
                 if (m & (UINT64_C(1) << j))
                     m |= set.files[j].imports;
             if (m != set.files[i].imports) {
@@ -250,14 +162,18 @@ static int set_split(void)
             }
         }
     }
+    set.fds = fds;
     return 0;
+out:
+    set.n = 0;
+    free(buf);
+    google__protobuf__file_descriptor_set__free_unpacked(fds, NULL);
+    return r;
 }
 
 static void set_init(void)
 {
-    set.err = set_split();
-    if (set.err < 0)
-        set.n = 0;
+    set.err = set_load();
 }
 
 /* ---- symbols ---- */
@@ -269,68 +185,64 @@ enum symbol {
     SYMBOL_OTHER, /* enum, enum value, field, oneof, service, method */
 };
 
-/* `rest` is a name relative to the scope that declares `e`, an enum: the
- * enum itself, or one of its values, which protobuf scopes beside it. */
-static enum symbol match_enum(struct span e, const char *rest)
+/* `rest` is a name relative to the scope that declares `e`: the enum
+ * itself, or one of its values, which protobuf scopes beside it. */
+static enum symbol match_enum(const EnumProto *e, const char *rest)
 {
-    struct wire w = wire_of(e);
-    struct span bytes;
-    uint32_t num;
-
-    if (span_is(name_of(e), rest))
+    if (named(e->name, rest) || ANY_NAMED(e->value, e->n_value, rest))
         return SYMBOL_OTHER;
-    while (wire_next(&w, &num, &bytes) > 0)
-        if (num == ENUM_VALUE && span_is(name_of(bytes), rest))
-            return SYMBOL_OTHER;
     return SYMBOL_NONE;
 }
 
-static enum symbol match_message(struct span m, const char *rest, unsigned depth)
+static enum symbol match_message(const MessageProto *m, const char *rest, unsigned depth)
 {
-    struct span name = name_of(m), bytes;
-    const char *inner = span_scope(name, rest);
-    struct wire w = wire_of(m);
+    const char *inner = in_scope(m->name, rest);
     enum symbol found = SYMBOL_NONE;
-    uint32_t num;
 
-    if (span_is(name, rest))
+    if (named(m->name, rest))
         return SYMBOL_MESSAGE;
     if (!inner || depth == REFLECTION_NESTING_MAX)
         return SYMBOL_NONE;
-    while (!found && wire_next(&w, &num, &bytes) > 0) {
-        switch (num) {
-        case MESSAGE_FIELD:
-        case MESSAGE_EXTENSION:
-        case MESSAGE_ONEOF:
-            if (span_is(name_of(bytes), inner))
-                found = SYMBOL_OTHER;
-            break;
-        case MESSAGE_NESTED:
-            found = match_message(bytes, inner, depth + 1);
-            break;
-        case MESSAGE_ENUM:
-            found = match_enum(bytes, inner);
-            break;
-        }
-    }
+    if (ANY_NAMED(m->field, m->n_field, inner) || ANY_NAMED(m->extension, m->n_extension, inner) ||
+        ANY_NAMED(m->oneof_decl, m->n_oneof_decl, inner))
+        return SYMBOL_OTHER;
+    for (size_t i = 0; i < m->n_nested_type && !found; i++)
+        found = match_message(m->nested_type[i], inner, depth + 1);
+    for (size_t i = 0; i < m->n_enum_type && !found; i++)
+        found = match_enum(m->enum_type[i], inner);
     return found;
 }
 
-static enum symbol match_service(struct span s, const char *rest)
+static enum symbol match_service(const ServiceProto *s, const char *rest)
 {
-    struct span name = name_of(s), bytes;
-    const char *inner = span_scope(name, rest);
-    struct wire w = wire_of(s);
-    uint32_t num;
+    const char *inner = in_scope(s->name, rest);
 
-    if (span_is(name, rest))
+    if (named(s->name, rest) || (inner && ANY_NAMED(s->method, s->n_method, inner)))
         return SYMBOL_OTHER;
-    if (!inner)
-        return SYMBOL_NONE;
-    while (wire_next(&w, &num, &bytes) > 0)
-        if (num == SERVICE_METHOD && span_is(name_of(bytes), inner))
-            return SYMBOL_OTHER;
     return SYMBOL_NONE;
+}
+
+/* What the fully-qualified `symbol` is in file f, SYMBOL_NONE when f does
+ * not declare it. */
+static enum symbol match_file(const FileProto *f, const char *symbol)
+{
+    const char *package = f->package && *f->package ? f->package : NULL;
+    const char *rest = package ? in_scope(package, symbol) : symbol;
+    enum symbol found = SYMBOL_NONE;
+
+    if (named(package, symbol))
+        return SYMBOL_PACKAGE;
+    if (!rest)
+        return SYMBOL_NONE;
+    for (size_t i = 0; i < f->n_message_type && !found; i++)
+        found = match_message(f->message_type[i], rest, 0);
+    for (size_t i = 0; i < f->n_enum_type && !found; i++)
+        found = match_enum(f->enum_type[i], rest);
+    for (size_t i = 0; i < f->n_service && !found; i++)
+        found = match_service(f->service[i], rest);
+    if (!found && ANY_NAMED(f->extension, f->n_extension, rest))
+        found = SYMBOL_OTHER;
+    return found;
 }
 
 /* The file declaring the fully-qualified `symbol`, and what it is. A
@@ -340,32 +252,8 @@ static enum symbol find_symbol(const char *symbol, size_t *ret_file)
     if (strnlen(symbol, REFLECTION_SYMBOL_MAX + 1) > REFLECTION_SYMBOL_MAX)
         return SYMBOL_NONE;
     for (size_t i = 0; i < set.n; i++) {
-        const struct file *f = &set.files[i];
-        const char *rest = f->package.len ? span_scope(f->package, symbol) : symbol;
-        struct wire w = wire_of(f->bytes);
-        enum symbol found = SYMBOL_NONE;
-        struct span bytes;
-        uint32_t num;
+        enum symbol found = match_file(set.files[i].proto, symbol);
 
-        if (f->package.len && span_is(f->package, symbol))
-            found = SYMBOL_PACKAGE;
-        while (rest && !found && wire_next(&w, &num, &bytes) > 0) {
-            switch (num) {
-            case FILE_MESSAGE:
-                found = match_message(bytes, rest, 0);
-                break;
-            case FILE_ENUM:
-                found = match_enum(bytes, rest);
-                break;
-            case FILE_SERVICE:
-                found = match_service(bytes, rest);
-                break;
-            case FILE_EXTENSION:
-                if (span_is(name_of(bytes), rest))
-                    found = SYMBOL_OTHER;
-                break;
-            }
-        }
         if (found) {
             *ret_file = i;
             return found;
@@ -414,12 +302,10 @@ static void send_file(struct ws_call *call, Response *resp, size_t index)
     ProtobufCBinaryData files[REFLECTION_FILES_MAX];
     size_t n = 0;
 
-    files[n++] = (ProtobufCBinaryData){.data = (uint8_t *)set.files[index].bytes.p,
-                                       .len = set.files[index].bytes.len};
+    files[n++] = set.files[index].bytes;
     for (size_t j = 0; j < set.n; j++)
         if (j != index && (set.files[index].imports & (UINT64_C(1) << j)))
-            files[n++] = (ProtobufCBinaryData){.data = (uint8_t *)set.files[j].bytes.p,
-                                               .len = set.files[j].bytes.len};
+            files[n++] = set.files[j].bytes;
     fr.n_file_descriptor_proto = n;
     fr.file_descriptor_proto = files;
     resp->message_response_case =
@@ -488,7 +374,6 @@ static void send_extension_numbers(struct ws_call *call, Response *resp, const c
 static void answer(struct ws_call *call, const Request *req)
 {
     Response resp = GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_RESPONSE__INIT;
-    struct span name;
     size_t file;
 
     pthread_once(&set_once, set_init);
@@ -503,9 +388,7 @@ static void answer(struct ws_call *call, const Request *req)
     resp.original_request = (Request *)req;
     switch (req->message_request_case) {
     case GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_REQUEST__MESSAGE_REQUEST_FILE_BY_FILENAME:
-        name = (struct span){.p = (const uint8_t *)req->file_by_filename,
-                             .len = strlen(req->file_by_filename)};
-        if (file_index(name, &file) < 0)
+        if (file_index(req->file_by_filename, &file) < 0)
             send_error(call, &resp, GRPC_STATUS_NOT_FOUND, "file not found");
         else
             send_file(call, &resp, file);
@@ -564,7 +447,7 @@ size_t ws_services_reflection(struct ws_services *s, struct ws_rpc_method *out)
                            .on_start = on_start, .on_message = on_message, .on_sent = on_sent),
     };
 
-    /* Split the set now, at start, rather than in the first call. */
+    /* Load the set now, at start, rather than in the first call. */
     pthread_once(&set_once, set_init);
     return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
 }

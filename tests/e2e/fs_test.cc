@@ -199,6 +199,44 @@ TEST_P(FsTest, CancelledWriteKeepsOldContent)
     }
 }
 
+// A write whose deadline passes halfway commits nothing either: the
+// server's own deadline ends the stream the way a half-close does, and the
+// client is told DEADLINE_EXCEEDED, so neither the old content nor an empty
+// file may be replaced behind its back.
+TEST_P(FsTest, WritePastItsDeadlineKeepsOldContent)
+{
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws_.id, "doc", "old").ok());
+    for (const char *path : {"doc", "fresh", "doc", "fresh"}) {
+        bool with_data = path[0] == 'd';
+        ClientContext ctx;
+        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+        WriteFileResponse resp;
+        auto w = fs_->WriteFile(&ctx, &resp);
+        WriteFileRequest h;
+        h.mutable_header()->set_workspace_id(ws_.id);
+        h.mutable_header()->set_path(path);
+        ASSERT_TRUE(w->Write(h));
+        if (with_data) {
+            WriteFileRequest d;
+            d.set_data("partial");
+            ASSERT_TRUE(w->Write(d));
+        }
+        // The client stalls past the deadline without half-closing.
+        std::this_thread::sleep_for(std::chrono::milliseconds(800));
+        EXPECT_EQ(w->Finish().error_code(), StatusCode::DEADLINE_EXCEEDED) << path;
+    }
+    // The server has seen the end of both streams by now; give a commit
+    // that should not happen the time to show.
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(Content("doc"), "old");
+    ClientContext ctx;
+    StatRequest sreq;
+    StatResponse sresp;
+    sreq.set_workspace_id(ws_.id);
+    sreq.set_path("fresh");
+    EXPECT_WS_ERROR(fs_->Stat(&ctx, sreq, &sresp), StatusCode::NOT_FOUND, "NO_SUCH_FILE");
+}
+
 // A plain half-close (no `finish`) commits too: the stream was not
 // cancelled.
 TEST_P(FsTest, HalfCloseWithoutFinishCommits)

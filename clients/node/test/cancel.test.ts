@@ -163,6 +163,26 @@ describe('deadlines', () => {
     }
   });
 
+  // The server sees a stream ended by a deadline the way it sees a
+  // half-close; it must not commit what it has so far. Several tries: the
+  // race between the deadline and the half-close probe went both ways.
+  test('a write past its deadline commits nothing', async () => {
+    const c = connect({ address: srv.address, deadlineMs: 300 });
+    try {
+      const w = await c.resolve(ws.refString);
+      for (let i = 0; i < 4; i++) {
+        let release!: () => void;
+        const released = new Promise<void>((r) => (release = r));
+        await rejects(w.writeFile(`past-deadline-${i}.txt`, stalledSource(released)), DeadlineExceeded);
+        release();
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      for (let i = 0; i < 4; i++) await rejects(ws.stat(`past-deadline-${i}.txt`), NoSuchFile);
+    } finally {
+      c.close();
+    }
+  });
+
   test('a negative deadline is a TypeError', () => {
     assert.throws(() => connect({ address: srv.address, deadlineMs: -1 }), TypeError);
     assert.throws(() => ws.exec(['true'], { deadlineMs: Number.NaN }), TypeError);

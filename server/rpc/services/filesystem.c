@@ -447,7 +447,7 @@ static void write_sent(struct ws_call *call, bool ok)
 
     if (!st->session)
         return;
-    if (ok && !ws_call_cancelled(call))
+    if (ok && !ws_call_cancelled(call) && ws_call_deadline_remaining_ms(call) > 0)
         write_commit(call, st);
     else
         write_cancel(call);

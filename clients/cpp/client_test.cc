@@ -26,7 +26,7 @@
 
 #include <gtest/gtest.h>
 
-#include "clients/cpp/workspaced.h"
+#include "workspaced.h"
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
 #include "tests/testutil/process.h"
@@ -1058,22 +1058,41 @@ TEST(Client, DefaultAddressIsTheServersUnixSocket)
 
 // ---------------------------------------------------------------- example
 
+// The example runs commands only in local-sandbox, and keeps to files in a
+// memory workspace when the server cannot offer it: never sh on local-bash.
 TEST(Example, AgentLoopRuns)
 {
+    bool sandbox = false;
+    auto c = Connect();
+    for (const auto &p : c.Providers())
+        if (p.kind() == "local-sandbox")
+            sandbox = p.available();
     std::string out;
     int status = RunToExit({"clients/cpp/agent_loop", server->address()}, &out);
     ASSERT_TRUE(WIFEXITED(status)) << out;
     EXPECT_EQ(WEXITSTATUS(status), 0) << out;
-    EXPECT_NE(out.find("opened ws_"), std::string::npos) << out;
+    EXPECT_NE(out.find(std::string("workspaced C++ client ") + workspaced::kVersion + "\n"),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("local-bash"), std::string::npos) << out;
+    size_t closed = out.find("closed\n");
+    ASSERT_NE(closed, std::string::npos) << out;
+    if (!sandbox) {
+        EXPECT_NE(out.find(" on memory\n"), std::string::npos) << out;
+        size_t files = out.find("files only\nwrite tests\nship it\n");
+        ASSERT_NE(files, std::string::npos) << out;
+        EXPECT_LT(files, closed);
+        EXPECT_EQ(out.find("exit "), std::string::npos) << out;
+        return;
+    }
+    EXPECT_NE(out.find(" on local-sandbox\n"), std::string::npos) << out;
     // The command's output, streamed, then the file it wrote, then close.
     size_t streamed = out.find("write tests\nship it\n");
     size_t exit_line = out.find("exit 0 after ");
     size_t lines = out.find("lines: 2\n");
-    size_t closed = out.find("closed\n");
     ASSERT_NE(streamed, std::string::npos) << out;
     ASSERT_NE(exit_line, std::string::npos) << out;
     ASSERT_NE(lines, std::string::npos) << out;
-    ASSERT_NE(closed, std::string::npos) << out;
     EXPECT_LT(streamed, exit_line);
     EXPECT_LT(exit_line, lines);
     EXPECT_LT(lines, closed);

@@ -1,4 +1,4 @@
-#include "clients/cpp/workspaced.h"
+#include "workspaced.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -49,58 +49,31 @@ template <typename T>
 using Thrower = void (*)(grpc::StatusCode, std::string, std::string,
                          std::map<std::string, std::string>);
 
-const std::map<std::string, Thrower> &Throwers()
+// The typed error of each reason, by the generated enum's value: built from
+// WORKSPACED_ERROR_REASONS, so every entry is a value of the enum.
+const std::map<pb::ErrorReason, Thrower> &Throwers()
 {
-    static const std::map<std::string, Thrower> m = {
-        {"WORKSPACE_EVICTED", Throw<WorkspaceEvicted>},
-        {"WORKSPACE_FAILED", Throw<WorkspaceFailed>},
-        {"PATH_ESCAPE", Throw<PathEscape>},
-        {"SYMLINK_LEAF", Throw<SymlinkLeaf>},
-        {"SYMLINK_LOOP", Throw<SymlinkLoop>},
-        {"BAD_PATTERN", Throw<BadPattern>},
-        {"BAD_PATH", Throw<BadPath>},
-        {"MALFORMED", Throw<Malformed>},
-        {"LIMIT", Throw<Limit>},
-        {"BAD_REF", Throw<BadRef>},
-        {"SIZE_CAP", Throw<SizeCap>},
-        {"QUOTA", Throw<Quota>},
-        {"NO_SPACE", Throw<NoSpace>},
-        {"NO_MEMORY", Throw<NoMemory>},
-        {"NO_SUCH_FILE", Throw<NoSuchFile>},
-        {"NO_SUCH_WORKSPACE", Throw<NoSuchWorkspace>},
-        {"NO_SUCH_PROCESS", Throw<NoSuchProcess>},
-        {"CAPABILITY_MISSING", Throw<CapabilityMissing>},
-        {"CONFLICT", Throw<Conflict>},
-        {"NO_MATCH", Throw<NoMatch>},
-        {"MULTIPLE_MATCHES", Throw<MultipleMatches>},
-        {"SPECIAL_FILE", Throw<SpecialFile>},
-        {"HARDLINK", Throw<Hardlink>},
-        {"IS_DIRECTORY", Throw<IsDirectory>},
-        {"NOT_DIRECTORY", Throw<NotDirectory>},
-        {"NOT_EMPTY", Throw<NotEmpty>},
-        {"READ_ONLY", Throw<ReadOnly>},
-        {"BUSY", Throw<Busy>},
-        {"RETRY", Throw<Retry>},
-        {"EXISTS", Throw<Exists>},
-        {"ACCESS_DENIED", Throw<AccessDenied>},
-        {"COMMAND_NOT_ALLOWED", Throw<CommandNotAllowed>},
-        {"METACHAR", Throw<Metachar>},
-        {"GLOB", Throw<GlobRejected>},
-        {"ENV_DENIED", Throw<EnvDenied>},
-        {"CWD_ESCAPE", Throw<CwdEscape>},
-        {"ARG_LIMIT", Throw<ArgLimit>},
-        {"POLICY", Throw<PolicyDenied>},
-        {"PROVIDER_DISABLED", Throw<ProviderDisabled>},
-        {"CANCELLED", Throw<Cancelled>},
-        {"DEADLINE", Throw<Deadline>},
-        {"UNIMPLEMENTED", Throw<Unimplemented>},
-        {"INTERNAL", Throw<Internal>},
-        {"UNAUTHENTICATED", Throw<Unauthenticated>},
-    };
+#define WORKSPACED_THROWER(Name, Reason) {pb::Reason, Throw<Name>},
+    static const std::map<pb::ErrorReason, Thrower> m = {
+        WORKSPACED_ERROR_REASONS(WORKSPACED_THROWER)};
+#undef WORKSPACED_THROWER
     return m;
 }
 
+pb::ErrorReason ParseReason(const std::string &reason)
+{
+    pb::ErrorReason value = pb::ERROR_REASON_UNSPECIFIED;
+    if (reason.empty() || !pb::ErrorReason_Parse(reason, &value))
+        return pb::ERROR_REASON_UNSPECIFIED;
+    return value;
+}
+
 } // namespace
+
+pb::ErrorReason Error::reason_code() const
+{
+    return ParseReason(reason_);
+}
 
 void ThrowStatus(const grpc::Status &status)
 {
@@ -121,10 +94,13 @@ void ThrowStatus(const grpc::Status &status)
             break;
         }
     }
+    pb::ErrorReason value = ParseReason(reason);
     // The server's refusal of credentials comes with the bare code.
-    if (reason.empty() && status.error_code() == grpc::StatusCode::UNAUTHENTICATED)
-        throw Unauthenticated(status.error_code(), reason, status.error_message());
-    auto it = Throwers().find(reason);
+    if (value == pb::ERROR_REASON_UNSPECIFIED &&
+        status.error_code() == grpc::StatusCode::UNAUTHENTICATED)
+        throw Unauthenticated(status.error_code(), reason, status.error_message(),
+                              std::move(metadata));
+    auto it = Throwers().find(value);
     if (it != Throwers().end())
         it->second(status.error_code(), reason, status.error_message(), std::move(metadata));
     throw Error(status.error_code(), reason, status.error_message(), std::move(metadata));

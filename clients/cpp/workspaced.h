@@ -3,8 +3,8 @@
 // field and error; this header only says what the wrapper adds.
 //
 //   auto client = workspaced::Client::Connect("unix:/run/workspaced/workspaced.sock");
-//   workspaced::Workspace ws = client.Open(workspaced::LocalBash(),
-//       workspaced::Capabilities().WithFs().WithShell({"sh", "cat"}));
+//   workspaced::Workspace ws = client.Open(workspaced::LocalSandbox(),
+//       workspaced::Capabilities().WithFs().WithShell({"cat"}));
 //   ws.WriteFile("hello.txt", "hi\n");
 //   workspaced::Process p = ws.Exec({"cat", "hello.txt"});
 //   while (auto out = p.Next()) std::cout << out->data;
@@ -13,6 +13,10 @@
 //
 // Every failed call throws a subclass of workspaced::Error chosen from the
 // google.rpc.ErrorInfo reason the server attaches (never from the message).
+//
+// Installed (packaging/install), it builds with
+//   g++ -std=c++17 prog.cc $(pkg-config --cflags --libs workspaced)
+// and workspaced::kVersion is the release it came from.
 //
 // Behind a front proxy that balances several workspaced nodes, a workspace
 // lives on the node that opened it. Open and Resolve read that node's name
@@ -41,6 +45,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "workspaced_version.h"
+
+#include "workspace/v1/common.pb.h"
 #include "workspace/v1/exec.grpc.pb.h"
 #include "workspace/v1/filesystem.grpc.pb.h"
 #include "workspace/v1/providers.grpc.pb.h"
@@ -50,6 +57,9 @@ namespace workspaced
 {
 
 namespace pb = ::workspace::v1;
+
+// The release of this client, the repository's VERSION ("MAJOR.MINOR.PATCH").
+inline constexpr const char *kVersion = WORKSPACED_VERSION;
 
 // The ErrorInfo domain of every error the server reports; details from any
 // other domain are not trusted as a reason.
@@ -79,6 +89,9 @@ class Error : public std::runtime_error
     {
         return reason_;
     }
+    // The reason as the generated enum's value; ERROR_REASON_UNSPECIFIED
+    // when there is none or this client does not know it.
+    pb::ErrorReason reason_code() const;
     const std::string &message() const
     {
         return message_;
@@ -98,66 +111,81 @@ class Error : public std::runtime_error
     std::map<std::string, std::string> metadata_;
 };
 
-#define WORKSPACED_ERROR_TYPE(Name)                                                                \
+// One typed error per value of the generated enum workspace.v1.ErrorReason
+// (proto/workspace/v1/common.proto, which documents each: its status code
+// and metadata keys): X(Type, REASON). The .cc builds its reason table from
+// this list with pb::REASON, so a name the enum lacks does not compile, and
+// //clients/cpp:reasons_test fails when the enum has a value this list
+// lacks. A reason the client does not know (a newer server) throws the
+// base Error with the reason string.
+#define WORKSPACED_ERROR_REASONS(X)                                                                \
+    X(PathEscape, PATH_ESCAPE)                                                                     \
+    X(SymlinkLoop, SYMLINK_LOOP)                                                                   \
+    X(SymlinkLeaf, SYMLINK_LEAF)                                                                   \
+    X(BadPattern, BAD_PATTERN)                                                                     \
+    X(BadPath, BAD_PATH)                                                                           \
+    X(Malformed, MALFORMED)                                                                        \
+    X(Limit, LIMIT)                                                                                \
+    X(BadRef, BAD_REF)                                                                             \
+    X(SizeCap, SIZE_CAP)                                                                           \
+    X(Quota, QUOTA)                                                                                \
+    X(NoSpace, NO_SPACE)                                                                           \
+    X(NoMemory, NO_MEMORY)                                                                         \
+    X(NoSuchFile, NO_SUCH_FILE)                                                                    \
+    X(NoSuchWorkspace, NO_SUCH_WORKSPACE)                                                          \
+    X(NoSuchProcess, NO_SUCH_PROCESS)                                                              \
+    X(WorkspaceEvicted, WORKSPACE_EVICTED)                                                         \
+    X(CapabilityMissing, CAPABILITY_MISSING)                                                       \
+    X(ProviderDisabled, PROVIDER_DISABLED)                                                         \
+    /* See Error::transient(). */                                                                  \
+    X(WorkspaceFailed, WORKSPACE_FAILED)                                                           \
+    X(Conflict, CONFLICT)                                                                          \
+    X(NoMatch, NO_MATCH)                                                                           \
+    X(MultipleMatches, MULTIPLE_MATCHES)                                                           \
+    X(SpecialFile, SPECIAL_FILE)                                                                   \
+    X(Hardlink, HARDLINK)                                                                          \
+    X(IsDirectory, IS_DIRECTORY)                                                                   \
+    X(NotDirectory, NOT_DIRECTORY)                                                                 \
+    X(NotEmpty, NOT_EMPTY)                                                                         \
+    X(ReadOnly, READ_ONLY)                                                                         \
+    X(Busy, BUSY)                                                                                  \
+    X(Retry, RETRY)                                                                                \
+    X(Exists, EXISTS)                                                                              \
+    X(AccessDenied, ACCESS_DENIED)                                                                 \
+    X(CommandNotAllowed, COMMAND_NOT_ALLOWED)                                                      \
+    X(Metachar, METACHAR)                                                                          \
+    X(GlobRejected, GLOB)                                                                          \
+    X(EnvDenied, ENV_DENIED)                                                                       \
+    X(CwdEscape, CWD_ESCAPE)                                                                       \
+    X(ArgLimit, ARG_LIMIT)                                                                         \
+    /* The operator's policy refuses what was asked (metadata "rule"). */                          \
+    X(PolicyDenied, POLICY)                                                                        \
+    X(Cancelled, CANCELLED)                                                                        \
+    X(Deadline, DEADLINE)                                                                          \
+    X(ShuttingDown, SHUTTING_DOWN)                                                                 \
+    X(Unimplemented, UNIMPLEMENTED)                                                                \
+    X(Internal, INTERNAL)                                                                          \
+    X(StdinClosed, STDIN_CLOSED)                                                                   \
+    X(NoPty, NO_PTY)                                                                               \
+    X(NoSuchService, NO_SUCH_SERVICE)
+
+#define WORKSPACED_ERROR_TYPE(Name, Reason)                                                        \
     class Name : public Error                                                                      \
     {                                                                                              \
       public:                                                                                      \
         using Error::Error;                                                                        \
     };
-
-// One type per reason of the server's table (server/rpc/status.c).
-WORKSPACED_ERROR_TYPE(WorkspaceEvicted)  // WORKSPACE_EVICTED
-WORKSPACED_ERROR_TYPE(WorkspaceFailed)   // WORKSPACE_FAILED; see transient()
-WORKSPACED_ERROR_TYPE(PathEscape)        // PATH_ESCAPE
-WORKSPACED_ERROR_TYPE(SymlinkLeaf)       // SYMLINK_LEAF
-WORKSPACED_ERROR_TYPE(SymlinkLoop)       // SYMLINK_LOOP
-WORKSPACED_ERROR_TYPE(BadPattern)        // BAD_PATTERN
-WORKSPACED_ERROR_TYPE(BadPath)           // BAD_PATH
-WORKSPACED_ERROR_TYPE(Malformed)         // MALFORMED
-WORKSPACED_ERROR_TYPE(Limit)             // LIMIT
-WORKSPACED_ERROR_TYPE(BadRef)            // BAD_REF
-WORKSPACED_ERROR_TYPE(SizeCap)           // SIZE_CAP
-WORKSPACED_ERROR_TYPE(Quota)             // QUOTA
-WORKSPACED_ERROR_TYPE(NoSpace)           // NO_SPACE
-WORKSPACED_ERROR_TYPE(NoMemory)          // NO_MEMORY
-WORKSPACED_ERROR_TYPE(NoSuchFile)        // NO_SUCH_FILE
-WORKSPACED_ERROR_TYPE(NoSuchWorkspace)   // NO_SUCH_WORKSPACE
-WORKSPACED_ERROR_TYPE(NoSuchProcess)     // NO_SUCH_PROCESS
-WORKSPACED_ERROR_TYPE(CapabilityMissing) // CAPABILITY_MISSING
-WORKSPACED_ERROR_TYPE(Conflict)          // CONFLICT
-WORKSPACED_ERROR_TYPE(NoMatch)           // NO_MATCH
-WORKSPACED_ERROR_TYPE(MultipleMatches)   // MULTIPLE_MATCHES
-WORKSPACED_ERROR_TYPE(SpecialFile)       // SPECIAL_FILE
-WORKSPACED_ERROR_TYPE(Hardlink)          // HARDLINK
-WORKSPACED_ERROR_TYPE(IsDirectory)       // IS_DIRECTORY
-WORKSPACED_ERROR_TYPE(NotDirectory)      // NOT_DIRECTORY
-WORKSPACED_ERROR_TYPE(NotEmpty)          // NOT_EMPTY
-WORKSPACED_ERROR_TYPE(ReadOnly)          // READ_ONLY
-WORKSPACED_ERROR_TYPE(Busy)              // BUSY
-WORKSPACED_ERROR_TYPE(Retry)             // RETRY
-WORKSPACED_ERROR_TYPE(Exists)            // EXISTS
-WORKSPACED_ERROR_TYPE(AccessDenied)      // ACCESS_DENIED
-WORKSPACED_ERROR_TYPE(CommandNotAllowed) // COMMAND_NOT_ALLOWED
-WORKSPACED_ERROR_TYPE(Metachar)          // METACHAR
-WORKSPACED_ERROR_TYPE(GlobRejected)      // GLOB
-WORKSPACED_ERROR_TYPE(EnvDenied)         // ENV_DENIED
-WORKSPACED_ERROR_TYPE(CwdEscape)         // CWD_ESCAPE
-WORKSPACED_ERROR_TYPE(ArgLimit)          // ARG_LIMIT
-// POLICY: the operator's policy refuses what was asked (metadata "rule":
-// providers, network, bind-roots, pass-env, commands, docker-images,
-// docker-pull or docker-users; and the refused item).
-WORKSPACED_ERROR_TYPE(PolicyDenied)
-WORKSPACED_ERROR_TYPE(ProviderDisabled) // PROVIDER_DISABLED (metadata "provider")
-WORKSPACED_ERROR_TYPE(Cancelled)        // CANCELLED
-WORKSPACED_ERROR_TYPE(Deadline)         // DEADLINE
-WORKSPACED_ERROR_TYPE(Unimplemented)    // UNIMPLEMENTED
-WORKSPACED_ERROR_TYPE(Internal)         // INTERNAL
-// UNAUTHENTICATED with or without ErrorInfo: the server refuses credentials
-// with the bare code (a missing or unknown token, a client certificate
-// that names no tenant).
-WORKSPACED_ERROR_TYPE(Unauthenticated)
-
+WORKSPACED_ERROR_REASONS(WORKSPACED_ERROR_TYPE)
 #undef WORKSPACED_ERROR_TYPE
+
+// UNAUTHENTICATED, which the server sends with the bare code (a missing or
+// unknown token, a client certificate that names no tenant): not a reason
+// of the enum, so chosen by the code when the status names no known reason.
+class Unauthenticated : public Error
+{
+  public:
+    using Error::Error;
+};
 
 // Throws the typed error a failed status decodes to; returns on OK.
 void ThrowIfError(const grpc::Status &status);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# image.sh TAG SERVER HELPER...
+# image.sh [--wsctl WSCTL] TAG SERVER HELPER...
 #
 # An image of workspaced built without a registry: the binaries this
 # machine built (the server and its helpers, which it looks for next to
@@ -10,8 +10,9 @@
 # entrypoint) for machines with no registry to pull debian:12 from; the
 # Containerfile remains the recipe for a reproducible build.
 #
-#   bazel build //server:workspaced
-#   bash server/deploy/image.sh workspaced:local bazel-bin/server/workspaced \
+#   bazel build //server:workspaced //clients/cli:wsctl
+#   bash server/deploy/image.sh --wsctl bazel-bin/clients/cli/wsctl \
+#     workspaced:local bazel-bin/server/workspaced \
 #     bazel-bin/server/progs/workspaced-sandbox-init \
 #     bazel-bin/server/progs/workspaced-docker-init \
 #     bazel-bin/server/progs/workspaced-docker-relay \
@@ -20,11 +21,18 @@
 # The image runs as uid 10001 (`workspaced`) with the state on the volume
 # /var/lib/workspaced and the configuration in /etc/workspaced (the example
 # with `listen = 0.0.0.0:7878`: mount a configuration with a tokens file,
-# as for the Containerfile's image). //tests/deploy:image_test builds it,
-# runs it and talks to it.
+# as for the Containerfile's image). With --wsctl the console is at
+# /usr/local/bin/wsctl, on the image's PATH, as in the Containerfile's.
+# //tests/deploy:image_test builds it, runs it and talks to it, from the
+# host and from inside.
 set -euo pipefail
 
-tag=${1:?usage: image.sh TAG SERVER HELPER...}
+wsctl=
+if [ "${1:-}" = --wsctl ]; then
+  wsctl=${2:?usage: image.sh [--wsctl WSCTL] TAG SERVER HELPER...}
+  shift 2
+fi
+tag=${1:?usage: image.sh [--wsctl WSCTL] TAG SERVER HELPER...}
 shift
 [ "$#" -ge 1 ] || { echo "image.sh: no server binary" >&2; exit 2; }
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -53,9 +61,15 @@ for b in "$@"; do
   chmod 0755 "$root$lib/$(basename "$b")"
 done
 put /usr/bin/bwrap /usr/bin/bwrap
+bins=("$@" /usr/bin/bwrap)
+if [ -n "$wsctl" ]; then
+  put "$wsctl" /usr/local/bin/wsctl
+  chmod 0755 "$root/usr/local/bin/wsctl"
+  bins+=("$wsctl")
+fi
 # Every library the dynamic ones load (static helpers have none), and the
 # loader itself, at the paths they were resolved to here.
-for b in "$@" /usr/bin/bwrap; do
+for b in "${bins[@]}"; do
   { ldd "$b" 2>/dev/null || true; } | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }'
 done | sort -u | while read -r so; do
   put "$so" "$so"
@@ -86,7 +100,7 @@ grep -q "^listen = 0.0.0.0:7878$" "$root/etc/workspaced/workspaced.conf"
 tar -C "$root" --numeric-owner -c . |
   docker import \
     -c 'USER 10001:10001' \
-    -c 'ENV PATH=/bin:/usr/bin' \
+    -c 'ENV PATH=/usr/local/bin:/bin:/usr/bin' \
     -c 'VOLUME /var/lib/workspaced' \
     -c 'EXPOSE 7878' \
     -c "ENTRYPOINT [\"$lib/workspaced\", \"--config\", \"/etc/workspaced/workspaced.conf\"]" \

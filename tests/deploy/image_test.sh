@@ -4,15 +4,17 @@
 # configuration and tokens mounted, and used through the real wsctl over a
 # published port: authentication, the providers a container can and cannot
 # offer (local-sandbox fails closed without user namespaces), a local-bash
-# workspace whose commands run as the image's unprivileged user, and a
-# `docker stop` that drains and exits 0.
+# workspace whose commands run as the image's unprivileged user, the
+# image's own wsctl (its version, and the same workspace seen from inside
+# the container), and a `docker stop` that drains and exits 0.
 #
-# usage: image_test.sh IMAGE_SH WSCTL SERVER HELPER...
+# usage: image_test.sh IMAGE_SH WSCTL VERSION SERVER HELPER...
 set -euo pipefail
 
 image_sh=$1
 wsctl=$2
-shift 2
+version=$(tr -d '[:space:]' <"$3")
+shift 3
 tag="workspaced-image-test:$$"
 name="wsd-image-test-$$"
 tmp=$(mktemp -d "${TEST_TMPDIR:-/tmp}/image.XXXXXX")
@@ -31,7 +33,7 @@ fail() {
 }
 
 docker info >/dev/null 2>&1 || fail "no Docker daemon (bash tests/fixtures/dockerd.sh starts one)"
-bash "$image_sh" "$tag" "$@" || fail "image.sh could not build the image"
+bash "$image_sh" --wsctl "$wsctl" "$tag" "$@" || fail "image.sh could not build the image"
 
 # The operator's side: a configuration and a tokens file, mounted read-only.
 mkdir -p "$tmp/etc"
@@ -101,6 +103,14 @@ set +e
 st=$?
 set -e
 [ "$st" = 7 ] || fail "exit status $st, not 7"
+
+# The image's own wsctl, on its PATH: the release's version, and the file
+# the host put, read over the container's loopback.
+inside=$(docker exec "$name" wsctl --version 2>&1) || fail "wsctl in the image: $inside"
+[ "$inside" = "wsctl $version" ] || fail "wsctl --version in the image: $inside"
+inside=$(docker exec -e WORKSPACED_ADDR=127.0.0.1:7878 -e WORKSPACED_TOKEN="$token" "$name" \
+  wsctl cat "$ws" hello.txt 2>&1) || fail "wsctl cat in the image: $inside"
+[ "$inside" = "hello from the host" ] || fail "wsctl cat in the image: $inside"
 
 # docker stop sends SIGTERM: the server drains and exits 0.
 docker stop -t 30 "$name" >/dev/null || fail "docker stop"

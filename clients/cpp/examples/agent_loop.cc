@@ -1,28 +1,65 @@
-// A minimal agent turn against workspaced: open a local-bash workspace,
-// write a file, run a command whose output is printed as it arrives, read
-// the command's result back, and close (the Workspace destructor does).
+// A minimal agent turn against workspaced: pick a provider that confines
+// commands, open a workspace, write a file, run a command whose output is
+// printed as it arrives, read the command's result back, and close (the
+// Workspace destructor would too).
 //
 //   agent_loop [ADDRESS]
 //
 // ADDRESS is host:port or unix:/PATH; the default is $WORKSPACED_ADDR, else
 // the server's unix socket, unix:/run/workspaced/workspaced.sock.
+//
+// Outside the repository, with the client installed (packaging/install):
+//   g++ -std=c++17 agent_loop.cc $(pkg-config --cflags --libs workspaced)
 
 #include <iostream>
+#include <string>
+#include <vector>
 
-#include "clients/cpp/workspaced.h"
+#include "workspaced.h"
+
+namespace
+{
+
+// Whether the server says local-sandbox is usable now. The first example never lets `sh` loose on
+// local-bash: there a command runs as the server's user with the host's file system in view, and an
+// allowed `sh -c` runs anything (the allowlist checks only the first word). local-sandbox runs it
+// under bubblewrap in namespaces of its own with only the workspace writable; without it the
+// example stays with files in a memory workspace, which runs no commands at all.
+bool SandboxAvailable(const std::vector<workspaced::pb::ProviderInfo> &all)
+{
+    for (const auto &p : all)
+        if (p.kind() == "local-sandbox" && p.available())
+            return true;
+    return false;
+}
+
+} // namespace
 
 int main(int argc, char **argv)
 {
     try {
         auto client = workspaced::Client::Connect(argc > 1 ? argv[1] : "");
-        workspaced::Workspace ws = client.Open(
-            workspaced::LocalBash(),
-            workspaced::Capabilities().WithFs().WithShell({"sh", "cat", "wc", "echo", "sleep"}));
-        std::cout << "opened " << ws.id() << std::endl;
+        std::cout << "workspaced C++ client " << workspaced::kVersion << std::endl;
+        const bool sandboxed = SandboxAvailable(client.Providers());
+
+        workspaced::Workspace ws =
+            sandboxed ? client.Open(workspaced::LocalSandbox(),
+                                    workspaced::Capabilities().WithFs().WithShell(
+                                        {"sh", "cat", "wc", "echo", "sleep"}))
+                      : client.Open(workspaced::Memory(), workspaced::Capabilities().WithFs());
+        std::cout << "opened " << ws.id() << " on " << ws.provider() << std::endl;
 
         workspaced::WriteOptions create;
         create.create_parents = true;
         ws.WriteFile("notes/todo.txt", "write tests\nship it\n", create);
+
+        if (!sandboxed) {
+            std::cout << "local-sandbox is not available here: files only" << std::endl;
+            std::cout << ws.ReadFile("notes/todo.txt");
+            ws.Close();
+            std::cout << "closed" << std::endl;
+            return 0;
+        }
 
         // Output is printed by the callback on the process's reader thread,
         // chunk by chunk, before the command has finished.

@@ -26,52 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import signal as _signal
-from typing import Any, AsyncIterable, AsyncIterator, Callable, Iterable, List, Mapping, Optional, Tuple, Union
+from typing import Any, AsyncIterable, AsyncIterator, Callable, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
 
 import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
 from . import errors
-from ._proto import (
-    common_pb2,
-    exec_pb2,
-    exec_pb2_grpc,
-    filesystem_pb2,
-    filesystem_pb2_grpc,
-    health_pb2,
-    health_pb2_grpc,
-    providers_pb2,
-    providers_pb2_grpc,
-    workspaces_pb2,
-    workspaces_pb2_grpc,
-)
-from .client import (
-    CHUNK_SIZE,
-    NODE_HEADER,
-    USE_DEFAULT,
-    Command,
-    Event,
-    ExitResult,
-    Gap,
-    Listing,
-    Metadata,
-    Output,
-    RunResult,
-    ServerInfo,
-    Timeout,
-    TLSConfig,
-    WriteData,
-    _channel_args,
-    _check_timeout,
-    _chunks,
-    _event,
-    _open_request,
-    _process_config,
-    _resolve_address,
-    _started,
-    _write_requests,
-)
+# CHUNK_SIZE, NODE_HEADER, Gap and Output are not used here but have always
+# been importable from this module.
+from ._common import CHUNK_SIZE, NODE_HEADER, USE_DEFAULT, Command, Event, ExitResult, Gap, Listing, Metadata, Output
+from ._common import RunResult, ServerInfo, Timeout, TLSConfig, WriteData, _chunks, _ClientBase, _cut, _node_of
+from ._common import _open_request, _process_config, _ProcessBase, _resolve_address, _sort_output, _started, _Unary
+from ._common import _WorkspaceBase, _write_requests
+from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy, is_transient
 
 __all__ = [
@@ -82,13 +50,7 @@ __all__ = [
     "connect",
 ]
 
-
-def _node_of(metadata: Any) -> Optional[str]:
-    """The node a front proxy names in a call's initial metadata, or None."""
-    for key, value in metadata or ():
-        if key == NODE_HEADER and value:
-            return value
-    return None
+_T = TypeVar("_T")
 
 
 def connect(
@@ -119,44 +81,11 @@ async def _retry(policy: RetryPolicy, fn: Callable[[], Any]) -> Any:
             attempt += 1
 
 
-class AsyncClient:
+class AsyncClient(_ClientBase):
     """A connection to one server, for asyncio. Use connect() to make one,
     and close it (or use `async with`) to release the connection."""
 
-    def __init__(
-        self,
-        address: str,
-        token: Optional[str] = None,
-        tls: Union[TLSConfig, bool, None] = None,
-        options: Optional[Iterable[Tuple[str, Any]]] = None,
-        open_retry: Optional[RetryPolicy] = None,
-        timeout: Optional[float] = None,
-    ) -> None:
-        _check_timeout(timeout)
-        opts, creds, self._metadata = _channel_args(address, token, tls, options)
-        self.address = address
-        self.timeout = timeout
-        if creds is not None:
-            self._channel = grpc.aio.secure_channel(address, creds, opts)
-        else:
-            self._channel = grpc.aio.insecure_channel(address, opts)
-        self.open_retry = open_retry or RetryPolicy()
-        self._providers = providers_pb2_grpc.ProvidersStub(self._channel)
-        self._workspaces = workspaces_pb2_grpc.WorkspacesStub(self._channel)
-        self._fs = filesystem_pb2_grpc.FileSystemStub(self._channel)
-        self._exec = exec_pb2_grpc.ExecStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
-
-    def _deadline(self, timeout: Timeout) -> Optional[float]:
-        _check_timeout(timeout)
-        if timeout is USE_DEFAULT:
-            return self.timeout
-        return timeout  # type: ignore[return-value]
-
-    def _node_metadata(self, node: Optional[str]) -> Metadata:
-        if not node:
-            return self._metadata
-        return self._metadata + ((NODE_HEADER, node),)
+    _channels = grpc.aio
 
     async def _call(
         self,
@@ -172,6 +101,9 @@ class AsyncClient:
             return await call
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
+
+    async def _unary(self, op: _Unary[_T], timeout: Timeout, metadata: Optional[Metadata] = None) -> _T:
+        return op.result(await self._call(op.method, op.request, metadata, timeout))
 
     async def _call_with_node(
         self, method: Callable[..., Any], request: Any, metadata: Metadata, timeout: Timeout
@@ -195,14 +127,12 @@ class AsyncClient:
 
     async def health(self, service: str = "", *, timeout: Timeout = USE_DEFAULT) -> str:
         """Returns the grpc.health.v1 serving status name ("SERVING", ...)."""
-        req = health_pb2.HealthCheckRequest(service=service)
-        resp = await self._call(self._health.Check, req, timeout=timeout)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        return await self._unary(self._health_op(service), timeout)
 
     async def list_providers(self, *, timeout: Timeout = USE_DEFAULT) -> providers_pb2.ListProvidersResponse:
         """The whole ListProvidersResponse: providers (probed live), the
         caller's policy and the server's ServerInfo."""
-        return await self._call(self._providers.ListProviders, providers_pb2.ListProvidersRequest(), timeout=timeout)
+        return await self._unary(self._list_providers_op(), timeout)
 
     async def providers(self, *, timeout: Timeout = USE_DEFAULT) -> List[providers_pb2.ProviderInfo]:
         """Lists the provider kinds (ProviderInfo messages), probed live."""
@@ -214,7 +144,7 @@ class AsyncClient:
 
     async def list(self, *, timeout: Timeout = USE_DEFAULT) -> List[workspaces_pb2.WorkspaceSummary]:
         """Lists the server's workspaces (WorkspaceSummary messages)."""
-        return list((await self._call(self._workspaces.List, workspaces_pb2.ListRequest(), timeout=timeout)).workspaces)
+        return await self._unary(self._list_op(), timeout)
 
     async def open(
         self,
@@ -243,14 +173,12 @@ class AsyncClient:
     ) -> "AsyncWorkspace":
         """Returns the AsyncWorkspace a WorkspaceRef (message or its token
         bytes) names (see workspaced.Client.resolve)."""
-        if isinstance(ref, (bytes, bytearray)):
-            ref = common_pb2.WorkspaceRef(token=bytes(ref))
-        req = workspaces_pb2.ResolveRequest(ref=ref)
+        req = self._resolve_request(ref)
         resp, named = await self._call_with_node(self._workspaces.Resolve, req, self._node_metadata(node), timeout)
         return AsyncWorkspace(self, resp.workspace, node=named or node)
 
 
-class AsyncProcess:
+class AsyncProcess(_ProcessBase["AsyncWorkspace"]):
     """A running (or finished) command: the Exec.Start stream, or an Attach.
 
     `async for` over it yields Output and Gap events as they arrive and ends
@@ -260,12 +188,8 @@ class AsyncProcess:
     """
 
     def __init__(self, workspace: "AsyncWorkspace", call: Any, writable: bool) -> None:
-        self._ws = workspace
+        super().__init__(workspace, writable)
         self._call = call
-        self._writable = writable
-        self._exited: Optional[ExitResult] = None
-        self._cancelled = False
-        self.gaps: List[Gap] = []
         self.started: Optional[exec_pb2.Started] = None
 
     async def _start(self, first_request: Optional[exec_pb2.StartRequest]) -> "AsyncProcess":
@@ -278,44 +202,17 @@ class AsyncProcess:
         self.started = _started(None if first is grpc.aio.EOF else first)
         return self
 
-    @property
-    def id(self) -> str:
-        """The process id the server gave the command."""
-        assert self.started is not None
-        return self.started.id
-
-    @property
-    def pid(self) -> int:
-        """The command's pid on the server's host (0 where not known)."""
-        assert self.started is not None
-        return self.started.pid
-
-    @property
-    def tag(self) -> str:
-        """The tag the command was started with ("" without one)."""
-        assert self.started is not None
-        return self.started.tag
-
-    @property
-    def exited(self) -> Optional[ExitResult]:
-        """The ExitResult once the end was seen, else None."""
-        return self._exited
-
     async def _send(self, **fields: Any) -> None:
-        if not self._writable:
-            raise RuntimeError("an attached process has no stdin or control stream")
-        if self._exited is not None or self._cancelled:
-            raise RuntimeError("the process stream has ended")
+        request = self._control(**fields)
         try:
-            await self._call.write(exec_pb2.StartRequest(**fields))
+            await self._call.write(request)
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
 
     async def write_stdin(self, data: bytes) -> None:
         """Sends bytes to the command's stdin (it must have been started with stdin=True)."""
-        data = bytes(data)
-        for i in range(0, len(data), CHUNK_SIZE):
-            await self._send(stdin=data[i : i + CHUNK_SIZE])
+        for chunk in _cut(bytes(data)):
+            await self._send(stdin=chunk)
 
     async def close_stdin(self) -> None:
         """Closes the command's stdin: it reads EOF."""
@@ -356,12 +253,8 @@ class AsyncProcess:
                 raise errors.from_rpc_error(e) from None
             if ev is grpc.aio.EOF:
                 break
-            item = _event(ev)
-            if isinstance(item, ExitResult):
-                self._exited = item
-            elif item is not None:
-                if isinstance(item, Gap):
-                    self.gaps.append(item)
+            item = self._take(ev)
+            if item is not None:
                 yield item
         await self._done_writing()
 
@@ -381,8 +274,7 @@ class AsyncProcess:
             await self.close_stdin()
         out, err = bytearray(), bytearray()
         async for ev in self.events():
-            if isinstance(ev, Output):
-                (err if ev.stream == "stderr" else out).extend(ev.data)
+            _sort_output(ev, out, err)
         return bytes(out), bytes(err), await self.wait()
 
     async def wait(self) -> ExitResult:
@@ -390,20 +282,16 @@ class AsyncProcess:
         iterated is discarded (iterate, or use communicate(), to keep it)."""
         async for _ in self.events():
             pass
-        if self._exited is None and self._cancelled:
-            # The cancelled stream cannot carry the end; the server keeps
-            # recently finished processes, so ask it again.
+        if self._end_lost():
             again = await self._ws.attach(id=self.id)
             self._exited = await again.wait()
-        if self._exited is None:
-            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "stream ended without `exited`")
-        return self._exited
+        return self._exit_result()
 
     async def __aenter__(self) -> "AsyncProcess":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
-        if self._exited is None and not self._cancelled:
+        if self._live:
             self.cancel()
 
 
@@ -425,9 +313,8 @@ class AsyncGrepResults:
 
 async def _achunks(data: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
     async for piece in data:
-        view = memoryview(piece)
-        for i in range(0, len(view), CHUNK_SIZE):
-            yield bytes(view[i : i + CHUNK_SIZE])
+        for chunk in _cut(piece):
+            yield chunk
 
 
 async def _awrite_requests(
@@ -441,25 +328,12 @@ async def _awrite_requests(
     yield pending
 
 
-class AsyncWorkspace:
+class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     """An open workspace, for asyncio: the methods of workspaced.Workspace
     as coroutines. Close it when done (or use `async with`)."""
 
     def __init__(self, client: AsyncClient, proto: common_pb2.Workspace, node: Optional[str] = None) -> None:
-        self._client = client
-        self._node = node
-        self._metadata = client._node_metadata(node)
-        self.proto = proto
-        self.id: str = proto.id
-        self.ref: common_pb2.WorkspaceRef = proto.ref
-        self.provider: str = proto.provider
-        self.capabilities: common_pb2.Capabilities = proto.capabilities
-        self.closed = False
-
-    @property
-    def node(self) -> Optional[str]:
-        """The node the workspace is pinned to, or None when not behind a front."""
-        return self._node
+        super().__init__(client, proto, node)
 
     def __repr__(self) -> str:
         return "AsyncWorkspace(id=%r, provider=%r)" % (self.id, self.provider)
@@ -470,8 +344,8 @@ class AsyncWorkspace:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _call(self, method: Callable[..., Any], request: Any, timeout: Timeout = USE_DEFAULT) -> Any:
-        return await self._client._call(method, request, metadata=self._metadata, timeout=timeout)
+    async def _unary(self, op: _Unary[_T], timeout: Timeout) -> _T:
+        return await self._client._unary(op, timeout, self._metadata)
 
     async def _stream(self, method: Callable[..., Any], request: Any, timeout: Timeout) -> AsyncIterator[Any]:
         call = method(request, metadata=self._metadata, timeout=self._client._deadline(timeout))
@@ -485,15 +359,11 @@ class AsyncWorkspace:
 
     async def close(self, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Closes the workspace (idempotent). Returns True when it was already closed."""
-        req = workspaces_pb2.CloseRequest(workspace_id=self.id)
-        resp = await self._call(self._client._workspaces.Close, req, timeout)
-        self.closed = True
-        return resp.already_closed
+        return await self._unary(self._close_op(), timeout)
 
     async def describe(self, *, timeout: Timeout = USE_DEFAULT) -> workspaces_pb2.DescribeResponse:
         """Returns the DescribeResponse (see workspaced.Workspace.describe)."""
-        req = workspaces_pb2.DescribeRequest(workspace_id=self.id)
-        return await self._call(self._client._workspaces.Describe, req, timeout)
+        return await self._unary(self._describe_op(), timeout)
 
     # -- files
 
@@ -502,7 +372,7 @@ class AsyncWorkspace:
     ) -> AsyncIterator[bytes]:
         """Yields the file's content in chunks as they arrive (`async for`).
         `timeout` bounds the whole stream."""
-        req = filesystem_pb2.ReadFileRequest(workspace_id=self.id, path=path, offset=offset, length=length)
+        req = self._read_request(path, offset, length)
         async for resp in self._stream(self._client._fs.ReadFile, req, timeout):
             if resp.data:
                 yield resp.data
@@ -528,19 +398,12 @@ class AsyncWorkspace:
     ) -> filesystem_pb2.WriteFileResponse:
         """Writes a whole file atomically (see workspaced.Workspace.write_file);
         `data` may also be an async iterable of bytes chunks."""
-        header = filesystem_pb2.WriteFileHeader(
-            workspace_id=self.id,
-            path=path,
-            mode=mode or 0,
-            create_parents=create_parents,
-            if_match=if_match,
-            if_absent=if_absent,
-        )
+        header = self._write_header(path, mode, create_parents, if_match, if_absent)
         if hasattr(data, "__aiter__"):
             requests: Any = _awrite_requests(header, _achunks(data))  # type: ignore[arg-type]
         else:
             requests = _write_requests(header, _chunks(data))  # type: ignore[arg-type]
-        return await self._call(self._client._fs.WriteFile, requests, timeout)
+        return await self._unary(self._write_op(requests), timeout)
 
     async def edit_file(
         self,
@@ -553,20 +416,11 @@ class AsyncWorkspace:
         timeout: Timeout = USE_DEFAULT,
     ) -> filesystem_pb2.EditFileResponse:
         """Replaces old_text by new_text (exactly once unless replace_all)."""
-        req = filesystem_pb2.EditFileRequest(
-            workspace_id=self.id,
-            path=path,
-            old_text=old_text,
-            new_text=new_text,
-            replace_all=replace_all,
-            if_match=if_match,
-        )
-        return await self._call(self._client._fs.EditFile, req, timeout)
+        return await self._unary(self._edit_op(path, old_text, new_text, replace_all, if_match), timeout)
 
     async def stat(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> common_pb2.FileInfo:
         """Returns the FileInfo of `path` (lstat: a symlink is not followed)."""
-        req = filesystem_pb2.StatRequest(workspace_id=self.id, path=path)
-        return (await self._call(self._client._fs.Stat, req, timeout)).info
+        return await self._unary(self._stat_op(path), timeout)
 
     async def exists(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Whether `path` exists (a dangling symlink does)."""
@@ -580,36 +434,29 @@ class AsyncWorkspace:
         self, path: str = ".", depth: int = 0, max_entries: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> Listing:
         """Returns the FileInfo entries of a directory as a Listing."""
-        req = filesystem_pb2.ListDirRequest(workspace_id=self.id, path=path, depth=depth, max_entries=max_entries)
-        resp = await self._call(self._client._fs.ListDir, req, timeout)
-        return Listing(resp.entries, resp.truncated, resp.truncated_reason)
+        return await self._unary(self._list_dir_op(path, depth, max_entries), timeout)
 
     async def make_dir(
         self, path: str, parents: bool = False, mode: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Makes a directory (and its parents with parents=True); returns its FileInfo."""
-        req = filesystem_pb2.MakeDirRequest(workspace_id=self.id, path=path, parents=parents, mode=mode)
-        return (await self._call(self._client._fs.MakeDir, req, timeout)).info
+        return await self._unary(self._make_dir_op(path, parents, mode), timeout)
 
     async def remove(self, path: str, recursive: bool = False, *, timeout: Timeout = USE_DEFAULT) -> int:
         """Removes a file, symlink or directory; returns the entries removed."""
-        req = filesystem_pb2.RemoveRequest(workspace_id=self.id, path=path, recursive=recursive)
-        return (await self._call(self._client._fs.Remove, req, timeout)).removed
+        return await self._unary(self._remove_op(path, recursive), timeout)
 
     async def move(
         self, from_path: str, to_path: str, replace: bool = False, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Renames `from_path` to `to_path`; returns the FileInfo of the result."""
-        req = filesystem_pb2.MoveRequest(workspace_id=self.id, from_path=from_path, to_path=to_path, replace=replace)
-        return (await self._call(self._client._fs.Move, req, timeout)).info
+        return await self._unary(self._move_op(from_path, to_path, replace), timeout)
 
     async def glob(
         self, pattern: str, path: str = "", max_results: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> Listing:
         """Returns the FileInfo of every path matching `pattern` as a Listing."""
-        req = filesystem_pb2.GlobRequest(workspace_id=self.id, pattern=pattern, path=path, max_results=max_results)
-        resp = await self._call(self._client._fs.Glob, req, timeout)
-        return Listing(resp.matches, resp.truncated, resp.truncated_reason)
+        return await self._unary(self._glob_op(pattern, path, max_results), timeout)
 
     def grep(
         self,
@@ -624,15 +471,7 @@ class AsyncWorkspace:
     ) -> AsyncGrepResults:
         """Searches file contents (PCRE2); returns an AsyncGrepResults to
         `async for` over. `timeout` bounds the whole stream."""
-        req = filesystem_pb2.GrepRequest(
-            workspace_id=self.id,
-            pattern=pattern,
-            path=path,
-            include=include,
-            ignore_case=ignore_case,
-            max_matches=max_matches,
-            max_depth=max_depth,
-        )
+        req = self._grep_request(pattern, path, include, ignore_case, max_matches, max_depth)
         return AsyncGrepResults(self._stream(self._client._fs.Grep, req, timeout))
 
     # -- processes
@@ -655,9 +494,8 @@ class AsyncWorkspace:
         `started` (see workspaced.Workspace.exec for the arguments). Guard
         refusals (CommandNotAllowed, ...) are raised here."""
         cfg = _process_config(cmd, cwd, env, command_timeout, stdin, pty, tag, background, max_output_bytes)
-        _check_timeout(timeout)
+        first = self._start_request(cfg, timeout)
         call = self._client._exec.Start(metadata=self._metadata, timeout=timeout)
-        first = exec_pb2.StartRequest(start=exec_pb2.StartProcess(workspace_id=self.id, process=cfg))
         return await AsyncProcess(self, call, writable=True)._start(first)
 
     async def run(
@@ -674,9 +512,7 @@ class AsyncWorkspace:
     ) -> RunResult:
         """Runs a command to its end (unary Exec.Run) and returns a RunResult."""
         cfg = _process_config(cmd, cwd, env, command_timeout, False, pty, None, False, max_output_bytes)
-        req = exec_pb2.RunRequest(workspace_id=self.id, process=cfg, stdin_data=stdin_data)
-        resp = await self._call(self._client._exec.Run, req, timeout)
-        return RunResult(resp.stdout, resp.stderr, ExitResult.from_proto(resp.exited), resp.process_id)
+        return await self._unary(self._run_op(cfg, stdin_data), timeout)
 
     async def attach(
         self,
@@ -689,17 +525,13 @@ class AsyncWorkspace:
         """Reattaches to a running or recently finished process, by tag (or
         id=...), replaying its output from `offset`. Returns a read-only
         AsyncProcess."""
-        if (tag is None) == (id is None):
-            raise ValueError("give exactly one of tag and id")
-        _check_timeout(timeout)
-        req = exec_pb2.AttachRequest(workspace_id=self.id, tag=tag or "", id=id or "", offset=offset)
+        req = self._attach_request(tag, offset, id, timeout)
         call = self._client._exec.Attach(req, metadata=self._metadata, timeout=timeout)
         return await AsyncProcess(self, call, writable=False)._start(None)
 
     async def ps(self, *, timeout: Timeout = USE_DEFAULT) -> List[exec_pb2.ProcessInfo]:
         """Lists the workspace's running and recently finished processes (ProcessInfo)."""
-        req = exec_pb2.ListProcessesRequest(workspace_id=self.id)
-        return list((await self._call(self._client._exec.ListProcesses, req, timeout)).processes)
+        return await self._unary(self._ps_op(), timeout)
 
     async def kill(
         self,
@@ -710,7 +542,4 @@ class AsyncWorkspace:
         timeout: Timeout = USE_DEFAULT,
     ) -> None:
         """Sends `sig` (default SIGKILL) to a process's tree, by tag (or id=...)."""
-        if (tag is None) == (id is None):
-            raise ValueError("give exactly one of tag and id")
-        req = exec_pb2.SendSignalRequest(workspace_id=self.id, tag=tag or "", id=id or "", signal=int(sig))
-        await self._call(self._client._exec.SendSignal, req, timeout)
+        await self._unary(self._kill_op(tag, sig, id), timeout)

@@ -26,118 +26,43 @@ and nothing is sent.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
-import os
 import queue
 import signal as _signal
-from typing import (
-    Any,
-    BinaryIO,
-    Callable,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
 
 import grpc
-from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from . import errors
-from ._proto import (
-    common_pb2,
-    exec_pb2,
-    exec_pb2_grpc,
-    filesystem_pb2,
-    filesystem_pb2_grpc,
-    health_pb2,
-    health_pb2_grpc,
-    providers_pb2,
-    providers_pb2_grpc,
-    workspaces_pb2,
-    workspaces_pb2_grpc,
-)
+
+# What does no I/O is shared with the asyncio client (workspaced.aio) in
+# _common; the public names are exported from here, where they have always
+# been.
+from ._common import CHUNK_SIZE as CHUNK_SIZE
+from ._common import DEFAULT_ADDRESS as DEFAULT_ADDRESS
+from ._common import NODE_HEADER as NODE_HEADER
+from ._common import USE_DEFAULT as USE_DEFAULT
+from ._common import Command as Command
+from ._common import Event as Event
+from ._common import ExitCause as ExitCause
+from ._common import ExitResult as ExitResult
+from ._common import Gap as Gap
+from ._common import Listing as Listing
+from ._common import Metadata as Metadata
+from ._common import Output as Output
+from ._common import PemSource as PemSource
+from ._common import RunResult as RunResult
+from ._common import ServerInfo as ServerInfo
+from ._common import StreamStats as StreamStats
+from ._common import Timeout as Timeout
+from ._common import TLSConfig as TLSConfig
+from ._common import WriteData as WriteData
+from ._common import _chunks, _ClientBase, _cut, _node_of, _open_request, _process_config, _ProcessBase
+from ._common import _resolve_address, _sort_output, _started, _Unary, _WorkspaceBase, _write_requests
+from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy
 
-# Chunk size of uploads and of stdin messages: well under the server's
-# 4 MiB message limit (and its 1 MiB stdin limit) once framed.
-CHUNK_SIZE = 1 << 20
-
-# Names the node that holds a workspace: read from the initial metadata of
-# Open and Resolve, sent on every call about the workspace.
-NODE_HEADER = "x-workspace-node"
-
-_PROVIDERS: Dict[str, Tuple[str, Any]] = {
-    "memory": ("memory", common_pb2.MemoryConfig),
-    "local-bash": ("local_bash", common_pb2.LocalBashConfig),
-    "local-sandbox": ("local_sandbox", common_pb2.LocalSandboxConfig),
-    "docker": ("docker", common_pb2.DockerConfig),
-}
-_CONFIG_FIELDS = {cls.DESCRIPTOR.full_name: field for field, cls in _PROVIDERS.values()}
-
-#: Call metadata: (key, value) pairs.
-Metadata = Tuple[Tuple[str, str], ...]
-
-#: What write_file takes: bytes or text, an iterable of bytes chunks, or a
-#: binary reader.
-WriteData = Union[bytes, bytearray, memoryview, str, Iterable[bytes], BinaryIO]
-
-#: A command: an argv list (run directly) or a command line string (which
-#: the server's shell guard tokenizes; no shell runs).
-Command = Union[str, Sequence[str]]
-
-
-class _UseDefault(enum.Enum):
-    TOKEN = 0
-
-
-#: The default of every `timeout=` argument: the client's default deadline
-#: (connect(timeout=...)); None there means no deadline.
-USE_DEFAULT = _UseDefault.TOKEN
-
-#: A call's `timeout=`: seconds, None for no deadline, or USE_DEFAULT.
-Timeout = Union[float, None, _UseDefault]
-
 _T = TypeVar("_T")
-
-
-def _open_request(
-    provider: Union[str, Message],
-    capabilities: Union[None, Message, Mapping[str, Any]] = None,
-    **provider_options: Any,
-) -> workspaces_pb2.OpenRequest:
-    """The OpenRequest that Client.open sends (see there for the arguments).
-
-    Unknown option names raise google.protobuf.json_format.ParseError, a
-    provider name that is none of the four ValueError."""
-    request = workspaces_pb2.OpenRequest()
-    if isinstance(provider, str):
-        if provider not in _PROVIDERS:
-            raise ValueError("unknown provider %r (one of %s)" % (provider, ", ".join(_PROVIDERS)))
-        field, cls = _PROVIDERS[provider]
-        config = json_format.ParseDict(provider_options, cls())
-    else:
-        if provider_options:
-            raise TypeError("provider options go into the config message")
-        config = provider
-        found = _CONFIG_FIELDS.get(config.DESCRIPTOR.full_name)
-        if found is None:
-            raise TypeError("not a provider config: %s" % config.DESCRIPTOR.full_name)
-        field = found
-    getattr(request, field).CopyFrom(config)
-    if capabilities is not None:
-        if isinstance(capabilities, Mapping):
-            capabilities = json_format.ParseDict(dict(capabilities), common_pb2.Capabilities())
-        request.capabilities.CopyFrom(capabilities)
-    return request
 
 
 def _wrap(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
@@ -148,14 +73,6 @@ def _wrap(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
         raise errors.from_rpc_error(e) from None
 
 
-def _node_of(call: Any) -> Optional[str]:
-    """The node a front proxy names in a call's initial metadata, or None."""
-    for key, value in call.initial_metadata() or ():
-        if key == NODE_HEADER and value:
-            return value
-    return None
-
-
 def _wrap_iter(it: Iterable[_T]) -> Iterator[_T]:
     """Iterates a server stream, turning grpc.RpcError into a typed error."""
     try:
@@ -164,120 +81,7 @@ def _wrap_iter(it: Iterable[_T]) -> Iterator[_T]:
         raise errors.from_rpc_error(e) from None
 
 
-def _check_timeout(timeout: Timeout) -> None:
-    if timeout is USE_DEFAULT or timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
-        raise ValueError("timeout must be a number of seconds >= 0 or None, not %r" % (timeout,))
-
-
 # ---------------------------------------------------------------- connection
-
-# The server's default listener: a unix socket, which only callers on this
-# machine whose uid the server accepts can use.
-DEFAULT_ADDRESS = "unix:/run/workspaced/workspaced.sock"
-
-
-def _check_address(address: str) -> None:
-    """Raises ValueError for a unix: address gRPC would misread.
-
-    gRPC takes "unix:PATH" and "unix:///PATH" itself, but reads
-    "unix://NAME/..." as an authority it refuses only on the first call
-    (UNKNOWN, "Failed to create ... channel"), and resolves a relative
-    PATH against the current directory, which is rarely the server's
-    socket. Both are caught here, where the address is given.
-    """
-    if not isinstance(address, str) or not address.startswith("unix:"):
-        return
-    path = address[len("unix:") :]
-    if path.startswith("//"):
-        path = path[2:]
-        if not path.startswith("/"):
-            raise ValueError("%r: a unix socket address is unix:/ABSOLUTE/PATH (or unix:///ABSOLUTE/PATH)" % address)
-    if not path.startswith("/") or path == "/":
-        raise ValueError("%r: a unix socket address needs an absolute path: unix:/ABSOLUTE/PATH" % address)
-
-
-#: PEM bytes, or the path of a PEM file.
-PemSource = Union[bytes, str, "os.PathLike[str]", None]
-
-
-@dataclasses.dataclass
-class TLSConfig:
-    """TLS settings of a connection.
-
-    root_certificates: PEM bytes (or a path) of the CA to trust; None uses
-        the system roots. Paths are read by connect(): a missing file raises
-        OSError there, a file without PEM ValueError.
-    certificate_chain / private_key: PEM bytes or paths of a client
-        certificate, for servers that want mutual TLS.
-    server_name_override: the name to verify the server's certificate
-        against, when it differs from the address's host.
-    """
-
-    root_certificates: PemSource = None
-    certificate_chain: PemSource = None
-    private_key: PemSource = None
-    server_name_override: Optional[str] = None
-
-    @staticmethod
-    def _pem(value: PemSource) -> Optional[bytes]:
-        if value is None or isinstance(value, bytes):
-            return value
-        with open(value, "rb") as f:
-            data = f.read()
-        # An empty CA would quietly mean the system roots.
-        if b"-----BEGIN " not in data:
-            raise ValueError("%s: not a PEM file" % value)
-        return data
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        """The grpc channel credentials these settings describe."""
-        return grpc.ssl_channel_credentials(
-            root_certificates=self._pem(self.root_certificates),
-            private_key=self._pem(self.private_key),
-            certificate_chain=self._pem(self.certificate_chain),
-        )
-
-    def options(self) -> List[Tuple[str, Any]]:
-        """The grpc channel options these settings need."""
-        if self.server_name_override:
-            return [("grpc.ssl_target_name_override", self.server_name_override)]
-        return []
-
-
-def _channel_args(
-    address: str,
-    token: Optional[str],
-    tls: Union[TLSConfig, bool, None],
-    options: Optional[Iterable[Tuple[str, Any]]],
-) -> Tuple[List[Tuple[str, Any]], Optional[grpc.ChannelCredentials], Metadata]:
-    """What both clients need to make a channel: its options, its
-    credentials (None: plaintext) and the metadata of every call."""
-    _check_address(address)
-    opts = list(options or [])
-    # Large file chunks and listings: match the server's 4 MiB limit.
-    opts += [("grpc.max_receive_message_length", 4 << 20)]
-    creds = None
-    if tls:
-        if tls is True:
-            tls = TLSConfig()
-        assert isinstance(tls, TLSConfig)
-        creds = tls.credentials()
-        opts += tls.options()
-    metadata: Metadata = (("authorization", "Bearer " + token),) if token else ()
-    return opts, creds, metadata
-
-
-def _resolve_address(address: Optional[str], token: Optional[str]) -> Tuple[str, Optional[str]]:
-    """connect()'s defaults: $WORKSPACED_ADDR / DEFAULT_ADDRESS, $WORKSPACED_TOKEN."""
-    if address is None:
-        address = os.environ.get("WORKSPACED_ADDR") or DEFAULT_ADDRESS
-    if not address:
-        raise ValueError("no server address")
-    if token is None:
-        token = os.environ.get("WORKSPACED_TOKEN") or None
-    return address, token
 
 
 def connect(
@@ -311,22 +115,7 @@ def connect(
     return Client(address, token=token, tls=tls, options=options, open_retry=open_retry, timeout=timeout)
 
 
-@dataclasses.dataclass(frozen=True)
-class ServerInfo:
-    """The server that answered (workspace.v1.ServerInfo).
-
-    version: its release, MAJOR.MINOR.PATCH; "" from a server that
-        predates the field.
-    """
-
-    version: str
-
-    @classmethod
-    def from_proto(cls, m: common_pb2.ServerInfo) -> "ServerInfo":
-        return cls(version=m.version)
-
-
-class Client:
+class Client(_ClientBase):
     """A connection to one server. Use connect() to make one.
 
     Thread-safe: the underlying channel multiplexes calls. Close it (or use
@@ -334,36 +123,7 @@ class Client:
     default deadline of its calls (see the module's docstring).
     """
 
-    def __init__(
-        self,
-        address: str,
-        token: Optional[str] = None,
-        tls: Union[TLSConfig, bool, None] = None,
-        options: Optional[Iterable[Tuple[str, Any]]] = None,
-        open_retry: Optional[RetryPolicy] = None,
-        timeout: Optional[float] = None,
-    ) -> None:
-        _check_timeout(timeout)
-        opts, creds, self._metadata = _channel_args(address, token, tls, options)
-        self.address = address
-        self.timeout = timeout
-        if creds is not None:
-            self._channel = grpc.secure_channel(address, creds, opts)
-        else:
-            self._channel = grpc.insecure_channel(address, opts)
-        self.open_retry = open_retry or RetryPolicy()
-        self._providers = providers_pb2_grpc.ProvidersStub(self._channel)
-        self._workspaces = workspaces_pb2_grpc.WorkspacesStub(self._channel)
-        self._fs = filesystem_pb2_grpc.FileSystemStub(self._channel)
-        self._exec = exec_pb2_grpc.ExecStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
-
-    def _deadline(self, timeout: Timeout) -> Optional[float]:
-        """The gRPC `timeout` of a call given the method's `timeout=` argument."""
-        _check_timeout(timeout)
-        if timeout is USE_DEFAULT:
-            return self.timeout
-        return timeout  # type: ignore[return-value]
+    _channels = grpc
 
     # The metadata rides on every call; grpc call credentials would need TLS.
     def _call(
@@ -399,11 +159,8 @@ class Client:
             )
         )
 
-    def _node_metadata(self, node: Optional[str]) -> Metadata:
-        """The client's metadata, plus the node header when `node` is set."""
-        if not node:
-            return self._metadata
-        return self._metadata + ((NODE_HEADER, node),)
+    def _unary(self, op: _Unary[_T], timeout: Timeout, metadata: Optional[Metadata] = None) -> _T:
+        return op.result(self._call(op.method, op.request, metadata, timeout))
 
     def close(self) -> None:
         """Closes the connection; workspaces stay open on the server."""
@@ -417,13 +174,12 @@ class Client:
 
     def health(self, service: str = "", *, timeout: Timeout = USE_DEFAULT) -> str:
         """Returns the grpc.health.v1 serving status name ("SERVING", ...)."""
-        resp = self._call(self._health.Check, health_pb2.HealthCheckRequest(service=service), timeout=timeout)
-        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+        return self._unary(self._health_op(service), timeout)
 
     def list_providers(self, *, timeout: Timeout = USE_DEFAULT) -> providers_pb2.ListProvidersResponse:
         """The whole ListProvidersResponse: providers (probed live), the
         caller's policy and the server's ServerInfo."""
-        return self._call(self._providers.ListProviders, providers_pb2.ListProvidersRequest(), timeout=timeout)
+        return self._unary(self._list_providers_op(), timeout)
 
     def providers(self, *, timeout: Timeout = USE_DEFAULT) -> List[providers_pb2.ProviderInfo]:
         """Lists the provider kinds (ProviderInfo messages), probed live."""
@@ -435,7 +191,7 @@ class Client:
 
     def list(self, *, timeout: Timeout = USE_DEFAULT) -> List[workspaces_pb2.WorkspaceSummary]:
         """Lists the server's workspaces (WorkspaceSummary messages)."""
-        return list(self._call(self._workspaces.List, workspaces_pb2.ListRequest(), timeout=timeout).workspaces)
+        return self._unary(self._list_op(), timeout)
 
     def open(
         self,
@@ -468,7 +224,7 @@ class Client:
         request = _open_request(provider, capabilities, **provider_options)
         policy = retry or self.open_retry
         resp, call = policy.call(lambda: self._call(self._workspaces.Open.with_call, request, timeout=timeout))
-        return Workspace(self, resp.workspace, node=_node_of(call))
+        return Workspace(self, resp.workspace, node=_node_of(call.initial_metadata()))
 
     def resolve(
         self,
@@ -485,188 +241,13 @@ class Client:
             names). An unknown node is refused by the front with
             UNAVAILABLE. None: ask any node (right for a direct connection).
         """
-        if isinstance(ref, (bytes, bytearray)):
-            ref = common_pb2.WorkspaceRef(token=bytes(ref))
         resp, call = self._call(
             self._workspaces.Resolve.with_call,
-            workspaces_pb2.ResolveRequest(ref=ref),
+            self._resolve_request(ref),
             metadata=self._node_metadata(node),
             timeout=timeout,
         )
-        return Workspace(self, resp.workspace, node=_node_of(call) or node)
-
-
-# ------------------------------------------------------------------- results
-
-
-class ExitCause(enum.IntEnum):
-    """Why a command ended (workspace.v1.ExitCause)."""
-
-    UNSPECIFIED = 0
-    EXITED = 1
-    SIGNALED = 2
-    TIMEOUT = 3
-    OOM = 4
-    CANCELLED = 5
-    EVICTED = 6
-
-
-@dataclasses.dataclass(frozen=True)
-class StreamStats:
-    """Accounting of one output stream (workspace.v1.StreamStats)."""
-
-    bytes_total: int
-    bytes_delivered: int
-    truncated: bool
-    head_bytes: int
-    tail_bytes: int
-
-    @classmethod
-    def from_proto(cls, m: exec_pb2.StreamStats) -> "StreamStats":
-        return cls(m.bytes_total, m.bytes_delivered, m.truncated, m.head_bytes, m.tail_bytes)
-
-
-@dataclasses.dataclass(frozen=True)
-class ExitResult:
-    """The complete record of how a command ended (workspace.v1.Exited)."""
-
-    cause: ExitCause
-    exit_code: int
-    signal: int
-    wall_time_ms: int
-    cpu_user_ms: int
-    cpu_system_ms: int
-    peak_memory_bytes: int
-    stdout: StreamStats
-    stderr: StreamStats
-    pty: StreamStats
-    raw: Optional[exec_pb2.Exited] = dataclasses.field(repr=False, compare=False, default=None)
-
-    @classmethod
-    def from_proto(cls, m: exec_pb2.Exited) -> "ExitResult":
-        try:
-            cause = ExitCause(m.cause)
-        except ValueError:  # a cause newer than this client
-            cause = ExitCause.UNSPECIFIED
-        return cls(
-            cause=cause,
-            exit_code=m.exit_code,
-            signal=m.signal,
-            wall_time_ms=m.wall_time_ms,
-            cpu_user_ms=m.cpu_user_ms,
-            cpu_system_ms=m.cpu_system_ms,
-            peak_memory_bytes=m.peak_memory_bytes,
-            stdout=StreamStats.from_proto(m.stdout),
-            stderr=StreamStats.from_proto(m.stderr),
-            pty=StreamStats.from_proto(m.pty),
-            raw=m,
-        )
-
-    @property
-    def ok(self) -> bool:
-        """The command exited by itself with status 0."""
-        return self.cause == ExitCause.EXITED and self.exit_code == 0
-
-
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-    """Result of Workspace.run: head and tail of each stream, and the exit record."""
-
-    stdout: bytes
-    stderr: bytes
-    exited: ExitResult
-    process_id: str
-
-    @property
-    def ok(self) -> bool:
-        """The command exited by itself with status 0."""
-        return self.exited.ok
-
-
-@dataclasses.dataclass(frozen=True)
-class Output:
-    """A chunk of a process's output. stream: "stdout", "stderr" or "pty"."""
-
-    stream: str
-    data: bytes
-    offset: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Gap:
-    """Output [offset, offset + bytes_dropped) of `stream` was not delivered
-    (it had left the server's replay ring)."""
-
-    stream: str
-    offset: int
-    bytes_dropped: int
-
-
-#: What iterating a process yields.
-Event = Union[Output, Gap]
-
-_STREAM_NAMES = {
-    exec_pb2.OUTPUT_STREAM_STDOUT: "stdout",
-    exec_pb2.OUTPUT_STREAM_STDERR: "stderr",
-    exec_pb2.OUTPUT_STREAM_PTY: "pty",
-}
-
-
-def _event(ev: exec_pb2.ProcessEvent) -> Union[Event, ExitResult, None]:
-    """An Output, Gap or ExitResult from one event of Start or Attach; None
-    for an event this client does not know."""
-    kind = ev.WhichOneof("event")
-    if kind in ("stdout", "stderr", "pty"):
-        chunk = getattr(ev, kind)
-        return Output(kind, chunk.data, chunk.offset)
-    if kind == "gap":
-        return Gap(_STREAM_NAMES.get(ev.gap.stream, "unknown"), ev.gap.offset, ev.gap.bytes_dropped)
-    if kind == "exited":
-        return ExitResult.from_proto(ev.exited)
-    return None
-
-
-def _process_config(
-    cmd: Command,
-    cwd: Optional[str],
-    env: Optional[Mapping[str, str]],
-    command_timeout: Optional[float],
-    stdin: bool,
-    pty: Optional[Tuple[int, int]],
-    tag: Optional[str],
-    background: bool,
-    max_output_bytes: int,
-) -> exec_pb2.ProcessConfig:
-    cfg = exec_pb2.ProcessConfig()
-    if isinstance(cmd, str):
-        cfg.command = cmd
-    else:
-        cfg.argv.extend(cmd)
-    if cwd:
-        cfg.cwd = cwd
-    if env:
-        cfg.env.update(env)
-    if command_timeout:
-        cfg.timeout_ms = max(1, int(command_timeout * 1000))
-    cfg.stdin = bool(stdin)
-    if pty:
-        rows, cols = pty
-        cfg.pty.rows, cfg.pty.cols = rows, cols
-    if tag:
-        cfg.tag = tag
-    cfg.background = bool(background)
-    if max_output_bytes:
-        cfg.max_output_bytes = max_output_bytes
-    return cfg
-
-
-def _started(first: Any) -> exec_pb2.Started:
-    """The Started message a Start or Attach stream opens with."""
-    if first is None:
-        raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "stream ended before `started`")
-    if first.WhichOneof("event") != "started":
-        raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "first event is not `started`")
-    return first.started
+        return Workspace(self, resp.workspace, node=_node_of(call.initial_metadata()) or node)
 
 
 # ------------------------------------------------------------------ process
@@ -675,7 +256,7 @@ def _started(first: Any) -> exec_pb2.Started:
 _END = object()
 
 
-class Process:
+class Process(_ProcessBase["Workspace"]):
     """A running (or finished) command: the Exec.Start stream, or an Attach.
 
     Iterate it for Output and Gap events as they arrive; the iteration ends
@@ -687,12 +268,9 @@ class Process:
     """
 
     def __init__(self, workspace: "Workspace", responses: Any, requests: Optional["queue.Queue[Any]"] = None) -> None:
-        self._ws = workspace
+        super().__init__(workspace, writable=requests is not None)
         self._responses = responses
         self._requests = requests
-        self._exited: Optional[ExitResult] = None
-        self._cancelled = False
-        self.gaps: List[Gap] = []
         try:
             first = next(responses, None)
         except grpc.RpcError as e:
@@ -700,42 +278,19 @@ class Process:
             raise errors.from_rpc_error(e) from None
         self.started: exec_pb2.Started = _started(first)
 
-    @property
-    def id(self) -> str:
-        """The process id the server gave the command."""
-        return self.started.id
-
-    @property
-    def pid(self) -> int:
-        """The command's pid on the server's host (0 where not known)."""
-        return self.started.pid
-
-    @property
-    def tag(self) -> str:
-        """The tag the command was started with ("" without one)."""
-        return self.started.tag
-
-    @property
-    def exited(self) -> Optional[ExitResult]:
-        """The ExitResult once the end was seen, else None."""
-        return self._exited
-
     def _finish_requests(self) -> None:
         if self._requests is not None:
             self._requests.put(_END)
 
     def _send(self, **fields: Any) -> None:
-        if self._requests is None:
-            raise RuntimeError("an attached process has no stdin or control stream")
-        if self._exited is not None or self._cancelled:
-            raise RuntimeError("the process stream has ended")
-        self._requests.put(exec_pb2.StartRequest(**fields))
+        request = self._control(**fields)
+        assert self._requests is not None
+        self._requests.put(request)
 
     def write_stdin(self, data: bytes) -> None:
         """Sends bytes to the command's stdin (it must have been started with stdin=True)."""
-        data = bytes(data)
-        for i in range(0, len(data), CHUNK_SIZE):
-            self._send(stdin=data[i : i + CHUNK_SIZE])
+        for chunk in _cut(bytes(data)):
+            self._send(stdin=chunk)
 
     def close_stdin(self) -> None:
         """Closes the command's stdin: it reads EOF."""
@@ -772,12 +327,8 @@ class Process:
                 if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:
                     return
                 raise errors.from_rpc_error(e) from None
-            item = _event(ev)
-            if isinstance(item, ExitResult):
-                self._exited = item
-            elif item is not None:
-                if isinstance(item, Gap):
-                    self.gaps.append(item)
+            item = self._take(ev)
+            if item is not None:
                 yield item
         self._finish_requests()
 
@@ -790,8 +341,7 @@ class Process:
             self.close_stdin()
         out, err = bytearray(), bytearray()
         for ev in self.events():
-            if isinstance(ev, Output):
-                (err if ev.stream == "stderr" else out).extend(ev.data)
+            _sort_output(ev, out, err)
         return bytes(out), bytes(err), self.wait()
 
     def wait(self) -> ExitResult:
@@ -799,36 +349,20 @@ class Process:
         iterated is discarded (iterate, or use communicate(), to keep it)."""
         for _ in self.events():
             pass
-        if self._exited is None and self._cancelled:
-            # The cancelled stream cannot carry the end; the server keeps
-            # recently finished processes, so ask it again.
+        if self._end_lost():
             again = self._ws.attach(id=self.id)
             self._exited = again.wait()
-        if self._exited is None:
-            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "stream ended without `exited`")
-        return self._exited
+        return self._exit_result()
 
     def __enter__(self) -> "Process":
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._exited is None and not self._cancelled:
+        if self._live:
             self.cancel()
 
 
 # ----------------------------------------------------------------- workspace
-
-
-class Listing(List[common_pb2.FileInfo]):
-    """The FileInfo entries of list_dir or glob, a list, with how it ended:
-    `truncated` when the server cut it short, and `truncated_reason` saying
-    what did ("max_results", "response_size", "entries_budget"; "" when not
-    truncated, or from a server that predates reasons)."""
-
-    def __init__(self, entries: Iterable[Any], truncated: bool = False, truncated_reason: str = "") -> None:
-        super().__init__(entries)
-        self.truncated = truncated
-        self.truncated_reason = truncated_reason
 
 
 class GrepResults:
@@ -847,7 +381,7 @@ class GrepResults:
                 self.summary = resp.summary
 
 
-class Workspace:
+class Workspace(_WorkspaceBase[Client]):
     """An open workspace. Close it when done (or use `with`): closing removes
     its storage and ends its processes.
 
@@ -865,20 +399,7 @@ class Workspace:
     """
 
     def __init__(self, client: Client, proto: common_pb2.Workspace, node: Optional[str] = None) -> None:
-        self._client = client
-        self._node = node
-        self._metadata = client._node_metadata(node)
-        self.proto = proto
-        self.id: str = proto.id
-        self.ref: common_pb2.WorkspaceRef = proto.ref
-        self.provider: str = proto.provider
-        self.capabilities: common_pb2.Capabilities = proto.capabilities
-        self.closed = False
-
-    @property
-    def node(self) -> Optional[str]:
-        """The node the workspace is pinned to, or None when not behind a front."""
-        return self._node
+        super().__init__(client, proto, node)
 
     def __repr__(self) -> str:
         if self._node:
@@ -891,8 +412,8 @@ class Workspace:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _call(self, method: Callable[..., Any], request: Any, timeout: Timeout = USE_DEFAULT) -> Any:
-        return self._client._call(method, request, metadata=self._metadata, timeout=timeout)
+    def _unary(self, op: _Unary[_T], timeout: Timeout) -> _T:
+        return self._client._unary(op, timeout, self._metadata)
 
     def _stream(self, method: Callable[..., Any], request: Any, timeout: Timeout = USE_DEFAULT) -> Iterator[Any]:
         return self._client._stream(method, request, metadata=self._metadata, timeout=timeout)
@@ -901,17 +422,13 @@ class Workspace:
 
     def close(self, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Closes the workspace (idempotent). Returns True when it was already closed."""
-        req = workspaces_pb2.CloseRequest(workspace_id=self.id)
-        resp = self._call(self._client._workspaces.Close, req, timeout)
-        self.closed = True
-        return resp.already_closed
+        return self._unary(self._close_op(), timeout)
 
     def describe(self, *, timeout: Timeout = USE_DEFAULT) -> workspaces_pb2.DescribeResponse:
         """Returns the DescribeResponse (state, limits, isolation, the host
         uid and gid its commands run as, the container's runtime, the
         server's ServerInfo, ...)."""
-        req = workspaces_pb2.DescribeRequest(workspace_id=self.id)
-        return self._call(self._client._workspaces.Describe, req, timeout)
+        return self._unary(self._describe_op(), timeout)
 
     # -- files
 
@@ -920,9 +437,8 @@ class Workspace:
     ) -> Iterator[bytes]:
         """Yields the file's content in chunks (at most 256 KiB each) as they
         arrive. `timeout` bounds the whole stream."""
-        fs = self._client._fs
-        req = filesystem_pb2.ReadFileRequest(workspace_id=self.id, path=path, offset=offset, length=length)
-        for resp in self._stream(fs.ReadFile, req, timeout):
+        req = self._read_request(path, offset, length)
+        for resp in self._stream(self._client._fs.ReadFile, req, timeout):
             if resp.data:
                 yield resp.data
 
@@ -952,15 +468,8 @@ class Workspace:
         (anything with .read). Chunks are re-cut to 1 MiB; the last message
         carries `finish`, so the server commits exactly what was sent.
         """
-        header = filesystem_pb2.WriteFileHeader(
-            workspace_id=self.id,
-            path=path,
-            mode=mode or 0,
-            create_parents=create_parents,
-            if_match=if_match,
-            if_absent=if_absent,
-        )
-        return self._call(self._client._fs.WriteFile, _write_requests(header, _chunks(data)), timeout)
+        header = self._write_header(path, mode, create_parents, if_match, if_absent)
+        return self._unary(self._write_op(_write_requests(header, _chunks(data))), timeout)
 
     def edit_file(
         self,
@@ -974,20 +483,11 @@ class Workspace:
     ) -> filesystem_pb2.EditFileResponse:
         """Replaces old_text by new_text (exactly once unless replace_all);
         returns the EditFileResponse (replacements, sha256, info)."""
-        req = filesystem_pb2.EditFileRequest(
-            workspace_id=self.id,
-            path=path,
-            old_text=old_text,
-            new_text=new_text,
-            replace_all=replace_all,
-            if_match=if_match,
-        )
-        return self._call(self._client._fs.EditFile, req, timeout)
+        return self._unary(self._edit_op(path, old_text, new_text, replace_all, if_match), timeout)
 
     def stat(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> common_pb2.FileInfo:
         """Returns the FileInfo of `path` (lstat: a symlink is not followed)."""
-        req = filesystem_pb2.StatRequest(workspace_id=self.id, path=path)
-        return self._call(self._client._fs.Stat, req, timeout).info
+        return self._unary(self._stat_op(path), timeout)
 
     def exists(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Whether `path` exists (a dangling symlink does)."""
@@ -1002,35 +502,28 @@ class Workspace:
     ) -> Listing:
         """Returns the FileInfo entries of a directory (`depth` levels down)
         as a Listing (a list that also says whether it was truncated)."""
-        req = filesystem_pb2.ListDirRequest(workspace_id=self.id, path=path, depth=depth, max_entries=max_entries)
-        resp = self._call(self._client._fs.ListDir, req, timeout)
-        return Listing(resp.entries, resp.truncated, resp.truncated_reason)
+        return self._unary(self._list_dir_op(path, depth, max_entries), timeout)
 
     def make_dir(
         self, path: str, parents: bool = False, mode: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Makes a directory (and its parents with parents=True); returns its FileInfo."""
-        req = filesystem_pb2.MakeDirRequest(workspace_id=self.id, path=path, parents=parents, mode=mode)
-        return self._call(self._client._fs.MakeDir, req, timeout).info
+        return self._unary(self._make_dir_op(path, parents, mode), timeout)
 
     def remove(self, path: str, recursive: bool = False, *, timeout: Timeout = USE_DEFAULT) -> int:
         """Removes a file, symlink or directory; returns the entries removed."""
-        req = filesystem_pb2.RemoveRequest(workspace_id=self.id, path=path, recursive=recursive)
-        return self._call(self._client._fs.Remove, req, timeout).removed
+        return self._unary(self._remove_op(path, recursive), timeout)
 
     def move(
         self, from_path: str, to_path: str, replace: bool = False, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Renames `from_path` to `to_path`; returns the FileInfo of the result."""
-        req = filesystem_pb2.MoveRequest(workspace_id=self.id, from_path=from_path, to_path=to_path, replace=replace)
-        return self._call(self._client._fs.Move, req, timeout).info
+        return self._unary(self._move_op(from_path, to_path, replace), timeout)
 
     def glob(self, pattern: str, path: str = "", max_results: int = 0, *, timeout: Timeout = USE_DEFAULT) -> Listing:
         """Returns the FileInfo of every path matching `pattern` (** * ? [...])
         as a Listing (a list that also says whether it was truncated)."""
-        req = filesystem_pb2.GlobRequest(workspace_id=self.id, pattern=pattern, path=path, max_results=max_results)
-        resp = self._call(self._client._fs.Glob, req, timeout)
-        return Listing(resp.matches, resp.truncated, resp.truncated_reason)
+        return self._unary(self._glob_op(pattern, path, max_results), timeout)
 
     def grep(
         self,
@@ -1045,15 +538,7 @@ class Workspace:
     ) -> GrepResults:
         """Searches file contents (PCRE2); returns a GrepResults iterator of
         GrepMatch. `timeout` bounds the whole stream."""
-        req = filesystem_pb2.GrepRequest(
-            workspace_id=self.id,
-            pattern=pattern,
-            path=path,
-            include=include,
-            ignore_case=ignore_case,
-            max_matches=max_matches,
-            max_depth=max_depth,
-        )
+        req = self._grep_request(pattern, path, include, ignore_case, max_matches, max_depth)
         return GrepResults(self._stream(self._client._fs.Grep, req, timeout))
 
     # -- processes
@@ -1089,9 +574,9 @@ class Workspace:
         Guard refusals (CommandNotAllowed, ...) are raised here.
         """
         cfg = _process_config(cmd, cwd, env, command_timeout, stdin, pty, tag, background, max_output_bytes)
-        _check_timeout(timeout)
+        first = self._start_request(cfg, timeout)
         requests: "queue.Queue[Any]" = queue.Queue()
-        requests.put(exec_pb2.StartRequest(start=exec_pb2.StartProcess(workspace_id=self.id, process=cfg)))
+        requests.put(first)
 
         def request_iter() -> Iterator[exec_pb2.StartRequest]:
             # Held open until the process ends: the stream carries stdin
@@ -1124,9 +609,7 @@ class Workspace:
             default does not apply).
         """
         cfg = _process_config(cmd, cwd, env, command_timeout, False, pty, None, False, max_output_bytes)
-        req = exec_pb2.RunRequest(workspace_id=self.id, process=cfg, stdin_data=stdin_data)
-        resp = self._call(self._client._exec.Run, req, timeout)
-        return RunResult(resp.stdout, resp.stderr, ExitResult.from_proto(resp.exited), resp.process_id)
+        return self._unary(self._run_op(cfg, stdin_data), timeout)
 
     def attach(
         self,
@@ -1139,17 +622,13 @@ class Workspace:
         """Reattaches to a running or recently finished process, by tag (or
         id=...), replaying its output from `offset`. Returns a read-only
         Process. timeout: the stream's deadline (None: none)."""
-        if (tag is None) == (id is None):
-            raise ValueError("give exactly one of tag and id")
-        _check_timeout(timeout)
-        req = exec_pb2.AttachRequest(workspace_id=self.id, tag=tag or "", id=id or "", offset=offset)
+        req = self._attach_request(tag, offset, id, timeout)
         responses = self._client._exec.Attach(req, metadata=self._metadata, timeout=timeout)
         return Process(self, responses)
 
     def ps(self, *, timeout: Timeout = USE_DEFAULT) -> List[exec_pb2.ProcessInfo]:
         """Lists the workspace's running and recently finished processes (ProcessInfo)."""
-        req = exec_pb2.ListProcessesRequest(workspace_id=self.id)
-        return list(self._call(self._client._exec.ListProcesses, req, timeout).processes)
+        return self._unary(self._ps_op(), timeout)
 
     def kill(
         self,
@@ -1160,43 +639,4 @@ class Workspace:
         timeout: Timeout = USE_DEFAULT,
     ) -> None:
         """Sends `sig` (default SIGKILL) to a process's tree, by tag (or id=...)."""
-        if (tag is None) == (id is None):
-            raise ValueError("give exactly one of tag and id")
-        req = exec_pb2.SendSignalRequest(workspace_id=self.id, tag=tag or "", id=id or "", signal=int(sig))
-        self._call(self._client._exec.SendSignal, req, timeout)
-
-
-def _write_requests(
-    header: filesystem_pb2.WriteFileHeader, chunks: Iterable[bytes]
-) -> Iterator[filesystem_pb2.WriteFileRequest]:
-    """The WriteFile stream: the header first, then the data; the last
-    message carries `finish`."""
-    pending = filesystem_pb2.WriteFileRequest(header=header)
-    for chunk in chunks:
-        yield pending
-        pending = filesystem_pb2.WriteFileRequest(data=chunk)
-    pending.finish = True
-    yield pending
-
-
-def _cut(piece: Union[bytes, bytearray, memoryview]) -> Iterator[bytes]:
-    view = memoryview(piece)
-    for i in range(0, len(view), CHUNK_SIZE):
-        yield bytes(view[i : i + CHUNK_SIZE])
-
-
-def _chunks(data: WriteData) -> Iterator[bytes]:
-    """Normalizes write_file's data argument into non-empty bytes chunks."""
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        yield from _cut(data)
-        return
-    if hasattr(data, "read"):
-        while True:
-            chunk = data.read(CHUNK_SIZE)  # type: ignore[union-attr]
-            if not chunk:
-                return
-            yield chunk
-    for piece in data:  # type: ignore[union-attr]
-        yield from _cut(piece)
+        self._unary(self._kill_op(tag, sig, id), timeout)

@@ -1,0 +1,785 @@
+"""What the synchronous client (client.py) and the asyncio client (aio.py)
+share: everything that does no I/O.
+
+The connection's settings (address, token, TLS, deadlines), the result
+types (ExitResult, Listing, ...), the request each method sends and how its
+response becomes the method's result, the checks of the arguments, and the
+object state of a client, a workspace and a process. Each client adds only
+how it makes the calls: blocking, or awaited on grpc.aio. The public names
+defined here are exported by client.py (and the package), where they have
+always been.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+from typing import (
+    Any,
+    BinaryIO,
+    Callable,
+    Dict,
+    Generic,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+from . import errors
+from ._proto import common_pb2, exec_pb2, filesystem_pb2, health_pb2, providers_pb2, workspaces_pb2
+from ._proto import exec_pb2_grpc, filesystem_pb2_grpc, health_pb2_grpc, providers_pb2_grpc, workspaces_pb2_grpc
+from .retry import RetryPolicy
+
+# Chunk size of uploads and of stdin messages: well under the server's
+# 4 MiB message limit (and its 1 MiB stdin limit) once framed.
+CHUNK_SIZE = 1 << 20
+
+# Names the node that holds a workspace: read from the initial metadata of
+# Open and Resolve, sent on every call about the workspace.
+NODE_HEADER = "x-workspace-node"
+
+_PROVIDERS: Dict[str, Tuple[str, Any]] = {
+    "memory": ("memory", common_pb2.MemoryConfig),
+    "local-bash": ("local_bash", common_pb2.LocalBashConfig),
+    "local-sandbox": ("local_sandbox", common_pb2.LocalSandboxConfig),
+    "docker": ("docker", common_pb2.DockerConfig),
+}
+_CONFIG_FIELDS = {cls.DESCRIPTOR.full_name: field for field, cls in _PROVIDERS.values()}
+
+#: Call metadata: (key, value) pairs.
+Metadata = Tuple[Tuple[str, str], ...]
+
+#: What write_file takes: bytes or text, an iterable of bytes chunks, or a
+#: binary reader.
+WriteData = Union[bytes, bytearray, memoryview, str, Iterable[bytes], BinaryIO]
+
+#: A command: an argv list (run directly) or a command line string (which
+#: the server's shell guard tokenizes; no shell runs).
+Command = Union[str, Sequence[str]]
+
+
+class _UseDefault(enum.Enum):
+    TOKEN = 0
+
+
+#: The default of every `timeout=` argument: the client's default deadline
+#: (connect(timeout=...)); None there means no deadline.
+USE_DEFAULT = _UseDefault.TOKEN
+
+#: A call's `timeout=`: seconds, None for no deadline, or USE_DEFAULT.
+Timeout = Union[float, None, _UseDefault]
+
+
+def _open_request(
+    provider: Union[str, Message],
+    capabilities: Union[None, Message, Mapping[str, Any]] = None,
+    **provider_options: Any,
+) -> workspaces_pb2.OpenRequest:
+    """The OpenRequest that Client.open sends (see there for the arguments).
+
+    Unknown option names raise google.protobuf.json_format.ParseError, a
+    provider name that is none of the four ValueError."""
+    request = workspaces_pb2.OpenRequest()
+    if isinstance(provider, str):
+        if provider not in _PROVIDERS:
+            raise ValueError("unknown provider %r (one of %s)" % (provider, ", ".join(_PROVIDERS)))
+        field, cls = _PROVIDERS[provider]
+        config = json_format.ParseDict(provider_options, cls())
+    else:
+        if provider_options:
+            raise TypeError("provider options go into the config message")
+        config = provider
+        found = _CONFIG_FIELDS.get(config.DESCRIPTOR.full_name)
+        if found is None:
+            raise TypeError("not a provider config: %s" % config.DESCRIPTOR.full_name)
+        field = found
+    getattr(request, field).CopyFrom(config)
+    if capabilities is not None:
+        if isinstance(capabilities, Mapping):
+            capabilities = json_format.ParseDict(dict(capabilities), common_pb2.Capabilities())
+        request.capabilities.CopyFrom(capabilities)
+    return request
+
+
+def _check_timeout(timeout: Timeout) -> None:
+    if timeout is USE_DEFAULT or timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError("timeout must be a number of seconds >= 0 or None, not %r" % (timeout,))
+
+
+# ---------------------------------------------------------------- connection
+
+# The server's default listener: a unix socket, which only callers on this
+# machine whose uid the server accepts can use.
+DEFAULT_ADDRESS = "unix:/run/workspaced/workspaced.sock"
+
+
+def _check_address(address: str) -> None:
+    """Raises ValueError for a unix: address gRPC would misread.
+
+    gRPC takes "unix:PATH" and "unix:///PATH" itself, but reads
+    "unix://NAME/..." as an authority it refuses only on the first call
+    (UNKNOWN, "Failed to create ... channel"), and resolves a relative
+    PATH against the current directory, which is rarely the server's
+    socket. Both are caught here, where the address is given.
+    """
+    if not isinstance(address, str) or not address.startswith("unix:"):
+        return
+    path = address[len("unix:") :]
+    if path.startswith("//"):
+        path = path[2:]
+        if not path.startswith("/"):
+            raise ValueError("%r: a unix socket address is unix:/ABSOLUTE/PATH (or unix:///ABSOLUTE/PATH)" % address)
+    if not path.startswith("/") or path == "/":
+        raise ValueError("%r: a unix socket address needs an absolute path: unix:/ABSOLUTE/PATH" % address)
+
+
+#: PEM bytes, or the path of a PEM file.
+PemSource = Union[bytes, str, "os.PathLike[str]", None]
+
+
+@dataclasses.dataclass
+class TLSConfig:
+    """TLS settings of a connection.
+
+    root_certificates: PEM bytes (or a path) of the CA to trust; None uses
+        the system roots. Paths are read by connect(): a missing file raises
+        OSError there, a file without PEM ValueError.
+    certificate_chain / private_key: PEM bytes or paths of a client
+        certificate, for servers that want mutual TLS.
+    server_name_override: the name to verify the server's certificate
+        against, when it differs from the address's host.
+    """
+
+    root_certificates: PemSource = None
+    certificate_chain: PemSource = None
+    private_key: PemSource = None
+    server_name_override: Optional[str] = None
+
+    @staticmethod
+    def _pem(value: PemSource) -> Optional[bytes]:
+        if value is None or isinstance(value, bytes):
+            return value
+        with open(value, "rb") as f:
+            data = f.read()
+        # An empty CA would quietly mean the system roots.
+        if b"-----BEGIN " not in data:
+            raise ValueError("%s: not a PEM file" % value)
+        return data
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        """The grpc channel credentials these settings describe."""
+        return grpc.ssl_channel_credentials(
+            root_certificates=self._pem(self.root_certificates),
+            private_key=self._pem(self.private_key),
+            certificate_chain=self._pem(self.certificate_chain),
+        )
+
+    def options(self) -> List[Tuple[str, Any]]:
+        """The grpc channel options these settings need."""
+        if self.server_name_override:
+            return [("grpc.ssl_target_name_override", self.server_name_override)]
+        return []
+
+
+def _channel_args(
+    address: str,
+    token: Optional[str],
+    tls: Union[TLSConfig, bool, None],
+    options: Optional[Iterable[Tuple[str, Any]]],
+) -> Tuple[List[Tuple[str, Any]], Optional[grpc.ChannelCredentials], Metadata]:
+    """What both clients need to make a channel: its options, its
+    credentials (None: plaintext) and the metadata of every call."""
+    _check_address(address)
+    opts = list(options or [])
+    # Large file chunks and listings: match the server's 4 MiB limit.
+    opts += [("grpc.max_receive_message_length", 4 << 20)]
+    creds = None
+    if tls:
+        if tls is True:
+            tls = TLSConfig()
+        assert isinstance(tls, TLSConfig)
+        creds = tls.credentials()
+        opts += tls.options()
+    metadata: Metadata = (("authorization", "Bearer " + token),) if token else ()
+    return opts, creds, metadata
+
+
+def _resolve_address(address: Optional[str], token: Optional[str]) -> Tuple[str, Optional[str]]:
+    """connect()'s defaults: $WORKSPACED_ADDR / DEFAULT_ADDRESS, $WORKSPACED_TOKEN."""
+    if address is None:
+        address = os.environ.get("WORKSPACED_ADDR") or DEFAULT_ADDRESS
+    if not address:
+        raise ValueError("no server address")
+    if token is None:
+        token = os.environ.get("WORKSPACED_TOKEN") or None
+    return address, token
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerInfo:
+    """The server that answered (workspace.v1.ServerInfo).
+
+    version: its release, MAJOR.MINOR.PATCH; "" from a server that
+        predates the field.
+    """
+
+    version: str
+
+    @classmethod
+    def from_proto(cls, m: common_pb2.ServerInfo) -> "ServerInfo":
+        return cls(version=m.version)
+
+
+# ------------------------------------------------------------------- results
+
+
+class ExitCause(enum.IntEnum):
+    """Why a command ended (workspace.v1.ExitCause)."""
+
+    UNSPECIFIED = 0
+    EXITED = 1
+    SIGNALED = 2
+    TIMEOUT = 3
+    OOM = 4
+    CANCELLED = 5
+    EVICTED = 6
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamStats:
+    """Accounting of one output stream (workspace.v1.StreamStats)."""
+
+    bytes_total: int
+    bytes_delivered: int
+    truncated: bool
+    head_bytes: int
+    tail_bytes: int
+
+    @classmethod
+    def from_proto(cls, m: exec_pb2.StreamStats) -> "StreamStats":
+        return cls(m.bytes_total, m.bytes_delivered, m.truncated, m.head_bytes, m.tail_bytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitResult:
+    """The complete record of how a command ended (workspace.v1.Exited)."""
+
+    cause: ExitCause
+    exit_code: int
+    signal: int
+    wall_time_ms: int
+    cpu_user_ms: int
+    cpu_system_ms: int
+    peak_memory_bytes: int
+    stdout: StreamStats
+    stderr: StreamStats
+    pty: StreamStats
+    raw: Optional[exec_pb2.Exited] = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m: exec_pb2.Exited) -> "ExitResult":
+        try:
+            cause = ExitCause(m.cause)
+        except ValueError:  # a cause newer than this client
+            cause = ExitCause.UNSPECIFIED
+        return cls(
+            cause=cause,
+            exit_code=m.exit_code,
+            signal=m.signal,
+            wall_time_ms=m.wall_time_ms,
+            cpu_user_ms=m.cpu_user_ms,
+            cpu_system_ms=m.cpu_system_ms,
+            peak_memory_bytes=m.peak_memory_bytes,
+            stdout=StreamStats.from_proto(m.stdout),
+            stderr=StreamStats.from_proto(m.stderr),
+            pty=StreamStats.from_proto(m.pty),
+            raw=m,
+        )
+
+    @property
+    def ok(self) -> bool:
+        """The command exited by itself with status 0."""
+        return self.cause == ExitCause.EXITED and self.exit_code == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """Result of Workspace.run: head and tail of each stream, and the exit record."""
+
+    stdout: bytes
+    stderr: bytes
+    exited: ExitResult
+    process_id: str
+
+    @property
+    def ok(self) -> bool:
+        """The command exited by itself with status 0."""
+        return self.exited.ok
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """A chunk of a process's output. stream: "stdout", "stderr" or "pty"."""
+
+    stream: str
+    data: bytes
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """Output [offset, offset + bytes_dropped) of `stream` was not delivered
+    (it had left the server's replay ring)."""
+
+    stream: str
+    offset: int
+    bytes_dropped: int
+
+
+#: What iterating a process yields.
+Event = Union[Output, Gap]
+
+_STREAM_NAMES = {
+    exec_pb2.OUTPUT_STREAM_STDOUT: "stdout",
+    exec_pb2.OUTPUT_STREAM_STDERR: "stderr",
+    exec_pb2.OUTPUT_STREAM_PTY: "pty",
+}
+
+
+def _event(ev: exec_pb2.ProcessEvent) -> Union[Event, ExitResult, None]:
+    """An Output, Gap or ExitResult from one event of Start or Attach; None
+    for an event this client does not know."""
+    kind = ev.WhichOneof("event")
+    if kind in ("stdout", "stderr", "pty"):
+        chunk = getattr(ev, kind)
+        return Output(kind, chunk.data, chunk.offset)
+    if kind == "gap":
+        return Gap(_STREAM_NAMES.get(ev.gap.stream, "unknown"), ev.gap.offset, ev.gap.bytes_dropped)
+    if kind == "exited":
+        return ExitResult.from_proto(ev.exited)
+    return None
+
+
+def _process_config(
+    cmd: Command,
+    cwd: Optional[str],
+    env: Optional[Mapping[str, str]],
+    command_timeout: Optional[float],
+    stdin: bool,
+    pty: Optional[Tuple[int, int]],
+    tag: Optional[str],
+    background: bool,
+    max_output_bytes: int,
+) -> exec_pb2.ProcessConfig:
+    cfg = exec_pb2.ProcessConfig()
+    if isinstance(cmd, str):
+        cfg.command = cmd
+    else:
+        cfg.argv.extend(cmd)
+    if cwd:
+        cfg.cwd = cwd
+    if env:
+        cfg.env.update(env)
+    if command_timeout:
+        cfg.timeout_ms = max(1, int(command_timeout * 1000))
+    cfg.stdin = bool(stdin)
+    if pty:
+        rows, cols = pty
+        cfg.pty.rows, cfg.pty.cols = rows, cols
+    if tag:
+        cfg.tag = tag
+    cfg.background = bool(background)
+    if max_output_bytes:
+        cfg.max_output_bytes = max_output_bytes
+    return cfg
+
+
+def _started(first: Any) -> exec_pb2.Started:
+    """The Started message a Start or Attach stream opens with."""
+    if first is None:
+        raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "stream ended before `started`")
+    if first.WhichOneof("event") != "started":
+        raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "first event is not `started`")
+    return first.started
+
+
+# --------------------------------------------------------------------- files
+
+
+class Listing(List[common_pb2.FileInfo]):
+    """The FileInfo entries of list_dir or glob, a list, with how it ended:
+    `truncated` when the server cut it short, and `truncated_reason` saying
+    what did ("max_results", "response_size", "entries_budget"; "" when not
+    truncated, or from a server that predates reasons)."""
+
+    def __init__(self, entries: Iterable[Any], truncated: bool = False, truncated_reason: str = "") -> None:
+        super().__init__(entries)
+        self.truncated = truncated
+        self.truncated_reason = truncated_reason
+
+
+def _write_requests(
+    header: filesystem_pb2.WriteFileHeader, chunks: Iterable[bytes]
+) -> Iterator[filesystem_pb2.WriteFileRequest]:
+    """The WriteFile stream: the header first, then the data; the last
+    message carries `finish`."""
+    pending = filesystem_pb2.WriteFileRequest(header=header)
+    for chunk in chunks:
+        yield pending
+        pending = filesystem_pb2.WriteFileRequest(data=chunk)
+    pending.finish = True
+    yield pending
+
+
+def _cut(piece: Union[bytes, bytearray, memoryview]) -> Iterator[bytes]:
+    view = memoryview(piece)
+    for i in range(0, len(view), CHUNK_SIZE):
+        yield bytes(view[i : i + CHUNK_SIZE])
+
+
+def _chunks(data: WriteData) -> Iterator[bytes]:
+    """Normalizes write_file's data argument into non-empty bytes chunks."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        yield from _cut(data)
+        return
+    if hasattr(data, "read"):
+        while True:
+            chunk = data.read(CHUNK_SIZE)  # type: ignore[union-attr]
+            if not chunk:
+                return
+            yield chunk
+    for piece in data:  # type: ignore[union-attr]
+        yield from _cut(piece)
+
+
+# ------------------------------------------------------------------- helpers
+
+
+def _node_of(metadata: Any) -> Optional[str]:
+    """The node a front proxy names in a call's initial metadata, or None."""
+    for key, value in metadata or ():
+        if key == NODE_HEADER and value:
+            return value
+    return None
+
+
+def _sort_output(ev: Event, out: bytearray, err: bytearray) -> None:
+    """communicate(): stderr into `err`, stdout and pty output into `out`."""
+    if isinstance(ev, Output):
+        (err if ev.stream == "stderr" else out).extend(ev.data)
+
+
+_R = TypeVar("_R")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unary(Generic[_R]):
+    """One unary call, ready to make: the stub method, its request, and what
+    turns the response into the method's result."""
+
+    method: Callable[..., Any]
+    request: Any
+    result: Callable[[Any], _R]
+
+
+def _same(resp: Any) -> Any:
+    return resp
+
+
+def _info(resp: Any) -> common_pb2.FileInfo:
+    return resp.info
+
+
+def _serving_status(resp: health_pb2.HealthCheckResponse) -> str:
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+
+# ---------------------------------------------------------- the shared state
+
+
+class _ClientBase:
+    """The state of Client and AsyncClient: the channel, its stubs, the
+    default deadline and the metadata of every call."""
+
+    #: What makes the channel: the grpc module, or grpc.aio.
+    _channels: Any = grpc
+
+    def __init__(
+        self,
+        address: str,
+        token: Optional[str] = None,
+        tls: Union[TLSConfig, bool, None] = None,
+        options: Optional[Iterable[Tuple[str, Any]]] = None,
+        open_retry: Optional[RetryPolicy] = None,
+        timeout: Optional[float] = None,
+    ) -> None:
+        _check_timeout(timeout)
+        opts, creds, self._metadata = _channel_args(address, token, tls, options)
+        self.address = address
+        self.timeout = timeout
+        if creds is not None:
+            self._channel = self._channels.secure_channel(address, creds, opts)
+        else:
+            self._channel = self._channels.insecure_channel(address, opts)
+        self.open_retry = open_retry or RetryPolicy()
+        self._providers = providers_pb2_grpc.ProvidersStub(self._channel)
+        self._workspaces = workspaces_pb2_grpc.WorkspacesStub(self._channel)
+        self._fs = filesystem_pb2_grpc.FileSystemStub(self._channel)
+        self._exec = exec_pb2_grpc.ExecStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def _deadline(self, timeout: Timeout) -> Optional[float]:
+        """The gRPC `timeout` of a call given the method's `timeout=` argument."""
+        _check_timeout(timeout)
+        if timeout is USE_DEFAULT:
+            return self.timeout
+        return timeout  # type: ignore[return-value]
+
+    def _node_metadata(self, node: Optional[str]) -> Metadata:
+        """The client's metadata, plus the node header when `node` is set."""
+        if not node:
+            return self._metadata
+        return self._metadata + ((NODE_HEADER, node),)
+
+    def _health_op(self, service: str) -> _Unary[str]:
+        request = health_pb2.HealthCheckRequest(service=service)
+        return _Unary(self._health.Check, request, _serving_status)
+
+    def _list_providers_op(self) -> _Unary[providers_pb2.ListProvidersResponse]:
+        return _Unary(self._providers.ListProviders, providers_pb2.ListProvidersRequest(), _same)
+
+    def _list_op(self) -> _Unary[List[workspaces_pb2.WorkspaceSummary]]:
+        return _Unary(self._workspaces.List, workspaces_pb2.ListRequest(), lambda r: list(r.workspaces))
+
+    @staticmethod
+    def _resolve_request(ref: Union[common_pb2.WorkspaceRef, bytes, bytearray]) -> workspaces_pb2.ResolveRequest:
+        if isinstance(ref, (bytes, bytearray)):
+            ref = common_pb2.WorkspaceRef(token=bytes(ref))
+        return workspaces_pb2.ResolveRequest(ref=ref)
+
+
+_C = TypeVar("_C", bound=_ClientBase)
+
+
+class _WorkspaceBase(Generic[_C]):
+    """The state of Workspace and AsyncWorkspace, and the request (and the
+    conversion of the response) of each of their calls."""
+
+    def __init__(self, client: _C, proto: common_pb2.Workspace, node: Optional[str] = None) -> None:
+        self._client = client
+        self._node = node
+        self._metadata = client._node_metadata(node)
+        self.proto = proto
+        self.id: str = proto.id
+        self.ref: common_pb2.WorkspaceRef = proto.ref
+        self.provider: str = proto.provider
+        self.capabilities: common_pb2.Capabilities = proto.capabilities
+        self.closed = False
+
+    @property
+    def node(self) -> Optional[str]:
+        """The node the workspace is pinned to, or None when not behind a front."""
+        return self._node
+
+    # -- lifecycle
+
+    def _close_op(self) -> _Unary[bool]:
+        return _Unary(self._client._workspaces.Close, workspaces_pb2.CloseRequest(workspace_id=self.id), self._closed)
+
+    def _closed(self, resp: workspaces_pb2.CloseResponse) -> bool:
+        self.closed = True
+        return resp.already_closed
+
+    def _describe_op(self) -> _Unary[workspaces_pb2.DescribeResponse]:
+        return _Unary(self._client._workspaces.Describe, workspaces_pb2.DescribeRequest(workspace_id=self.id), _same)
+
+    # -- files
+
+    def _read_request(self, path: str, offset: int, length: int) -> filesystem_pb2.ReadFileRequest:
+        return filesystem_pb2.ReadFileRequest(workspace_id=self.id, path=path, offset=offset, length=length)
+
+    def _write_header(
+        self, path: str, mode: Optional[int], create_parents: bool, if_match: str, if_absent: bool
+    ) -> filesystem_pb2.WriteFileHeader:
+        return filesystem_pb2.WriteFileHeader(
+            workspace_id=self.id,
+            path=path,
+            mode=mode or 0,
+            create_parents=create_parents,
+            if_match=if_match,
+            if_absent=if_absent,
+        )
+
+    def _write_op(self, requests: Any) -> _Unary[filesystem_pb2.WriteFileResponse]:
+        return _Unary(self._client._fs.WriteFile, requests, _same)
+
+    def _edit_op(
+        self, path: str, old_text: str, new_text: str, replace_all: bool, if_match: str
+    ) -> _Unary[filesystem_pb2.EditFileResponse]:
+        req = filesystem_pb2.EditFileRequest(
+            workspace_id=self.id,
+            path=path,
+            old_text=old_text,
+            new_text=new_text,
+            replace_all=replace_all,
+            if_match=if_match,
+        )
+        return _Unary(self._client._fs.EditFile, req, _same)
+
+    def _stat_op(self, path: str) -> _Unary[common_pb2.FileInfo]:
+        return _Unary(self._client._fs.Stat, filesystem_pb2.StatRequest(workspace_id=self.id, path=path), _info)
+
+    def _list_dir_op(self, path: str, depth: int, max_entries: int) -> _Unary[Listing]:
+        req = filesystem_pb2.ListDirRequest(workspace_id=self.id, path=path, depth=depth, max_entries=max_entries)
+        return _Unary(self._client._fs.ListDir, req, lambda r: Listing(r.entries, r.truncated, r.truncated_reason))
+
+    def _make_dir_op(self, path: str, parents: bool, mode: int) -> _Unary[common_pb2.FileInfo]:
+        req = filesystem_pb2.MakeDirRequest(workspace_id=self.id, path=path, parents=parents, mode=mode)
+        return _Unary(self._client._fs.MakeDir, req, _info)
+
+    def _remove_op(self, path: str, recursive: bool) -> _Unary[int]:
+        req = filesystem_pb2.RemoveRequest(workspace_id=self.id, path=path, recursive=recursive)
+        return _Unary(self._client._fs.Remove, req, lambda r: r.removed)
+
+    def _move_op(self, from_path: str, to_path: str, replace: bool) -> _Unary[common_pb2.FileInfo]:
+        req = filesystem_pb2.MoveRequest(workspace_id=self.id, from_path=from_path, to_path=to_path, replace=replace)
+        return _Unary(self._client._fs.Move, req, _info)
+
+    def _glob_op(self, pattern: str, path: str, max_results: int) -> _Unary[Listing]:
+        req = filesystem_pb2.GlobRequest(workspace_id=self.id, pattern=pattern, path=path, max_results=max_results)
+        return _Unary(self._client._fs.Glob, req, lambda r: Listing(r.matches, r.truncated, r.truncated_reason))
+
+    def _grep_request(
+        self, pattern: str, path: str, include: str, ignore_case: bool, max_matches: int, max_depth: int
+    ) -> filesystem_pb2.GrepRequest:
+        return filesystem_pb2.GrepRequest(
+            workspace_id=self.id,
+            pattern=pattern,
+            path=path,
+            include=include,
+            ignore_case=ignore_case,
+            max_matches=max_matches,
+            max_depth=max_depth,
+        )
+
+    # -- processes
+
+    def _start_request(self, cfg: exec_pb2.ProcessConfig, timeout: Optional[float]) -> exec_pb2.StartRequest:
+        """The first message of exec's Start stream; checks `timeout` too."""
+        _check_timeout(timeout)
+        return exec_pb2.StartRequest(start=exec_pb2.StartProcess(workspace_id=self.id, process=cfg))
+
+    def _run_op(self, cfg: exec_pb2.ProcessConfig, stdin_data: bytes) -> _Unary[RunResult]:
+        req = exec_pb2.RunRequest(workspace_id=self.id, process=cfg, stdin_data=stdin_data)
+        return _Unary(
+            self._client._exec.Run,
+            req,
+            lambda r: RunResult(r.stdout, r.stderr, ExitResult.from_proto(r.exited), r.process_id),
+        )
+
+    def _attach_request(
+        self, tag: Optional[str], offset: int, id: Optional[str], timeout: Optional[float]
+    ) -> exec_pb2.AttachRequest:
+        if (tag is None) == (id is None):
+            raise ValueError("give exactly one of tag and id")
+        _check_timeout(timeout)
+        return exec_pb2.AttachRequest(workspace_id=self.id, tag=tag or "", id=id or "", offset=offset)
+
+    def _ps_op(self) -> _Unary[List[exec_pb2.ProcessInfo]]:
+        req = exec_pb2.ListProcessesRequest(workspace_id=self.id)
+        return _Unary(self._client._exec.ListProcesses, req, lambda r: list(r.processes))
+
+    def _kill_op(self, tag: Optional[str], sig: int, id: Optional[str]) -> _Unary[None]:
+        if (tag is None) == (id is None):
+            raise ValueError("give exactly one of tag and id")
+        req = exec_pb2.SendSignalRequest(workspace_id=self.id, tag=tag or "", id=id or "", signal=int(sig))
+        return _Unary(self._client._exec.SendSignal, req, lambda r: None)
+
+
+_W = TypeVar("_W", bound=_WorkspaceBase[Any])
+
+
+class _ProcessBase(Generic[_W]):
+    """The state of Process and AsyncProcess: the Started message, the exit
+    record once seen, the gaps, and the checks of what may still be sent."""
+
+    started: Optional[exec_pb2.Started]
+
+    def __init__(self, workspace: _W, writable: bool) -> None:
+        self._ws = workspace
+        self._writable = writable
+        self._exited: Optional[ExitResult] = None
+        self._cancelled = False
+        self.gaps: List[Gap] = []
+
+    @property
+    def id(self) -> str:
+        """The process id the server gave the command."""
+        assert self.started is not None
+        return self.started.id
+
+    @property
+    def pid(self) -> int:
+        """The command's pid on the server's host (0 where not known)."""
+        assert self.started is not None
+        return self.started.pid
+
+    @property
+    def tag(self) -> str:
+        """The tag the command was started with ("" without one)."""
+        assert self.started is not None
+        return self.started.tag
+
+    @property
+    def exited(self) -> Optional[ExitResult]:
+        """The ExitResult once the end was seen, else None."""
+        return self._exited
+
+    @property
+    def _live(self) -> bool:
+        """Neither ended nor cancelled."""
+        return self._exited is None and not self._cancelled
+
+    def _control(self, **fields: Any) -> exec_pb2.StartRequest:
+        """The StartRequest that sends stdin or a control message."""
+        if not self._writable:
+            raise RuntimeError("an attached process has no stdin or control stream")
+        if not self._live:
+            raise RuntimeError("the process stream has ended")
+        return exec_pb2.StartRequest(**fields)
+
+    def _take(self, ev: exec_pb2.ProcessEvent) -> Optional[Event]:
+        """Records what an event of the stream says; returns the Output or
+        Gap to yield, None for the end or an event this client does not know."""
+        item = _event(ev)
+        if isinstance(item, ExitResult):
+            self._exited = item
+            return None
+        if isinstance(item, Gap):
+            self.gaps.append(item)
+        return item
+
+    def _end_lost(self) -> bool:
+        """The stream was cancelled before it carried the end: the server
+        keeps recently finished processes, so wait() asks it again."""
+        return self._exited is None and self._cancelled
+
+    def _exit_result(self) -> ExitResult:
+        if self._exited is None:
+            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "stream ended without `exited`")
+        return self._exited

@@ -630,6 +630,9 @@ int wsc_cmd_put(struct wsc_ctx *ctx, int argc, char **argv)
         return r;
     hdr.workspace_id = argv[optind];
     hdr.path = argv[optind + 1];
+    /* The last message carries finish: an interrupted upload, which can
+     * reach the server looking like a half-close, never commits. */
+    hdr.require_finish = true;
     if (optind + 2 < argc && strcmp(argv[optind + 2], "-") != 0) {
         fd = open(argv[optind + 2], O_RDONLY | O_CLOEXEC);
         if (fd < 0)

@@ -644,6 +644,9 @@ pb::WriteFileResponse Workspace::WriteFile(const std::string &path,
     hdr->set_create_parents(opts.create_parents);
     hdr->set_if_match(opts.if_match);
     hdr->set_if_absent(opts.if_absent);
+    // The last message carries finish: a cancelled stream, which can reach
+    // the server looking like a half-close, never commits.
+    hdr->set_require_finish(true);
 
     // One chunk of lookahead, so the last data message carries finish =
     // true: the commit is explicit, never inferred from a half-close.

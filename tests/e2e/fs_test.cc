@@ -237,6 +237,56 @@ TEST_P(FsTest, WritePastItsDeadlineKeepsOldContent)
     EXPECT_WS_ERROR(fs_->Stat(&ctx, sreq, &sresp), StatusCode::NOT_FOUND, "NO_SUCH_FILE");
 }
 
+// With require_finish, a half-close without `finish` commits nothing: it is
+// refused naming the field, and the old content stays. This is what makes
+// a client's cancel safe whatever order the end of its stream and the
+// reset reach the server in.
+TEST_P(FsTest, RequireFinishRefusesAHalfClose)
+{
+    ASSERT_TRUE(wstest::Write(fs_.get(), ws_.id, "doc", "old").ok());
+    for (const char *path : {"doc", "fresh"}) {
+        ClientContext ctx;
+        WriteFileResponse resp;
+        auto w = fs_->WriteFile(&ctx, &resp);
+        WriteFileRequest h;
+        h.mutable_header()->set_workspace_id(ws_.id);
+        h.mutable_header()->set_path(path);
+        h.mutable_header()->set_require_finish(true);
+        ASSERT_TRUE(w->Write(h));
+        WriteFileRequest d;
+        d.set_data("new content");
+        ASSERT_TRUE(w->Write(d));
+        ASSERT_TRUE(w->WritesDone());
+        auto s = w->Finish();
+        EXPECT_WS_ERROR(s, StatusCode::INVALID_ARGUMENT, "MALFORMED");
+        EXPECT_EQ(wstest::Decode(s).metadata["field"], "finish") << path;
+    }
+    EXPECT_EQ(Content("doc"), "old");
+    ClientContext ctx;
+    StatRequest sreq;
+    StatResponse sresp;
+    sreq.set_workspace_id(ws_.id);
+    sreq.set_path("fresh");
+    EXPECT_WS_ERROR(fs_->Stat(&ctx, sreq, &sresp), StatusCode::NOT_FOUND, "NO_SUCH_FILE");
+
+    // The same stream with `finish` commits.
+    ClientContext fctx;
+    WriteFileResponse fresp;
+    auto w = fs_->WriteFile(&fctx, &fresp);
+    WriteFileRequest h;
+    h.mutable_header()->set_workspace_id(ws_.id);
+    h.mutable_header()->set_path("doc");
+    h.mutable_header()->set_require_finish(true);
+    ASSERT_TRUE(w->Write(h));
+    WriteFileRequest d;
+    d.set_data("new content");
+    d.set_finish(true);
+    ASSERT_TRUE(w->Write(d));
+    ASSERT_TRUE(w->WritesDone());
+    ASSERT_TRUE(w->Finish().ok());
+    EXPECT_EQ(Content("doc"), "new content");
+}
+
 // A plain half-close (no `finish`) commits too: the stream was not
 // cancelled.
 TEST_P(FsTest, HalfCloseWithoutFinishCommits)

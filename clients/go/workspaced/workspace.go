@@ -257,7 +257,9 @@ type FileWriter struct {
 
 // OpenWriter starts a write of path.
 func (ws *Workspace) OpenWriter(ctx context.Context, path string, opts ...WriteOption) (*FileWriter, error) {
-	h := &pb.WriteFileHeader{WorkspaceId: ws.ID(), Path: path}
+	// Close sends finish: a cancelled stream, which can reach the server
+	// looking like a half-close, never commits.
+	h := &pb.WriteFileHeader{WorkspaceId: ws.ID(), Path: path, RequireFinish: true}
 	for _, o := range opts {
 		o(h)
 	}

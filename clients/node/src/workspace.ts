@@ -326,6 +326,9 @@ export class Workspace {
             createParents: opts.createParents ?? false,
             ifMatch: opts.ifMatch ?? '',
             ifAbsent: opts.ifAbsent ?? false,
+            // The last message carries finish: a cancelled stream, which can
+            // reach the server looking like a half-close, never commits.
+            requireFinish: true,
           },
           // An empty source commits with the header; otherwise the last
           // data chunk carries finish (one chunk of look-ahead below).

@@ -623,6 +623,9 @@ class _WorkspaceBase(Generic[_C]):
             create_parents=create_parents,
             if_match=if_match,
             if_absent=if_absent,
+            # Every write ends with `finish`: a cancelled stream, which can
+            # reach the server looking like a half-close, never commits.
+            require_finish=True,
         )
 
     def _write_op(self, requests: Any) -> _Unary[filesystem_pb2.WriteFileResponse]:

@@ -236,6 +236,8 @@ struct write_state {
     /* The commit hashes the old content (if_match) or may walk for the
      * byte quota: it goes to the FS lane. */
     bool slow_commit;
+    /* The header's require_finish: a half-close never commits. */
+    bool require_finish;
     char *path;
     /* Bytes appended, and the length of the file being replaced when the
      * write began (for the byte quota's early refusal). */
@@ -310,6 +312,7 @@ static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
         return;
     }
     ws_services_job_init(&st->job, call);
+    st->require_finish = h->require_finish;
     st->slow_commit = (h->if_match && h->if_match[0]) ||
                       ((struct ws_services *)ws_call_method_data(call))->usage_walks;
     err = ws_write_begin(ws_workspace_fsops(st->ws), &wr, &d, &st->session);
@@ -410,7 +413,17 @@ static void write_message(struct ws_call *call, const ProtobufCMessage *msg)
         /* Half-close without `finish`. A client's cancel looks exactly like
          * this to the server, so prove the stream is still open before
          * committing: the headers go out first and write_sent commits only
-         * if they could be sent. */
+         * if they could be sent. That proof has a window (a reset that
+         * follows the end of the stream closely); a client that asked for
+         * require_finish never has a half-close committed. */
+        if (st->require_finish) {
+            struct ws_diag m = {0};
+
+            ws_diag_set(&m, "the stream ended without finish (the header set require_finish)");
+            ws_diag_meta(&m, "field", "finish");
+            write_failed(call, st, -WS_EMALFORMED, &m);
+            return;
+        }
         if (ws_call_send_headers(call) < 0)
             write_cancel(call);
         return;

@@ -1,7 +1,8 @@
-/* The workspace.v1 services and grpc.health.v1.Health on top of the RPC
- * core: request validation, registry calls, response building. Handlers
- * turn protobuf requests into registry / fs-ops calls and errors into
- * ws_call_fail; they never touch a file descriptor themselves. */
+/* The workspace.v1 services, grpc.health.v1.Health and gRPC server
+ * reflection (v1 and v1alpha) on top of the RPC core: request validation,
+ * registry calls, response building. Handlers turn protobuf requests into
+ * registry / fs-ops calls and errors into ws_call_fail; they never touch a
+ * file descriptor themselves. */
 #ifndef WS_RPC_SERVICES_H
 #define WS_RPC_SERVICES_H
 

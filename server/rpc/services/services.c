@@ -97,6 +97,13 @@ const struct ws_rpc_method *ws_services_methods(struct ws_services *s, size_t *r
 size_t ws_services_add_methods(struct ws_services *s, const struct ws_rpc_method *methods, size_t n,
                                struct ws_rpc_method *out)
 {
+    /* The table holds every service's methods: outgrowing it is a mistake
+     * of the build, which the first start of any server shows. */
+    if ((size_t)(out - s->methods) + n > WS_SERVICES_MAX_METHODS) {
+        fprintf(stderr, "workspaced: more than %d methods: raise WS_SERVICES_MAX_METHODS\n",
+                WS_SERVICES_MAX_METHODS);
+        abort();
+    }
     for (size_t i = 0; i < n; i++) {
         out[i] = methods[i];
         out[i].method_data = s;

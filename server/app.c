@@ -192,11 +192,11 @@ static void commands_gauge(void *ud, struct ws_metrics_gauges *g)
 
 /* A workspace closed or evicted: its commands end. (The registry then
  * has its provider forget it.) */
-static void close_hook(void *ud, const char *id)
+static void close_hook(void *ud, const char *id, bool expired)
 {
     struct ws_app *app = ud;
 
-    ws_exec_close_workspace(app->exec, id, WS_CAUSE_EVICTED);
+    ws_exec_close_workspace(app->exec, id, expired ? WS_CAUSE_EXPIRED : WS_CAUSE_EVICTED);
 }
 
 /* The exec layer is made before the services (they start commands in

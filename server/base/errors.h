@@ -49,6 +49,9 @@ enum {
     WS_EARGLIMIT,     /* shell guard: argument or environment limit exceeded */
     WS_EDISABLED,     /* the provider is not enabled on this server */
     WS_EPOLICY,       /* refused by the operator's policy for the tenant */
+    WS_ESECRETS,      /* the workspace's secrets are not held (a restart) */
+    WS_EREQUESTID,    /* Open: request_id reused for another request */
+    WS_EINPUTGAP,     /* SendInput: offset past what stdin took */
     WS_ERR_END,
 };
 

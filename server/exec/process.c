@@ -131,6 +131,7 @@ const char *ws_cause_name(enum ws_cause c)
         [WS_CAUSE_SIGNALED] = "SIGNALED", [WS_CAUSE_TIMEOUT] = "TIMEOUT",
         [WS_CAUSE_OOM] = "OOM",           [WS_CAUSE_CANCELLED] = "CANCELLED",
         [WS_CAUSE_EVICTED] = "EVICTED",
+        [WS_CAUSE_EXPIRED] = "EXPIRED",
     };
     return (unsigned)c < WS_ELEMENTSOF(names) ? names[c] : "NONE";
 }

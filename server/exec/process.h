@@ -61,6 +61,7 @@ enum ws_cause {
     WS_CAUSE_OOM,
     WS_CAUSE_CANCELLED,
     WS_CAUSE_EVICTED,
+    WS_CAUSE_EXPIRED,
 };
 
 /* "EXITED", "SIGNALED", ... */

@@ -245,8 +245,11 @@ static void strv_free(struct strv *s)
 {
     size_t i;
 
-    for (i = 0; i < s->n; i++)
+    for (i = 0; i < s->n; i++) {
+        if (s->v[i])
+            explicit_bzero(s->v[i], strlen(s->v[i])); /* values may be secrets */
         free(s->v[i]);
+    }
     free(s->v);
     s->v = NULL;
     s->n = s->cap = 0;
@@ -917,6 +920,18 @@ static size_t or_default(size_t v, size_t def)
     return v ? v : def;
 }
 
+int ws_guard_check_env(bool host, const struct ws_guard_env *env, size_t n_env, struct ws_diag *d)
+{
+    const struct ws_guard_policy p = {.host = host};
+    const struct ws_guard_request r = {.env = env, .n_env = n_env};
+    const struct limits lim = {
+        .env = WS_GUARD_ENV_MAX,
+        .env_bytes = WS_GUARD_ENV_BYTES_MAX,
+    };
+
+    return check_client_env(&p, &r, &lim, d);
+}
+
 struct ws_guard_result *ws_guard_result_free(struct ws_guard_result *res)
 {
     size_t i;
@@ -928,8 +943,10 @@ struct ws_guard_result *ws_guard_result_free(struct ws_guard_result *res)
             free(res->argv[i]);
     free(res->argv);
     if (res->envp)
-        for (i = 0; i < res->n_env; i++)
+        for (i = 0; i < res->n_env; i++) {
+            explicit_bzero(res->envp[i], strlen(res->envp[i]));
             free(res->envp[i]);
+        }
     free(res->envp);
     free(res->cwd);
     free(res);

@@ -228,7 +228,14 @@ struct ws_guard_result {
 int ws_guard_check(const struct ws_guard_policy *p, const struct ws_guard_request *r,
                    struct ws_diag *d, struct ws_guard_result **ret_res);
 
-/* Frees a result; accepts NULL. Returns NULL. */
+/* Checks variables a client gives ahead of any command (a workspace's
+ * env and secrets at Open) under the rules for client variables above:
+ * `host` as in struct ws_guard_policy, the default limits. Diagnostics
+ * name a variable, never its value. */
+int ws_guard_check_env(bool host, const struct ws_guard_env *env, size_t n_env, struct ws_diag *d);
+
+/* Frees a result, wiping the environment's bytes first (it may hold
+ * secrets); accepts NULL. Returns NULL. */
 struct ws_guard_result *ws_guard_result_free(struct ws_guard_result *res);
 
 #endif

@@ -615,7 +615,7 @@ static void forget(struct ws_registry *r, struct ws_workspace *ws)
     const struct ws_provider *p = ws->provider;
 
     if (r->close_hook)
-        r->close_hook(r->close_hook_ud, ws->id);
+        r->close_hook(r->close_hook_ud, ws->id, false);
     if (r->providers && p->ops->forget)
         p->ops->forget(p->rt, ws->id);
 }
@@ -1439,6 +1439,28 @@ void ws_registry_set_providers(struct ws_registry *r, const struct ws_providers 
         for (struct ws_workspace *ws = r->buckets[b]; ws; ws = ws->next)
             ws->provider = ws_providers_get(ps, ws->provider->ops->kind);
     pthread_mutex_unlock(&r->lock);
+}
+
+void ws_registry_set_busy_hook(struct ws_registry *r, ws_registry_busy_hook fn, void *userdata)
+{
+    (void)r;
+    (void)fn;
+    (void)userdata;
+}
+
+int ws_workspace_secrets_use(struct ws_workspace *ws, const char *const *names, size_t n_names,
+                             int (*fn)(void *ud, const char *name, const char *value), void *ud,
+                             struct ws_diag *d)
+{
+    (void)ws;
+    (void)fn;
+    (void)ud;
+    if (n_names == 0)
+        return 0;
+    ws_diag_set(d, "the workspace has no secret of that name");
+    ws_diag_meta(d, "field", "secrets");
+    ws_diag_meta(d, "name", "%s", names[0]);
+    return -WS_EMALFORMED;
 }
 
 void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata)

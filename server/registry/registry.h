@@ -252,8 +252,16 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
  * removed, and when a workspace is found evicted: the exec layer ends the
  * workspace's commands there (blocking until they are gone). Set once,
  * before serving. */
-typedef void (*ws_registry_close_hook)(void *userdata, const char *id);
+typedef void (*ws_registry_close_hook)(void *userdata, const char *id, bool expired);
 void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata);
+
+/* Whether workspace `id` has a command running or an output stream
+ * attached (the exec layer knows): a busy workspace is never idle, so its
+ * idle timeout counts from when it stops being busy. Called by the
+ * lifetime reaper with no registry lock held; must not block. Set once,
+ * before serving; without one, only calls count as activity. */
+typedef bool (*ws_registry_busy_hook)(void *userdata, const char *id);
+void ws_registry_set_busy_hook(struct ws_registry *r, ws_registry_busy_hook fn, void *userdata);
 
 /* The providers the registry opens workspaces with, and whose runtimes it
  * attaches and detaches (set once, before serving; owned by the caller,
@@ -367,6 +375,24 @@ void ws_registry_usage_stale(struct ws_registry *r, const char *id);
  * this thread: whether its tenant's memory quota refused it, with d then
  * filled (message, quota=tenant_memory_bytes, limit, used). */
 bool ws_registry_memory_explain(struct ws_diag *d);
+
+/* ---- env and secrets ----
+ *
+ * A workspace's env is its record's (ws_workspace_record(ws)->env, fixed
+ * at Open). Its secrets live in memory only, in pages excluded from core
+ * dumps and wiped when the workspace closes. */
+
+/* For a command about to start in ws: fails with -WS_ESECRETS (d:
+ * message, metadata names) when the workspace lacks secrets it has names
+ * of (a restart), and with -WS_EMALFORMED (d: field=secrets, name) for a
+ * name it has no secret of; else calls fn for each of the n_names named
+ * secrets, with the workspace's secret lock held: fn copies what it needs
+ * (and wipes its copy with explicit_bzero after use) and must not call
+ * back into the registry. A negative return of fn stops and is
+ * returned. */
+int ws_workspace_secrets_use(struct ws_workspace *ws, const char *const *names, size_t n_names,
+                             int (*fn)(void *ud, const char *name, const char *value), void *ud,
+                             struct ws_diag *d);
 
 /* Records the outcome of an operation for Describe: success updates
  * last_success_at; backend failures (not a client's bad input) update

@@ -77,6 +77,9 @@ static const struct errmap {
     {-WS_EENVDENIED, R(ENV_DENIED)},
     {-WS_ECWDESCAPE, R(CWD_ESCAPE)},
     {-WS_EARGLIMIT, R(ARG_LIMIT)},
+    {-WS_ESECRETS, R(SECRETS_MISSING)},
+    {-WS_EREQUESTID, R(REQUEST_ID_REUSED)},
+    {-WS_EINPUTGAP, R(INPUT_GAP)},
     /* The operator's policy for the caller's tenant (server/policy). */
     {-WS_EPOLICY, R(POLICY)},
     {-ECANCELED, R(CANCELLED)},
@@ -148,6 +151,11 @@ static const struct reason_info {
     [R(STDIN_CLOSED)] = {GRPC_STATUS_FAILED_PRECONDITION, "stdin is closed"},
     [R(NO_PTY)] = {GRPC_STATUS_FAILED_PRECONDITION, "the process has no terminal"},
     [R(NO_SUCH_SERVICE)] = {GRPC_STATUS_NOT_FOUND, "unknown service"},
+    [R(SECRETS_MISSING)] = {GRPC_STATUS_FAILED_PRECONDITION,
+                            "the workspace's secrets must be given again (SetSecrets)"},
+    [R(REQUEST_ID_REUSED)] = {GRPC_STATUS_FAILED_PRECONDITION,
+                              "request_id already used for a different request"},
+    [R(INPUT_GAP)] = {GRPC_STATUS_OUT_OF_RANGE, "input offset past the bytes stdin took"},
 };
 
 const char *ws_rpc_reason_name(Workspace__V1__ErrorReason reason)

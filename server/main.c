@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,6 +41,9 @@
 
 #define DEFAULT_LISTEN   WS_LISTEN_DEFAULT
 #define DEFAULT_GRACE_MS 10000
+/* A workspace nobody uses for a day is taken back: an agent that crashed
+ * leaks nothing for longer. */
+#define DEFAULT_IDLE_MS (24LL * 3600 * 1000)
 /* gRPC message ceiling: a 4 MiB chunk plus its envelope. */
 #define MAX_MESSAGE_DEFAULT (4 * 1024 * 1024 + 64 * 1024)
 #define MAX_MESSAGE_MIN     (64 * 1024)
@@ -77,6 +81,8 @@ enum {
     TENANTRETAINED,
     TENANTSTREAMS,
     FINISHEDTTL,
+    MAXLIFE,
+    IDLE,
     METRICS,
     METRICS_REMOTE,
     MAXMSG,
@@ -157,6 +163,10 @@ struct options {
     long long tenant_max_streams;
     /* How long a finished command's output is kept (-1: for ever). */
     long long finished_output_ttl_ms;
+    /* Workspace lifetimes: the cap, and the idle timeout of one that asks
+     * none (0: none). */
+    long long max_lifetime_ms;
+    long long default_idle_ms;
     /* The file named [peers] (at start): callers on a unix socket are
      * then told apart as tenants. */
     bool peers_given;
@@ -275,6 +285,11 @@ static void usage(FILE *f)
         "  --state-dir DIR        refs key, workspace records (created 0700) [required]\n"
         "  --workspace-root DIR   per-workspace directories [STATE_DIR/workspaces]\n"
         "  --max-workspaces N     cap on open workspaces [%d]\n"
+        "  --max-lifetime-ms MS   no workspace lives longer than this from its Open; one\n"
+        "                         that asks no ttl gets it (0: no cap) [0]\n"
+        "  --default-idle-timeout-ms MS  a workspace that asks no idle timeout expires\n"
+        "                         after this long without a call, a command or a stream\n"
+        "                         (0: never) [%lld]\n"
         "  --max-file-size BYTES  default and ceiling of a workspace's file size cap [%llu]\n"
         "  --memory-workspace-bytes BYTES  what one memory workspace may hold [%llu]\n"
         "  --threads N            completion-queue threads [number of CPUs]\n"
@@ -344,7 +359,7 @@ static void usage(FILE *f)
         WS_APP_AUTH_TENANT_COMMANDS, (unsigned long long)WS_APP_AUTH_TENANT_BYTES,
         WS_MEMQUOTA_ENTRY_COST, (unsigned long long)WS_APP_AUTH_TENANT_MEMORY_BYTES,
         (unsigned long long)WS_APP_AUTH_TENANT_RETAINED_BYTES, WS_APP_AUTH_TENANT_STREAMS,
-        WS_EXEC_FINISHED_TTL_MS_DEFAULT, WS_DEFAULT_MAX_WORKSPACES,
+        WS_EXEC_FINISHED_TTL_MS_DEFAULT, WS_DEFAULT_MAX_WORKSPACES, DEFAULT_IDLE_MS,
         (unsigned long long)WS_DEFAULT_MAX_FILE_SIZE,
         (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS, WS_EXEC_GRACE_MS_DEFAULT,
         WS_RPC_KEEPALIVE_MS_DEFAULT, WS_UIDS_DEFAULT_FIRST, WS_UIDS_DEFAULT_LAST,
@@ -549,6 +564,12 @@ static const struct setting settings[] = {
     {FINISHEDTTL, "finished-output-ttl-ms", "exec", "finished-output-ttl-ms", .kind = NUMBER,
      .field = FIELD(finished_output_ttl_ms), .min = 0, .max = 7ull * 24 * 3600 * 1000,
      .zero_is_none = true, .refused = "not a number of ms in 0..604800000 (0: no bound)"},
+    {MAXLIFE, "max-lifetime-ms", "limits", "max-lifetime-ms", .kind = NUMBER,
+     .field = FIELD(max_lifetime_ms), .min = 0, .max = WS_LIFETIME_MS_MAX,
+     .refused = "not a number of ms in 0..315360000000 (0: no cap)"},
+    {IDLE, "default-idle-timeout-ms", "limits", "default-idle-timeout-ms", .kind = NUMBER,
+     .field = FIELD(default_idle_ms), .min = 0, .max = WS_LIFETIME_MS_MAX,
+     .refused = "not a number of ms in 0..315360000000 (0: none)"},
     {EXECPATH, "exec-path", "exec", "path", .kind = STRING, .field = FIELD(exec_path),
      .valid = ws_services_exec_path_valid,
      .refused = "not a colon-separated list of absolute directories"},
@@ -884,7 +905,8 @@ static int parse_args(int argc, char **argv, struct options *o)
                           .tenant_memory_bytes = QUOTA_NOT_GIVEN,
                           .tenant_retained_bytes = QUOTA_NOT_GIVEN,
                           .tenant_max_streams = QUOTA_NOT_GIVEN,
-                          .finished_output_ttl_ms = WS_EXEC_FINISHED_TTL_MS_DEFAULT};
+                          .finished_output_ttl_ms = WS_EXEC_FINISHED_TTL_MS_DEFAULT,
+                          .default_idle_ms = DEFAULT_IDLE_MS};
     if (ws_policy_set_new(&o->policy) < 0)
         return -1;
     for (i = 0; i < N_ROWS; i++)
@@ -1110,6 +1132,12 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     umask(077);
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    /* The server holds workspaces' secrets in memory: it never dumps core
+     * (their pages are also marked MADV_DONTDUMP, for a core limit raised
+     * behind its back). Commands get their own limits when spawned. */
+    struct rlimit no_core = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &no_core) < 0)
+        fprintf(stderr, "workspaced: cannot disable core dumps: %s\n", strerror(errno));
 
     struct ws_app_config cfg = {
         .state_dir = o.state_dir,
@@ -1117,6 +1145,8 @@ int main(int argc, char **argv)
             {
                 .workspace_root = o.workspace_root,
                 .max_workspaces = (unsigned)o.max_workspaces,
+                .max_lifetime_ms = (uint64_t)o.max_lifetime_ms,
+                .default_idle_timeout_ms = (uint64_t)o.default_idle_ms,
                 .max_file_size = (uint64_t)o.max_file_size,
                 .memory_max_bytes = (uint64_t)o.memory_max_bytes,
                 .tenant_max_workspaces = (unsigned)o.tenant_max_workspaces,

@@ -415,6 +415,16 @@ int ws_audit_file(struct ws_audit *a, const char *ws_id, const struct ws_audit_f
     return append(a, ws_id, o);
 }
 
+int ws_audit_expire(struct ws_audit *a, const char *ws_id)
+{
+    json_t *o = json_object();
+
+    if (!o)
+        return -ENOMEM;
+    json_object_set_new(o, "event", json_string("expire"));
+    return append(a, ws_id, o);
+}
+
 /* ---- verification ---- */
 
 const char *ws_audit_problem_name(enum ws_audit_problem p)

@@ -82,6 +82,11 @@ struct ws_audit_file {
 /* Appends a file record; returns like ws_audit_command. */
 int ws_audit_file(struct ws_audit *a, const char *ws_id, const struct ws_audit_file *f);
 
+/* Appends an "expire" record: the workspace's lifetime ran out and the
+ * server closed it (its commands' records come before). Returns like
+ * ws_audit_command. */
+int ws_audit_expire(struct ws_audit *a, const char *ws_id);
+
 enum ws_audit_problem {
     WS_AUDIT_OK = 0,
     /* A record's hash does not match its content, or its seq or prev does

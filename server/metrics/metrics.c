@@ -61,6 +61,9 @@ static struct family closes =
 static struct family evictions =
     FAMILY("workspaced_workspace_evictions_total",
            "Workspaces found evicted (storage gone), by provider.", "counter", 1, "provider");
+static struct family expirations = FAMILY(
+    "workspaced_workspace_expirations_total",
+    "Workspaces closed because their lifetime ran out, by provider.", "counter", 1, "provider");
 static struct family cmd_started =
     FAMILY("workspaced_commands_started_total", "Commands started.", "counter", 0, NULL);
 static struct family cmd_ended =
@@ -184,6 +187,11 @@ void ws_metrics_close(const char *provider, const char *status)
 void ws_metrics_evicted(const char *provider)
 {
     add(&evictions, 1, provider, NULL);
+}
+
+void ws_metrics_expired(const char *provider)
+{
+    add(&expirations, 1, provider, NULL);
 }
 
 void ws_metrics_command_started(void)
@@ -351,6 +359,7 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
     render_family(&b, &opens);
     render_family(&b, &closes);
     render_family(&b, &evictions);
+    render_family(&b, &expirations);
     render_histogram(&b, &open_seconds);
     render_family(&b, &cmd_started);
     render_family(&b, &cmd_ended);

@@ -36,6 +36,8 @@ void ws_metrics_open(const char *provider, const char *status, int64_t ms);
 void ws_metrics_close(const char *provider, const char *status);
 /* A workspace was found evicted (its storage gone behind the server). */
 void ws_metrics_evicted(const char *provider);
+/* A workspace expired (its lifetime ran out) and was closed. */
+void ws_metrics_expired(const char *provider);
 
 /* A command started; ws_metrics_command_ended follows exactly once. */
 void ws_metrics_command_started(void);

@@ -17,8 +17,8 @@
 #define WS_REF_SCHEMA  1
 #define WS_REF_KEY_LEN 32
 #define WS_REF_MAC_LEN 32
-/* Upper bound on an accepted token (configs are small). */
-#define WS_REF_TOKEN_MAX 16384
+/* Upper bound on an accepted token (a config, labels and env). */
+#define WS_REF_TOKEN_MAX (128 * 1024)
 
 struct ws_ref_key {
     uint8_t bytes[WS_REF_KEY_LEN];

@@ -15,12 +15,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
+
 #include "server/base/macros.h"
 #include "server/base/time.h"
 #include "server/metrics/metrics.h"
 #include "server/posix/fs.h"
+#include "server/guard/guard.h"
+#include "server/registry/labels.h"
 #include "server/registry/memquota.h"
 #include "server/registry/ref.h"
+#include "server/registry/requests.h"
+#include "server/registry/secrets.h"
 #include "server/registry/storage.h"
 #include "server/registry/usage.h"
 
@@ -77,6 +83,12 @@ struct ws_workspace {
     bool uid_held;
     uid_t uid;
     gid_t gid;
+    /* The last activity seen (wall ms), for the idle timeout. */
+    int64_t activity_ms;
+    /* The secrets held in this run (NULL: none given since the start), and
+     * whether names the record has are missing from them. */
+    struct ws_secrets *secrets;
+    bool secrets_missing;
 };
 
 /* What one tenant holds, for its quotas; registry lock. One per tenant
@@ -126,6 +138,7 @@ struct ws_registry {
     struct closed_id {
         char id[WS_ID_LEN + 1];
         char tenant[WS_TENANT_MAX + 1];
+        bool expired;
     } * closed;
     size_t closed_next;
     ws_registry_close_hook close_hook;
@@ -138,6 +151,26 @@ struct ws_registry {
     struct ws_uids_lease *uid_lease;
     void (*say)(void *ud, bool error, const char *message);
     void *say_ud;
+    /* Lifetimes: the cap on any workspace's life and the idle timeout of
+     * one that asks none (ms, 0: none); the exec layer's busy answer; the
+     * reaper thread that closes expired workspaces. */
+    uint64_t max_lifetime_ms;
+    uint64_t default_idle_ms;
+    ws_registry_busy_hook busy_hook;
+    void *busy_hook_ud;
+    pthread_t reaper;
+    bool reaper_running;
+    bool reaper_stop;
+    pthread_cond_t reaper_cond;
+    /* Names being taken by Opens in flight (tenant, name), so two Opens
+     * never both get one; registry lock. */
+    struct pending_name {
+        char tenant[WS_TENANT_MAX + 1];
+        char name[WS_NAME_MAX + 1];
+        struct pending_name *next;
+    } * pending_names;
+    /* Recent Opens' request ids. */
+    struct ws_requests *requests;
 };
 
 /* Tells the operator (struct ws_registry_config's `say`). */
@@ -232,20 +265,49 @@ static bool owned_by(const struct ws_workspace *ws, const char *tenant)
     return strcmp(ws_workspace_tenant(ws), tenant_or_default(tenant)) == 0;
 }
 
-static bool closed_contains(struct ws_registry *r, const char *tenant, const char *id)
+static const struct closed_id *closed_find(struct ws_registry *r, const char *tenant,
+                                           const char *id)
 {
     for (size_t i = 0; i < WS_CLOSED_IDS_KEPT; i++)
         if (strcmp(r->closed[i].id, id) == 0)
-            return strcmp(r->closed[i].tenant, tenant_or_default(tenant)) == 0;
-    return false;
+            return strcmp(r->closed[i].tenant, tenant_or_default(tenant)) == 0 ? &r->closed[i]
+                                                                               : NULL;
+    return NULL;
 }
 
-static void closed_add(struct ws_registry *r, const struct ws_workspace *ws)
+static bool closed_contains(struct ws_registry *r, const char *tenant, const char *id)
+{
+    return closed_find(r, tenant, id) != NULL;
+}
+
+/* Whether the tenant's id was closed because it expired (this run). */
+static bool closed_expired(struct ws_registry *r, const char *tenant, const char *id)
+{
+    const struct closed_id *c;
+    bool expired;
+
+    pthread_mutex_lock(&r->lock);
+    c = closed_find(r, tenant, id);
+    expired = c && c->expired;
+    pthread_mutex_unlock(&r->lock);
+    return expired;
+}
+
+/* An id that expired answers like an evicted workspace, saying why. */
+static int expired_error(struct ws_diag *d)
+{
+    ws_diag_set(d, "the workspace expired");
+    ws_diag_meta(d, "cause", "expired");
+    return -WS_EEVICTED;
+}
+
+static void closed_add(struct ws_registry *r, const struct ws_workspace *ws, bool expired)
 {
     struct closed_id *c = &r->closed[r->closed_next];
 
     memcpy(c->id, ws->id, WS_ID_LEN + 1);
     snprintf(c->tenant, sizeof(c->tenant), "%s", ws_workspace_tenant(ws));
+    c->expired = expired;
     r->closed_next = (r->closed_next + 1) % WS_CLOSED_IDS_KEPT;
 }
 
@@ -345,6 +407,7 @@ static void workspace_free(struct ws_workspace *ws)
         ws->vfs->ops->destroy(ws->vfs);
     ws_ref_record_free(ws->rec);
     free(ws->token);
+    ws_secrets_free(ws->secrets);
     pthread_mutex_destroy(&ws->lock);
     pthread_mutex_destroy(&ws->measure_lock);
     free(ws);
@@ -390,6 +453,10 @@ static int workspace_new(struct ws_registry *r, uint8_t *token, size_t len, enum
     ws->token_len = len;
     ws->state = state;
     ws->opened_at_ms = rec->created_unix_ms;
+    ws->activity_ms = ws_wall_ms();
+    /* Secrets are never recorded: a workspace that had some lacks them
+     * until SetSecrets. */
+    ws->secrets_missing = rec->n_secret_names > 0;
     /* Anything but a fresh Open (which clears it) holds files unknown. */
     ws->usage_stale = true;
     pthread_mutex_init(&ws->lock, NULL);
@@ -466,6 +533,42 @@ struct ws_fsops *ws_workspace_fsops(const struct ws_workspace *ws)
     return ws->fsops;
 }
 
+/* When ws expires (0: never); ws->lock held. */
+static int64_t expires_locked(const struct ws_workspace *ws)
+{
+    const Workspace__V1__Lifetime *lt = ws->rec->lifetime;
+    int64_t ttl_at = ws->rec->ttl_expires_unix_ms;
+    int64_t idle_at =
+        lt && lt->idle_timeout_ms ? ws->activity_ms + (int64_t)lt->idle_timeout_ms : 0;
+
+    if (!ttl_at || !idle_at)
+        return ttl_at ? ttl_at : idle_at;
+    return ttl_at < idle_at ? ttl_at : idle_at;
+}
+
+/* Fills the lifetime part of ret; ws->lock held. */
+static void lifetime_locked(const struct ws_workspace *ws, struct ws_workspace_info *ret)
+{
+    const Workspace__V1__Lifetime *lt = ws->rec->lifetime;
+
+    ret->expires_at_ms = expires_locked(ws);
+    ret->ttl_ms = lt ? lt->ttl_ms : 0;
+    ret->idle_timeout_ms = lt ? lt->idle_timeout_ms : 0;
+    ret->activity_ms = ws->activity_ms;
+    ret->secrets_missing = ws->secrets_missing;
+}
+
+/* A call on ws: activity now. */
+static void touch(struct ws_workspace *ws)
+{
+    int64_t now = ws_wall_ms();
+
+    pthread_mutex_lock(&ws->lock);
+    if (now > ws->activity_ms)
+        ws->activity_ms = now;
+    pthread_mutex_unlock(&ws->lock);
+}
+
 void ws_workspace_describe(struct ws_workspace *ws, struct ws_workspace_info *ret)
 {
     pthread_mutex_lock(&ws->lock);
@@ -474,6 +577,7 @@ void ws_workspace_describe(struct ws_workspace *ws, struct ws_workspace_info *re
     ret->last_success_at_ms = ws->last_success_ms;
     ret->last_error_at_ms = ws->last_error_ms;
     memcpy(ret->last_error, ws->last_error, sizeof(ret->last_error));
+    lifetime_locked(ws, ret);
     pthread_mutex_unlock(&ws->lock);
 }
 
@@ -548,6 +652,29 @@ static int write_record(struct ws_registry *r, const struct ws_workspace *ws)
     return ws_storage_write_file(r->records_fd, ws->id, tmp, ws->token, ws->token_len);
 }
 
+/* Signs ws's record as it is now (its lifetime or secret names changed)
+ * and writes it over the old one; the ref token stays as it was (a ref's
+ * record is only used for its id, tenant and provider). */
+static int save_record(struct ws_registry *r, struct ws_workspace *ws)
+{
+    char tmp[WS_ID_LEN + 8];
+    uint8_t *token = NULL;
+    size_t len = 0;
+    int err;
+
+    if (!ws->provider->ops->on_disk)
+        return 0;
+    pthread_mutex_lock(&ws->lock);
+    err = ws_ref_sign(&r->key, ws->rec, &token, &len);
+    pthread_mutex_unlock(&ws->lock);
+    if (err == 0) {
+        snprintf(tmp, sizeof(tmp), "%s.tmp", ws->id);
+        err = ws_storage_write_file(r->records_fd, ws->id, tmp, token, len);
+    }
+    free(token);
+    return err;
+}
+
 /* Whether a workspace has a runtime of its own to attach and detach: its
  * provider's (only in a set with runtimes), or the hooks a test put in
  * their place. */
@@ -610,14 +737,19 @@ static int detach_runtime(struct ws_registry *r, struct ws_workspace *ws, struct
 
 /* The workspace is gone (closed or evicted): its commands end, and its
  * provider drops what it remembers of it. */
-static void forget(struct ws_registry *r, struct ws_workspace *ws)
+static void forget_as(struct ws_registry *r, struct ws_workspace *ws, bool expired)
 {
     const struct ws_provider *p = ws->provider;
 
     if (r->close_hook)
-        r->close_hook(r->close_hook_ud, ws->id, false);
+        r->close_hook(r->close_hook_ud, ws->id, expired);
     if (r->providers && p->ops->forget)
         p->ops->forget(p->rt, ws->id);
+}
+
+static void forget(struct ws_registry *r, struct ws_workspace *ws)
+{
+    forget_as(r, ws, false);
 }
 
 /* ---- workspace uids ---- */
@@ -895,6 +1027,19 @@ void ws_registry_tenants(struct ws_registry *r,
  * nothing while a Resolve is making its runtime again: the detach here
  * would run beside that attach. The Resolve checks the storage when its
  * attach succeeds, and any later call does otherwise. */
+/* The workspace is gone: its secrets are wiped now, not when the last
+ * reference goes. */
+static void wipe_secrets(struct ws_workspace *ws)
+{
+    struct ws_secrets *s;
+
+    pthread_mutex_lock(&ws->lock);
+    s = ws->secrets;
+    ws->secrets = NULL;
+    pthread_mutex_unlock(&ws->lock);
+    ws_secrets_free(s);
+}
+
 static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
 {
     bool attaching;
@@ -920,6 +1065,7 @@ static void mark_evicted(struct ws_registry *r, struct ws_workspace *ws)
      * directory). Best effort: the next start's reconcile sweeps what
      * remains. */
     forget(r, ws);
+    wipe_secrets(ws);
     if (has_runtime(r, ws))
         (void)detach_runtime(r, ws, NULL);
     end_uid_processes(r, ws);
@@ -1010,11 +1156,304 @@ static int ensure_open(struct ws_registry *r, struct ws_workspace *ws, bool repr
     return check_storage(r, ws, d);
 }
 
+static struct ws_workspace *find_ref(struct ws_registry *r, const char *tenant, const char *id,
+                                     bool *ret_closed);
+
 /* ---- open ---- */
+
+/* The lifetime an Open gets: what it asks, within the caps, with the
+ * server's defaults where it asks nothing. */
+static int open_lifetime(const struct ws_registry *r, const Workspace__V1__Lifetime *lt,
+                         uint64_t *ret_ttl, uint64_t *ret_idle, struct ws_diag *d)
+{
+    uint64_t ttl = lt ? lt->ttl_ms : 0, idle = lt ? lt->idle_timeout_ms : 0;
+    uint64_t ttl_cap = r->max_lifetime_ms ? r->max_lifetime_ms : WS_LIFETIME_MS_MAX;
+
+    if (ttl > ttl_cap || idle > WS_LIFETIME_MS_MAX) {
+        bool is_ttl = ttl > ttl_cap;
+
+        ws_diag_set(d, "lifetime.%s exceeds the server's limit of %llu ms",
+                    is_ttl ? "ttl_ms" : "idle_timeout_ms",
+                    (unsigned long long)(is_ttl ? ttl_cap : WS_LIFETIME_MS_MAX));
+        ws_diag_meta(d, "field", "lifetime.%s", is_ttl ? "ttl_ms" : "idle_timeout_ms");
+        ws_diag_meta(d, "limit", "%llu",
+                     (unsigned long long)(is_ttl ? ttl_cap : WS_LIFETIME_MS_MAX));
+        return -WS_ELIMIT;
+    }
+    *ret_ttl = ttl ? ttl : r->max_lifetime_ms;
+    *ret_idle = idle ? idle : r->default_idle_ms;
+    return 0;
+}
+
+static bool request_id_ok(const char *id)
+{
+    size_t len = strlen(id);
+
+    if (len == 0 || len > WS_REQUEST_ID_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == ':' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* Name/value pairs for the guard's checks (n <= max, else -WS_ELIMIT). */
+static int env_pairs(Workspace__V1__OpenRequest__EnvEntry *const *entries, size_t n, size_t max,
+                     size_t max_bytes, const char *field, struct ws_guard_env *out,
+                     struct ws_diag *d)
+{
+    size_t bytes = 0;
+
+    if (n > max) {
+        ws_diag_set(d, "more than %zu %s", max, field);
+        ws_diag_meta(d, "field", "%s", field);
+        ws_diag_meta(d, "limit", "%zu", max);
+        return -WS_ELIMIT;
+    }
+    for (size_t i = 0; i < n; i++) {
+        out[i] = (struct ws_guard_env){.name = entries[i]->key, .value = entries[i]->value};
+        bytes += strlen(entries[i]->value ? entries[i]->value : "");
+    }
+    if (bytes > max_bytes) {
+        ws_diag_set(d, "the values of %s exceed %zu bytes", field, max_bytes);
+        ws_diag_meta(d, "field", "%s", field);
+        ws_diag_meta(d, "limit", "%zu", max_bytes);
+        return -WS_ELIMIT;
+    }
+    return 0;
+}
+
+/* Checks the variables of an Open (env or secrets: the map entries of
+ * both have the same layout) under the rules of a command's own env for
+ * provider p. */
+static int check_vars(const struct ws_provider *p, bool shell, void *const *entries, size_t n,
+                      size_t max, size_t max_bytes, const char *field, struct ws_diag *d)
+{
+    struct ws_guard_env
+        env[WS_SECRETS_MAX > WS_WORKSPACE_ENV_MAX ? WS_SECRETS_MAX : WS_WORKSPACE_ENV_MAX];
+    int err;
+
+    if (n == 0)
+        return 0;
+    if (!shell) {
+        ws_diag_set(d, "%s are for commands: the workspace needs the shell capability", field);
+        ws_diag_meta(d, "field", "%s", field);
+        return -WS_EMALFORMED;
+    }
+    err = env_pairs((Workspace__V1__OpenRequest__EnvEntry *const *)entries, n, max, max_bytes,
+                    field, env, d);
+    if (err < 0)
+        return err;
+    err = ws_guard_check_env(p->ops->exec_env && p->ops->exec_env->on_host, env, n, d);
+    if (err < 0)
+        ws_diag_meta(d, "field", "%s", field);
+    return err;
+}
+
+/* The request's content, for a retry with the same request_id: all of it
+ * but the id itself and the secrets' values. */
+static int request_hash(const Workspace__V1__OpenRequest *req, uint8_t out[WS_REQUEST_HASH_LEN])
+{
+    Workspace__V1__OpenRequest copy = *req;
+    uint8_t *buf;
+    size_t len;
+    int ok;
+
+    copy.request_id = (char *)"";
+    copy.n_secrets = 0;
+    copy.secrets = NULL;
+    len = protobuf_c_message_get_packed_size(&copy.base);
+    buf = malloc(len ? len : 1);
+    if (!buf)
+        return -ENOMEM;
+    protobuf_c_message_pack(&copy.base, buf);
+    ok = EVP_Digest(buf, len, out, NULL, EVP_sha256(), NULL);
+    free(buf);
+    return ok ? 0 : -ENOMEM;
+}
+
+/* The id of the tenant's workspace named `name` (not closed or evicted),
+ * or of an Open in flight that takes it; registry lock held. */
+static bool name_taken(struct ws_registry *r, const char *tenant, const char *name,
+                       char ret_id[WS_ID_LEN + 1])
+{
+    for (struct pending_name *p = r->pending_names; p; p = p->next)
+        if (strcmp(p->name, name) == 0 && strcmp(p->tenant, tenant) == 0) {
+            snprintf(ret_id, WS_ID_LEN + 1, "%s", "");
+            return true;
+        }
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (struct ws_workspace *w = r->buckets[b]; w; w = w->next) {
+            if (!w->rec->name || strcmp(w->rec->name, name) != 0 || !owned_by(w, tenant))
+                continue;
+            pthread_mutex_lock(&w->lock);
+            bool live = w->state != WS_STATE_CLOSED && w->state != WS_STATE_EVICTED;
+            pthread_mutex_unlock(&w->lock);
+            if (live) {
+                memcpy(ret_id, w->id, WS_ID_LEN + 1);
+                return true;
+            }
+        }
+    return false;
+}
+
+static void name_release(struct ws_registry *r, const char *tenant, const char *name)
+{
+    pthread_mutex_lock(&r->lock);
+    for (struct pending_name **pp = &r->pending_names; *pp; pp = &(*pp)->next)
+        if (strcmp((*pp)->name, name) == 0 && strcmp((*pp)->tenant, tenant) == 0) {
+            struct pending_name *p = *pp;
+            *pp = p->next;
+            free(p);
+            break;
+        }
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* What a repeated request_id answers: the workspace the first Open made,
+ * while it lives. */
+static int request_replay(struct ws_registry *r, const char *tenant, const char *rid,
+                          enum ws_request_seen seen, const char *ws_id, struct ws_diag *d,
+                          struct ws_workspace **ret)
+{
+    struct ws_workspace *ws;
+    bool closed;
+
+    if (seen == WS_REQUEST_PENDING) {
+        ws_diag_set(d, "an Open with this request_id is in progress; retry");
+        return -EAGAIN;
+    }
+    if (seen == WS_REQUEST_MISMATCH) {
+        ws_diag_set(d, "request_id was used for a different Open");
+        ws_diag_meta(d, "request_id", "%s", rid);
+        ws_diag_meta(d, "workspace_id", "%s", ws_id);
+        return -WS_EREQUESTID;
+    }
+    ws = find_ref(r, tenant, ws_id, &closed);
+    if (ws) {
+        pthread_mutex_lock(&ws->lock);
+        bool gone = ws->state == WS_STATE_CLOSING || ws->state == WS_STATE_CLOSED ||
+                    ws->state == WS_STATE_EVICTED;
+        pthread_mutex_unlock(&ws->lock);
+        if (!gone) {
+            touch(ws);
+            *ret = ws;
+            return 0;
+        }
+        ws_workspace_unref(ws);
+    }
+    ws_diag_set(d, "the workspace this request_id opened is gone");
+    ws_diag_meta(d, "request_id", "%s", rid);
+    ws_diag_meta(d, "workspace_id", "%s", ws_id);
+    if (closed && closed_expired(r, tenant, ws_id))
+        ws_diag_meta(d, "cause", "expired");
+    return -WS_EEVICTED;
+}
+
+/* The record's copies of the request's labels and env (the map entries
+ * are of another message type), pointing into the request. */
+struct record_maps {
+    Workspaced__Internal__V1__WorkspaceRecord__LabelsEntry *labels;
+    Workspaced__Internal__V1__WorkspaceRecord__LabelsEntry **label_ptrs;
+    Workspaced__Internal__V1__WorkspaceRecord__EnvEntry *env;
+    Workspaced__Internal__V1__WorkspaceRecord__EnvEntry **env_ptrs;
+    char **secret_names;
+};
+
+static void record_maps_free(struct record_maps *m)
+{
+    free(m->labels);
+    free(m->label_ptrs);
+    free(m->env);
+    free(m->env_ptrs);
+    free(m->secret_names);
+}
+
+static int record_maps(const Workspace__V1__OpenRequest *req, Record *rec, struct record_maps *m)
+{
+    size_t nl = req->n_labels, ne = req->n_env, ns = req->n_secrets;
+
+    m->labels = calloc(nl ? nl : 1, sizeof(*m->labels));
+    m->label_ptrs = calloc(nl ? nl : 1, sizeof(*m->label_ptrs));
+    m->env = calloc(ne ? ne : 1, sizeof(*m->env));
+    m->env_ptrs = calloc(ne ? ne : 1, sizeof(*m->env_ptrs));
+    m->secret_names = calloc(ns ? ns : 1, sizeof(*m->secret_names));
+    if (!m->labels || !m->label_ptrs || !m->env || !m->env_ptrs || !m->secret_names)
+        return -ENOMEM;
+    for (size_t i = 0; i < nl; i++) {
+        workspaced__internal__v1__workspace_record__labels_entry__init(&m->labels[i]);
+        m->labels[i].key = req->labels[i]->key;
+        m->labels[i].value = req->labels[i]->value;
+        m->label_ptrs[i] = &m->labels[i];
+    }
+    for (size_t i = 0; i < ne; i++) {
+        workspaced__internal__v1__workspace_record__env_entry__init(&m->env[i]);
+        m->env[i].key = req->env[i]->key;
+        m->env[i].value = req->env[i]->value;
+        m->env_ptrs[i] = &m->env[i];
+    }
+    for (size_t i = 0; i < ns; i++)
+        m->secret_names[i] = req->secrets[i]->key;
+    rec->n_labels = nl;
+    rec->labels = m->label_ptrs;
+    rec->n_env = ne;
+    rec->env = m->env_ptrs;
+    rec->n_secret_names = ns;
+    rec->secret_names = m->secret_names;
+    return 0;
+}
+
+static int check_labels(const Workspace__V1__OpenRequest *req, struct ws_diag *d)
+{
+    struct ws_label labels[WS_LABELS_MAX];
+
+    if (req->n_labels > WS_LABELS_MAX)
+        return ws_labels_check(NULL, req->n_labels, d);
+    for (size_t i = 0; i < req->n_labels; i++)
+        labels[i] = (struct ws_label){.key = req->labels[i]->key, .value = req->labels[i]->value};
+    return ws_labels_check(labels, req->n_labels, d);
+}
+
+static int open_new(struct ws_registry *r, const char *tenant,
+                    const Workspace__V1__OpenRequest *req, struct ws_diag *d,
+                    struct ws_workspace **ret);
 
 int ws_registry_open(struct ws_registry *r, const char *tenant,
                      const Workspace__V1__OpenRequest *req, struct ws_diag *d,
                      struct ws_workspace **ret)
+{
+    const char *rid = req->request_id ? req->request_id : "";
+    const char *who = tenant_or_default(tenant);
+    uint8_t hash[WS_REQUEST_HASH_LEN];
+    char first[WS_REQUEST_WS_ID_MAX];
+    enum ws_request_seen seen;
+    int err;
+
+    if (!rid[0])
+        return open_new(r, tenant, req, d, ret);
+    if (!request_id_ok(rid)) {
+        ws_diag_set(d, "invalid request_id: 1-%d bytes of [A-Za-z0-9._:-]", WS_REQUEST_ID_MAX);
+        ws_diag_meta(d, "field", "request_id");
+        return -WS_EMALFORMED;
+    }
+    err = request_hash(req, hash);
+    if (err == 0)
+        err = ws_requests_begin(r->requests, who, rid, hash, ws_mono_ms(), first, &seen);
+    if (err < 0)
+        return err;
+    if (seen != WS_REQUEST_NEW)
+        return request_replay(r, tenant, rid, seen, first, d, ret);
+    err = open_new(r, tenant, req, d, ret);
+    ws_requests_finish(r->requests, who, rid, err < 0 ? NULL : (*ret)->id);
+    return err;
+}
+
+static int open_new(struct ws_registry *r, const char *tenant,
+                    const Workspace__V1__OpenRequest *req, struct ws_diag *d,
+                    struct ws_workspace **ret)
 {
     const struct ws_provider *p = NULL;
     const Workspace__V1__Capabilities *want = req->capabilities;
@@ -1028,6 +1467,10 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     bool reserved = false, made_dir = false, took_uid = false;
     char id[WS_ID_LEN + 1];
     uid_t uid = 0;
+    Workspace__V1__Lifetime life = WORKSPACE__V1__LIFETIME__INIT;
+    struct record_maps maps = {0};
+    const char *name = req->name ? req->name : "";
+    struct pending_name *pending = NULL;
     int err;
 
     /* The request's own checks, with the provider's defaults filled in
@@ -1058,6 +1501,22 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     err = ws_policy_check_open(pol, req, p->ops->policy_image ? p->ops->policy_image(req) : NULL,
                                own, WS_ELEMENTSOF(own), d);
     ws_policy_set_unref(pset);
+    if (err < 0)
+        return err;
+
+    /* What the workspace is besides its provider. */
+    bool shell = want && want->shell;
+    err = open_lifetime(r, req->lifetime, &life.ttl_ms, &life.idle_timeout_ms, d);
+    if (err == 0)
+        err = check_labels(req, d);
+    if (err == 0 && name[0])
+        err = ws_name_check(name, d);
+    if (err == 0)
+        err = check_vars(p, shell, (void *const *)req->env, req->n_env, WS_WORKSPACE_ENV_MAX,
+                         WS_WORKSPACE_ENV_BYTES_MAX, "env", d);
+    if (err == 0)
+        err = check_vars(p, shell, (void *const *)req->secrets, req->n_secrets, WS_SECRETS_MAX,
+                         WS_SECRETS_BYTES_MAX, "secrets", d);
     if (err < 0)
         return err;
 
@@ -1096,9 +1555,30 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
             return err;
     }
 
+    if (name[0]) {
+        pending = calloc(1, sizeof(*pending));
+        if (!pending)
+            return -ENOMEM;
+        snprintf(pending->tenant, sizeof(pending->tenant), "%s", tenant_or_default(tenant));
+        snprintf(pending->name, sizeof(pending->name), "%s", name);
+    }
     pthread_mutex_lock(&r->lock);
+    if (pending) {
+        char other[WS_ID_LEN + 1];
+
+        if (name_taken(r, pending->tenant, name, other)) {
+            pthread_mutex_unlock(&r->lock);
+            free(pending);
+            ws_diag_set(d, other[0] ? "the tenant has a workspace of that name"
+                                    : "a workspace of that name is being opened");
+            ws_diag_meta(d, "name", "%s", name);
+            ws_diag_meta(d, "workspace_id", "%s", other);
+            return -EEXIST;
+        }
+    }
     if (r->live >= r->max_workspaces) {
         pthread_mutex_unlock(&r->lock);
+        free(pending);
         ws_diag_set(d, "too many open workspaces (limit %u)", r->max_workspaces);
         ws_diag_meta(d, "quota", "open_workspaces");
         ws_diag_meta(d, "limit", "%u", r->max_workspaces);
@@ -1107,10 +1587,15 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     err = tenant_admit(r, tenant_or_default(tenant), d);
     if (err < 0) {
         pthread_mutex_unlock(&r->lock);
+        free(pending);
         return err;
     }
     r->live++;
     reserved = true;
+    if (pending) {
+        pending->next = r->pending_names;
+        r->pending_names = pending;
+    }
     pthread_mutex_unlock(&r->lock);
 
     err = id_new(id);
@@ -1139,6 +1624,12 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     rec.tenant = (char *)tenant_or_default(tenant);
     rec.uid = uid;
     rec.gid = (gid_t)uid;
+    rec.lifetime = &life;
+    rec.ttl_expires_unix_ms = life.ttl_ms ? rec.created_unix_ms + (int64_t)life.ttl_ms : 0;
+    rec.name = (char *)name;
+    err = record_maps(req, &rec, &maps);
+    if (err < 0)
+        goto out;
     /* The provider's part of the record (docker: its defaults, and never
      * a pull when the policy allows none). */
     err = p->ops->record(&open, &rec, &recorded);
@@ -1156,6 +1647,16 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
     ws->uid_held = took_uid;
     ws->uid = uid;
     ws->gid = (gid_t)uid;
+    if (req->n_secrets) {
+        struct ws_secret pairs[WS_SECRETS_MAX];
+
+        for (size_t i = 0; i < req->n_secrets; i++)
+            pairs[i] = (struct ws_secret){req->secrets[i]->key, req->secrets[i]->value};
+        err = ws_secrets_new(pairs, req->n_secrets, &ws->secrets);
+        if (err < 0)
+            goto out;
+        ws->secrets_missing = false;
+    }
     err = attach(r, ws, &open, d);
     if (err < 0)
         goto out;
@@ -1178,6 +1679,10 @@ int ws_registry_open(struct ws_registry *r, const char *tenant,
 out:
     ws_workspace_unref(ws);
     free(token);
+    record_maps_free(&maps);
+    /* Published (or failed): the table says who has the name now. */
+    if (pending)
+        name_release(r, tenant_or_default(tenant), name);
     if (err < 0 && made_dir)
         ws_storage_remove_tree(r->root_fd, id);
     /* No command ran as it: nothing to end. */
@@ -1236,14 +1741,19 @@ int ws_registry_resolve(struct ws_registry *r, const char *tenant, const uint8_t
         ws_diag_set(d, "no such workspace");
         return -WS_ENOWORKSPACE;
     }
+    char id_buf[WS_ID_LEN + 1];
+    snprintf(id_buf, sizeof(id_buf), "%s", rec->id);
     ws = find_ref(r, tenant, rec->id, &closed);
     ws_ref_record_free(rec);
     if (!ws) {
         /* Closed, lost with the process (memory), or its storage and record
          * are gone: either way the client must open a new workspace. */
+        if (closed && closed_expired(r, tenant, id_buf))
+            return expired_error(d);
         ws_diag_set(d, closed ? "the workspace was closed" : "the workspace no longer exists");
         return -WS_EEVICTED;
     }
+    touch(ws);
     err = ensure_open(r, ws, true, d);
     if (err == -WS_ENOWORKSPACE)
         err = -WS_EEVICTED;
@@ -1274,9 +1784,12 @@ int ws_registry_get(struct ws_registry *r, const char *tenant, const char *id, u
     }
     ws = find_ref(r, tenant, id, &closed);
     if (!ws) {
+        if (closed && closed_expired(r, tenant, id))
+            return expired_error(d);
         ws_diag_set(d, "no such workspace");
         return -WS_ENOWORKSPACE;
     }
+    touch(ws);
     const Workspace__V1__Capabilities *c = ws->rec->capabilities;
     if (((need_caps & WS_CAP_FS) && !(c && c->fs)) ||
         ((need_caps & WS_CAP_SHELL) && !(c && c->shell))) {
@@ -1309,6 +1822,7 @@ int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
     ws = find_ref(r, tenant, id, &closed);
     if (!ws)
         return -WS_ENOWORKSPACE;
+    touch(ws);
     /* Notice a vanished directory so Describe tells the truth; never
      * attach (nor wait for an attach): Describe answers at once. */
     pthread_mutex_lock(&ws->lock);
@@ -1333,6 +1847,15 @@ bool ws_registry_owns(struct ws_registry *r, const char *tenant, const char *id)
     return live || closed;
 }
 
+bool ws_registry_expired(struct ws_registry *r, const char *tenant, const char *id,
+                         struct ws_diag *d)
+{
+    if (!id_valid(id) || !closed_expired(r, tenant, id))
+        return false;
+    expired_error(d);
+    return true;
+}
+
 /* ---- close ---- */
 
 int ws_registry_close(struct ws_registry *r, const char *tenant, const char *id,
@@ -1341,8 +1864,19 @@ int ws_registry_close(struct ws_registry *r, const char *tenant, const char *id,
     return ws_registry_close_diag(r, tenant, id, NULL, ret_already_closed);
 }
 
+static int close_id(struct ws_registry *r, const char *tenant, const char *id, bool expired,
+                    struct ws_diag *d, bool *ret_already_closed);
+
 int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char *id,
                            struct ws_diag *d, bool *ret_already_closed)
+{
+    return close_id(r, tenant, id, false, d, ret_already_closed);
+}
+
+/* Closes the tenant's workspace id; `expired`: the reaper does, and the
+ * hooks and closed ids are told so. */
+static int close_id(struct ws_registry *r, const char *tenant, const char *id, bool expired,
+                    struct ws_diag *d, bool *ret_already_closed)
 {
     struct ws_workspace *ws;
     enum ws_state before;
@@ -1379,10 +1913,10 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
     }
     table_remove(r, ws);
     uncount(r, ws);
-    closed_add(r, ws);
+    closed_add(r, ws, expired);
     pthread_mutex_unlock(&r->lock);
 
-    forget(r, ws);
+    forget_as(r, ws, expired);
     if (has_runtime(r, ws)) {
         int err = detach_runtime(r, ws, d);
 
@@ -1405,8 +1939,10 @@ int ws_registry_close_diag(struct ws_registry *r, const char *tenant, const char
             return err;
         }
     }
-    /* Its commands ended above; what left their process trees goes now,
-     * before the files it might still be writing. */
+    /* Its commands ended above, so nothing needs its secrets any more;
+     * what left their process trees goes now, before the files it might
+     * still be writing. */
+    wipe_secrets(ws);
     end_uid_processes(r, ws);
     if (ws->provider->ops->on_disk) {
         /* Record first: a crash after this point leaves only a directory
@@ -1443,24 +1979,369 @@ void ws_registry_set_providers(struct ws_registry *r, const struct ws_providers 
 
 void ws_registry_set_busy_hook(struct ws_registry *r, ws_registry_busy_hook fn, void *userdata)
 {
-    (void)r;
-    (void)fn;
-    (void)userdata;
+    r->busy_hook = fn;
+    r->busy_hook_ud = userdata;
+}
+
+/* ---- lifetimes ---- */
+
+void ws_registry_reap(struct ws_registry *r)
+{
+    struct ws_workspace **all = NULL;
+    size_t n = 0, cap = 0;
+
+    /* Every workspace with a lifetime, with a reference: the busy hook,
+     * and the closes, run with no registry lock held. */
+    pthread_mutex_lock(&r->lock);
+    for (size_t b = 0; b < BUCKETS; b++)
+        for (struct ws_workspace *w = r->buckets[b]; w; w = w->next) {
+            const Workspace__V1__Lifetime *lt = w->rec->lifetime;
+
+            if (!w->rec->ttl_expires_unix_ms && !(lt && lt->idle_timeout_ms))
+                continue;
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 64;
+                struct ws_workspace **tmp = realloc(all, ncap * sizeof(*all));
+                if (!tmp)
+                    break;
+                all = tmp;
+                cap = ncap;
+            }
+            ws_workspace_ref(w);
+            all[n++] = w;
+        }
+    pthread_mutex_unlock(&r->lock);
+
+    for (size_t i = 0; i < n; i++) {
+        struct ws_workspace *ws = all[i];
+        const Workspace__V1__Lifetime *lt = ws->rec->lifetime;
+
+        if (lt && lt->idle_timeout_ms && r->busy_hook && r->busy_hook(r->busy_hook_ud, ws->id))
+            touch(ws);
+        pthread_mutex_lock(&ws->lock);
+        int64_t at = expires_locked(ws);
+        enum ws_state st = ws->state;
+        pthread_mutex_unlock(&ws->lock);
+        bool live = st == WS_STATE_OPEN || st == WS_STATE_CONFIGURED || st == WS_STATE_FAILED;
+        if (live && at && at <= ws_wall_ms()) {
+            struct ws_diag d = {0};
+            bool already = false;
+
+            /* A Close that cannot finish now (an attach in flight, a
+             * daemon that failed the detach) is tried again next tick. */
+            if (close_id(r, ws_workspace_tenant(ws), ws->id, true, &d, &already) == 0 && !already)
+                ws_metrics_expired(ws->provider->ops->name); /* metrics hook */
+        }
+        ws_workspace_unref(ws);
+    }
+    free(all);
+}
+
+static void *reaper_main(void *arg)
+{
+    struct ws_registry *r = arg;
+
+    pthread_mutex_lock(&r->lock);
+    while (!r->reaper_stop) {
+        pthread_mutex_unlock(&r->lock);
+        ws_registry_reap(r);
+        pthread_mutex_lock(&r->lock);
+        if (r->reaper_stop)
+            break;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)WS_REAPER_TICK_MS * 1000000L;
+        until.tv_sec += until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&r->reaper_cond, &r->lock, &until);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+int ws_registry_start_reaper(struct ws_registry *r)
+{
+    int err;
+
+    if (r->reaper_running)
+        return 0;
+    r->reaper_stop = false;
+    err = pthread_create(&r->reaper, NULL, reaper_main, r);
+    if (err)
+        return -err;
+    r->reaper_running = true;
+    return 0;
+}
+
+void ws_registry_stop_reaper(struct ws_registry *r)
+{
+    if (!r->reaper_running)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->reaper_stop = true;
+    pthread_cond_signal(&r->reaper_cond);
+    pthread_mutex_unlock(&r->lock);
+    pthread_join(r->reaper, NULL);
+    r->reaper_running = false;
+}
+
+int ws_registry_extend(struct ws_registry *r, const char *tenant, const char *id, uint64_t ttl_ms,
+                       uint64_t idle_ms, struct ws_diag *d, struct ws_workspace_info *ret)
+{
+    struct ws_workspace *ws = NULL;
+    int err;
+
+    if (!ttl_ms && !idle_ms) {
+        ws_diag_set(d, "lifetime: ttl_ms or idle_timeout_ms is required");
+        ws_diag_meta(d, "field", "lifetime");
+        return -WS_EMALFORMED;
+    }
+    if (idle_ms > WS_LIFETIME_MS_MAX || ttl_ms > WS_LIFETIME_MS_MAX) {
+        ws_diag_set(d, "lifetime over the limit of %llu ms",
+                    (unsigned long long)WS_LIFETIME_MS_MAX);
+        ws_diag_meta(d, "field", "lifetime.%s",
+                     ttl_ms > WS_LIFETIME_MS_MAX ? "ttl_ms" : "idle_timeout_ms");
+        ws_diag_meta(d, "limit", "%llu", (unsigned long long)WS_LIFETIME_MS_MAX);
+        return -WS_ELIMIT;
+    }
+    err = ws_registry_get(r, tenant, id, 0, d, &ws);
+    if (err < 0)
+        return err;
+    Workspace__V1__Lifetime *fresh = ws->rec->lifetime ? NULL : malloc(sizeof(*fresh));
+    int64_t now = ws_wall_ms();
+
+    pthread_mutex_lock(&ws->lock);
+    Record *rec = ws->rec;
+    int64_t cap_at = r->max_lifetime_ms ? rec->created_unix_ms + (int64_t)r->max_lifetime_ms : 0;
+    if (ttl_ms && cap_at && now + (int64_t)ttl_ms > cap_at) {
+        pthread_mutex_unlock(&ws->lock);
+        free(fresh);
+        ws_diag_set(d, "the workspace may live %lld ms more (--max-lifetime)",
+                    (long long)(cap_at > now ? cap_at - now : 0));
+        ws_diag_meta(d, "field", "lifetime.ttl_ms");
+        ws_diag_meta(d, "limit", "%lld", (long long)(cap_at > now ? cap_at - now : 0));
+        ws_workspace_unref(ws);
+        return -WS_ELIMIT;
+    }
+    if (!rec->lifetime) {
+        if (!fresh) {
+            pthread_mutex_unlock(&ws->lock);
+            ws_workspace_unref(ws);
+            return -ENOMEM;
+        }
+        workspace__v1__lifetime__init(fresh);
+        rec->lifetime = fresh; /* freed with the record (malloc'ed) */
+    } else {
+        free(fresh);
+    }
+    Workspace__V1__Lifetime old = *rec->lifetime;
+    int64_t old_at = rec->ttl_expires_unix_ms;
+    if (ttl_ms) {
+        rec->lifetime->ttl_ms = ttl_ms;
+        rec->ttl_expires_unix_ms = now + (int64_t)ttl_ms;
+    }
+    if (idle_ms)
+        rec->lifetime->idle_timeout_ms = idle_ms;
+    pthread_mutex_unlock(&ws->lock);
+    err = save_record(r, ws);
+    if (err < 0) {
+        pthread_mutex_lock(&ws->lock);
+        *rec->lifetime = old;
+        rec->ttl_expires_unix_ms = old_at;
+        pthread_mutex_unlock(&ws->lock);
+    }
+    if (err == 0 && ret)
+        ws_workspace_describe(ws, ret);
+    ws_workspace_unref(ws);
+    return err;
+}
+
+/* Names the record has that `s` holds no value of, comma-separated into
+ * buf; whether there is one. ws->lock held. */
+static bool missing_names(const struct ws_workspace *ws, const struct ws_secrets *s, char *buf,
+                          size_t size)
+{
+    size_t used = 0;
+    bool any = false;
+
+    if (size)
+        buf[0] = '\0';
+    for (size_t i = 0; i < ws->rec->n_secret_names; i++) {
+        const char *n = ws->rec->secret_names[i];
+        if (ws_secrets_get(s, n))
+            continue;
+        any = true;
+        if (used < size) {
+            int k = snprintf(buf + used, size - used, "%s%s", used ? "," : "", n);
+            used += k > 0 ? (size_t)k : 0;
+        }
+    }
+    return any;
 }
 
 int ws_workspace_secrets_use(struct ws_workspace *ws, const char *const *names, size_t n_names,
                              int (*fn)(void *ud, const char *name, const char *value), void *ud,
                              struct ws_diag *d)
 {
-    (void)ws;
-    (void)fn;
-    (void)ud;
-    if (n_names == 0)
-        return 0;
-    ws_diag_set(d, "the workspace has no secret of that name");
-    ws_diag_meta(d, "field", "secrets");
-    ws_diag_meta(d, "name", "%s", names[0]);
-    return -WS_EMALFORMED;
+    char missing[WS_DIAG_VALUE_MAX];
+    int err = 0;
+
+    pthread_mutex_lock(&ws->lock);
+    if (missing_names(ws, ws->secrets, missing, sizeof(missing))) {
+        pthread_mutex_unlock(&ws->lock);
+        ws_diag_set(d, "the server restarted since the workspace's secrets were given: "
+                       "SetSecrets supplies them again");
+        ws_diag_meta(d, "names", "%s", missing);
+        return -WS_ESECRETS;
+    }
+    for (size_t i = 0; i < n_names && err == 0; i++) {
+        const char *v = ws_secrets_get(ws->secrets, names[i]);
+
+        if (!v) {
+            ws_diag_set(d, "the workspace has no secret of that name");
+            ws_diag_meta(d, "field", "secrets");
+            ws_diag_meta(d, "name", "%s", names[i]);
+            err = -WS_EMALFORMED;
+            break;
+        }
+        err = fn(ud, names[i], v);
+    }
+    pthread_mutex_unlock(&ws->lock);
+    return err;
+}
+
+void ws_strv_free(char **v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+static int names_copy(char *const *names, size_t n, char ***ret)
+{
+    char **v = calloc(n ? n : 1, sizeof(*v));
+
+    if (!v)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = strdup(names[i]);
+        if (!v[i]) {
+            ws_strv_free(v, i);
+            return -ENOMEM;
+        }
+    }
+    *ret = v;
+    return 0;
+}
+
+int ws_workspace_secret_names(struct ws_workspace *ws, char ***ret, size_t *ret_n)
+{
+    int err;
+
+    pthread_mutex_lock(&ws->lock);
+    err = names_copy(ws->rec->secret_names, ws->rec->n_secret_names, ret);
+    if (err == 0)
+        *ret_n = ws->rec->n_secret_names;
+    pthread_mutex_unlock(&ws->lock);
+    return err;
+}
+
+int ws_registry_set_secrets(struct ws_registry *r, const char *tenant, const char *id,
+                            const struct ws_secret *pairs, size_t n, bool replace,
+                            struct ws_diag *d, char ***ret_names, size_t *ret_n_names,
+                            bool *ret_missing)
+{
+    struct ws_guard_env env[WS_SECRETS_MAX];
+    struct ws_workspace *ws = NULL;
+    struct ws_secrets *set = NULL, *old;
+    char **names = NULL, **old_names;
+    size_t n_names = 0, old_n;
+    int err;
+
+    if (n > WS_SECRETS_MAX) {
+        ws_diag_set(d, "more than %d secrets", WS_SECRETS_MAX);
+        ws_diag_meta(d, "field", "secrets");
+        ws_diag_meta(d, "limit", "%d", WS_SECRETS_MAX);
+        return -WS_ELIMIT;
+    }
+    for (size_t i = 0; i < n; i++)
+        env[i] = (struct ws_guard_env){.name = pairs[i].name, .value = pairs[i].value};
+    err = ws_registry_get(r, tenant, id, WS_CAP_SHELL, d, &ws);
+    if (err < 0)
+        return err;
+    const struct ws_provider_exec_env *xe = ws->provider->ops->exec_env;
+    err = ws_guard_check_env(xe && xe->on_host, env, n, d);
+    if (err < 0) {
+        ws_diag_meta(d, "field", "secrets");
+        goto out;
+    }
+    pthread_mutex_lock(&ws->lock);
+    err = replace ? ws_secrets_new(pairs, n, &set) : ws_secrets_merge(ws->secrets, pairs, n, &set);
+    /* The names: the record's (unless replaced) and the new ones. */
+    if (err == 0) {
+        names = calloc(ws->rec->n_secret_names + n + 1, sizeof(*names));
+        if (!names)
+            err = -ENOMEM;
+    }
+    for (size_t i = 0; err == 0 && !replace && i < ws->rec->n_secret_names; i++)
+        names[n_names++] = ws->rec->secret_names[i];
+    for (size_t i = 0; err == 0 && i < n; i++) {
+        bool dup = false;
+        for (size_t j = 0; j < n_names && !dup; j++)
+            dup = strcmp(names[j], pairs[i].name) == 0;
+        if (!dup)
+            names[n_names++] = (char *)pairs[i].name;
+    }
+    size_t total = 0;
+    for (size_t i = 0; err == 0 && i < ws_secrets_count(set); i++) {
+        const char *k, *v;
+        ws_secrets_at(set, i, &k, &v);
+        total += strlen(v);
+    }
+    if (err == 0 && (total > WS_SECRETS_BYTES_MAX || n_names > WS_SECRETS_MAX)) {
+        ws_diag_set(d, "the workspace's secrets would exceed %d names or %d bytes", WS_SECRETS_MAX,
+                    WS_SECRETS_BYTES_MAX);
+        ws_diag_meta(d, "field", "secrets");
+        ws_diag_meta(d, "limit", "%d", WS_SECRETS_BYTES_MAX);
+        err = -WS_ELIMIT;
+    }
+    char **copy = NULL;
+    if (err == 0)
+        err = names_copy(names, n_names, &copy);
+    free(names);
+    if (err < 0) {
+        pthread_mutex_unlock(&ws->lock);
+        ws_secrets_free(set);
+        goto out;
+    }
+    old_names = ws->rec->secret_names;
+    old_n = ws->rec->n_secret_names;
+    ws->rec->secret_names = copy;
+    ws->rec->n_secret_names = n_names;
+    pthread_mutex_unlock(&ws->lock);
+    err = save_record(r, ws);
+    pthread_mutex_lock(&ws->lock);
+    if (err < 0) {
+        ws->rec->secret_names = old_names;
+        ws->rec->n_secret_names = old_n;
+        pthread_mutex_unlock(&ws->lock);
+        ws_strv_free(copy, n_names);
+        ws_secrets_free(set);
+        goto out;
+    }
+    ws_strv_free(old_names, old_n);
+    old = ws->secrets;
+    ws->secrets = set;
+    char missing[WS_DIAG_VALUE_MAX];
+    ws->secrets_missing = missing_names(ws, set, missing, sizeof(missing));
+    *ret_missing = ws->secrets_missing;
+    err = names_copy(ws->rec->secret_names, ws->rec->n_secret_names, ret_names);
+    *ret_n_names = ws->rec->n_secret_names;
+    pthread_mutex_unlock(&ws->lock);
+    ws_secrets_free(old);
+out:
+    ws_workspace_unref(ws);
+    return err;
 }
 
 void ws_registry_set_close_hook(struct ws_registry *r, ws_registry_close_hook fn, void *userdata)
@@ -2000,6 +2881,11 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     r->say_ud = cfg->say_ud;
     pthread_mutex_init(&r->lock, NULL);
     pthread_mutex_init(&r->policy_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->reaper_cond, &ca);
+    pthread_condattr_destroy(&ca);
     if (cfg->policy) {
         r->policy = ws_policy_set_ref(cfg->policy);
     } else {
@@ -2008,6 +2894,7 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
             err = ws_policy_set_finish(r->policy);
         if (err < 0) {
             ws_policy_set_unref(r->policy);
+            pthread_cond_destroy(&r->reaper_cond);
             pthread_mutex_destroy(&r->policy_lock);
             pthread_mutex_destroy(&r->lock);
             free(r);
@@ -2015,6 +2902,11 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
         }
     }
     r->max_workspaces = cfg->max_workspaces ? cfg->max_workspaces : WS_DEFAULT_MAX_WORKSPACES;
+    r->max_lifetime_ms = cfg->max_lifetime_ms;
+    r->default_idle_ms = cfg->default_idle_timeout_ms;
+    err = ws_requests_new(&r->requests);
+    if (err < 0)
+        goto fail;
     r->tenant_max_workspaces = cfg->tenant_max_workspaces;
     r->tenant_opens_per_minute = cfg->tenant_opens_per_minute;
     r->tenant_max_bytes = cfg->tenant_max_bytes;
@@ -2083,6 +2975,7 @@ void ws_registry_free(struct ws_registry *r)
 {
     if (!r)
         return;
+    ws_registry_stop_reaper(r);
     for (size_t b = 0; b < BUCKETS; b++)
         while (r->buckets[b]) {
             struct ws_workspace *w = r->buckets[b];
@@ -2109,6 +3002,13 @@ void ws_registry_free(struct ws_registry *r)
     ws_uids_lease_free(r->uid_lease);
     ws_memquota_free(r->memquota);
     ws_policy_set_unref(r->policy);
+    ws_requests_free(r->requests);
+    while (r->pending_names) {
+        struct pending_name *p = r->pending_names;
+        r->pending_names = p->next;
+        free(p);
+    }
+    pthread_cond_destroy(&r->reaper_cond);
     pthread_mutex_destroy(&r->policy_lock);
     pthread_mutex_destroy(&r->lock);
     free(r);

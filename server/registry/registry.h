@@ -150,7 +150,22 @@ struct ws_registry_config {
      * error. */
     void (*say)(void *ud, bool error, const char *message);
     void *say_ud;
+    /* Lifetimes (OpenRequest.lifetime): no workspace lives longer than
+     * max_lifetime_ms from its Open (0: no cap; a workspace that asks no
+     * ttl gets it), and one that asks no idle timeout gets
+     * default_idle_timeout_ms (0: none). */
+    uint64_t max_lifetime_ms;
+    uint64_t default_idle_timeout_ms;
 };
+
+/* Longest ttl or idle timeout a workspace may ask (ten years), whatever
+ * the caps. */
+#define WS_LIFETIME_MS_MAX (10ull * 365 * 24 * 3600 * 1000)
+/* Limits of a workspace's env (OpenRequest.env). */
+#define WS_WORKSPACE_ENV_MAX       64
+#define WS_WORKSPACE_ENV_BYTES_MAX (32 * 1024)
+/* How often the reaper looks for expired workspaces. */
+#define WS_REAPER_TICK_MS 500
 
 enum ws_state {
     WS_STATE_CONFIGURED = 1,
@@ -195,7 +210,13 @@ struct ws_policy_set *ws_registry_policy(struct ws_registry *r);
 /* The server-wide provider mask (providers_enabled; 0: all). */
 unsigned ws_registry_providers_enabled(const struct ws_registry *r);
 
-/* Errors: -WS_EMALFORMED (no provider config, invalid config),
+/* Besides the provider: lifetime, labels, name, env, secrets and
+ * request_id as workspaces.proto documents them. A request_id seen in the
+ * window returns that Open's workspace (a new reference, 0) instead of
+ * opening another; -WS_EREQUESTID, -EAGAIN (still opening) or
+ * -WS_EEVICTED (closed since) otherwise. A name the tenant's open
+ * workspaces have is -EEXIST (metadata name, workspace_id).
+ * Errors: -WS_EMALFORMED (no provider config, invalid config),
  * -WS_EDISABLED (the provider is not enabled),
  * -WS_EPOLICY (the tenant's policy refuses it: metadata "rule" and the
  * item; a docker Open without pulls allowed is made PULL_NEVER),
@@ -235,6 +256,10 @@ int ws_registry_peek(struct ws_registry *r, const char *tenant, const char *id,
  * nobody's). For what outlives a workspace, like its audit log, so another
  * tenant never learns anything about it. */
 bool ws_registry_owns(struct ws_registry *r, const char *tenant, const char *id);
+/* Whether id is a workspace of `tenant` that this run closed because it
+ * expired; then d is filled (message, cause=expired). */
+bool ws_registry_expired(struct ws_registry *r, const char *tenant, const char *id,
+                         struct ws_diag *d);
 
 /* Closes: terminal, idempotent (*ret_already_closed = true the second
  * time). Removes the workspace's record and storage. Unknown id:
@@ -311,7 +336,55 @@ struct ws_workspace_info {
     int64_t last_success_at_ms;
     int64_t last_error_at_ms;
     char last_error[WS_DIAG_MESSAGE_MAX + 64];
+    /* Its lifetime now: when it expires (0: never), the ttl and idle
+     * timeout in force, its last activity (wall ms). */
+    int64_t expires_at_ms;
+    uint64_t ttl_ms;
+    uint64_t idle_timeout_ms;
+    int64_t activity_ms;
+    bool secrets_missing;
 };
+
+/* ---- lifetimes ----
+ *
+ * A workspace expires at the earlier of its ttl (recorded as an absolute
+ * time, so it survives a restart) and its last activity plus its idle
+ * timeout. Activity: every ws_registry_get, _resolve and _peek of it, and
+ * every reaper tick at which the busy hook says it is busy. The reaper
+ * closes an expired workspace exactly like ws_registry_close, with the
+ * close hook told `expired`; its id and ref then answer -WS_EEVICTED with
+ * metadata cause=expired for the rest of the run. */
+
+/* Starts and stops the reaper thread (start after the hooks and providers
+ * are set; stop before they go). -errno of pthread_create. */
+int ws_registry_start_reaper(struct ws_registry *r);
+void ws_registry_stop_reaper(struct ws_registry *r);
+/* One reaper pass, on the calling thread. */
+void ws_registry_reap(struct ws_registry *r);
+
+/* Workspaces.Extend: ttl_ms > 0 makes it expire ttl_ms from now,
+ * idle_ms > 0 replaces its idle timeout. Errors: those of
+ * ws_registry_get, -WS_EMALFORMED (both 0), -WS_ELIMIT (past
+ * max_lifetime_ms from its Open: metadata field, limit), or the record's
+ * write. *ret describes it after the change. */
+int ws_registry_extend(struct ws_registry *r, const char *tenant, const char *id, uint64_t ttl_ms,
+                       uint64_t idle_ms, struct ws_diag *d, struct ws_workspace_info *ret);
+
+struct ws_secret;
+/* Workspaces.SetSecrets: merges the n pairs into what the workspace holds
+ * (`replace`: they become all of it) and records their names. Errors:
+ * those of ws_registry_get, -WS_EMALFORMED / -WS_ELIMIT / -WS_EENVDENIED
+ * for a bad name or size (a name in the diag, never a value). On success
+ * *ret_names (n_names, malloc'ed, ws_strv_free) are the names now and
+ * *ret_missing whether some still lack a value. */
+int ws_registry_set_secrets(struct ws_registry *r, const char *tenant, const char *id,
+                            const struct ws_secret *pairs, size_t n, bool replace,
+                            struct ws_diag *d, char ***ret_names, size_t *ret_n_names,
+                            bool *ret_missing);
+/* The names of ws's secrets (recorded), as a malloc'ed copy. -ENOMEM. */
+int ws_workspace_secret_names(struct ws_workspace *ws, char ***ret, size_t *ret_n);
+/* Frees n strings and their array; accepts NULL. */
+void ws_strv_free(char **v, size_t n);
 
 const char *ws_workspace_id(const struct ws_workspace *ws);
 /* The owning tenant (never empty). */

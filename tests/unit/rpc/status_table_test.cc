@@ -139,6 +139,7 @@ const std::map<std::string, grpc_status_code> kCodes = {
     {"UNIMPLEMENTED", GRPC_STATUS_UNIMPLEMENTED},
     {"INTERNAL", GRPC_STATUS_INTERNAL},
     {"UNAVAILABLE", GRPC_STATUS_UNAVAILABLE},
+    {"OUT_OF_RANGE", GRPC_STATUS_OUT_OF_RANGE},
 };
 
 // The code each value's comment in the proto documents (its first word) is

@@ -2048,11 +2048,9 @@ static void *reaper_main(void *arg)
         pthread_mutex_lock(&r->lock);
         if (r->reaper_stop)
             break;
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)WS_REAPER_TICK_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
+        int64_t ns = ws_mono_ns() + (int64_t)WS_REAPER_TICK_MS * WS_NSEC_PER_MSEC;
+        struct timespec until = {.tv_sec = (time_t)(ns / WS_NSEC_PER_SEC),
+                                 .tv_nsec = (long)(ns % WS_NSEC_PER_SEC)};
         pthread_cond_timedwait(&r->reaper_cond, &r->lock, &until);
     }
     pthread_mutex_unlock(&r->lock);

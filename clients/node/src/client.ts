@@ -6,7 +6,10 @@ import type { CallOptions } from './transport';
 import { resolveProtoDir } from './proto';
 import { DEFAULT_RETRY_POLICY, RetryPolicy, withRetry } from './retry';
 import { TlsFiles, tlsFiles, TlsOptions, Transport } from './transport';
-import { Workspace } from './workspace';
+import { randomUUID } from 'node:crypto';
+
+import { EvictionRetry, Workspace } from './workspace';
+import type { Lifetime } from './workspace';
 import type { Capabilities } from '../gen/workspace/v1/Capabilities';
 import type { DockerConfig } from '../gen/workspace/v1/DockerConfig';
 import type { LocalBashConfig } from '../gen/workspace/v1/LocalBashConfig';
@@ -17,6 +20,7 @@ import type { ProviderInfo__Output } from '../gen/workspace/v1/ProviderInfo';
 import type { RuntimeInfo__Output } from '../gen/workspace/v1/RuntimeInfo';
 import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
 import type { WorkspaceSummary__Output } from '../gen/workspace/v1/WorkspaceSummary';
+import type { ListRequest } from '../gen/workspace/v1/ListRequest';
 
 export type { Capabilities, CallOptions, DockerConfig, LocalBashConfig, LocalSandboxConfig, TlsFiles, TlsOptions };
 export { tlsFiles };
@@ -24,6 +28,8 @@ export type ProviderInfo = ProviderInfo__Output;
 /** A docker runtime ("runc", "runsc") and whether an Open may name it now. */
 export type RuntimeInfo = RuntimeInfo__Output;
 export type WorkspaceSummary = WorkspaceSummary__Output;
+/** One page of Client.list(): the summaries, and the token of the next page ("" on the last). */
+export type WorkspacePage = WorkspaceSummary[] & { nextPageToken: string };
 /** The operator's policy for the caller's tenant: what an Open may ask for. */
 export type Policy = Policy__Output;
 
@@ -76,6 +82,14 @@ export interface ConnectOptions {
    */
   deadlineMs?: number;
   channelOptions?: grpc.ChannelOptions;
+  /**
+   * The default of Workspace.resolveOnEviction (default true): a call that
+   * meets WORKSPACE_EVICTED resolves the workspace's ref once and, when
+   * that succeeds, is made once more (see Workspace).
+   */
+  resolveOnEviction?: boolean;
+  /** Called each time a workspace handle tried that (recovered or not), e.g. to log or count it. */
+  onEvictionRetry?: (event: EvictionRetry) => void;
 }
 
 /**
@@ -97,7 +111,56 @@ export type ProviderConfig =
 export interface OpenOptions extends CallOptions {
   /** Overrides of the client's open retry policy; { maxAttempts: 1 } disables retries. */
   retry?: Partial<RetryPolicy>;
+  /**
+   * How long it lives, in milliseconds: `ttlMs` from Open (extend() moves
+   * it; absent: no limit of its own, the server's --max-lifetime still
+   * caps it), `idleTimeoutMs` after its last activity (absent: the
+   * server's default).
+   */
+  lifetime?: Lifetime;
+  /** Labels, for list({ labelSelector }). */
+  labels?: Record<string, string>;
+  /** A name unique among the caller's open workspaces ([a-z0-9-], 1-63); taken: AlreadyExists. */
+  name?: string;
+  /** Environment every command of the workspace gets (a command's own env overrides it). */
+  env?: Record<string, string>;
+  /**
+   * Secrets, held in the server's memory only: a command gets one in its
+   * environment only when it names it (ExecOptions.secrets).
+   */
+  secrets?: Record<string, string>;
+  /**
+   * Makes the open idempotent: an open with the same id within 10 minutes
+   * returns the workspace the first one opened. Default: a fresh random
+   * one (newRequestId()) per open() call, sent again by every retry of
+   * that call, so that a retry whose first attempt's answer was lost can
+   * never open a second workspace.
+   */
+  requestId?: string;
+  /** Overrides the client's resolveOnEviction for this workspace. */
+  resolveOnEviction?: boolean;
 }
+
+export interface ListOptions extends CallOptions {
+  /**
+   * Comma-separated requirements on the labels, all of which must hold:
+   * "key=value", "key!=value", "key", "!key".
+   */
+  labelSelector?: string;
+  /** Only the workspace of this name. */
+  name?: string;
+  /** At most this many per page (0 or absent: the server's 100; at most 1000). */
+  pageSize?: number;
+  /** nextPageToken of the previous page, with the same filters. */
+  pageToken?: string;
+}
+
+/** A fresh random request id for Open (what open() sends when given none). */
+export function newRequestId(): string {
+  return `node-${randomUUID()}`;
+}
+
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 
 export interface ResolveOptions extends CallOptions {
   /**
@@ -125,8 +188,29 @@ function providerField(p: ProviderConfig): Pick<OpenRequest, 'memory' | 'localBa
 }
 
 /** The OpenRequest that Client.open sends. @internal */
-export function openRequest(provider: ProviderConfig, capabilities?: Capabilities): OpenRequest {
-  return { ...providerField(provider), capabilities: capabilities ?? null };
+export function openRequest(provider: ProviderConfig, capabilities?: Capabilities, opts: OpenOptions = {}): OpenRequest {
+  if (opts.requestId !== undefined && !REQUEST_ID.test(opts.requestId)) {
+    throw new TypeError(`requestId: 1-128 characters of [A-Za-z0-9._:-], not ${JSON.stringify(opts.requestId)}`);
+  }
+  const ms = (v: number | undefined, what: string) => {
+    if (v === undefined) return 0;
+    if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw new TypeError(`${what}: milliseconds >= 0, not ${String(v)}`);
+    return Math.ceil(v);
+  };
+  const lifetime = opts.lifetime
+    ? { ttlMs: ms(opts.lifetime.ttlMs, 'lifetime.ttlMs'), idleTimeoutMs: ms(opts.lifetime.idleTimeoutMs, 'lifetime.idleTimeoutMs') }
+    : null;
+  // Only the fields given: the encoder writes an empty string it is handed.
+  return {
+    ...providerField(provider),
+    capabilities: capabilities ?? null,
+    ...(lifetime ? { lifetime } : {}),
+    ...(opts.labels ? { labels: opts.labels } : {}),
+    ...(opts.name ? { name: opts.name } : {}),
+    ...(opts.env ? { env: opts.env } : {}),
+    ...(opts.secrets ? { secrets: opts.secrets } : {}),
+    ...(opts.requestId ? { requestId: opts.requestId } : {}),
+  };
 }
 
 export class Client {
@@ -134,6 +218,10 @@ export class Client {
   readonly transport: Transport;
   readonly address: string;
   private readonly openRetry: RetryPolicy;
+  /** The default of Workspace.resolveOnEviction for the workspaces this client opens and resolves. */
+  resolveOnEviction: boolean;
+  /** Called with an EvictionRetry each time a workspace handle re-resolved (or tried to). */
+  onEvictionRetry?: (event: EvictionRetry) => void;
 
   constructor(opts: ConnectOptions = {}) {
     // An empty $WORKSPACED_ADDR counts as unset, like $WORKSPACED_TOKEN.
@@ -148,6 +236,16 @@ export class Client {
       defaultDeadlineMs: opts.deadlineMs,
     });
     this.openRetry = { ...DEFAULT_RETRY_POLICY, ...opts.openRetry };
+    this.resolveOnEviction = opts.resolveOnEviction ?? true;
+    this.onEvictionRetry = opts.onEvictionRetry;
+  }
+
+  /** What a new Workspace handle takes from its client. */
+  private handleOptions(resolveOnEviction?: boolean) {
+    return {
+      resolveOnEviction: resolveOnEviction ?? this.resolveOnEviction,
+      onEvictionRetry: (e: EvictionRetry) => this.onEvictionRetry?.(e),
+    };
   }
 
   /**
@@ -158,17 +256,24 @@ export class Client {
    * (Workspace.node); Open itself is never pinned, so a retry may land on
    * another node. The deadline (`deadlineMs`) covers all the attempts and
    * the backoffs between them; an abort of `signal` ends them at once.
+   * Every attempt sends the same requestId (see OpenOptions.requestId).
    */
   open(provider: ProviderConfig, capabilities?: Capabilities, opts: OpenOptions = {}): Promise<Workspace> {
     const policy = { ...this.openRetry, ...opts.retry };
-    const req = openRequest(provider, capabilities);
+    let req: OpenRequest;
+    try {
+      req = openRequest(provider, capabilities, { ...opts, requestId: opts.requestId ?? newRequestId() });
+    } catch (e) {
+      return Promise.reject(e);
+    }
     const t = this.transport;
     const call = t.resolveCall(opts);
+    const handle = this.handleOptions(opts.resolveOnEviction);
     return withRetry(
       policy,
       async () => {
         const { res, node } = await t.unaryWithNode(t.workspaces.Open.bind(t.workspaces), req, undefined, call);
-        return new Workspace(t, res.workspace!, node);
+        return new Workspace(t, res.workspace!, node, handle);
       },
       opts.signal,
     );
@@ -183,7 +288,7 @@ export class Client {
     const token = typeof ref === 'string' ? Buffer.from(ref, 'base64url') : Buffer.isBuffer(ref) ? ref : ref.token;
     const t = this.transport;
     const { res, node } = await t.unaryWithNode(t.workspaces.Resolve.bind(t.workspaces), { ref: { token } }, opts.node, opts);
-    return new Workspace(t, res.workspace!, node ?? opts.node);
+    return new Workspace(t, res.workspace!, node ?? opts.node, this.handleOptions());
   }
 
   /** All four provider kinds, probed live by the server. */
@@ -218,10 +323,36 @@ export class Client {
     return res.policy;
   }
 
-  /** Workspaces the server knows. */
-  async list(opts: CallOptions = {}): Promise<WorkspaceSummary[]> {
+  /**
+   * One page of the caller's workspaces that are not closed, in id order,
+   * filtered by labels or name; `nextPageToken` asks for the next page.
+   * listAll() walks every page.
+   */
+  async list(opts: ListOptions = {}): Promise<WorkspacePage> {
     const t = this.transport;
-    return (await t.unary(t.workspaces.List.bind(t.workspaces), {}, undefined, opts)).workspaces;
+    const req: ListRequest = {
+      labelSelector: opts.labelSelector ?? '',
+      name: opts.name ?? '',
+      pageSize: opts.pageSize ?? 0,
+      pageToken: opts.pageToken ?? '',
+    };
+    const res = await t.unary(t.workspaces.List.bind(t.workspaces), req, undefined, opts);
+    // Not enumerable: the page still compares and prints as the plain
+    // array of summaries it always was.
+    return Object.defineProperty(res.workspaces, 'nextPageToken', { value: res.nextPageToken, enumerable: false }) as WorkspacePage;
+  }
+
+  /**
+   * Every workspace list() finds with these filters, page after page
+   * (`for await`); each page is one call, under its own deadline.
+   */
+  async *listAll(opts: Omit<ListOptions, 'pageToken'> = {}): AsyncGenerator<WorkspaceSummary> {
+    let pageToken = '';
+    do {
+      const page = await this.list({ ...opts, pageToken });
+      yield* page;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
   }
 
   /** grpc.health.v1 status of the server ("SERVING"); a service it does not serve is NoSuchService. */

@@ -46,7 +46,17 @@ export class WorkspacedError extends Error {
 // One class per value of enum workspace.v1.ErrorReason
 // (proto/workspace/v1/common.proto), whose names are the ErrorInfo
 // reasons; test/reasons.test.ts fails when the two lists differ.
-export class WorkspaceEvicted extends WorkspacedError {}
+/**
+ * The workspace's storage is gone, it was closed, or its lifetime ran out:
+ * open a new one. A Workspace handle has already tried to resolve its ref
+ * once before throwing this (see Workspace).
+ */
+export class WorkspaceEvicted extends WorkspacedError {
+  /** Why, when the server says: "expired" (its ttl or idle timeout ran out). */
+  get evictionCause(): string | undefined {
+    return this.metadata.cause || undefined;
+  }
+}
 /** The provider's backend is not usable; `transient` says whether to retry. */
 export class WorkspaceFailed extends WorkspacedError {}
 export class PathEscape extends WorkspacedError {}
@@ -153,6 +163,34 @@ export class StdinClosed extends WorkspacedError {}
 export class NoPty extends WorkspacedError {}
 /** grpc.health.v1.Health: the service named is not served. */
 export class NoSuchService extends WorkspacedError {}
+/**
+ * The server restarted since the workspace's secrets were given and no
+ * longer holds them: its commands are refused until Workspace.setSecrets
+ * gives them again.
+ */
+export class SecretsMissing extends WorkspacedError {
+  /** The secret names the server lacks. */
+  get names(): string[] {
+    return (this.metadata.names ?? '').split(',').filter(Boolean);
+  }
+}
+/** Open: the requestId was used within the last minutes for a different request. */
+export class RequestIdReused extends WorkspacedError {
+  /** The workspace the earlier request with that id opened. */
+  get workspaceId(): string | undefined {
+    return this.metadata.workspace_id || undefined;
+  }
+}
+/**
+ * sendInput's offset is past the bytes the process's stdin has taken:
+ * bytes would be missing. `expectedOffset` is where the next byte goes.
+ */
+export class InputGap extends WorkspacedError {
+  get expectedOffset(): number | undefined {
+    const v = this.metadata.offset;
+    return v !== undefined && /^\d+$/.test(v) ? Number(v) : undefined;
+  }
+}
 
 /**
  * The caller aborted the call through its AbortSignal (the `signal` call
@@ -227,6 +265,9 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   STDIN_CLOSED: StdinClosed,
   NO_PTY: NoPty,
   NO_SUCH_SERVICE: NoSuchService,
+  SECRETS_MISSING: SecretsMissing,
+  REQUEST_ID_REUSED: RequestIdReused,
+  INPUT_GAP: InputGap,
 });
 
 /** Classes of the codes that arrive without ErrorInfo (see toWorkspacedError). */

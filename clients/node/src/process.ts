@@ -5,8 +5,9 @@
 import { constants as osConstants } from 'node:os';
 import * as grpc from '@grpc/grpc-js';
 
-import { CallAborted, WorkspacedError } from './errors';
+import { CallAborted, WorkspaceEvicted, WorkspacedError } from './errors';
 import { onAbort } from './transport';
+import type { CallOptions } from './transport';
 import type { ResolvedCall, Transport } from './transport';
 import type { Exited__Output } from '../gen/workspace/v1/Exited';
 import type { ProcessEvent__Output } from '../gen/workspace/v1/ProcessEvent';
@@ -60,6 +61,37 @@ const STREAM_OF_GAP: Record<string, StreamName> = {
   OUTPUT_STREAM_PTY: 'pty',
 };
 
+/**
+ * What a handle needs to re-resolve its workspace after WORKSPACE_EVICTED:
+ * resolves with the workspace (id and node) to start again on, or
+ * undefined when the call must fail with the eviction. @internal
+ */
+export type Reresolve = (err: WorkspaceEvicted) => Promise<{ workspaceId: string; node?: string } | undefined>;
+
+/** Options of sendInput. */
+export interface SendInputOptions extends CallOptions {
+  /**
+   * The stdin offset of data[0]: bytes the process already took are
+   * skipped (a retried send delivers nothing twice), and an offset past
+   * them is InputGap. Absent: appended after whatever it took.
+   */
+  offset?: number;
+}
+
+/**
+ * The unary stdin and terminal calls on one process (Exec.SendInput,
+ * CloseInput, Resize), by id or tag: Workspace.process() makes one. Each
+ * method is one call (sendInput of more than 1 MiB: several).
+ */
+export interface InputControl {
+  /** Feeds stdin; resolves with the stdin offset after the bytes. */
+  sendInput(data: Buffer | Uint8Array | string, opts?: SendInputOptions): Promise<number>;
+  /** Closes stdin (idempotent); resolves with the bytes it took in all. */
+  closeInput(opts?: CallOptions): Promise<number>;
+  /** Resizes the terminal (NoPty for a process without one). */
+  resize(rows: number, cols: number, opts?: CallOptions): Promise<void>;
+}
+
 /** Swallows a rejection nobody may ever observe (Node aborts on unhandled ones). */
 function quiet<T>(p: Promise<T>): Promise<T> {
   p.catch(() => undefined);
@@ -86,9 +118,15 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
   info?: StartedInfo;
 
   protected readonly transport: Transport;
-  protected readonly workspaceId: string;
+  protected workspaceId: string;
   /** The node the workspace is pinned to (behind a front proxy). */
-  protected readonly node?: string;
+  protected node?: string;
+  /** The unary calls on this process by id (set by Workspace). @internal */
+  control?: (id: string) => InputControl;
+  /** Re-resolves the workspace when the stream met an eviction before `started`. @internal */
+  reresolve?: Reresolve;
+  /** The eviction retry was used (at most once per handle). */
+  protected evictionTried = false;
   /** Next stream offset not yet handed out, per stream (to de-duplicate a resume). */
   protected readonly next: Record<StreamName, number> = { stdout: 0, stderr: 0, pty: 0 };
   private readonly startedD = deferred<StartedInfo>();
@@ -238,6 +276,48 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
     return this.exitD.promise;
   }
 
+  /** The unary calls on this process, once it started. */
+  private async inputControl(): Promise<InputControl> {
+    const info = await this.started;
+    if (!this.control) throw new WorkspacedError(grpc.status.FAILED_PRECONDITION, '', 'this handle has no workspace');
+    return this.control(info.id);
+  }
+
+  /**
+   * Feeds stdin through Exec.SendInput (the process was started with
+   * stdin or a PTY), at `opts.offset` or appended; resolves with the stdin
+   * offset after the bytes. Works on any handle, an attached one included.
+   */
+  async sendInput(data: Buffer | Uint8Array | string, opts: SendInputOptions = {}): Promise<number> {
+    return (await this.inputControl()).sendInput(data, opts);
+  }
+
+  /** Closes stdin through Exec.CloseInput; resolves with the bytes it took. */
+  async closeInput(opts: CallOptions = {}): Promise<number> {
+    return (await this.inputControl()).closeInput(opts);
+  }
+
+  /**
+   * Whether a stream that failed with `err` before `started` may be made
+   * again after a successful re-resolve: it met WORKSPACE_EVICTED, nothing
+   * ran, and no retry was made yet. On true, `restart` is called with the
+   * workspace to use; on a failed re-resolve the handle fails with `err`.
+   */
+  protected retryEviction(err: WorkspacedError, restart: () => void): boolean {
+    if (!(err instanceof WorkspaceEvicted) || this.info || this.evictionTried || !this.reresolve) return false;
+    this.evictionTried = true;
+    this.reresolve(err).then(
+      (target) => {
+        if (!target) return this.finish(err);
+        this.workspaceId = target.workspaceId;
+        this.node = target.node;
+        restart();
+      },
+      () => this.finish(err),
+    );
+    return true;
+  }
+
   /** Reads every remaining event: output of each stream concatenated, plus the exit. */
   async collect(): Promise<{ stdout: Buffer; stderr: Buffer; pty: Buffer; gaps: GapEvent[]; exited: ExitResult }> {
     const parts: Record<StreamName, Buffer[]> = { stdout: [], stderr: [], pty: [] };
@@ -275,14 +355,26 @@ export class AttachedProcess extends ProcessStream {
       p.finish(new CallAborted(call.signal.reason));
       return p;
     }
-    p.call = t.exec.Attach(
-      { workspaceId, id: target.id ?? '', tag: target.tag ?? '', offset },
-      t.metadata(node),
-      t.grpcOptions(call),
-    );
-    p.pump(p.call);
+    const begin = () => {
+      p.call = t.exec.Attach(
+        { workspaceId: p.workspaceId, id: target.id ?? '', tag: target.tag ?? '', offset },
+        t.metadata(p.node),
+        t.grpcOptions(call),
+      );
+      p.pump(p.call, (err) => p.retryEviction(err, begin));
+    };
+    // The caller sets reresolve and control right after this returns,
+    // before any event can arrive.
+    begin();
     p.unwatch = onAbort(call.signal, () => p.detach());
     return p;
+  }
+
+  /** Resizes the process's terminal through Exec.Resize. */
+  async resize(rows: number, cols: number, opts: CallOptions = {}): Promise<void> {
+    const info = await this.started;
+    if (!this.control) throw new WorkspacedError(grpc.status.FAILED_PRECONDITION, '', 'this handle has no workspace');
+    await this.control(info.id).resize(rows, cols, opts);
   }
 
   /** Stops following (the process keeps running). */
@@ -304,6 +396,8 @@ export class Process extends ProcessStream {
   private call!: grpc.ClientDuplexStream<StartRequest, ProcessEvent__Output>;
   private cancelled = false;
   private requestsClosed = false;
+  /** Something went on the stream after the start message (stdin, a signal). */
+  private sentMore = false;
 
   /** @internal */
   static start(t: Transport, req: StartOptions, node?: string, call: ResolvedCall = { resolved: true }): Process {
@@ -315,9 +409,13 @@ export class Process extends ProcessStream {
       p.finish(new CallAborted(call.signal.reason));
       return p;
     }
-    p.call = t.exec.Start(t.metadata(node), t.grpcOptions(call));
-    p.pump(p.call, (err) => p.resumeAfterCancel(err));
-    p.call.write({ start: req });
+    const begin = () => {
+      p.requestsClosed = false;
+      p.call = t.exec.Start(t.metadata(p.node), t.grpcOptions(call));
+      p.pump(p.call, (err) => p.resumeAfterCancel(err) || (!p.cancelled && !p.sentMore && p.retryEviction(err, begin)));
+      p.call.write({ start: { ...req, workspaceId: p.workspaceId } });
+    };
+    begin();
     p.unwatch = onAbort(call.signal, () => p.cancel());
     return p;
   }
@@ -350,6 +448,7 @@ export class Process extends ProcessStream {
     if (this.done || this.requestsClosed) {
       return Promise.reject(new WorkspacedError(grpc.status.FAILED_PRECONDITION, '', 'the process stream has ended'));
     }
+    this.sentMore = true;
     return new Promise<void>((resolve, reject) => {
       // The callback fires once the message is handed to the transport,
       // which gives stdin writes backpressure.

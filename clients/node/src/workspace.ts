@@ -4,8 +4,9 @@
 import { Readable } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
 
-import { CallAborted, WorkspacedError } from './errors';
+import { CallAborted, NoSuchProcess, WorkspaceEvicted, WorkspacedError } from './errors';
 import { AttachedProcess, Process, SignalLike, signalNumber } from './process';
+import type { InputControl, SendInputOptions } from './process';
 import { onAbort } from './transport';
 import type { CallOptions, ResolvedCall, Transport, UnaryFn } from './transport';
 import type { Capabilities__Output } from '../gen/workspace/v1/Capabilities';
@@ -22,6 +23,8 @@ import type { ReadFileResponse__Output } from '../gen/workspace/v1/ReadFileRespo
 import type { Workspace__Output } from '../gen/workspace/v1/Workspace';
 import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
 import type { WriteFileRequest } from '../gen/workspace/v1/WriteFileRequest';
+import type { Lifetime__Output } from '../gen/workspace/v1/Lifetime';
+import type { SetSecretsResponse__Output } from '../gen/workspace/v1/SetSecretsResponse';
 
 export type FileInfo = FileInfo__Output;
 export type GrepMatch = GrepMatch__Output;
@@ -29,10 +32,45 @@ export type GrepSummary = GrepSummary__Output;
 export type ProcessInfo = ProcessInfo__Output;
 /**
  * What describe() reports, including the host uid and gid the workspace's
- * commands run as (`uid`, `gid`) and a docker container's runtime
- * (`container.runtime`).
+ * commands run as (`uid`, `gid`), a docker container's runtime
+ * (`container.runtime`), and its lifetime: `expiresAtUnixMs` (0: never),
+ * `lifetime`, `lastActivityAtUnixMs`, `labels`, `name`, `env`,
+ * `secretNames` (never the values) and `secretsMissing`.
  */
 export type Description = DescribeResponse__Output;
+
+/**
+ * How long a workspace lives, in milliseconds (workspace.v1.Lifetime):
+ * `ttlMs` from Open or the last extend() (0 or absent: no limit of its
+ * own), `idleTimeoutMs` after its last activity (0 or absent: none, or the
+ * server's default at Open).
+ */
+export interface Lifetime {
+  ttlMs?: number;
+  idleTimeoutMs?: number;
+}
+
+/** What setSecrets() reports: the workspace's secret names now, and whether some are still missing. */
+export type SecretsState = SetSecretsResponse__Output;
+
+/**
+ * What a workspace handle did about a call that met WORKSPACE_EVICTED
+ * (ConnectOptions.onEvictionRetry): `recovered` when Resolve(ref)
+ * succeeded and the call was made once more, else `resolveError` says why
+ * Resolve failed and `error` was thrown.
+ */
+export interface EvictionRetry {
+  workspaceId: string;
+  error: WorkspaceEvicted;
+  recovered: boolean;
+  resolveError?: WorkspacedError;
+}
+
+/** What a Workspace takes from its client. @internal */
+export interface WorkspaceHandleOptions {
+  resolveOnEviction: boolean;
+  onEvictionRetry?: (event: EvictionRetry) => void;
+}
 
 /** Anything writeFile accepts as content. */
 export type WriteData =
@@ -84,6 +122,8 @@ export interface ExecOptions extends CallOptions {
   /** Keep running after the Start stream ends. */
   background?: boolean;
   maxOutputBytes?: number;
+  /** Names of the workspace's secrets the command gets in its environment (no other secret reaches it). */
+  secrets?: string[];
 }
 
 export interface RunOptions extends Omit<ExecOptions, 'stdin' | 'background'> {
@@ -144,8 +184,16 @@ function processConfig(cmd: string | string[], o: ExecOptions): ProcessConfig {
     tag: o.tag ?? '',
     maxOutputBytes: o.maxOutputBytes ?? 0,
     background: o.background ?? false,
+    secrets: o.secrets ?? [],
   };
 }
+
+function lifetimeOf(l: Lifetime__Output | null | undefined): Lifetime {
+  return { ttlMs: l?.ttlMs ?? 0, idleTimeoutMs: l?.idleTimeoutMs ?? 0 };
+}
+
+/** Largest SendInput: the server takes at most 1 MiB per call. */
+const INPUT_CHUNK = 1024 * 1024;
 
 /** Result of grep(): iterate the matches; `summary` is set once iteration ends. */
 export class GrepResults implements AsyncIterable<GrepMatch> {
@@ -154,24 +202,33 @@ export class GrepResults implements AsyncIterable<GrepMatch> {
     private readonly call: (options: grpc.CallOptions) => grpc.ClientReadableStream<GrepResponse__Output>,
     private readonly t: Transport,
     private readonly opts: CallOptions = {},
+    private readonly reresolve?: (err: WorkspaceEvicted) => Promise<boolean>,
   ) {}
 
   async *[Symbol.asyncIterator](): AsyncIterator<GrepMatch> {
     // The deadline counts from the start of the iteration, when the call is made.
     const resolved = this.t.resolveCall(this.opts);
     if (resolved.signal?.aborted) throw new CallAborted(resolved.signal.reason);
-    const call = this.call(this.t.grpcOptions(resolved));
-    const unwatch = onAbort(resolved.signal, () => call.cancel());
-    try {
-      for await (const msg of call as AsyncIterable<GrepResponse__Output>) {
-        yield* msg.matches;
-        if (msg.summary) this.summary = msg.summary;
+    let first = true;
+    for (let attempt = 1; ; attempt++) {
+      const call = this.call(this.t.grpcOptions(resolved));
+      const unwatch = onAbort(resolved.signal, () => call.cancel());
+      try {
+        for await (const msg of call as AsyncIterable<GrepResponse__Output>) {
+          first = false;
+          yield* msg.matches;
+          if (msg.summary) this.summary = msg.summary;
+        }
+        return;
+      } catch (e) {
+        const err = this.t.failure(e, resolved.signal);
+        if (!(first && attempt === 1 && err instanceof WorkspaceEvicted && this.reresolve && (await this.reresolve(err)))) {
+          throw err;
+        }
+      } finally {
+        unwatch();
+        call.cancel(); // no-op when finished; stops the search when the caller broke out
       }
-    } catch (e) {
-      throw this.t.failure(e, resolved.signal);
-    } finally {
-      unwatch();
-      call.cancel(); // no-op when finished; stops the search when the caller broke out
     }
   }
 
@@ -183,33 +240,147 @@ export class GrepResults implements AsyncIterable<GrepMatch> {
   }
 }
 
+/**
+ * An open workspace.
+ *
+ * Eviction: when a call fails with WORKSPACE_EVICTED and
+ * `resolveOnEviction` is set (the client's default, true), the handle
+ * resolves its ref once; when that succeeds (the server still holds the
+ * workspace's storage and brought it back) it takes the workspace the
+ * server names and makes the call once more; when it fails, the call's
+ * WorkspaceEvicted is thrown (`evictionCause` "expired" for a workspace
+ * whose lifetime ran out). Never more than once per call, and only for
+ * calls that are safe to repeat: every unary call but close, writeFile of
+ * a string or bytes, and the streams (readChunks, grep, exec, attach) only
+ * when they failed before their first result: a command whose output
+ * already began is never started again.
+ */
 export class Workspace {
-  readonly id: string;
-  /** Signed, portable handle: pass it to client.resolve() later or elsewhere. */
-  readonly ref: WorkspaceRef & { token: Buffer };
+  private _id: string;
+  private _ref: WorkspaceRef & { token: Buffer };
+  private _node?: string;
   readonly provider: string;
   readonly capabilities: Capabilities__Output | null;
+  /** The name given at Open ("" without one). */
+  name = '';
+  /** The labels given at Open. */
+  labels: Record<string, string> = {};
+  /** The lifetime in force, as of Open, Resolve, extend() or describe(). */
+  lifetime: Lifetime = {};
+  /**
+   * When the workspace expires if nothing else happens, as of Open,
+   * Resolve, extend() or describe(); undefined: never. An idle timeout
+   * moves it with every activity.
+   */
+  expiresAt?: Date;
+  /** Re-resolve once on WORKSPACE_EVICTED (see the class); the client's resolveOnEviction by default. */
+  resolveOnEviction: boolean;
+  private readonly onEvictionRetry?: (event: EvictionRetry) => void;
+  private closed = false;
+
+  /** @internal */
+  constructor(
+    private readonly t: Transport,
+    w: Workspace__Output,
+    node?: string,
+    opts: WorkspaceHandleOptions = { resolveOnEviction: true },
+  ) {
+    this._id = w.id;
+    this._node = node;
+    this._ref = { token: w.ref?.token ?? Buffer.alloc(0) };
+    this.provider = w.provider;
+    this.capabilities = w.capabilities;
+    this.resolveOnEviction = opts.resolveOnEviction;
+    this.onEvictionRetry = opts.onEvictionRetry;
+    this.adopt(w);
+  }
+
+  /** The workspace id. */
+  get id(): string {
+    return this._id;
+  }
+
+  /** Signed, portable handle: pass it to client.resolve() later or elsewhere. */
+  get ref(): WorkspaceRef & { token: Buffer } {
+    return this._ref;
+  }
+
+  /**
+   * Replaces the ref the handle re-resolves with (a ref kept elsewhere).
+   * @internal
+   */
+  set ref(ref: WorkspaceRef & { token: Buffer }) {
+    this._ref = ref;
+  }
+
   /**
    * The node that holds the workspace, when a front proxy named one
    * (undefined on a direct connection). Every call about the workspace is
    * sent there; keep it with the ref and pass it to
    * client.resolve(ref, { node }) to come back later.
    */
-  readonly node?: string;
-  private closed = false;
-
-  /** @internal */
-  constructor(private readonly t: Transport, w: Workspace__Output, node?: string) {
-    this.id = w.id;
-    this.node = node;
-    this.ref = { token: w.ref?.token ?? Buffer.alloc(0) };
-    this.provider = w.provider;
-    this.capabilities = w.capabilities;
+  get node(): string | undefined {
+    return this._node;
   }
 
-  /** A unary call about this workspace, pinned to its node. */
-  private unary<Req, Res>(fn: UnaryFn<Req, Res>, req: Req, opts: CallOptions | ResolvedCall = {}): Promise<Res> {
-    return this.t.unary(fn, req, this.node, opts);
+  /** Takes the server's view of the workspace (Open, Resolve). */
+  private adopt(w: Workspace__Output): void {
+    this._id = w.id;
+    if (w.ref?.token?.length) this._ref = { token: w.ref.token };
+    this.name = w.name ?? '';
+    this.labels = { ...(w.labels ?? {}) };
+    this.lifetime = lifetimeOf(w.lifetime);
+    this.expiresAt = w.expiresAtUnixMs ? new Date(w.expiresAtUnixMs) : undefined;
+  }
+
+  /**
+   * Resolves the ref after `evicted`; true when the call may be made again
+   * (the handle now names the resolved workspace).
+   */
+  private async reresolve(evicted: WorkspaceEvicted): Promise<boolean> {
+    if (!this.resolveOnEviction || this.closed || !this._ref.token.length) return false;
+    const workspaceId = this._id;
+    try {
+      const { res, node } = await this.t.unaryWithNode(
+        this.t.workspaces.Resolve.bind(this.t.workspaces),
+        { ref: { token: this._ref.token } },
+        this._node,
+      );
+      this._node = node ?? this._node;
+      this.adopt(res.workspace!);
+    } catch (e) {
+      const resolveError = this.t.error(e);
+      this.onEvictionRetry?.({ workspaceId, error: evicted, recovered: false, resolveError });
+      return false;
+    }
+    this.onEvictionRetry?.({ workspaceId, error: evicted, recovered: true });
+    return true;
+  }
+
+  /** `call`, made once more after a successful re-resolve. */
+  private async evictable<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (e) {
+      if (!(e instanceof WorkspaceEvicted) || !(await this.reresolve(e))) throw e;
+    }
+    return call();
+  }
+
+  /** What a process handle of this workspace re-resolves with. */
+  private processReresolve = async (err: WorkspaceEvicted) =>
+    (await this.reresolve(err)) ? { workspaceId: this._id, node: this._node } : undefined;
+
+  /**
+   * A unary call about this workspace, pinned to its node, made once more
+   * after a re-resolve (the request then names the resolved workspace).
+   */
+  private unary<Req extends { workspaceId?: string }, Res>(
+    fn: UnaryFn<Req, Res>,
+    req: Req,
+    opts: CallOptions | ResolvedCall = {},
+  ): Promise<Res> {
+    return this.evictable(() => this.t.unary(fn, { ...req, workspaceId: this._id }, this._node, opts));
   }
 
   /** The ref as a string (base64url), e.g. to store it; client.resolve() takes it back. */
@@ -225,7 +396,8 @@ export class Workspace {
    */
   async close(opts: CallOptions = {}): Promise<boolean> {
     if (this.closed) return true;
-    const res = await this.unary(this.t.workspaces.Close.bind(this.t.workspaces), { workspaceId: this.id }, opts);
+    // Never re-resolved: a workspace that is gone is closed enough.
+    const res = await this.t.unary(this.t.workspaces.Close.bind(this.t.workspaces), { workspaceId: this.id }, this._node, opts);
     this.closed = true;
     return res.alreadyClosed;
   }
@@ -235,9 +407,51 @@ export class Workspace {
     await this.close();
   }
 
-  /** The workspace as the server sees it; `server.version` is the server's release. */
-  describe(opts: CallOptions = {}): Promise<Description> {
-    return this.unary(this.t.workspaces.Describe.bind(this.t.workspaces), { workspaceId: this.id }, opts);
+  /**
+   * The workspace as the server sees it; `server.version` is the server's
+   * release. Updates the handle's expiresAt, lifetime, labels and name.
+   */
+  async describe(opts: CallOptions = {}): Promise<Description> {
+    const d = await this.unary(this.t.workspaces.Describe.bind(this.t.workspaces), { workspaceId: this.id }, opts);
+    this.expiresAt = d.expiresAtUnixMs ? new Date(d.expiresAtUnixMs) : undefined;
+    this.lifetime = lifetimeOf(d.lifetime);
+    this.labels = { ...d.labels };
+    this.name = d.name;
+    return d;
+  }
+
+  /**
+   * Changes the workspace's lifetime: with `ttlMs` it now expires that long
+   * from now (within the server's --max-lifetime from its Open, else
+   * Limit); with `idleTimeoutMs` that becomes its idle timeout. At least
+   * one of them > 0. Resolves with the lifetime in force; `expiresAt` is
+   * updated.
+   */
+  async extend(lifetime: Lifetime, opts: CallOptions = {}): Promise<Lifetime> {
+    const ttlMs = Math.ceil(lifetime.ttlMs ?? 0);
+    const idleTimeoutMs = Math.ceil(lifetime.idleTimeoutMs ?? 0);
+    if (!(ttlMs > 0) && !(idleTimeoutMs > 0)) throw new TypeError('extend: ttlMs or idleTimeoutMs > 0');
+    const res = await this.unary(
+      this.t.workspaces.Extend.bind(this.t.workspaces),
+      { workspaceId: this.id, lifetime: { ttlMs: Math.max(0, ttlMs), idleTimeoutMs: Math.max(0, idleTimeoutMs) } },
+      opts,
+    );
+    this.expiresAt = res.expiresAtUnixMs ? new Date(res.expiresAtUnixMs) : undefined;
+    this.lifetime = lifetimeOf(res.lifetime);
+    return this.lifetime;
+  }
+
+  /**
+   * Gives the workspace secrets (again, after a server restart: until then
+   * its commands fail with SecretsMissing), merged into what it has, or
+   * with `replace` exactly these.
+   */
+  setSecrets(secrets: Record<string, string>, opts: { replace?: boolean } & CallOptions = {}): Promise<SecretsState> {
+    return this.unary(
+      this.t.workspaces.SetSecrets.bind(this.t.workspaces),
+      { workspaceId: this.id, secrets, replace: opts.replace ?? false },
+      opts,
+    );
   }
 
   // ---- files --------------------------------------------------------------
@@ -260,22 +474,29 @@ export class Workspace {
    */
   async *readChunks(path: string, opts: ReadOptions = {}): AsyncGenerator<Buffer> {
     const resolved = this.t.resolveCall(opts);
-    if (resolved.signal?.aborted) throw new CallAborted(resolved.signal.reason);
-    const call = this.t.fs.ReadFile(
-      { workspaceId: this.id, path, offset: opts.offset ?? 0, length: opts.length ?? 0 },
-      this.t.metadata(this.node),
-      this.t.grpcOptions(resolved),
-    );
-    const unwatch = onAbort(resolved.signal, () => call.cancel());
-    try {
-      for await (const msg of call as AsyncIterable<ReadFileResponse__Output>) {
-        if (msg.data.length) yield msg.data;
+    let first = true;
+    for (let attempt = 1; ; attempt++) {
+      if (resolved.signal?.aborted) throw new CallAborted(resolved.signal.reason);
+      const call = this.t.fs.ReadFile(
+        { workspaceId: this.id, path, offset: opts.offset ?? 0, length: opts.length ?? 0 },
+        this.t.metadata(this.node),
+        this.t.grpcOptions(resolved),
+      );
+      const unwatch = onAbort(resolved.signal, () => call.cancel());
+      try {
+        for await (const msg of call as AsyncIterable<ReadFileResponse__Output>) {
+          first = false;
+          if (msg.data.length) yield msg.data;
+        }
+        return;
+      } catch (e) {
+        const err = this.t.failure(e, resolved.signal);
+        // Nothing was read yet: safe to read again after a re-resolve.
+        if (!(first && attempt === 1 && err instanceof WorkspaceEvicted && (await this.reresolve(err)))) throw err;
+      } finally {
+        unwatch();
+        call.cancel(); // no-op when finished; frees the call when the caller stopped early
       }
-    } catch (e) {
-      throw this.t.failure(e, resolved.signal);
-    } finally {
-      unwatch();
-      call.cancel(); // no-op when finished; frees the call when the caller stopped early
     }
   }
 
@@ -292,6 +513,15 @@ export class Workspace {
    */
   writeFile(path: string, data: WriteData, opts: WriteOptions = {}): Promise<WriteResult> {
     const resolved = this.t.resolveCall(opts);
+    // A string or bytes can be sent again after a re-resolve; an iterable
+    // is consumed by the first attempt.
+    if (typeof data === 'string' || data instanceof Uint8Array) {
+      return this.evictable(() => this.writeOnce(path, data, opts, resolved));
+    }
+    return this.writeOnce(path, data, opts, resolved);
+  }
+
+  private writeOnce(path: string, data: WriteData, opts: WriteOptions, resolved: ResolvedCall): Promise<WriteResult> {
     const signal = resolved.signal;
     if (signal?.aborted) return Promise.reject(new CallAborted(signal.reason));
     return new Promise<WriteResult>((resolve, reject) => {
@@ -444,6 +674,7 @@ export class Workspace {
         ),
       this.t,
       opts,
+      (err) => this.reresolve(err),
     );
   }
 
@@ -481,7 +712,10 @@ export class Workspace {
    */
   exec(cmd: string | string[], opts: ExecOptions = {}): Process {
     const call = this.t.resolveCall(opts, false);
-    return Process.start(this.t, { workspaceId: this.id, process: processConfig(cmd, opts) }, this.node, call);
+    const p = Process.start(this.t, { workspaceId: this.id, process: processConfig(cmd, opts) }, this.node, call);
+    p.reresolve = this.processReresolve;
+    p.control = (id) => this.process({ id });
+    return p;
   }
 
   /**
@@ -509,13 +743,32 @@ export class Workspace {
    * `offset`. An abort of `signal` detaches (the process keeps running).
    */
   attach(t: ProcessTarget, opts: { offset?: number } & CallOptions = {}): AttachedProcess {
-    return AttachedProcess.open(this.t, this.id, target(t), opts.offset ?? 0, this.node, this.t.resolveCall(opts, false));
+    const p = AttachedProcess.open(this.t, this.id, target(t), opts.offset ?? 0, this.node, this.t.resolveCall(opts, false));
+    p.reresolve = this.processReresolve;
+    p.control = (id) => this.process({ id });
+    return p;
   }
 
   /** The workspace's running and recently finished processes. */
   async ps(opts: CallOptions = {}): Promise<ProcessInfo[]> {
     const res = await this.unary(this.t.exec.ListProcesses.bind(this.t.exec), { workspaceId: this.id }, opts);
     return res.processes;
+  }
+
+  /**
+   * A handle on a process of this workspace by id or tag, whether or not
+   * this client started it (another client, a previous run): its stdin
+   * and terminal through the unary Exec.SendInput, CloseInput and Resize,
+   * its signals, and attach() for its output. Makes no call: a process
+   * that does not exist fails the first one with NoSuchProcess.
+   */
+  process(t: ProcessTarget): ProcessHandle {
+    const which = target(t);
+    if (!which.id && !which.tag) throw new TypeError('process: an id or a tag');
+    return new ProcessHandle(this, which, {
+      unary: (fn, req, opts) => this.unary(fn, req, opts),
+      exec: this.t.exec,
+    });
   }
 
   /** Signals a process tree by id or tag (default SIGTERM). */
@@ -529,5 +782,97 @@ export class Workspace {
       },
       opts,
     );
+  }
+}
+
+/** What a ProcessHandle calls through its workspace. @internal */
+interface HandleCalls {
+  unary<Req extends { workspaceId?: string }, Res>(fn: UnaryFn<Req, Res>, req: Req, opts?: CallOptions): Promise<Res>;
+  exec: Transport['exec'];
+}
+
+/**
+ * A process of a workspace by id or tag (Workspace.process): each method is
+ * one unary call, so it works for a process this client did not start.
+ *
+ * `inputOffset` is the process's stdin offset as the last sendInput or
+ * closeInput reported it (undefined before the first). To make a retried
+ * send exactly-once, give it an explicit offset: bytes the process already
+ * took are skipped, and an offset past them is InputGap (its
+ * `expectedOffset` says where to resume).
+ */
+export class ProcessHandle implements InputControl {
+  readonly id: string;
+  readonly tag: string;
+  inputOffset?: number;
+
+  /** @internal */
+  constructor(
+    private readonly ws: Workspace,
+    which: { id: string; tag: string },
+    private readonly calls: HandleCalls,
+  ) {
+    this.id = which.id;
+    this.tag = which.tag;
+  }
+
+  private get target(): ProcessTarget {
+    return this.id ? { id: this.id } : { tag: this.tag };
+  }
+
+  async sendInput(data: Buffer | Uint8Array | string, opts: SendInputOptions = {}): Promise<number> {
+    const b = typeof data === 'string' ? Buffer.from(data) : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    if (opts.offset !== undefined && (!Number.isInteger(opts.offset) || opts.offset < 0)) {
+      throw new TypeError(`offset: an integer >= 0, not ${String(opts.offset)}`);
+    }
+    let at = opts.offset;
+    let off = 0;
+    do {
+      const piece = b.subarray(off, off + INPUT_CHUNK);
+      const res = await this.calls.unary(
+        this.calls.exec.SendInput.bind(this.calls.exec),
+        { workspaceId: this.ws.id, id: this.id, tag: this.tag, data: piece, offset: at ?? 0, append: at === undefined },
+        opts,
+      );
+      this.inputOffset = res.offset;
+      if (at !== undefined) at += piece.length;
+      off += piece.length;
+    } while (off < b.length);
+    return this.inputOffset!;
+  }
+
+  async closeInput(opts: CallOptions = {}): Promise<number> {
+    const res = await this.calls.unary(
+      this.calls.exec.CloseInput.bind(this.calls.exec),
+      { workspaceId: this.ws.id, id: this.id, tag: this.tag },
+      opts,
+    );
+    this.inputOffset = res.offset;
+    return res.offset;
+  }
+
+  async resize(rows: number, cols: number, opts: CallOptions = {}): Promise<void> {
+    await this.calls.unary(
+      this.calls.exec.Resize.bind(this.calls.exec),
+      { workspaceId: this.ws.id, id: this.id, tag: this.tag, size: { rows, cols } },
+      opts,
+    );
+  }
+
+  /** Sends a signal to the process's tree (default SIGTERM). */
+  signal(sig: SignalLike = 'SIGTERM', opts: CallOptions = {}): Promise<void> {
+    return this.ws.kill(this.target, sig, opts);
+  }
+
+  /** Follows the process's output from `offset` (see Workspace.attach). */
+  attach(opts: { offset?: number } & CallOptions = {}): AttachedProcess {
+    return this.ws.attach(this.target, opts);
+  }
+
+  /** The process's ProcessInfo (running, stdinOpen, stdinOffset, pty, ...), from ListProcesses. */
+  async info(opts: CallOptions = {}): Promise<ProcessInfo> {
+    const found = (await this.ws.ps(opts)).filter((p) => (this.id ? p.id === this.id : p.tag === this.tag));
+    if (!found.length) throw new NoSuchProcess(5, 'NO_SUCH_PROCESS', `no such process: ${this.id || this.tag}`);
+    return found[found.length - 1];
   }
 }

@@ -10,10 +10,10 @@ import { test } from 'node:test';
 import { connect } from '../src';
 import { startServer } from './server';
 
-async function runExample(address: string): Promise<string[]> {
-  const script = path.join(__dirname, '..', 'examples', 'agent-loop.js');
+async function runExample(address: string, name = 'agent-loop', env: NodeJS.ProcessEnv = {}): Promise<string[]> {
+  const script = path.join(__dirname, '..', 'examples', `${name}.js`);
   const child = spawn(process.execPath, [script], {
-    env: { ...process.env, WORKSPACED_ADDR: address },
+    env: { ...process.env, WORKSPACED_ADDR: address, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let out = '';
@@ -61,6 +61,28 @@ test('examples/agent-loop falls back to memory, files only, without local-sandbo
     assert.ok(!lines.some((l) => l.startsWith('[stdout]') || l.startsWith('exit:')), out);
     assert.ok(lines.includes('todo.txt: 1 of 3 done'), out);
   } finally {
+    await srv.stop();
+  }
+});
+
+test('examples/agent-session: a lifetime, labels and a secret only the command that names it sees', async () => {
+  const srv = await startServer({ policy: [] });
+  const c = connect({ address: srv.address });
+  try {
+    const lines = await runExample(srv.address, 'agent-session', { AGENT_API_TOKEN: 'tok-123456' });
+    const out = lines.join('\n');
+    assert.ok(!out.includes('tok-123456'), out);
+    const m = /^opened (ws_[0-9a-f]{32}) \(local-sandbox\), expires at \d{4}-\d\d-\d\dT/.exec(lines[0]);
+    assert.ok(m, out);
+    assert.ok(lines.includes('found by label: yes'), out);
+    assert.ok(lines.includes('without the secret: exit 1'), out);
+    assert.ok(lines.includes('with the secret: the command saw 10 bytes, the right token: true'), out);
+    assert.ok(lines.includes('extended: ttl 900s, secrets API_TOKEN'), out);
+    assert.ok(lines.includes('workspace closed'), out);
+    const w = (await c.list()).find((x) => x.id === m[1]);
+    assert.ok(!w || w.state === 'STATE_CLOSED', `workspace left in ${w?.state}`);
+  } finally {
+    c.close();
     await srv.stop();
   }
 });

@@ -137,6 +137,12 @@ export interface Server {
   stateDir: string;
   proc: ChildProcess;
   stop(): Promise<void>;
+  /**
+   * SIGTERM (rejects unless it exits 0), then the same server again on the
+   * same listener and state directory, as an operator's restart would.
+   * Not for a TCP server on port 0 (its port would change).
+   */
+  restart(): Promise<void>;
 }
 
 export interface ServerOptions {
@@ -179,56 +185,72 @@ export function startServer(opts: ServerOptions = {}): Promise<Server> {
     if (sockDir) fs.rmSync(sockDir, { recursive: true, force: true });
   };
   const args = ['--listen', listen, '--state-dir', stateDir, ...(opts.policy ?? LOCAL_BASH_POLICY), ...(opts.args ?? [])];
-  const proc = spawn(bin, args, {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...opts.env },
-  });
   let stderr = '';
   let stopped = false;
-  proc.stderr!.on('data', (d) => (stderr += d));
-  return new Promise<Server>((resolve, reject) => {
-    let out = '';
-    const fail = (why: string) => {
-      cleanup();
-      reject(new Error(`${why}; stderr:\n${stderr}`));
-    };
-    const timer = setTimeout(() => {
-      proc.kill('SIGKILL');
-      fail('workspaced did not start within 15s');
-    }, 15000);
-    proc.on('exit', (code, sig) => {
-      clearTimeout(timer);
-      fail(`workspaced exited early (code ${code}, signal ${sig})`);
-    });
-    proc.stdout!.on('data', (d) => {
-      out += d;
-      const m = /workspaced listening on (\S+)\n/.exec(out);
-      if (!m) return;
-      clearTimeout(timer);
-      proc.removeAllListeners('exit');
-      const address = m[1];
-      const port = tcp ? Number(/:(\d+)$/.exec(address)?.[1]) : undefined;
-      if (tcp ? !port : address !== listen) {
+
+  // One run of the server on `listen`: resolves with the process and the
+  // address its banner names.
+  const spawnOnce = () =>
+    new Promise<{ proc: ChildProcess; address: string }>((resolve, reject) => {
+      const proc = spawn(bin, args, {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, ...opts.env },
+      });
+      proc.stderr!.on('data', (d) => (stderr += d));
+      let out = '';
+      const fail = (why: string) => {
+        cleanup();
+        reject(new Error(`${why}; stderr:\n${stderr}`));
+      };
+      const timer = setTimeout(() => {
         proc.kill('SIGKILL');
-        fail(`workspaced was asked to listen on ${listen} but says it listens on ${address}`);
-        return;
-      }
-      resolve({
-        address,
-        port,
-        stateDir,
-        proc,
-        stop: async () => {
-          if (stopped) return;
-          stopped = true;
-          try {
-            await stopCleanly(proc, 'workspaced', () => stderr);
-          } finally {
-            cleanup();
-          }
-        },
+        fail('workspaced did not start within 15s');
+      }, 15000);
+      proc.on('exit', (code, sig) => {
+        clearTimeout(timer);
+        fail(`workspaced exited early (code ${code}, signal ${sig})`);
+      });
+      proc.stdout!.on('data', (d) => {
+        out += d;
+        const m = /workspaced listening on (\S+)\n/.exec(out);
+        if (!m) return;
+        clearTimeout(timer);
+        proc.removeAllListeners('exit');
+        const address = m[1];
+        const port = tcp ? Number(/:(\d+)$/.exec(address)?.[1]) : undefined;
+        if (tcp ? !port : address !== listen) {
+          proc.kill('SIGKILL');
+          fail(`workspaced was asked to listen on ${listen} but says it listens on ${address}`);
+          return;
+        }
+        resolve({ proc, address });
       });
     });
+
+  return spawnOnce().then(({ proc, address }) => {
+    const server: Server = {
+      address,
+      port: tcp ? Number(/:(\d+)$/.exec(address)?.[1]) : undefined,
+      stateDir,
+      proc,
+      stop: async () => {
+        if (stopped) return;
+        stopped = true;
+        try {
+          await stopCleanly(server.proc, 'workspaced', () => stderr);
+        } finally {
+          cleanup();
+        }
+      },
+      restart: async () => {
+        if (stopped) throw new Error('restart of a stopped server');
+        await stopCleanly(server.proc, 'workspaced', () => stderr);
+        if (listen.startsWith('unix:')) fs.rmSync(listen.slice('unix:'.length), { force: true });
+        const again = await spawnOnce();
+        server.proc = again.proc;
+      },
+    };
+    return server;
   });
 }
 

@@ -47,6 +47,31 @@ describe('new fields on the wire', () => {
     assert.deepEqual(Open.requestSerialize(openRequest('local-bash')), field(2, 2, ''));
   });
 
+  test('open sends the lifetime, labels, name, env, secrets and request id at their numbers', () => {
+    const req = openRequest('memory', undefined, {
+      lifetime: { ttlMs: 1500, idleTimeoutMs: 60_000 },
+      labels: { a: 'b' },
+      name: 'n',
+      env: { E: 'e' },
+      secrets: { S: 's' },
+      requestId: 'r-1',
+    });
+    const entry = (k: string, v: string) => cat(field(1, 2, k), field(2, 2, v));
+    assert.deepEqual(
+      Open.requestSerialize(req),
+      cat(
+        field(1, 2, ''),
+        field(6, 2, cat(field(1, 0, varint(1500)), field(2, 0, varint(60_000)))),
+        field(7, 2, entry('a', 'b')),
+        field(8, 2, 'n'),
+        field(9, 2, 'r-1'),
+        field(10, 2, entry('E', 'e')),
+        field(11, 2, entry('S', 's')),
+      ),
+    );
+    assert.throws(() => openRequest('memory', undefined, { requestId: 'a b' }), TypeError);
+  });
+
   test('describe, providers and listings decode', () => {
     const d = v1.Workspaces.service.Describe.responseDeserialize(
       cat(field(17, 0, varint(524289)), field(18, 0, varint(524290)), field(15, 2, field(23, 2, 'runsc'))),

@@ -130,13 +130,19 @@ class Server:
                 self.socket_dir = tempfile.mkdtemp(prefix="wsd-", dir="/tmp")
                 sock = os.path.join(self.socket_dir, "ws.sock")
             listen = "unix:" + sock
+        self.listen = listen
+        self.tcp = tcp
+        self.extra_args = list(extra_args)
         # The server's log (one JSON line per command) goes to a file, shown
         # only when the server fails to start or to stop cleanly, so the
         # test output stays the unittest report.
         self.log_path = os.path.join(self.tmp, "server.log")
-        self.log = open(self.log_path, "w")
+        self._spawn()
+
+    def _spawn(self):
+        self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [server_binary(), "--listen", listen, "--state-dir", self.state, *extra_args],
+            [server_binary(), "--listen", self.listen, "--state-dir", self.state, *self.extra_args],
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
@@ -176,9 +182,27 @@ class Server:
         self.address = found["addr"]
         # The banner names the listener: a server that fell back to another
         # one would take the suite off the unix socket unnoticed.
-        if not tcp and self.address != listen:
+        if not self.tcp and self.address != self.listen:
             self.stop()
-            raise AssertionError("workspaced listens on %s, not on %s" % (self.address, listen))
+            raise AssertionError("workspaced listens on %s, not on %s" % (self.address, self.listen))
+
+    def restart(self):
+        """Stops the server with SIGTERM (AssertionError unless it exits 0)
+        and starts it again on the same listener and state directory, as
+        an operator's restart would."""
+        problem = stop_cleanly(self.proc, "workspaced", self.log_path)
+        self.proc.stdout.close()
+        self.log.close()
+        if problem:
+            self.stopped = True
+            raise AssertionError(problem)
+        if not self.tcp and self.listen.startswith("unix:"):
+            # A socket file left behind would be in the way of the new listener.
+            try:
+                os.unlink(self.listen[len("unix:") :])
+            except FileNotFoundError:
+                pass
+        self._spawn()
 
     def stop(self):
         """SIGTERM; AssertionError (with the server's stderr) unless it

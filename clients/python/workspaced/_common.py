@@ -13,8 +13,10 @@ always been.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import enum
 import os
+import uuid
 from typing import (
     Any,
     BinaryIO,
@@ -81,15 +83,96 @@ USE_DEFAULT = _UseDefault.TOKEN
 Timeout = Union[float, None, _UseDefault]
 
 
+#: A duration: seconds (int or float) or a datetime.timedelta.
+Duration = Union[float, datetime.timedelta]
+
+
+def _duration_ms(value: Optional[Duration], what: str) -> int:
+    """A duration argument in whole milliseconds (None: 0, "not given");
+    a positive duration below 1 ms is rounded up, never to 0."""
+    if value is None:
+        return 0
+    if isinstance(value, datetime.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("%s must be seconds (a number) or a timedelta, not %r" % (what, value))
+    else:
+        seconds = float(value)
+    if seconds < 0:
+        raise ValueError("%s must be >= 0, not %r" % (what, value))
+    if seconds == 0:
+        return 0
+    return max(1, int(round(seconds * 1000)))
+
+
+def _lifetime_proto(ttl: Optional[Duration], idle_timeout: Optional[Duration]) -> common_pb2.Lifetime:
+    return common_pb2.Lifetime(
+        ttl_ms=_duration_ms(ttl, "ttl"), idle_timeout_ms=_duration_ms(idle_timeout, "idle_timeout")
+    )
+
+
+def _unix_ms_time(ms: int) -> Optional[datetime.datetime]:
+    """A unix-ms instant as an aware UTC datetime; None for 0 ("never", "unknown")."""
+    if not ms:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000.0, tz=datetime.timezone.utc)
+
+
+@dataclasses.dataclass(frozen=True)
+class Lifetime:
+    """How long a workspace lives (workspace.v1.Lifetime), in seconds.
+
+    ttl: it expires this long after Open (or after the last extend());
+        None: no limit of its own.
+    idle_timeout: it expires after being idle this long (no call on it,
+        no command running); None: none.
+    """
+
+    ttl: Optional[float] = None
+    idle_timeout: Optional[float] = None
+
+    @classmethod
+    def from_proto(cls, m: common_pb2.Lifetime) -> "Lifetime":
+        return cls(
+            ttl=m.ttl_ms / 1000.0 if m.ttl_ms else None,
+            idle_timeout=m.idle_timeout_ms / 1000.0 if m.idle_timeout_ms else None,
+        )
+
+
+#: What a request_id may hold (OpenRequest.request_id): 1-128 of these.
+_REQUEST_ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+
+
+def new_request_id() -> str:
+    """A fresh random request_id for Open (what the client sends when the
+    caller gives none)."""
+    return "py-" + uuid.uuid4().hex
+
+
+def _check_request_id(request_id: str) -> str:
+    if not isinstance(request_id, str) or not 1 <= len(request_id) <= 128 or set(request_id) - _REQUEST_ID_CHARS:
+        raise ValueError("request_id must be 1-128 characters of [A-Za-z0-9._:-], not %r" % (request_id,))
+    return request_id
+
+
 def _open_request(
     provider: Union[str, Message],
     capabilities: Union[None, Message, Mapping[str, Any]] = None,
+    *,
+    ttl: Optional[Duration] = None,
+    idle_timeout: Optional[Duration] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    name: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    secrets: Optional[Mapping[str, str]] = None,
+    request_id: Optional[str] = None,
     **provider_options: Any,
 ) -> workspaces_pb2.OpenRequest:
     """The OpenRequest that Client.open sends (see there for the arguments).
 
     Unknown option names raise google.protobuf.json_format.ParseError, a
-    provider name that is none of the four ValueError."""
+    provider name that is none of the four ValueError. request_id None
+    leaves the field empty (Client.open always fills it in)."""
     request = workspaces_pb2.OpenRequest()
     if isinstance(provider, str):
         if provider not in _PROVIDERS:
@@ -109,6 +192,18 @@ def _open_request(
         if isinstance(capabilities, Mapping):
             capabilities = json_format.ParseDict(dict(capabilities), common_pb2.Capabilities())
         request.capabilities.CopyFrom(capabilities)
+    if ttl is not None or idle_timeout is not None:
+        request.lifetime.CopyFrom(_lifetime_proto(ttl, idle_timeout))
+    if labels:
+        request.labels.update(labels)
+    if name:
+        request.name = name
+    if env:
+        request.env.update(env)
+    if secrets:
+        request.secrets.update(secrets)
+    if request_id is not None:
+        request.request_id = _check_request_id(request_id)
     return request
 
 
@@ -256,6 +351,7 @@ class ExitCause(enum.IntEnum):
     OOM = 4
     CANCELLED = 5
     EVICTED = 6
+    EXPIRED = 7
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,6 +479,7 @@ def _process_config(
     tag: Optional[str],
     background: bool,
     max_output_bytes: int,
+    secrets: Optional[Sequence[str]] = None,
 ) -> exec_pb2.ProcessConfig:
     cfg = exec_pb2.ProcessConfig()
     if isinstance(cmd, str):
@@ -404,6 +501,10 @@ def _process_config(
     cfg.background = bool(background)
     if max_output_bytes:
         cfg.max_output_bytes = max_output_bytes
+    if secrets:
+        if isinstance(secrets, str):
+            raise TypeError("secrets is a list of secret names, not a str")
+        cfg.secrets.extend(secrets)
     return cfg
 
 
@@ -509,6 +610,51 @@ def _serving_status(resp: health_pb2.HealthCheckResponse) -> str:
     return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
 
+class WorkspacePage(List[workspaces_pb2.WorkspaceSummary]):
+    """One page of Client.list: the WorkspaceSummary messages (a list), and
+    `next_page_token`, which asks for the next page ("" on the last one)."""
+
+    def __init__(self, entries: Iterable[Any], next_page_token: str = "") -> None:
+        super().__init__(entries)
+        self.next_page_token = next_page_token
+
+
+def _list_request(
+    label_selector: str, name: str, page_size: int, page_token: str
+) -> workspaces_pb2.ListRequest:
+    if page_size < 0:
+        raise ValueError("page_size must be >= 0")
+    return workspaces_pb2.ListRequest(
+        label_selector=label_selector or "", name=name or "", page_size=page_size, page_token=page_token or ""
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class EvictionRetry:
+    """What a workspace handle did about a call that met WORKSPACE_EVICTED
+    (passed to connect(on_eviction_retry=...)).
+
+    workspace_id: the handle's workspace id when the call failed.
+    error: the WorkspaceEvicted the call raised.
+    recovered: Resolve(ref) succeeded and the call was made once more
+        (whatever that second attempt then returned).
+    resolve_error: why Resolve failed (recovered is False then).
+    """
+
+    workspace_id: str
+    error: "errors.WorkspaceEvicted"
+    recovered: bool
+    resolve_error: Optional["errors.WorkspacedError"] = None
+
+
+#: The hook connect(on_eviction_retry=...) takes.
+EvictionHook = Callable[[EvictionRetry], None]
+
+
+def _is_eviction(err: BaseException) -> bool:
+    return isinstance(err, errors.WorkspaceEvicted)
+
+
 # ---------------------------------------------------------- the shared state
 
 
@@ -527,11 +673,17 @@ class _ClientBase:
         options: Optional[Iterable[Tuple[str, Any]]] = None,
         open_retry: Optional[RetryPolicy] = None,
         timeout: Optional[float] = None,
+        resolve_on_eviction: bool = True,
+        on_eviction_retry: Optional[EvictionHook] = None,
     ) -> None:
         _check_timeout(timeout)
         opts, creds, self._metadata = _channel_args(address, token, tls, options)
         self.address = address
         self.timeout = timeout
+        #: The default of Workspace.resolve_on_eviction for the workspaces
+        #: this client opens and resolves.
+        self.resolve_on_eviction = bool(resolve_on_eviction)
+        self.on_eviction_retry = on_eviction_retry
         if creds is not None:
             self._channel = self._channels.secure_channel(address, creds, opts)
         else:
@@ -563,8 +715,20 @@ class _ClientBase:
     def _list_providers_op(self) -> _Unary[providers_pb2.ListProvidersResponse]:
         return _Unary(self._providers.ListProviders, providers_pb2.ListProvidersRequest(), _same)
 
-    def _list_op(self) -> _Unary[List[workspaces_pb2.WorkspaceSummary]]:
-        return _Unary(self._workspaces.List, workspaces_pb2.ListRequest(), lambda r: list(r.workspaces))
+    def _list_op(self, label_selector: str, name: str, page_size: int, page_token: str) -> _Unary[WorkspacePage]:
+        request = _list_request(label_selector, name, page_size, page_token)
+        return _Unary(self._workspaces.List, request, lambda r: WorkspacePage(r.workspaces, r.next_page_token))
+
+    def _open_request_for(
+        self, provider: Union[str, Message], capabilities: Any, request_id: Optional[str], **fields: Any
+    ) -> workspaces_pb2.OpenRequest:
+        """The OpenRequest of one logical open: a fresh request_id unless
+        the caller gave one, the same for every retry of it, so that a
+        retry whose first attempt opened a workspace (its answer lost)
+        gets that workspace back instead of leaking it."""
+        return _open_request(
+            provider, capabilities, request_id=request_id if request_id is not None else new_request_id(), **fields
+        )
 
     @staticmethod
     def _resolve_request(ref: Union[common_pb2.WorkspaceRef, bytes, bytearray]) -> workspaces_pb2.ResolveRequest:
@@ -590,6 +754,45 @@ class _WorkspaceBase(Generic[_C]):
         self.provider: str = proto.provider
         self.capabilities: common_pb2.Capabilities = proto.capabilities
         self.closed = False
+        #: Re-resolve once on WORKSPACE_EVICTED (see Workspace); the
+        #: client's resolve_on_eviction by default.
+        self.resolve_on_eviction: bool = client.resolve_on_eviction
+        self._adopt(proto)
+
+    def _adopt(self, proto: common_pb2.Workspace) -> None:
+        """Takes the server's view of the workspace (Open, Resolve)."""
+        self.proto = proto
+        self.id = proto.id
+        if proto.ref.token:
+            self.ref = proto.ref
+        self.name: str = proto.name
+        self.labels: Dict[str, str] = dict(proto.labels)
+        self._expires_at_ms: int = proto.expires_at_unix_ms
+        self.lifetime: Lifetime = Lifetime.from_proto(proto.lifetime)
+
+    @property
+    def expires_at(self) -> Optional[datetime.datetime]:
+        """When the workspace expires if nothing else happens (UTC), as of
+        the last Open, Resolve, extend() or describe(); None: never. An idle
+        timeout moves it with every activity."""
+        return _unix_ms_time(self._expires_at_ms)
+
+    def _noted(self, d: workspaces_pb2.DescribeResponse) -> workspaces_pb2.DescribeResponse:
+        self._expires_at_ms = d.expires_at_unix_ms
+        self.lifetime = Lifetime.from_proto(d.lifetime)
+        self.labels = dict(d.labels)
+        self.name = d.name
+        return d
+
+    def _extended(self, resp: workspaces_pb2.ExtendResponse) -> Lifetime:
+        self._expires_at_ms = resp.expires_at_unix_ms
+        self.lifetime = Lifetime.from_proto(resp.lifetime)
+        return self.lifetime
+
+    def _eviction_hook(self, event: EvictionRetry) -> None:
+        hook = self._client.on_eviction_retry
+        if hook is not None:
+            hook(event)
 
     @property
     def node(self) -> Optional[str]:
@@ -606,7 +809,21 @@ class _WorkspaceBase(Generic[_C]):
         return resp.already_closed
 
     def _describe_op(self) -> _Unary[workspaces_pb2.DescribeResponse]:
-        return _Unary(self._client._workspaces.Describe, workspaces_pb2.DescribeRequest(workspace_id=self.id), _same)
+        req = workspaces_pb2.DescribeRequest(workspace_id=self.id)
+        return _Unary(self._client._workspaces.Describe, req, self._noted)
+
+    def _extend_op(self, ttl: Optional[Duration], idle_timeout: Optional[Duration]) -> _Unary[Lifetime]:
+        lifetime = _lifetime_proto(ttl, idle_timeout)
+        if not lifetime.ttl_ms and not lifetime.idle_timeout_ms:
+            raise ValueError("extend needs a ttl or an idle_timeout > 0")
+        req = workspaces_pb2.ExtendRequest(workspace_id=self.id, lifetime=lifetime)
+        return _Unary(self._client._workspaces.Extend, req, self._extended)
+
+    def _set_secrets_op(
+        self, secrets: Mapping[str, str], replace: bool
+    ) -> _Unary[workspaces_pb2.SetSecretsResponse]:
+        req = workspaces_pb2.SetSecretsRequest(workspace_id=self.id, secrets=dict(secrets), replace=replace)
+        return _Unary(self._client._workspaces.SetSecrets, req, _same)
 
     # -- files
 
@@ -712,6 +929,41 @@ class _WorkspaceBase(Generic[_C]):
             raise ValueError("give exactly one of tag and id")
         req = exec_pb2.SendSignalRequest(workspace_id=self.id, tag=tag or "", id=id or "", signal=int(sig))
         return _Unary(self._client._exec.SendSignal, req, lambda r: None)
+
+    def _send_input_op(self, target: Tuple[str, str], data: bytes, offset: Optional[int]) -> _Unary[int]:
+        id, tag = target
+        if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 0):
+            raise ValueError("offset must be an int >= 0 or None (append)")
+        req = exec_pb2.SendInputRequest(
+            workspace_id=self.id,
+            id=id,
+            tag=tag,
+            data=bytes(data),
+            offset=offset or 0,
+            append=offset is None,
+        )
+        return _Unary(self._client._exec.SendInput, req, lambda r: r.offset)
+
+    def _close_input_op(self, target: Tuple[str, str]) -> _Unary[int]:
+        id, tag = target
+        req = exec_pb2.CloseInputRequest(workspace_id=self.id, id=id, tag=tag)
+        return _Unary(self._client._exec.CloseInput, req, lambda r: r.offset)
+
+    def _resize_op(self, target: Tuple[str, str], rows: int, cols: int) -> _Unary[None]:
+        id, tag = target
+        req = exec_pb2.ResizeRequest(workspace_id=self.id, id=id, tag=tag, size=exec_pb2.PtySize(rows=rows, cols=cols))
+        return _Unary(self._client._exec.Resize, req, lambda r: None)
+
+
+def _target(tag: Optional[str], id: Optional[str]) -> Tuple[str, str]:
+    """(id, tag) of a process named by exactly one of them."""
+    if (tag is None) == (id is None) or not (tag or id):
+        raise ValueError("give exactly one of tag and id")
+    return id or "", tag or ""
+
+
+#: The largest SendInput a handle sends in one call (the server's limit).
+MAX_INPUT_CHUNK = 1 << 20
 
 
 _W = TypeVar("_W", bound=_WorkspaceBase[Any])

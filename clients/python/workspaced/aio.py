@@ -26,7 +26,21 @@ from __future__ import annotations
 
 import asyncio
 import signal as _signal
-from typing import Any, AsyncIterable, AsyncIterator, Callable, Iterable, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import (
+    Any,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 import grpc
 import grpc.aio
@@ -39,6 +53,7 @@ from ._common import CHUNK_SIZE, NODE_HEADER, USE_DEFAULT, Command, Event, ExitR
 from ._common import RunResult, ServerInfo, Timeout, TLSConfig, WriteData, _chunks, _ClientBase, _cut, _node_of
 from ._common import _open_request, _process_config, _ProcessBase, _resolve_address, _sort_output, _started, _Unary
 from ._common import _WorkspaceBase, _write_requests
+from ._common import MAX_INPUT_CHUNK, Duration, EvictionHook, EvictionRetry, Lifetime, WorkspacePage, _target
 from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy, is_transient
 
@@ -46,6 +61,7 @@ __all__ = [
     "AsyncClient",
     "AsyncGrepResults",
     "AsyncProcess",
+    "AsyncProcessHandle",
     "AsyncWorkspace",
     "connect",
 ]
@@ -60,12 +76,23 @@ def connect(
     options: Optional[Iterable[Tuple[str, Any]]] = None,
     open_retry: Optional[RetryPolicy] = None,
     timeout: Optional[float] = None,
+    resolve_on_eviction: bool = True,
+    on_eviction_retry: Optional[EvictionHook] = None,
 ) -> "AsyncClient":
     """Makes an AsyncClient; the arguments are those of workspaced.connect.
 
     No connection is made here: the first call makes it."""
     address, token = _resolve_address(address, token)
-    return AsyncClient(address, token=token, tls=tls, options=options, open_retry=open_retry, timeout=timeout)
+    return AsyncClient(
+        address,
+        token=token,
+        tls=tls,
+        options=options,
+        open_retry=open_retry,
+        timeout=timeout,
+        resolve_on_eviction=resolve_on_eviction,
+        on_eviction_retry=on_eviction_retry,
+    )
 
 
 async def _retry(policy: RetryPolicy, fn: Callable[[], Any]) -> Any:
@@ -142,9 +169,31 @@ class AsyncClient(_ClientBase):
         """The server's ServerInfo (its version), from ListProviders."""
         return ServerInfo.from_proto((await self.list_providers(timeout=timeout)).server)
 
-    async def list(self, *, timeout: Timeout = USE_DEFAULT) -> List[workspaces_pb2.WorkspaceSummary]:
-        """Lists the server's workspaces (WorkspaceSummary messages)."""
-        return await self._unary(self._list_op(), timeout)
+    async def list(
+        self,
+        label_selector: str = "",
+        name: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> WorkspacePage:
+        """One page of the caller's workspaces (see workspaced.Client.list)."""
+        return await self._unary(self._list_op(label_selector, name, page_size, page_token), timeout)
+
+    async def iter_workspaces(
+        self, label_selector: str = "", name: str = "", page_size: int = 0, *, timeout: Timeout = USE_DEFAULT
+    ) -> AsyncIterator[workspaces_pb2.WorkspaceSummary]:
+        """Yields (`async for`) every workspace list() finds with these
+        filters, page after page."""
+        token = ""
+        while True:
+            page = await self.list(label_selector, name, page_size, token, timeout=timeout)
+            for summary in page:
+                yield summary
+            token = page.next_page_token
+            if not token:
+                return
 
     async def open(
         self,
@@ -152,12 +201,31 @@ class AsyncClient(_ClientBase):
         capabilities: Union[None, Message, Mapping[str, Any]] = None,
         retry: Optional[RetryPolicy] = None,
         *,
+        ttl: Optional[Duration] = None,
+        idle_timeout: Optional[Duration] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        name: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        secrets: Optional[Mapping[str, str]] = None,
+        request_id: Optional[str] = None,
         timeout: Timeout = USE_DEFAULT,
         **provider_options: Any,
     ) -> "AsyncWorkspace":
         """Opens a new workspace (see workspaced.Client.open for the
-        arguments) and returns it as an AsyncWorkspace."""
-        request = _open_request(provider, capabilities, **provider_options)
+        arguments) and returns it as an AsyncWorkspace. Every attempt sends
+        the same request_id (a fresh one unless given)."""
+        request = self._open_request_for(
+            provider,
+            capabilities,
+            request_id,
+            ttl=ttl,
+            idle_timeout=idle_timeout,
+            labels=labels,
+            name=name,
+            env=env,
+            secrets=secrets,
+            **provider_options,
+        )
         policy = retry or self.open_retry
         resp, node = await _retry(
             policy, lambda: self._call_with_node(self._workspaces.Open, request, self._metadata, timeout)
@@ -223,8 +291,25 @@ class AsyncProcess(_ProcessBase["AsyncWorkspace"]):
         await self._send(signal=int(sig))
 
     async def resize(self, rows: int, cols: int) -> None:
-        """Resizes the command's pseudo-terminal."""
+        """Resizes the command's pseudo-terminal: on the Start stream, or
+        for a handle from attach through Exec.Resize."""
+        if not self._writable:
+            await self.handle().resize(rows, cols)
+            return
         await self._send(resize=exec_pb2.PtySize(rows=rows, cols=cols))
+
+    def handle(self) -> "AsyncProcessHandle":
+        """An AsyncProcessHandle on this process (by its id)."""
+        return self._ws.process(id=self.id)
+
+    async def send_input(self, data: bytes, offset: Optional[int] = None, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Sends bytes to stdin through Exec.SendInput (see
+        workspaced.ProcessHandle.send_input)."""
+        return await self.handle().send_input(data, offset, timeout=timeout)
+
+    async def close_input(self, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Closes stdin through Exec.CloseInput; returns the bytes it took."""
+        return await self.handle().close_input(timeout=timeout)
 
     def cancel(self) -> None:
         """Ends the stream. A non-background command is then killed by the
@@ -295,6 +380,65 @@ class AsyncProcess(_ProcessBase["AsyncWorkspace"]):
             self.cancel()
 
 
+class AsyncProcessHandle:
+    """A process of a workspace by id or tag, for asyncio (see
+    workspaced.ProcessHandle): each method is one unary call."""
+
+    def __init__(self, workspace: "AsyncWorkspace", target: Tuple[str, str]) -> None:
+        self._ws = workspace
+        self.id, self.tag = target
+        self.input_offset: Optional[int] = None
+
+    def __repr__(self) -> str:
+        return "AsyncProcessHandle(%s=%r)" % (("id", self.id) if self.id else ("tag", self.tag))
+
+    @property
+    def _target(self) -> Tuple[str, str]:
+        return (self.id, self.tag)
+
+    async def send_input(self, data: bytes, offset: Optional[int] = None, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Feeds `data` to stdin at `offset` (None: appended); returns the
+        stdin offset after it."""
+        view = memoryview(bytes(data))
+        if not view:
+            pieces = [b""]
+        else:
+            pieces = [bytes(view[i : i + MAX_INPUT_CHUNK]) for i in range(0, len(view), MAX_INPUT_CHUNK)]
+        at = offset
+        new = 0
+        for piece in pieces:
+            new = await self._ws._unary(lambda: self._ws._send_input_op(self._target, piece, at), timeout)
+            self.input_offset = new
+            if at is not None:
+                at += len(piece)
+        return new
+
+    async def close_input(self, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Closes stdin (idempotent); returns the bytes it took in all."""
+        total = await self._ws._unary(lambda: self._ws._close_input_op(self._target), timeout)
+        self.input_offset = total
+        return total
+
+    async def resize(self, rows: int, cols: int, *, timeout: Timeout = USE_DEFAULT) -> None:
+        """Resizes the process's terminal (NoPty for one without)."""
+        await self._ws._unary(lambda: self._ws._resize_op(self._target, rows, cols), timeout)
+
+    async def signal(self, sig: int = _signal.SIGTERM, *, timeout: Timeout = USE_DEFAULT) -> None:
+        """Sends `sig` (default SIGTERM) to the process's tree."""
+        await self._ws.kill(self.tag or None, sig, self.id or None, timeout=timeout)
+
+    async def attach(self, offset: int = 0, *, timeout: Optional[float] = None) -> AsyncProcess:
+        """Follows the process's output from `offset`."""
+        return await self._ws.attach(self.tag or None, offset, self.id or None, timeout=timeout)
+
+    async def info(self, *, timeout: Timeout = USE_DEFAULT) -> exec_pb2.ProcessInfo:
+        """The process's ProcessInfo, from ListProcesses."""
+        for p in await self._ws.ps(timeout=timeout):
+            if (self.id and p.id == self.id) or (not self.id and p.tag == self.tag):
+                return p
+        raise errors.NoSuchProcess(grpc.StatusCode.NOT_FOUND, "NO_SUCH_PROCESS", "no such process: %r" % (self,))
+
+
 class AsyncGrepResults:
     """An async iterator of GrepMatch messages; `summary` (GrepSummary) is
     set once the iteration is exhausted."""
@@ -330,7 +474,8 @@ async def _awrite_requests(
 
 class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     """An open workspace, for asyncio: the methods of workspaced.Workspace
-    as coroutines. Close it when done (or use `async with`)."""
+    as coroutines, with the same re-resolve on eviction. Close it when done
+    (or use `async with`)."""
 
     def __init__(self, client: AsyncClient, proto: common_pb2.Workspace, node: Optional[str] = None) -> None:
         super().__init__(client, proto, node)
@@ -344,8 +489,10 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    async def _unary(self, op: _Unary[_T], timeout: Timeout) -> _T:
-        return await self._client._unary(op, timeout, self._metadata)
+    async def _unary(self, make: Callable[[], _Unary[_T]], timeout: Timeout, retry: bool = True) -> _T:
+        if not retry:
+            return await self._client._unary(make(), timeout, self._metadata)
+        return await self._evictable(lambda: self._client._unary(make(), timeout, self._metadata))
 
     async def _stream(self, method: Callable[..., Any], request: Any, timeout: Timeout) -> AsyncIterator[Any]:
         call = method(request, metadata=self._metadata, timeout=self._client._deadline(timeout))
@@ -355,15 +502,78 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         except grpc.RpcError as e:
             raise errors.from_rpc_error(e) from None
 
+    async def _evictable(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        try:
+            return await call()
+        except errors.WorkspaceEvicted as evicted:
+            if not await self._reresolve(evicted):
+                raise
+        return await call()
+
+    async def _evictable_stream(self, make: Callable[[], AsyncIterator[_T]]) -> AsyncIterator[_T]:
+        it = make()
+        try:
+            first = await it.__anext__()
+        except StopAsyncIteration:
+            return
+        except errors.WorkspaceEvicted as evicted:
+            if not await self._reresolve(evicted):
+                raise
+            it = make()
+            try:
+                first = await it.__anext__()
+            except StopAsyncIteration:
+                return
+        yield first
+        async for item in it:
+            yield item
+
+    async def _reresolve(self, evicted: errors.WorkspaceEvicted) -> bool:
+        """See workspaced.Workspace: one Resolve of the ref after `evicted`."""
+        if not self.resolve_on_eviction or self.closed or not self.ref.token:
+            return False
+        wid = self.id
+        try:
+            resp, named = await self._client._call_with_node(
+                self._client._workspaces.Resolve,
+                self._client._resolve_request(self.ref),
+                self._metadata,
+                USE_DEFAULT,
+            )
+        except errors.WorkspacedError as e:
+            self._eviction_hook(EvictionRetry(wid, evicted, False, e))
+            return False
+        self._node = named or self._node
+        self._metadata = self._client._node_metadata(self._node)
+        self._adopt(resp.workspace)
+        self._eviction_hook(EvictionRetry(wid, evicted, True))
+        return True
+
     # -- lifecycle
 
     async def close(self, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Closes the workspace (idempotent). Returns True when it was already closed."""
-        return await self._unary(self._close_op(), timeout)
+        return await self._unary(self._close_op, timeout, retry=False)
 
     async def describe(self, *, timeout: Timeout = USE_DEFAULT) -> workspaces_pb2.DescribeResponse:
         """Returns the DescribeResponse (see workspaced.Workspace.describe)."""
-        return await self._unary(self._describe_op(), timeout)
+        return await self._unary(lambda: self._describe_op(), timeout)
+
+    async def extend(
+        self,
+        ttl: Optional[Duration] = None,
+        idle_timeout: Optional[Duration] = None,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> Lifetime:
+        """Changes the workspace's lifetime (see workspaced.Workspace.extend)."""
+        return await self._unary(lambda: self._extend_op(ttl, idle_timeout), timeout)
+
+    async def set_secrets(
+        self, secrets: Mapping[str, str], replace: bool = False, *, timeout: Timeout = USE_DEFAULT
+    ) -> workspaces_pb2.SetSecretsResponse:
+        """Gives the workspace secrets (see workspaced.Workspace.set_secrets)."""
+        return await self._unary(lambda: self._set_secrets_op(secrets, replace), timeout)
 
     # -- files
 
@@ -372,8 +582,10 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     ) -> AsyncIterator[bytes]:
         """Yields the file's content in chunks as they arrive (`async for`).
         `timeout` bounds the whole stream."""
-        req = self._read_request(path, offset, length)
-        async for resp in self._stream(self._client._fs.ReadFile, req, timeout):
+        def make() -> AsyncIterator[Any]:
+            return self._stream(self._client._fs.ReadFile, self._read_request(path, offset, length), timeout)
+
+        async for resp in self._evictable_stream(make):
             if resp.data:
                 yield resp.data
 
@@ -398,12 +610,17 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     ) -> filesystem_pb2.WriteFileResponse:
         """Writes a whole file atomically (see workspaced.Workspace.write_file);
         `data` may also be an async iterable of bytes chunks."""
-        header = self._write_header(path, mode, create_parents, if_match, if_absent)
-        if hasattr(data, "__aiter__"):
-            requests: Any = _awrite_requests(header, _achunks(data))  # type: ignore[arg-type]
-        else:
-            requests = _write_requests(header, _chunks(data))  # type: ignore[arg-type]
-        return await self._unary(self._write_op(requests), timeout)
+        again = isinstance(data, (bytes, bytearray, memoryview, str))
+
+        def make() -> _Unary[filesystem_pb2.WriteFileResponse]:
+            header = self._write_header(path, mode, create_parents, if_match, if_absent)
+            if hasattr(data, "__aiter__"):
+                requests: Any = _awrite_requests(header, _achunks(data))  # type: ignore[arg-type]
+            else:
+                requests = _write_requests(header, _chunks(data))  # type: ignore[arg-type]
+            return self._write_op(requests)
+
+        return await self._unary(make, timeout, retry=again)
 
     async def edit_file(
         self,
@@ -416,11 +633,11 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         timeout: Timeout = USE_DEFAULT,
     ) -> filesystem_pb2.EditFileResponse:
         """Replaces old_text by new_text (exactly once unless replace_all)."""
-        return await self._unary(self._edit_op(path, old_text, new_text, replace_all, if_match), timeout)
+        return await self._unary(lambda: self._edit_op(path, old_text, new_text, replace_all, if_match), timeout)
 
     async def stat(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> common_pb2.FileInfo:
         """Returns the FileInfo of `path` (lstat: a symlink is not followed)."""
-        return await self._unary(self._stat_op(path), timeout)
+        return await self._unary(lambda: self._stat_op(path), timeout)
 
     async def exists(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Whether `path` exists (a dangling symlink does)."""
@@ -434,29 +651,29 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         self, path: str = ".", depth: int = 0, max_entries: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> Listing:
         """Returns the FileInfo entries of a directory as a Listing."""
-        return await self._unary(self._list_dir_op(path, depth, max_entries), timeout)
+        return await self._unary(lambda: self._list_dir_op(path, depth, max_entries), timeout)
 
     async def make_dir(
         self, path: str, parents: bool = False, mode: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Makes a directory (and its parents with parents=True); returns its FileInfo."""
-        return await self._unary(self._make_dir_op(path, parents, mode), timeout)
+        return await self._unary(lambda: self._make_dir_op(path, parents, mode), timeout)
 
     async def remove(self, path: str, recursive: bool = False, *, timeout: Timeout = USE_DEFAULT) -> int:
         """Removes a file, symlink or directory; returns the entries removed."""
-        return await self._unary(self._remove_op(path, recursive), timeout)
+        return await self._unary(lambda: self._remove_op(path, recursive), timeout)
 
     async def move(
         self, from_path: str, to_path: str, replace: bool = False, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Renames `from_path` to `to_path`; returns the FileInfo of the result."""
-        return await self._unary(self._move_op(from_path, to_path, replace), timeout)
+        return await self._unary(lambda: self._move_op(from_path, to_path, replace), timeout)
 
     async def glob(
         self, pattern: str, path: str = "", max_results: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> Listing:
         """Returns the FileInfo of every path matching `pattern` as a Listing."""
-        return await self._unary(self._glob_op(pattern, path, max_results), timeout)
+        return await self._unary(lambda: self._glob_op(pattern, path, max_results), timeout)
 
     def grep(
         self,
@@ -471,8 +688,11 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     ) -> AsyncGrepResults:
         """Searches file contents (PCRE2); returns an AsyncGrepResults to
         `async for` over. `timeout` bounds the whole stream."""
-        req = self._grep_request(pattern, path, include, ignore_case, max_matches, max_depth)
-        return AsyncGrepResults(self._stream(self._client._fs.Grep, req, timeout))
+        def make() -> AsyncIterator[Any]:
+            req = self._grep_request(pattern, path, include, ignore_case, max_matches, max_depth)
+            return self._stream(self._client._fs.Grep, req, timeout)
+
+        return AsyncGrepResults(self._evictable_stream(make))
 
     # -- processes
 
@@ -487,16 +707,21 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         tag: Optional[str] = None,
         background: bool = False,
         max_output_bytes: int = 0,
+        secrets: Optional[Sequence[str]] = None,
         *,
         timeout: Optional[float] = None,
     ) -> AsyncProcess:
         """Starts a command and returns its AsyncProcess once the server said
         `started` (see workspaced.Workspace.exec for the arguments). Guard
         refusals (CommandNotAllowed, ...) are raised here."""
-        cfg = _process_config(cmd, cwd, env, command_timeout, stdin, pty, tag, background, max_output_bytes)
-        first = self._start_request(cfg, timeout)
-        call = self._client._exec.Start(metadata=self._metadata, timeout=timeout)
-        return await AsyncProcess(self, call, writable=True)._start(first)
+        cfg = _process_config(cmd, cwd, env, command_timeout, stdin, pty, tag, background, max_output_bytes, secrets)
+
+        async def start() -> AsyncProcess:
+            first = self._start_request(cfg, timeout)
+            call = self._client._exec.Start(metadata=self._metadata, timeout=timeout)
+            return await AsyncProcess(self, call, writable=True)._start(first)
+
+        return await self._evictable(start)
 
     async def run(
         self,
@@ -507,12 +732,13 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         stdin_data: bytes = b"",
         pty: Optional[Tuple[int, int]] = None,
         max_output_bytes: int = 0,
+        secrets: Optional[Sequence[str]] = None,
         *,
         timeout: Optional[float] = None,
     ) -> RunResult:
         """Runs a command to its end (unary Exec.Run) and returns a RunResult."""
-        cfg = _process_config(cmd, cwd, env, command_timeout, False, pty, None, False, max_output_bytes)
-        return await self._unary(self._run_op(cfg, stdin_data), timeout)
+        cfg = _process_config(cmd, cwd, env, command_timeout, False, pty, None, False, max_output_bytes, secrets)
+        return await self._unary(lambda: self._run_op(cfg, stdin_data), timeout)
 
     async def attach(
         self,
@@ -525,13 +751,16 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         """Reattaches to a running or recently finished process, by tag (or
         id=...), replaying its output from `offset`. Returns a read-only
         AsyncProcess."""
-        req = self._attach_request(tag, offset, id, timeout)
-        call = self._client._exec.Attach(req, metadata=self._metadata, timeout=timeout)
-        return await AsyncProcess(self, call, writable=False)._start(None)
+        async def attach() -> AsyncProcess:
+            req = self._attach_request(tag, offset, id, timeout)
+            call = self._client._exec.Attach(req, metadata=self._metadata, timeout=timeout)
+            return await AsyncProcess(self, call, writable=False)._start(None)
+
+        return await self._evictable(attach)
 
     async def ps(self, *, timeout: Timeout = USE_DEFAULT) -> List[exec_pb2.ProcessInfo]:
         """Lists the workspace's running and recently finished processes (ProcessInfo)."""
-        return await self._unary(self._ps_op(), timeout)
+        return await self._unary(lambda: self._ps_op(), timeout)
 
     async def kill(
         self,
@@ -542,4 +771,9 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         timeout: Timeout = USE_DEFAULT,
     ) -> None:
         """Sends `sig` (default SIGKILL) to a process's tree, by tag (or id=...)."""
-        await self._unary(self._kill_op(tag, sig, id), timeout)
+        await self._unary(lambda: self._kill_op(tag, sig, id), timeout)
+
+    def process(self, tag: Optional[str] = None, id: Optional[str] = None) -> AsyncProcessHandle:
+        """A handle on a process of this workspace by tag (or id=...), whether
+        or not this client started it (see workspaced.Workspace.process)."""
+        return AsyncProcessHandle(self, _target(tag, id))

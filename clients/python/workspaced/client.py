@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import queue
 import signal as _signal
-from typing import Any, Callable, Iterable, Iterator, List, Mapping, Optional, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
 from google.protobuf.message import Message
@@ -57,8 +57,16 @@ from ._common import StreamStats as StreamStats
 from ._common import Timeout as Timeout
 from ._common import TLSConfig as TLSConfig
 from ._common import WriteData as WriteData
+from ._common import Duration as Duration
+from ._common import EvictionHook as EvictionHook
+from ._common import EvictionRetry as EvictionRetry
+from ._common import Lifetime as Lifetime
+from ._common import MAX_INPUT_CHUNK as MAX_INPUT_CHUNK
+from ._common import WorkspacePage as WorkspacePage
+from ._common import new_request_id as new_request_id
 from ._common import _chunks, _ClientBase, _cut, _node_of, _open_request, _process_config, _ProcessBase
-from ._common import _resolve_address, _sort_output, _started, _Unary, _WorkspaceBase, _write_requests
+from ._common import _resolve_address, _sort_output, _started, _target, _Unary, _WorkspaceBase, _write_requests
+from ._common import EvictionRetry as _EvictionRetry
 from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy
 
@@ -91,6 +99,8 @@ def connect(
     options: Optional[Iterable[Tuple[str, Any]]] = None,
     open_retry: Optional[RetryPolicy] = None,
     timeout: Optional[float] = None,
+    resolve_on_eviction: bool = True,
+    on_eviction_retry: Optional[EvictionHook] = None,
 ) -> "Client":
     """Connects to a workspaced server and returns a Client.
 
@@ -108,11 +118,25 @@ def connect(
     open_retry: the default RetryPolicy of Client.open.
     timeout: the default deadline of each call in seconds (None: none);
         calls that wait for a command (exec, run, attach) do not take it.
+    resolve_on_eviction: the default of Workspace.resolve_on_eviction: a
+        call that meets WORKSPACE_EVICTED resolves the workspace's ref once
+        and, when that succeeds, is made once more (see Workspace).
+    on_eviction_retry: called with an EvictionRetry each time a workspace
+        handle tried that (recovered or not), e.g. to log or count it.
 
     No connection is made here: the first call makes it.
     """
     address, token = _resolve_address(address, token)
-    return Client(address, token=token, tls=tls, options=options, open_retry=open_retry, timeout=timeout)
+    return Client(
+        address,
+        token=token,
+        tls=tls,
+        options=options,
+        open_retry=open_retry,
+        timeout=timeout,
+        resolve_on_eviction=resolve_on_eviction,
+        on_eviction_retry=on_eviction_retry,
+    )
 
 
 class Client(_ClientBase):
@@ -189,9 +213,41 @@ class Client(_ClientBase):
         """The server's ServerInfo (its version), from ListProviders."""
         return ServerInfo.from_proto(self.list_providers(timeout=timeout).server)
 
-    def list(self, *, timeout: Timeout = USE_DEFAULT) -> List[workspaces_pb2.WorkspaceSummary]:
-        """Lists the server's workspaces (WorkspaceSummary messages)."""
-        return self._unary(self._list_op(), timeout)
+    def list(
+        self,
+        label_selector: str = "",
+        name: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> WorkspacePage:
+        """One page of the caller's workspaces that are not closed, in id
+        order: a WorkspacePage (a list of WorkspaceSummary messages with
+        `next_page_token`, "" on the last page).
+
+        label_selector: comma-separated requirements on the labels, all of
+            which must hold: "key=value", "key!=value", "key", "!key".
+        name: only the workspace of this name.
+        page_size: at most this many (0: the server's 100; at most 1000).
+        page_token: next_page_token of the previous page, with the same
+            filters.
+        iter_workspaces() walks every page.
+        """
+        return self._unary(self._list_op(label_selector, name, page_size, page_token), timeout)
+
+    def iter_workspaces(
+        self, label_selector: str = "", name: str = "", page_size: int = 0, *, timeout: Timeout = USE_DEFAULT
+    ) -> Iterator[workspaces_pb2.WorkspaceSummary]:
+        """Yields every workspace list() finds with these filters, page
+        after page (`timeout` is each page's deadline)."""
+        token = ""
+        while True:
+            page = self.list(label_selector, name, page_size, token, timeout=timeout)
+            yield from page
+            token = page.next_page_token
+            if not token:
+                return
 
     def open(
         self,
@@ -199,6 +255,13 @@ class Client(_ClientBase):
         capabilities: Union[None, Message, Mapping[str, Any]] = None,
         retry: Optional[RetryPolicy] = None,
         *,
+        ttl: Optional[Duration] = None,
+        idle_timeout: Optional[Duration] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        name: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        secrets: Optional[Mapping[str, str]] = None,
+        request_id: Optional[str] = None,
         timeout: Timeout = USE_DEFAULT,
         **provider_options: Any,
     ) -> "Workspace":
@@ -215,13 +278,41 @@ class Client(_ClientBase):
             lets the server grant `fs` with its defaults.
         retry: a RetryPolicy for transient failures; default: the client's
             open_retry (4 attempts); RetryPolicy(max_attempts=1) disables it.
+        ttl: the workspace expires this long after Open (seconds or a
+            timedelta; extend() moves it); None: no limit of its own (the
+            server's --max-lifetime still caps it).
+        idle_timeout: it expires after being idle this long (no call on
+            it, no command running); None: the server's default.
+        labels: key/value labels, for list(label_selector=...).
+        name: a name unique among the caller's open workspaces
+            ([a-z0-9-], 1-63); taken: AlreadyExists.
+        env: environment every command of the workspace gets (a command's
+            own env overrides it).
+        secrets: name/value pairs held in the server's memory only; a
+            command gets one in its environment only when it names it
+            (exec/run secrets=[...]).
+        request_id: makes the open idempotent: an open with the same id
+            within 10 minutes returns the workspace the first one opened.
+            None: a fresh random one (new_request_id()), so that the
+            client's own retries of this call can never open two.
         timeout: the deadline of each attempt.
 
         Behind a front proxy, the workspace is pinned to the node that
         answered (Workspace.node). Open itself is never pinned, so each
         retry may land on another node.
         """
-        request = _open_request(provider, capabilities, **provider_options)
+        request = self._open_request_for(
+            provider,
+            capabilities,
+            request_id,
+            ttl=ttl,
+            idle_timeout=idle_timeout,
+            labels=labels,
+            name=name,
+            env=env,
+            secrets=secrets,
+            **provider_options,
+        )
         policy = retry or self.open_retry
         resp, call = policy.call(lambda: self._call(self._workspaces.Open.with_call, request, timeout=timeout))
         return Workspace(self, resp.workspace, node=_node_of(call.initial_metadata()))
@@ -301,8 +392,27 @@ class Process(_ProcessBase["Workspace"]):
         self._send(signal=int(sig))
 
     def resize(self, rows: int, cols: int) -> None:
-        """Resizes the command's pseudo-terminal."""
+        """Resizes the command's pseudo-terminal: on the Start stream, or
+        for a handle from attach through Exec.Resize."""
+        if not self._writable:
+            self.handle().resize(rows, cols)
+            return
         self._send(resize=exec_pb2.PtySize(rows=rows, cols=cols))
+
+    def handle(self) -> "ProcessHandle":
+        """A ProcessHandle on this process (by its id): unary SendInput,
+        CloseInput and Resize, usable from an attached handle or another
+        thread."""
+        return self._ws.process(id=self.id)
+
+    def send_input(self, data: bytes, offset: Optional[int] = None, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Sends bytes to stdin through Exec.SendInput (see
+        ProcessHandle.send_input); returns the stdin offset after them."""
+        return self.handle().send_input(data, offset, timeout=timeout)
+
+    def close_input(self, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Closes stdin through Exec.CloseInput; returns the bytes it took."""
+        return self.handle().close_input(timeout=timeout)
 
     def cancel(self) -> None:
         """Ends the stream. A non-background command is then killed by the
@@ -362,6 +472,79 @@ class Process(_ProcessBase["Workspace"]):
             self.cancel()
 
 
+class ProcessHandle:
+    """A process of a workspace named by id or tag (Workspace.process), for
+    one that this client did not start, or from anywhere: each method is
+    one unary call.
+
+    `input_offset` is the process's stdin offset as the last send_input or
+    close_input reported it (None before the first). To make a retried
+    send exactly-once, send with an explicit offset: bytes the process
+    already took are skipped, and an offset past what it took raises
+    InputGap (its `expected_offset` says where to resume).
+    """
+
+    def __init__(self, workspace: "Workspace", target: Tuple[str, str]) -> None:
+        self._ws = workspace
+        self.id, self.tag = target
+        self.input_offset: Optional[int] = None
+
+    def __repr__(self) -> str:
+        return "ProcessHandle(%s=%r)" % (("id", self.id) if self.id else ("tag", self.tag))
+
+    @property
+    def _target(self) -> Tuple[str, str]:
+        return (self.id, self.tag)
+
+    def send_input(self, data: bytes, offset: Optional[int] = None, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Feeds `data` to the process's stdin (it was started with stdin or
+        a pty); returns its stdin offset after the bytes.
+
+        offset: the stdin offset of data[0]; None appends after whatever
+            it took. More than 1 MiB is sent in several calls.
+        Raises StdinClosed (no stdin, or closed), InputGap (offset past
+        what it took), LimitExceeded (its queue is full: retry later).
+        """
+        view = memoryview(bytes(data))
+        if not view:
+            pieces = [b""]
+        else:
+            pieces = [bytes(view[i : i + MAX_INPUT_CHUNK]) for i in range(0, len(view), MAX_INPUT_CHUNK)]
+        at = offset
+        for piece in pieces:
+            new = self._ws._unary(lambda: self._ws._send_input_op(self._target, piece, at), timeout)
+            if at is not None:
+                at += len(piece)
+            self.input_offset = new
+        assert self.input_offset is not None
+        return self.input_offset
+
+    def close_input(self, *, timeout: Timeout = USE_DEFAULT) -> int:
+        """Closes the process's stdin (idempotent); returns the bytes it took in all."""
+        self.input_offset = self._ws._unary(lambda: self._ws._close_input_op(self._target), timeout)
+        return self.input_offset
+
+    def resize(self, rows: int, cols: int, *, timeout: Timeout = USE_DEFAULT) -> None:
+        """Resizes the process's terminal (NoPty for one without)."""
+        self._ws._unary(lambda: self._ws._resize_op(self._target, rows, cols), timeout)
+
+    def signal(self, sig: int = _signal.SIGTERM, *, timeout: Timeout = USE_DEFAULT) -> None:
+        """Sends `sig` (default SIGTERM) to the process's tree."""
+        self._ws.kill(self.tag or None, sig, self.id or None, timeout=timeout)
+
+    def attach(self, offset: int = 0, *, timeout: Optional[float] = None) -> Process:
+        """Follows the process's output from `offset` (see Workspace.attach)."""
+        return self._ws.attach(self.tag or None, offset, self.id or None, timeout=timeout)
+
+    def info(self, *, timeout: Timeout = USE_DEFAULT) -> exec_pb2.ProcessInfo:
+        """The process's ProcessInfo (running, stdin_open, stdin_offset,
+        pty, ...), from ListProcesses; NoSuchProcess when it is not there."""
+        for p in self._ws.ps(timeout=timeout):
+            if (self.id and p.id == self.id) or (not self.id and p.tag == self.tag):
+                return p
+        raise errors.NoSuchProcess(grpc.StatusCode.NOT_FOUND, "NO_SUCH_PROCESS", "no such process: %r" % (self,))
+
+
 # ----------------------------------------------------------------- workspace
 
 
@@ -394,8 +577,24 @@ class Workspace(_WorkspaceBase[Client]):
     sent there; keep it with the ref and pass it to Client.resolve(ref,
     node=...) to come back to the workspace later.
 
+    `name`, `labels`, `lifetime` (a Lifetime) and `expires_at` (a UTC
+    datetime, None: never) are as Open gave them; extend() and describe()
+    bring them up to date.
+
     Every method takes `timeout=`, the deadline of its call (see the
     module's docstring).
+
+    Eviction: when a call fails with WORKSPACE_EVICTED and
+    `resolve_on_eviction` is set (the client's default, True), the handle
+    resolves its ref once; when that succeeds (the server still holds the
+    workspace's storage and brought it back), it takes the workspace the
+    server names and makes the call once more; when it fails, the call's
+    WorkspaceEvicted is raised (its `eviction_cause` says "expired" for a
+    workspace whose lifetime ran out). Never more than once per call. Only
+    calls that are safe to repeat are retried: every unary call but close,
+    write_file of bytes or str, and the streams (read_file_stream, grep,
+    exec, attach) only when they failed before their first result; a
+    command's output that already began is never started again.
     """
 
     def __init__(self, client: Client, proto: common_pb2.Workspace, node: Optional[str] = None) -> None:
@@ -412,23 +611,103 @@ class Workspace(_WorkspaceBase[Client]):
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _unary(self, op: _Unary[_T], timeout: Timeout) -> _T:
-        return self._client._unary(op, timeout, self._metadata)
+    def _unary(self, make: Callable[[], _Unary[_T]], timeout: Timeout, retry: bool = True) -> _T:
+        """Makes the call `make()` describes; with `retry`, once more after
+        a successful re-resolve (make() is called again: the request names
+        the workspace the handle holds then)."""
+        if not retry:
+            return self._client._unary(make(), timeout, self._metadata)
+        return self._evictable(lambda: self._client._unary(make(), timeout, self._metadata))
 
     def _stream(self, method: Callable[..., Any], request: Any, timeout: Timeout = USE_DEFAULT) -> Iterator[Any]:
         return self._client._stream(method, request, metadata=self._metadata, timeout=timeout)
+
+    def _evictable(self, call: Callable[[], _T]) -> _T:
+        try:
+            return call()
+        except errors.WorkspaceEvicted as evicted:
+            if not self._reresolve(evicted):
+                raise
+        return call()
+
+    def _evictable_stream(self, make: Callable[[], Iterator[_T]]) -> Iterator[_T]:
+        """A server stream made by make(), made once more after a
+        re-resolve when it met WORKSPACE_EVICTED before its first item."""
+        it = make()
+        try:
+            first = next(it)
+        except StopIteration:
+            return
+        except errors.WorkspaceEvicted as evicted:
+            if not self._reresolve(evicted):
+                raise
+            it = make()
+            try:
+                first = next(it)
+            except StopIteration:
+                return
+        yield first
+        yield from it
+
+    def _reresolve(self, evicted: errors.WorkspaceEvicted) -> bool:
+        """Resolves the handle's ref after `evicted`; True when the call
+        may be made again (the handle now names the resolved workspace)."""
+        if not self.resolve_on_eviction or self.closed or not self.ref.token:
+            return False
+        wid = self.id
+        try:
+            resp, call = self._client._call(
+                self._client._workspaces.Resolve.with_call,
+                self._client._resolve_request(self.ref),
+                metadata=self._metadata,
+            )
+        except errors.WorkspacedError as e:
+            self._eviction_hook(_EvictionRetry(wid, evicted, False, e))
+            return False
+        node = _node_of(call.initial_metadata()) or self._node
+        self._node = node
+        self._metadata = self._client._node_metadata(node)
+        self._adopt(resp.workspace)
+        self._eviction_hook(_EvictionRetry(wid, evicted, True))
+        return True
 
     # -- lifecycle
 
     def close(self, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Closes the workspace (idempotent). Returns True when it was already closed."""
-        return self._unary(self._close_op(), timeout)
+        return self._unary(self._close_op, timeout, retry=False)
 
     def describe(self, *, timeout: Timeout = USE_DEFAULT) -> workspaces_pb2.DescribeResponse:
         """Returns the DescribeResponse (state, limits, isolation, the host
         uid and gid its commands run as, the container's runtime, the
-        server's ServerInfo, ...)."""
-        return self._unary(self._describe_op(), timeout)
+        server's ServerInfo, ...; and its lifetime: expires_at_unix_ms,
+        lifetime, last_activity_at_unix_ms, labels, name, env,
+        secret_names, secrets_missing). Updates the handle's expires_at,
+        lifetime, labels and name."""
+        return self._unary(lambda: self._describe_op(), timeout)
+
+    def extend(
+        self,
+        ttl: Optional[Duration] = None,
+        idle_timeout: Optional[Duration] = None,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> Lifetime:
+        """Changes the workspace's lifetime: with `ttl` it now expires that
+        long from now (within the server's --max-lifetime from its Open,
+        else LimitExceeded); with `idle_timeout` that becomes its idle
+        timeout. At least one of them (seconds or a timedelta, > 0).
+        Returns the Lifetime in force; `expires_at` is updated."""
+        return self._unary(lambda: self._extend_op(ttl, idle_timeout), timeout)
+
+    def set_secrets(
+        self, secrets: Mapping[str, str], replace: bool = False, *, timeout: Timeout = USE_DEFAULT
+    ) -> workspaces_pb2.SetSecretsResponse:
+        """Gives the workspace secrets (again, after a server restart: until
+        then its commands fail with SecretsMissing), merged into what it
+        has, or with replace=True exactly these. Returns the
+        SetSecretsResponse: secret_names, secrets_missing."""
+        return self._unary(lambda: self._set_secrets_op(secrets, replace), timeout)
 
     # -- files
 
@@ -437,8 +716,10 @@ class Workspace(_WorkspaceBase[Client]):
     ) -> Iterator[bytes]:
         """Yields the file's content in chunks (at most 256 KiB each) as they
         arrive. `timeout` bounds the whole stream."""
-        req = self._read_request(path, offset, length)
-        for resp in self._stream(self._client._fs.ReadFile, req, timeout):
+        def make() -> Iterator[Any]:
+            return self._stream(self._client._fs.ReadFile, self._read_request(path, offset, length), timeout)
+
+        for resp in self._evictable_stream(make):
             if resp.data:
                 yield resp.data
 
@@ -468,8 +749,15 @@ class Workspace(_WorkspaceBase[Client]):
         (anything with .read). Chunks are re-cut to 1 MiB; the last message
         carries `finish`, so the server commits exactly what was sent.
         """
-        header = self._write_header(path, mode, create_parents, if_match, if_absent)
-        return self._unary(self._write_op(_write_requests(header, _chunks(data))), timeout)
+        # Bytes and text can be sent again after a re-resolve; an iterable
+        # or a reader is consumed by the first attempt.
+        again = isinstance(data, (bytes, bytearray, memoryview, str))
+
+        def make() -> _Unary[filesystem_pb2.WriteFileResponse]:
+            header = self._write_header(path, mode, create_parents, if_match, if_absent)
+            return self._write_op(_write_requests(header, _chunks(data)))
+
+        return self._unary(make, timeout, retry=again)
 
     def edit_file(
         self,
@@ -483,11 +771,11 @@ class Workspace(_WorkspaceBase[Client]):
     ) -> filesystem_pb2.EditFileResponse:
         """Replaces old_text by new_text (exactly once unless replace_all);
         returns the EditFileResponse (replacements, sha256, info)."""
-        return self._unary(self._edit_op(path, old_text, new_text, replace_all, if_match), timeout)
+        return self._unary(lambda: self._edit_op(path, old_text, new_text, replace_all, if_match), timeout)
 
     def stat(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> common_pb2.FileInfo:
         """Returns the FileInfo of `path` (lstat: a symlink is not followed)."""
-        return self._unary(self._stat_op(path), timeout)
+        return self._unary(lambda: self._stat_op(path), timeout)
 
     def exists(self, path: str, *, timeout: Timeout = USE_DEFAULT) -> bool:
         """Whether `path` exists (a dangling symlink does)."""
@@ -502,28 +790,28 @@ class Workspace(_WorkspaceBase[Client]):
     ) -> Listing:
         """Returns the FileInfo entries of a directory (`depth` levels down)
         as a Listing (a list that also says whether it was truncated)."""
-        return self._unary(self._list_dir_op(path, depth, max_entries), timeout)
+        return self._unary(lambda: self._list_dir_op(path, depth, max_entries), timeout)
 
     def make_dir(
         self, path: str, parents: bool = False, mode: int = 0, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Makes a directory (and its parents with parents=True); returns its FileInfo."""
-        return self._unary(self._make_dir_op(path, parents, mode), timeout)
+        return self._unary(lambda: self._make_dir_op(path, parents, mode), timeout)
 
     def remove(self, path: str, recursive: bool = False, *, timeout: Timeout = USE_DEFAULT) -> int:
         """Removes a file, symlink or directory; returns the entries removed."""
-        return self._unary(self._remove_op(path, recursive), timeout)
+        return self._unary(lambda: self._remove_op(path, recursive), timeout)
 
     def move(
         self, from_path: str, to_path: str, replace: bool = False, *, timeout: Timeout = USE_DEFAULT
     ) -> common_pb2.FileInfo:
         """Renames `from_path` to `to_path`; returns the FileInfo of the result."""
-        return self._unary(self._move_op(from_path, to_path, replace), timeout)
+        return self._unary(lambda: self._move_op(from_path, to_path, replace), timeout)
 
     def glob(self, pattern: str, path: str = "", max_results: int = 0, *, timeout: Timeout = USE_DEFAULT) -> Listing:
         """Returns the FileInfo of every path matching `pattern` (** * ? [...])
         as a Listing (a list that also says whether it was truncated)."""
-        return self._unary(self._glob_op(pattern, path, max_results), timeout)
+        return self._unary(lambda: self._glob_op(pattern, path, max_results), timeout)
 
     def grep(
         self,
@@ -538,8 +826,11 @@ class Workspace(_WorkspaceBase[Client]):
     ) -> GrepResults:
         """Searches file contents (PCRE2); returns a GrepResults iterator of
         GrepMatch. `timeout` bounds the whole stream."""
-        req = self._grep_request(pattern, path, include, ignore_case, max_matches, max_depth)
-        return GrepResults(self._stream(self._client._fs.Grep, req, timeout))
+        def make() -> Iterator[Any]:
+            req = self._grep_request(pattern, path, include, ignore_case, max_matches, max_depth)
+            return self._stream(self._client._fs.Grep, req, timeout)
+
+        return GrepResults(self._evictable_stream(make))
 
     # -- processes
 
@@ -554,6 +845,7 @@ class Workspace(_WorkspaceBase[Client]):
         tag: Optional[str] = None,
         background: bool = False,
         max_output_bytes: int = 0,
+        secrets: Optional[Sequence[str]] = None,
         *,
         timeout: Optional[float] = None,
     ) -> Process:
@@ -567,28 +859,36 @@ class Workspace(_WorkspaceBase[Client]):
         pty: (rows, cols) to run on a pseudo-terminal.
         tag: a name for attach / kill.
         background: keep running after this stream ends (attach later).
+        secrets: names of the workspace's secrets the command gets in its
+            environment (no other secret reaches it).
         timeout: the deadline of the stream in seconds (None, the default:
             none; the client's default does not apply). When it passes, the
             stream fails with DeadlineExceeded and the server ends it like
             a cancel (a non-background command is killed).
         Guard refusals (CommandNotAllowed, ...) are raised here.
         """
-        cfg = _process_config(cmd, cwd, env, command_timeout, stdin, pty, tag, background, max_output_bytes)
-        first = self._start_request(cfg, timeout)
-        requests: "queue.Queue[Any]" = queue.Queue()
-        requests.put(first)
+        cfg = _process_config(cmd, cwd, env, command_timeout, stdin, pty, tag, background, max_output_bytes, secrets)
 
-        def request_iter() -> Iterator[exec_pb2.StartRequest]:
-            # Held open until the process ends: the stream carries stdin
-            # and signals, and ending it early is not needed.
-            while True:
-                item = requests.get()
-                if item is _END:
-                    return
-                yield item
+        def start() -> Process:
+            first = self._start_request(cfg, timeout)
+            requests: "queue.Queue[Any]" = queue.Queue()
+            requests.put(first)
 
-        responses = self._client._exec.Start(request_iter(), metadata=self._metadata, timeout=timeout)
-        return Process(self, responses, requests)
+            def request_iter() -> Iterator[exec_pb2.StartRequest]:
+                # Held open until the process ends: the stream carries stdin
+                # and signals, and ending it early is not needed.
+                while True:
+                    item = requests.get()
+                    if item is _END:
+                        return
+                    yield item
+
+            responses = self._client._exec.Start(request_iter(), metadata=self._metadata, timeout=timeout)
+            return Process(self, responses, requests)
+
+        # Nothing ran before `started`: a start refused as evicted may be
+        # made again.
+        return self._evictable(start)
 
     def run(
         self,
@@ -599,17 +899,19 @@ class Workspace(_WorkspaceBase[Client]):
         stdin_data: bytes = b"",
         pty: Optional[Tuple[int, int]] = None,
         max_output_bytes: int = 0,
+        secrets: Optional[Sequence[str]] = None,
         *,
         timeout: Optional[float] = None,
     ) -> RunResult:
         """Runs a command to its end (unary Exec.Run) and returns a RunResult.
 
         command_timeout: the command's run-time limit (see exec).
+        secrets: names of the workspace's secrets the command gets (see exec).
         timeout: the call's deadline (None, the default: none; the client's
             default does not apply).
         """
-        cfg = _process_config(cmd, cwd, env, command_timeout, False, pty, None, False, max_output_bytes)
-        return self._unary(self._run_op(cfg, stdin_data), timeout)
+        cfg = _process_config(cmd, cwd, env, command_timeout, False, pty, None, False, max_output_bytes, secrets)
+        return self._unary(lambda: self._run_op(cfg, stdin_data), timeout)
 
     def attach(
         self,
@@ -622,13 +924,16 @@ class Workspace(_WorkspaceBase[Client]):
         """Reattaches to a running or recently finished process, by tag (or
         id=...), replaying its output from `offset`. Returns a read-only
         Process. timeout: the stream's deadline (None: none)."""
-        req = self._attach_request(tag, offset, id, timeout)
-        responses = self._client._exec.Attach(req, metadata=self._metadata, timeout=timeout)
-        return Process(self, responses)
+        def attach() -> Process:
+            req = self._attach_request(tag, offset, id, timeout)
+            responses = self._client._exec.Attach(req, metadata=self._metadata, timeout=timeout)
+            return Process(self, responses)
+
+        return self._evictable(attach)
 
     def ps(self, *, timeout: Timeout = USE_DEFAULT) -> List[exec_pb2.ProcessInfo]:
         """Lists the workspace's running and recently finished processes (ProcessInfo)."""
-        return self._unary(self._ps_op(), timeout)
+        return self._unary(lambda: self._ps_op(), timeout)
 
     def kill(
         self,
@@ -639,4 +944,12 @@ class Workspace(_WorkspaceBase[Client]):
         timeout: Timeout = USE_DEFAULT,
     ) -> None:
         """Sends `sig` (default SIGKILL) to a process's tree, by tag (or id=...)."""
-        self._unary(self._kill_op(tag, sig, id), timeout)
+        self._unary(lambda: self._kill_op(tag, sig, id), timeout)
+
+    def process(self, tag: Optional[str] = None, id: Optional[str] = None) -> "ProcessHandle":
+        """A handle on a process of this workspace by tag (or id=...),
+        whether or not this client started it: its stdin, terminal and
+        signals through unary calls, and attach() for its output. Makes no
+        call: a process that does not exist fails the first one with
+        NoSuchProcess."""
+        return ProcessHandle(self, _target(tag, id))

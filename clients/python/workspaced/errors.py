@@ -17,7 +17,7 @@ deadline passed or it was cancelled on this side.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Iterable, Mapping, Optional, Tuple, Type
+from typing import Any, ClassVar, Dict, Iterable, List, Mapping, Optional, Tuple, Type
 
 import grpc
 
@@ -168,9 +168,17 @@ class NoSuchProcess(WorkspacedError):
 
 
 class WorkspaceEvicted(WorkspacedError):
-    """The workspace's storage is gone (or it was closed); open a new one."""
+    """The workspace's storage is gone, it was closed, or its lifetime ran
+    out; open a new one. A Workspace handle has already tried to resolve
+    its ref once before raising this (see Workspace)."""
 
     REASON = "WORKSPACE_EVICTED"
+
+    @property
+    def eviction_cause(self) -> Optional[str]:
+        """Why, when the server says: "expired" (its ttl or idle timeout
+        ran out); None otherwise."""
+        return self.metadata.get("cause") or None
 
 
 class NoSuchService(WorkspacedError):
@@ -271,6 +279,47 @@ class NoPty(WorkspacedError):
     """A resize was sent to a process that has no terminal."""
 
     REASON = "NO_PTY"
+
+
+class SecretsMissing(WorkspacedError):
+    """The server restarted since the workspace's secrets were given and no
+    longer holds them: its commands are refused until
+    Workspace.set_secrets gives them again."""
+
+    REASON = "SECRETS_MISSING"
+
+    @property
+    def names(self) -> List[str]:
+        """The secret names the server lacks."""
+        return [n for n in self.metadata.get("names", "").split(",") if n]
+
+
+class RequestIdReused(WorkspacedError):
+    """Open: the request_id was used within the last minutes for a
+    different request (metadata "request_id", "workspace_id")."""
+
+    REASON = "REQUEST_ID_REUSED"
+
+    @property
+    def workspace_id(self) -> Optional[str]:
+        """The workspace the earlier request with that id opened."""
+        return self.metadata.get("workspace_id") or None
+
+
+# ------------------------------------------------------------- OUT_OF_RANGE
+
+
+class InputGap(WorkspacedError):
+    """send_input's offset is past the bytes the process's stdin has taken:
+    bytes would be missing. `expected_offset` is where the next byte goes."""
+
+    REASON = "INPUT_GAP"
+
+    @property
+    def expected_offset(self) -> Optional[int]:
+        """The stdin offset the next byte must have (metadata "offset")."""
+        value = self.metadata.get("offset")
+        return int(value) if value and value.isdigit() else None
 
 
 # ------------------------------------------------- UNAVAILABLE, and others

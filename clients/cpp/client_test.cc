@@ -14,11 +14,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <system_error>
@@ -926,6 +929,9 @@ TEST(Retry, OpenRetriesAnUnreachableServer)
     EXPECT_TRUE(sleeps.empty());
 }
 
+namespace
+{
+
 // ---------------------------------------------------------------- lifecycle
 
 bool Listed(workspaced::Client &c, const std::string &id, pb::WorkspaceState *state)
@@ -1068,7 +1074,12 @@ TEST(Example, AgentLoopRuns)
         if (p.kind() == "local-sandbox")
             sandbox = p.available();
     std::string out;
+    setenv("AGENT_API_TOKEN", "abcdefgh", 1);
     int status = RunToExit({"clients/cpp/agent_loop", server->address()}, &out);
+    unsetenv("AGENT_API_TOKEN");
+    EXPECT_NE(out.find("labelled app=agent-loop: 1 workspace(s), idle timeout 120 s\n"),
+              std::string::npos)
+        << out;
     ASSERT_TRUE(WIFEXITED(status)) << out;
     EXPECT_EQ(WEXITSTATUS(status), 0) << out;
     EXPECT_NE(out.find(std::string("workspaced C++ client ") + workspaced::kVersion + "\n"),
@@ -1087,7 +1098,7 @@ TEST(Example, AgentLoopRuns)
     }
     EXPECT_NE(out.find(" on local-sandbox\n"), std::string::npos) << out;
     // The command's output, streamed, then the file it wrote, then close.
-    size_t streamed = out.find("write tests\nship it\n");
+    size_t streamed = out.find("write tests\nship it\ntoken: 8 bytes\n");
     size_t exit_line = out.find("exit 0 after ");
     size_t lines = out.find("lines: 2\n");
     ASSERT_NE(streamed, std::string::npos) << out;
@@ -1496,6 +1507,455 @@ TEST(Front, DirectHasNoNode)
     EXPECT_EQ(again.node(), "");
     again.Release();
     EXPECT_FALSE(ws.Close());
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- lifecycle
+
+// Watches a client's calls: counts them by method, keeps the request id of
+// every Open, and loses the answers of the next `lose` successful Opens, as
+// a connection that breaks after the server answered would.
+struct CallWatch {
+    std::mutex mu;
+    std::map<std::string, int> calls;
+    std::vector<std::string> request_ids;
+    int lose = 0;
+    std::vector<std::string> lost;
+
+    int Count(const std::string &method)
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        return calls[method];
+    }
+};
+
+class WatchInterceptor : public grpc::experimental::Interceptor
+{
+  public:
+    WatchInterceptor(CallWatch *w, bool open) : w_(w), open_(open)
+    {
+    }
+    void Intercept(grpc::experimental::InterceptorBatchMethods *m) override
+    {
+        using H = grpc::experimental::InterceptionHookPoints;
+        if (open_ && m->QueryInterceptionHookPoint(H::PRE_SEND_MESSAGE)) {
+            const auto *req = static_cast<const pb::OpenRequest *>(m->GetSendMessage());
+            std::lock_guard<std::mutex> lock(w_->mu);
+            w_->request_ids.push_back(req ? req->request_id() : "<not seen>");
+        }
+        if (open_ && m->QueryInterceptionHookPoint(H::POST_RECV_MESSAGE)) {
+            const auto *resp = static_cast<const pb::OpenResponse *>(m->GetRecvMessage());
+            if (resp)
+                opened_ = resp->workspace().id();
+        }
+        if (open_ && m->QueryInterceptionHookPoint(H::POST_RECV_STATUS)) {
+            grpc::Status *st = m->GetRecvStatus();
+            std::lock_guard<std::mutex> lock(w_->mu);
+            if (st->ok() && w_->lose > 0) {
+                w_->lose--;
+                w_->lost.push_back(opened_);
+                *st = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the answer was lost on the way");
+            }
+        }
+        m->Proceed();
+    }
+
+  private:
+    CallWatch *w_;
+    bool open_;
+    std::string opened_;
+};
+
+class WatchFactory : public grpc::experimental::ClientInterceptorFactoryInterface
+{
+  public:
+    explicit WatchFactory(CallWatch *w) : w_(w)
+    {
+    }
+    grpc::experimental::Interceptor *
+    CreateClientInterceptor(grpc::experimental::ClientRpcInfo *info) override
+    {
+        std::string method = info->method();
+        method = method.substr(method.rfind('/') + 1);
+        {
+            std::lock_guard<std::mutex> lock(w_->mu);
+            w_->calls[method]++;
+        }
+        return new WatchInterceptor(w_, method == "Open");
+    }
+
+  private:
+    CallWatch *w_;
+};
+
+workspaced::Client ConnectWatched(CallWatch *w, bool eviction_retry = true)
+{
+    workspaced::ConnectOptions o;
+    o.eviction_retry = eviction_retry;
+    o.interceptors = [w] {
+        std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> v;
+        v.push_back(std::make_unique<WatchFactory>(w));
+        return v;
+    };
+    return workspaced::Client::Connect(server->address(), o);
+}
+
+// Fails the test unless the server reports `kind` usable: env and secrets
+// are for commands in a sandbox (a command on the host, local-bash, gets
+// only an allowlist of variables).
+void RequireUsable(workspaced::Client &c, const std::string &kind)
+{
+    for (const auto &p : c.Providers())
+        if (p.kind() == kind && p.available())
+            return;
+    FAIL() << "the server reports " << kind << " unusable here: the test needs it";
+}
+
+workspaced::Capabilities SandboxShell()
+{
+    return workspaced::Capabilities().WithFs().WithShell(kAllowed);
+}
+
+std::string RunOk(workspaced::Workspace &ws, const std::string &script,
+                  std::vector<std::string> secrets = {})
+{
+    workspaced::ExecOptions o;
+    o.secrets = std::move(secrets);
+    auto r = ws.Run({"sh", "-c", script}, o);
+    EXPECT_TRUE(r.result.success()) << script << ": " << r.result.exited.DebugString() << r.err;
+    return r.out;
+}
+
+// Open's lifetime, labels, name, env and secrets come back on the handle
+// and in Describe, and reach commands as the contract says: env always, a
+// secret only when named, its value never in Describe.
+TEST(Lifecycle, OpenLifetimeLabelsNameEnvSecrets)
+{
+    auto c = Connect();
+    RequireUsable(c, "local-sandbox");
+    workspaced::OpenOptions o;
+    o.lifetime.ttl = std::chrono::hours(1);
+    o.lifetime.idle_timeout = std::chrono::minutes(30);
+    o.labels = {{"team", "infra"}, {"example.com/tier", "web"}};
+    o.name = "cpp-agent-one";
+    o.env = {{"GREETING", "hello"}};
+    o.secrets = {{"API_TOKEN", "s3cret-value"}};
+    auto before = std::chrono::system_clock::now();
+    auto ws = c.Open(workspaced::LocalSandbox(), SandboxShell(), o);
+    auto after = std::chrono::system_clock::now();
+
+    EXPECT_EQ(ws.name(), "cpp-agent-one");
+    EXPECT_EQ(ws.labels(), o.labels);
+    EXPECT_EQ(ws.lifetime().ttl, std::chrono::hours(1));
+    EXPECT_EQ(ws.lifetime().idle_timeout, std::chrono::minutes(30));
+    // The idle timeout comes first: 30 minutes after Open.
+    ASSERT_TRUE(ws.expires_at());
+    EXPECT_GE(*ws.expires_at() + 1ms, before + std::chrono::minutes(30));
+    EXPECT_LE(*ws.expires_at(), after + std::chrono::minutes(30));
+
+    auto d = ws.Describe();
+    EXPECT_EQ(d.name(), "cpp-agent-one");
+    EXPECT_EQ(d.labels().at("team"), "infra");
+    EXPECT_EQ(d.env().at("GREETING"), "hello");
+    ASSERT_EQ(d.secret_names_size(), 1);
+    EXPECT_EQ(d.secret_names(0), "API_TOKEN");
+    EXPECT_FALSE(d.secrets_missing());
+    EXPECT_EQ(d.lifetime().ttl_ms(), 3600000u);
+    EXPECT_NE(d.expires_at_unix_ms(), 0);
+    EXPECT_GT(d.last_activity_at_unix_ms(), 0);
+    EXPECT_EQ(d.DebugString().find("s3cret-value"), std::string::npos);
+
+    EXPECT_EQ(RunOk(ws, "echo \"$GREETING:$API_TOKEN\""), "hello:\n");
+    EXPECT_EQ(RunOk(ws, "echo \"$GREETING:$API_TOKEN\"", {"API_TOKEN"}), "hello:s3cret-value\n");
+    workspaced::ExecOptions bad;
+    bad.secrets = {"NOT_A_SECRET"};
+    EXPECT_THROW(ws.Run({"true"}, bad), workspaced::Malformed);
+
+    workspaced::OpenOptions same;
+    same.name = "cpp-agent-one";
+    try {
+        c.Open(workspaced::Memory(), workspaced::Capabilities(), same);
+        ADD_FAILURE() << "a second workspace of the same name opened";
+    } catch (const workspaced::Exists &e) {
+        EXPECT_EQ(e.metadata().at("workspace_id"), ws.id());
+    }
+}
+
+// Open always sends a request id and keeps it across its own retries: the
+// retry of an attempt whose answer was lost returns the workspace that
+// attempt opened, and no second one is left.
+TEST(Lifecycle, RetriedOpenKeepsTheRequestId)
+{
+    CallWatch w;
+    w.lose = 1;
+    auto c = ConnectWatched(&w);
+    workspaced::OpenOptions o;
+    o.retry.sleep = [](std::chrono::milliseconds) {};
+    o.labels = {{"test", "retried-open"}};
+    auto ws = c.Open(workspaced::Memory(), workspaced::Capabilities(), o);
+    ASSERT_EQ(w.lost.size(), 1u);
+    EXPECT_EQ(ws.id(), w.lost[0]);
+    ASSERT_EQ(w.request_ids.size(), 2u);
+    EXPECT_FALSE(w.request_ids[0].empty());
+    EXPECT_EQ(w.request_ids[0], w.request_ids[1]);
+    workspaced::ListOptions lo;
+    lo.label_selector = "test=retried-open";
+    auto list = c.List(lo);
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_EQ(list[0].id(), ws.id());
+
+    auto other = c.Open(workspaced::Memory(), workspaced::Capabilities(), o);
+    EXPECT_NE(other.id(), ws.id());
+    ASSERT_EQ(w.request_ids.size(), 3u);
+    EXPECT_NE(w.request_ids[2], w.request_ids[0]);
+}
+
+// A caller's own request id: the same request answers the same workspace,
+// another request with it throws RequestIdReused naming it.
+TEST(Lifecycle, SameRequestIdSameWorkspace)
+{
+    auto c = Connect();
+    workspaced::OpenOptions o;
+    o.request_id = "cpp-job-42.attempt:1";
+    o.labels = {{"job", "42"}};
+    auto first = c.Open(workspaced::Memory(), workspaced::Capabilities(), o);
+    auto again = c.Open(workspaced::Memory(), workspaced::Capabilities(), o);
+    EXPECT_EQ(again.id(), first.id());
+    again.Release();
+    o.labels = {{"job", "43"}};
+    try {
+        c.Open(workspaced::Memory(), workspaced::Capabilities(), o);
+        ADD_FAILURE() << "another request with the id opened";
+    } catch (const workspaced::RequestIdReused &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION);
+        EXPECT_EQ(e.metadata().at("workspace_id"), first.id());
+    }
+}
+
+TEST(Lifecycle, ExtendAndSetSecrets)
+{
+    auto c = Connect();
+    RequireUsable(c, "local-sandbox");
+    workspaced::OpenOptions o;
+    o.lifetime.ttl = std::chrono::hours(1);
+    o.secrets = {{"A", "1"}};
+    auto ws = c.Open(workspaced::LocalSandbox(), SandboxShell(), o);
+    auto was = ws.expires_at();
+    ASSERT_TRUE(was);
+    auto now = ws.Extend(std::chrono::hours(2));
+    ASSERT_TRUE(now);
+    EXPECT_GT(*now, *was);
+    EXPECT_EQ(ws.expires_at(), now);
+    EXPECT_EQ(ws.lifetime().ttl, std::chrono::hours(2));
+    EXPECT_EQ(ws.Describe().lifetime().ttl_ms(), 7200000u);
+    EXPECT_THROW(ws.Extend(0ms, 0ms), workspaced::Malformed);
+
+    auto s = ws.SetSecrets({{"B", "2"}});
+    std::sort(s.names.begin(), s.names.end());
+    EXPECT_EQ(s.names, (std::vector<std::string>{"A", "B"}));
+    EXPECT_FALSE(s.missing);
+    EXPECT_EQ(RunOk(ws, "echo \"$A $B\"", {"A", "B"}), "1 2\n");
+    s = ws.SetSecrets({{"C", "3"}}, true);
+    EXPECT_EQ(s.names, (std::vector<std::string>{"C"}));
+    workspaced::ExecOptions gone;
+    gone.secrets = {"A"};
+    EXPECT_THROW(ws.Run({"true"}, gone), workspaced::Malformed);
+    EXPECT_EQ(RunOk(ws, "echo \"$C\"", {"C"}), "3\n");
+}
+
+TEST(Lifecycle, ListFiltersAndPages)
+{
+    auto c = Connect();
+    std::vector<workspaced::Workspace> open;
+    for (auto [name, team] : std::vector<std::pair<std::string, std::string>>{
+             {"cpp-alpha", "a"}, {"cpp-beta", "b"}, {"cpp-gamma", ""}}) {
+        workspaced::OpenOptions o;
+        o.name = name;
+        o.labels = {{"suite", "cpp-list"}};
+        if (!team.empty())
+            o.labels["team"] = team;
+        open.push_back(c.Open(workspaced::Memory(), workspaced::Capabilities(), o));
+    }
+    auto names = [&](workspaced::ListOptions o) {
+        std::vector<std::string> out;
+        for (const auto &w : c.List(o))
+            out.push_back(w.name());
+        std::sort(out.begin(), out.end());
+        return out;
+    };
+    using V = std::vector<std::string>;
+    workspaced::ListOptions o;
+    o.label_selector = "suite=cpp-list";
+    EXPECT_EQ(names(o), (V{"cpp-alpha", "cpp-beta", "cpp-gamma"}));
+    o.label_selector = "suite=cpp-list,team=a";
+    EXPECT_EQ(names(o), (V{"cpp-alpha"}));
+    o.label_selector = "suite=cpp-list,team";
+    EXPECT_EQ(names(o), (V{"cpp-alpha", "cpp-beta"}));
+    o.label_selector = "suite=cpp-list,!team";
+    EXPECT_EQ(names(o), (V{"cpp-gamma"}));
+    o.label_selector = "suite=cpp-list,team!=a";
+    EXPECT_EQ(names(o), (V{"cpp-beta", "cpp-gamma"}));
+    o.label_selector = "";
+    o.name = "cpp-beta";
+    EXPECT_EQ(names(o), (V{"cpp-beta"}));
+    o.name = "";
+    o.label_selector = "suite=cpp-list";
+    o.page_size = 1;
+    EXPECT_EQ(names(o), (V{"cpp-alpha", "cpp-beta", "cpp-gamma"}));
+
+    o.page_size = 2;
+    auto first = c.ListOnePage(o);
+    EXPECT_EQ(first.workspaces.size(), 2u);
+    ASSERT_FALSE(first.next_page_token.empty());
+    auto second = c.ListOnePage(o, first.next_page_token);
+    EXPECT_EQ(second.workspaces.size(), 1u);
+    EXPECT_TRUE(second.next_page_token.empty());
+
+    o.label_selector = "=x";
+    EXPECT_THROW(c.List(o), workspaced::Malformed);
+    EXPECT_THROW(c.ListOnePage({}, "not-a-token"), workspaced::Malformed);
+}
+
+// A process fed, closed and resized through the unary calls from a handle
+// by tag that did not start it; offsets make a repeat harmless and a gap
+// is refused.
+TEST(Lifecycle, ProcessHandleInput)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    workspaced::ExecOptions eo;
+    eo.stdin_open = true;
+    eo.tag = "feeder";
+    auto p = ws.Exec({"cat"}, eo);
+    auto other = c.Resolve(ws.ref());
+    auto h = other.Handle("feeder");
+    other.Release();
+    EXPECT_FALSE(h.offset());
+    EXPECT_EQ(h.SendInput("hello "), 6u);
+    EXPECT_EQ(h.SendInput("world\n"), 12u);
+    EXPECT_EQ(h.SendInputAt("world\n", 6), 12u);
+    try {
+        h.SendInputAt("x", 20);
+        ADD_FAILURE() << "a gap was accepted";
+    } catch (const workspaced::InputGap &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::OUT_OF_RANGE);
+        EXPECT_EQ(e.metadata().at("offset"), "12");
+    }
+    auto procs = ws.Ps();
+    ASSERT_EQ(procs.size(), 1u);
+    EXPECT_TRUE(procs[0].stdin_open());
+    EXPECT_EQ(procs[0].stdin_offset(), 12u);
+    EXPECT_THROW(h.Resize(10, 10), workspaced::NoPty);
+    EXPECT_EQ(h.CloseInput(), 12u);
+    EXPECT_EQ(h.CloseInput(), 12u);
+    std::string out;
+    Drain(p, &out);
+    EXPECT_TRUE(p.Wait().success());
+    EXPECT_EQ(out, "hello world\n");
+
+    workspaced::ExecOptions tty;
+    tty.pty = std::make_pair(24u, 80u);
+    auto t = ws.Exec({"sh", "-c", "read line; echo got $line"}, tty);
+    auto th = t.Handle();
+    ASSERT_TRUE(th.offset());
+    EXPECT_EQ(*th.offset(), 0u);
+    th.Resize(40, 100);
+    for (const auto &pi : ws.Ps())
+        if (pi.id() == t.id()) {
+            EXPECT_EQ(pi.pty().rows(), 40u);
+            EXPECT_EQ(pi.pty().cols(), 100u);
+        }
+    EXPECT_EQ(th.SendInput("yes\n"), 4u);
+    std::string tout;
+    Drain(t, &tout);
+    EXPECT_TRUE(t.Wait().success());
+    EXPECT_NE(tout.find("got yes"), std::string::npos) << tout;
+}
+
+// An expired workspace ends its commands with cause EXPIRED, and a later
+// call throws WorkspaceEvicted with cause=expired after one Resolve, not a
+// loop of them.
+TEST(Lifecycle, ExpiredIsTypedEvicted)
+{
+    CallWatch w;
+    auto c = ConnectWatched(&w);
+    workspaced::OpenOptions o;
+    o.lifetime.ttl = 1s;
+    auto ws =
+        c.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs().WithShell(kAllowed), o);
+    auto p = ws.Exec({"sleep", "50"});
+    auto r = p.Wait();
+    EXPECT_TRUE(r.expired()) << r.exited.DebugString();
+    int resolves = w.Count("Resolve");
+    try {
+        ws.Stat(".");
+        ADD_FAILURE() << "Stat of an expired workspace succeeded";
+    } catch (const workspaced::WorkspaceEvicted &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::NOT_FOUND);
+        EXPECT_EQ(e.metadata().count("cause") ? e.metadata().at("cause") : "", "expired");
+    }
+    EXPECT_EQ(w.Count("Resolve") - resolves, 1);
+
+    CallWatch w2;
+    auto c2 = ConnectWatched(&w2, false);
+    EXPECT_THROW(c2.Resolve(ws.ref()), workspaced::WorkspaceEvicted);
+    EXPECT_EQ(w2.Count("Resolve"), 1);
+}
+
+const char *const kDockerImage = "workspaced-test:busybox";
+
+// The container of docker workspace `id`, removed behind the server's
+// back (the server labels it dev.workspaced.workspace=<id>).
+void RemoveContainer(const std::string &id)
+{
+    std::string ids;
+    int st = RunToExit(
+        {"/usr/bin/env", "docker", "ps", "-aq", "--filter", "label=dev.workspaced.workspace=" + id},
+        &ids);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << ids;
+    while (!ids.empty() && (ids.back() == '\n' || ids.back() == ' '))
+        ids.pop_back();
+    ASSERT_FALSE(ids.empty()) << "no container for " << id;
+    ASSERT_EQ(ids.find('\n'), std::string::npos) << ids;
+    std::string out;
+    st = RunToExit({"/usr/bin/env", "docker", "rm", "-f", ids}, &out);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << out;
+}
+
+// The real case of a backend lost while the storage survives: the
+// container of a docker workspace removed. Commands then fail with a
+// WorkspaceFailed that is not transient until a Resolve brings a fresh
+// container over the same files; the Workspace does that itself, once.
+TEST(Lifecycle, ReResolveAfterTheContainerIsRemoved)
+{
+    std::string out;
+    int st = RunToExit({"/usr/bin/env", "docker", "image", "inspect", kDockerImage}, &out);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+        << kDockerImage << " is missing: start the daemon with bash tests/fixtures/dockerd.sh "
+        << "and build the image with bash tests/fixtures/image/build.sh\n"
+        << out;
+    CallWatch w;
+    auto c = ConnectWatched(&w);
+    auto ws = c.Open(workspaced::Docker(kDockerImage), SandboxShell());
+    ws.WriteFile("kept.txt", "survives\n");
+    EXPECT_EQ(RunOk(ws, "cat kept.txt"), "survives\n");
+    RemoveContainer(ws.id());
+    EXPECT_EQ(RunOk(ws, "cat kept.txt"), "survives\n");
+    EXPECT_EQ(w.Count("Resolve"), 1);
+
+    CallWatch w2;
+    auto c2 = ConnectWatched(&w2, false);
+    auto ws2 = c2.Resolve(ws.ref());
+    RemoveContainer(ws.id());
+    try {
+        ws2.Run({"true"});
+        ADD_FAILURE() << "a command ran in a removed container";
+    } catch (const workspaced::WorkspaceFailed &e) {
+        EXPECT_FALSE(e.transient());
+    }
+    EXPECT_EQ(w2.Count("Resolve"), 1);
+    ws2.Release();
 }
 
 } // namespace

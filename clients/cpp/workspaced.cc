@@ -9,6 +9,7 @@
 #include <system_error>
 #include <ostream>
 #include <random>
+#include <atomic>
 
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -176,6 +177,7 @@ struct Core {
     std::string address;
     std::string token;
     std::chrono::milliseconds call_timeout{0};
+    bool eviction_retry = true;
     std::shared_ptr<grpc::Channel> channel;
     std::unique_ptr<pb::Workspaces::Stub> workspaces;
     std::unique_ptr<pb::FileSystem::Stub> fs;
@@ -251,6 +253,8 @@ pb::ProcessConfig ToConfig(const Command &cmd, const ExecOptions &opts)
     p.set_cwd(opts.cwd);
     for (const auto &kv : opts.env)
         (*p.mutable_env())[kv.first] = kv.second;
+    for (const auto &name : opts.secrets)
+        p.add_secrets(name);
     p.set_timeout_ms(static_cast<uint64_t>(opts.timeout.count()));
     p.set_stdin(opts.stdin_open);
     if (opts.pty) {
@@ -295,6 +299,8 @@ struct Process::State {
     std::shared_ptr<Core> core;
     std::string workspace_id;
     std::string node;
+    // Bytes WriteStdin sent (Handle()); written under write_mu.
+    std::atomic<uint64_t> stdin_sent{0};
 
     std::thread reader;
 
@@ -445,6 +451,7 @@ bool Process::WriteStdin(std::string_view data)
         req.set_stdin(data.data(), n);
         if (!st_->Write(req))
             return false;
+        st_->stdin_sent += n;
         data.remove_prefix(n);
     } while (!data.empty());
     return true;
@@ -470,6 +477,107 @@ bool Process::Resize(uint32_t rows, uint32_t cols)
     req.mutable_resize()->set_rows(rows);
     req.mutable_resize()->set_cols(cols);
     return st_->Write(req);
+}
+
+// ---------------------------------------------------------------- handles
+
+struct ProcessHandle::State {
+    std::shared_ptr<Core> core;
+    std::string workspace_id;
+    std::string node;
+    std::string id, tag;
+    mutable std::mutex mu;
+    std::optional<uint64_t> offset;
+};
+
+namespace
+{
+
+template <typename Req> void Target(Req *req, const ProcessHandle::State &st)
+{
+    req->set_workspace_id(st.workspace_id);
+    req->set_id(st.id);
+    req->set_tag(st.tag);
+}
+
+} // namespace
+
+uint64_t ProcessHandle::Send(std::string_view data, uint64_t offset, bool append)
+{
+    pb::SendInputRequest req;
+    Target(&req, *st_);
+    req.set_data(data.data(), data.size());
+    req.set_offset(offset);
+    req.set_append(append);
+    auto resp = Call(*st_->core, st_->core->exec.get(), &pb::Exec::Stub::SendInput, req, st_->node);
+    std::lock_guard<std::mutex> lock(st_->mu);
+    if (!st_->offset || resp.offset() > *st_->offset)
+        st_->offset = resp.offset();
+    return resp.offset();
+}
+
+uint64_t ProcessHandle::SendInput(std::string_view data)
+{
+    std::optional<uint64_t> at = offset();
+    return at ? Send(data, *at, false) : Send(data, 0, true);
+}
+
+uint64_t ProcessHandle::SendInputAt(std::string_view data, uint64_t at)
+{
+    return Send(data, at, false);
+}
+
+uint64_t ProcessHandle::AppendInput(std::string_view data)
+{
+    return Send(data, 0, true);
+}
+
+uint64_t ProcessHandle::CloseInput()
+{
+    pb::CloseInputRequest req;
+    Target(&req, *st_);
+    return Call(*st_->core, st_->core->exec.get(), &pb::Exec::Stub::CloseInput, req, st_->node)
+        .offset();
+}
+
+void ProcessHandle::Resize(uint32_t rows, uint32_t cols)
+{
+    pb::ResizeRequest req;
+    Target(&req, *st_);
+    req.mutable_size()->set_rows(rows);
+    req.mutable_size()->set_cols(cols);
+    Call(*st_->core, st_->core->exec.get(), &pb::Exec::Stub::Resize, req, st_->node);
+}
+
+std::optional<uint64_t> ProcessHandle::offset() const
+{
+    std::lock_guard<std::mutex> lock(st_->mu);
+    return st_->offset;
+}
+
+ProcessHandle Process::Handle() const
+{
+    auto h = std::make_shared<ProcessHandle::State>();
+    h->core = st_->core;
+    h->workspace_id = st_->workspace_id;
+    h->node = st_->node;
+    h->id = st_->started.id();
+    if (st_->stdin_sent == 0)
+        h->offset = 0;
+    return ProcessHandle(std::move(h));
+}
+
+ProcessHandle Workspace::Handle(const std::string &tag_or_id) const
+{
+    auto h = std::make_shared<ProcessHandle::State>();
+    h->core = core_;
+    h->workspace_id = id();
+    h->node = node_;
+    if (LooksLikeProcessId(tag_or_id))
+        h->id = tag_or_id;
+    else
+        h->tag = tag_or_id;
+    return ProcessHandle(std::move(h));
 }
 
 void Process::Cancel()
@@ -555,6 +663,102 @@ void Workspace::CloseQuietly() noexcept
     }
 }
 
+namespace
+{
+
+// Whether `e` says the workspace's backend is gone in a way a Resolve of its
+// ref may repair: evicted, or failed for good (a lost container or box).
+bool Recoverable(const Error &e)
+{
+    return e.reason_code() == pb::WORKSPACE_EVICTED ||
+           (e.reason_code() == pb::WORKSPACE_FAILED && !e.transient());
+}
+
+std::optional<std::chrono::system_clock::time_point> TimeOf(int64_t unix_ms)
+{
+    if (unix_ms == 0)
+        return std::nullopt;
+    return std::chrono::system_clock::time_point(std::chrono::milliseconds(unix_ms));
+}
+
+} // namespace
+
+bool Workspace::ReResolve() noexcept
+{
+    try {
+        pb::ResolveRequest req;
+        *req.mutable_ref() = info_.ref();
+        std::string named;
+        auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Resolve, req,
+                         node_, &named);
+        if (resp.workspace().id() != info_.id())
+            return false;
+        pb::WorkspaceRef ref = info_.ref();
+        info_ = resp.workspace();
+        if (!info_.has_ref())
+            *info_.mutable_ref() = ref;
+        if (!named.empty())
+            node_ = std::move(named);
+        return true;
+    } catch (const std::exception &) {
+        return false;
+    }
+}
+
+template <typename F> auto Workspace::Retrying(F &&op) -> decltype(op())
+{
+    try {
+        return op();
+    } catch (const Error &e) {
+        if (!core_->eviction_retry || !Recoverable(e) || info_.ref().token().empty() ||
+            !ReResolve())
+            throw;
+    }
+    return op();
+}
+
+Lifetime Workspace::lifetime() const
+{
+    return Lifetime{std::chrono::milliseconds(info_.lifetime().ttl_ms()),
+                    std::chrono::milliseconds(info_.lifetime().idle_timeout_ms())};
+}
+
+std::optional<std::chrono::system_clock::time_point> Workspace::expires_at() const
+{
+    return TimeOf(info_.expires_at_unix_ms());
+}
+
+std::optional<std::chrono::system_clock::time_point>
+Workspace::Extend(std::chrono::milliseconds ttl, std::chrono::milliseconds idle_timeout)
+{
+    auto resp = Retrying([&] {
+        pb::ExtendRequest req;
+        req.set_workspace_id(id());
+        req.mutable_lifetime()->set_ttl_ms(
+            static_cast<uint64_t>(std::max<int64_t>(0, ttl.count())));
+        req.mutable_lifetime()->set_idle_timeout_ms(
+            static_cast<uint64_t>(std::max<int64_t>(0, idle_timeout.count())));
+        return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Extend, req, node_);
+    });
+    info_.set_expires_at_unix_ms(resp.expires_at_unix_ms());
+    *info_.mutable_lifetime() = resp.lifetime();
+    return TimeOf(resp.expires_at_unix_ms());
+}
+
+SecretsState Workspace::SetSecrets(const std::map<std::string, std::string> &secrets, bool replace)
+{
+    auto resp = Retrying([&] {
+        pb::SetSecretsRequest req;
+        req.set_workspace_id(id());
+        for (const auto &kv : secrets)
+            (*req.mutable_secrets())[kv.first] = kv.second;
+        req.set_replace(replace);
+        return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::SetSecrets, req, node_);
+    });
+    return SecretsState{{resp.secret_names().begin(), resp.secret_names().end()},
+                        resp.secrets_missing()};
+}
+
 bool Workspace::Close()
 {
     pb::CloseRequest req;
@@ -572,43 +776,59 @@ pb::WorkspaceRef Workspace::Release()
 
 pb::DescribeResponse Workspace::Describe()
 {
-    pb::DescribeRequest req;
-    req.set_workspace_id(id());
-    return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Describe, req, node_);
+    return Retrying([&] {
+        pb::DescribeRequest req;
+        req.set_workspace_id(id());
+        return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Describe, req, node_);
+    });
 }
 
 pb::FileInfo Workspace::ReadFile(const std::string &path,
                                  const std::function<void(std::string_view)> &on_chunk,
                                  uint64_t offset, uint64_t length)
 {
-    pb::ReadFileRequest req;
-    req.set_workspace_id(id());
-    req.set_path(path);
-    req.set_offset(offset);
-    req.set_length(length);
-    auto ctx = core_->Context(false, node_);
-    auto reader = core_->fs->ReadFile(ctx.get(), req);
-    pb::ReadFileResponse m;
-    pb::FileInfo info;
-    bool first = true;
+    bool delivered = false;
+    auto once = [&] {
+        pb::ReadFileRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        req.set_offset(offset);
+        req.set_length(length);
+        auto ctx = core_->Context(false, node_);
+        auto reader = core_->fs->ReadFile(ctx.get(), req);
+        pb::ReadFileResponse m;
+        pb::FileInfo info;
+        bool first = true;
+        try {
+            while (reader->Read(&m)) {
+                if (first && m.has_info())
+                    info = m.info();
+                first = false;
+                if (!m.data().empty()) {
+                    delivered = true;
+                    on_chunk(m.data());
+                }
+            }
+        } catch (...) {
+            // The callback gave up: end the call before unwinding.
+            ctx->TryCancel();
+            while (reader->Read(&m)) {
+            }
+            reader->Finish();
+            throw;
+        }
+        ThrowIfError(reader->Finish());
+        return info;
+    };
+    // Repeated after a re-resolve only while nothing reached on_chunk.
     try {
-        while (reader->Read(&m)) {
-            if (first && m.has_info())
-                info = m.info();
-            first = false;
-            if (!m.data().empty())
-                on_chunk(m.data());
-        }
-    } catch (...) {
-        // The callback gave up: end the call before unwinding.
-        ctx->TryCancel();
-        while (reader->Read(&m)) {
-        }
-        reader->Finish();
-        throw;
+        return once();
+    } catch (const Error &e) {
+        if (delivered || !core_->eviction_retry || !Recoverable(e) || info_.ref().token().empty() ||
+            !ReResolve())
+            throw;
     }
-    ThrowIfError(reader->Finish());
-    return info;
+    return once();
 }
 
 std::string Workspace::ReadFile(const std::string &path, uint64_t offset, uint64_t length)
@@ -685,18 +905,21 @@ pb::WriteFileResponse Workspace::WriteFile(const std::string &path, std::string_
                                            const WriteOptions &opts)
 {
     size_t chunk = opts.chunk_size ? opts.chunk_size : (1 << 20);
-    size_t off = 0;
-    return WriteFile(
-        path,
-        [&](std::string *out) {
-            if (off >= data.size())
-                return false;
-            size_t n = std::min(chunk, data.size() - off);
-            out->assign(data.data() + off, n);
-            off += n;
-            return true;
-        },
-        opts);
+    // The data is all here: the write can be made again from the start.
+    return Retrying([&] {
+        size_t off = 0;
+        return WriteFile(
+            path,
+            [&](std::string *out) {
+                if (off >= data.size())
+                    return false;
+                size_t n = std::min(chunk, data.size() - off);
+                out->assign(data.data() + off, n);
+                off += n;
+                return true;
+            },
+            opts);
+    });
 }
 
 pb::WriteFileResponse Workspace::WriteFile(const std::string &path, std::istream &in,
@@ -718,61 +941,73 @@ pb::WriteFileResponse Workspace::WriteFile(const std::string &path, std::istream
 
 pb::FileInfo Workspace::Stat(const std::string &path)
 {
-    pb::StatRequest req;
-    req.set_workspace_id(id());
-    req.set_path(path);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Stat, req, node_).info();
+    return Retrying([&] {
+        pb::StatRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Stat, req, node_).info();
+    });
 }
 
 pb::ListDirResponse Workspace::ListDir(const std::string &path, uint32_t depth,
                                        uint32_t max_entries)
 {
-    pb::ListDirRequest req;
-    req.set_workspace_id(id());
-    req.set_path(path);
-    req.set_depth(depth);
-    req.set_max_entries(max_entries);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::ListDir, req, node_);
+    return Retrying([&] {
+        pb::ListDirRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        req.set_depth(depth);
+        req.set_max_entries(max_entries);
+        return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::ListDir, req, node_);
+    });
 }
 
 pb::FileInfo Workspace::MakeDir(const std::string &path, bool parents, uint32_t mode)
 {
-    pb::MakeDirRequest req;
-    req.set_workspace_id(id());
-    req.set_path(path);
-    req.set_parents(parents);
-    req.set_mode(mode);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::MakeDir, req, node_).info();
+    return Retrying([&] {
+        pb::MakeDirRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        req.set_parents(parents);
+        req.set_mode(mode);
+        return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::MakeDir, req, node_).info();
+    });
 }
 
 uint64_t Workspace::Remove(const std::string &path, bool recursive)
 {
-    pb::RemoveRequest req;
-    req.set_workspace_id(id());
-    req.set_path(path);
-    req.set_recursive(recursive);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Remove, req, node_).removed();
+    return Retrying([&] {
+        pb::RemoveRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        req.set_recursive(recursive);
+        return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Remove, req, node_).removed();
+    });
 }
 
 pb::FileInfo Workspace::Move(const std::string &from, const std::string &to, bool replace)
 {
-    pb::MoveRequest req;
-    req.set_workspace_id(id());
-    req.set_from_path(from);
-    req.set_to_path(to);
-    req.set_replace(replace);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Move, req, node_).info();
+    return Retrying([&] {
+        pb::MoveRequest req;
+        req.set_workspace_id(id());
+        req.set_from_path(from);
+        req.set_to_path(to);
+        req.set_replace(replace);
+        return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Move, req, node_).info();
+    });
 }
 
 pb::GlobResponse Workspace::Glob(const std::string &pattern, const std::string &path,
                                  uint32_t max_results)
 {
-    pb::GlobRequest req;
-    req.set_workspace_id(id());
-    req.set_pattern(pattern);
-    req.set_path(path);
-    req.set_max_results(max_results);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Glob, req, node_);
+    return Retrying([&] {
+        pb::GlobRequest req;
+        req.set_workspace_id(id());
+        req.set_pattern(pattern);
+        req.set_path(path);
+        req.set_max_results(max_results);
+        return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::Glob, req, node_);
+    });
 }
 
 pb::GrepSummary Workspace::Grep(const std::string &pattern,
@@ -821,107 +1056,120 @@ pb::EditFileResponse Workspace::EditFile(const std::string &path, const std::str
                                          const std::string &new_text, bool replace_all,
                                          const std::string &if_match)
 {
-    pb::EditFileRequest req;
-    req.set_workspace_id(id());
-    req.set_path(path);
-    req.set_old_text(old_text);
-    req.set_new_text(new_text);
-    req.set_replace_all(replace_all);
-    req.set_if_match(if_match);
-    return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::EditFile, req, node_);
+    return Retrying([&] {
+        pb::EditFileRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        req.set_old_text(old_text);
+        req.set_new_text(new_text);
+        req.set_replace_all(replace_all);
+        req.set_if_match(if_match);
+        return Call(*core_, core_->fs.get(), &pb::FileSystem::Stub::EditFile, req, node_);
+    });
 }
 
 Process Workspace::Exec(const Command &cmd, ExecOptions opts)
 {
-    auto st = std::make_unique<Process::State>();
-    st->ctx = core_->Context(false, node_);
-    st->core = core_;
-    st->workspace_id = id();
-    st->node = node_;
-    st->on_output = std::move(opts.on_output);
-    st->rw = core_->exec->Start(st->ctx.get());
-    pb::StartRequest first;
-    first.mutable_start()->set_workspace_id(id());
-    *first.mutable_start()->mutable_process() = ToConfig(cmd, opts);
-    // A failed write means the call already ended; the reader's Finish
-    // says why.
-    st->Write(first);
-    Process::State *raw = st.get();
-    st->reader = std::thread([raw] { raw->Loop(); });
-    if (!st->WaitStarted()) {
-        // Refused (guard, capability, ...): the stream's status is the error.
-        st->reader.join();
-        if (!st->status.ok())
-            ThrowStatus(st->status);
-        throw Error(grpc::StatusCode::UNKNOWN, "", "Exec stream ended before the process started");
-    }
-    return Process(std::move(st));
+    return Retrying([&] {
+        auto st = std::make_unique<Process::State>();
+        st->ctx = core_->Context(false, node_);
+        st->core = core_;
+        st->workspace_id = id();
+        st->node = node_;
+        st->on_output = opts.on_output;
+        st->rw = core_->exec->Start(st->ctx.get());
+        pb::StartRequest first;
+        first.mutable_start()->set_workspace_id(id());
+        *first.mutable_start()->mutable_process() = ToConfig(cmd, opts);
+        // A failed write means the call already ended; the reader's Finish
+        // says why.
+        st->Write(first);
+        Process::State *raw = st.get();
+        st->reader = std::thread([raw] { raw->Loop(); });
+        if (!st->WaitStarted()) {
+            // Refused (guard, capability, ...): the stream's status is the error.
+            st->reader.join();
+            if (!st->status.ok())
+                ThrowStatus(st->status);
+            throw Error(grpc::StatusCode::UNKNOWN, "",
+                        "Exec stream ended before the process started");
+        }
+        return Process(std::move(st));
+    });
 }
 
 Process Workspace::Attach(const std::string &tag_or_id, uint64_t offset, OutputCallback on_output)
 {
-    pb::AttachRequest req;
-    req.set_workspace_id(id());
-    if (LooksLikeProcessId(tag_or_id))
-        req.set_id(tag_or_id);
-    else
-        req.set_tag(tag_or_id);
-    req.set_offset(offset);
-    auto st = std::make_unique<Process::State>();
-    st->ctx = core_->Context(false, node_);
-    st->core = core_;
-    st->workspace_id = id();
-    st->node = node_;
-    st->on_output = std::move(on_output);
-    st->r = core_->exec->Attach(st->ctx.get(), req);
-    Process::State *raw = st.get();
-    st->reader = std::thread([raw] { raw->Loop(); });
-    if (!st->WaitStarted()) {
-        st->reader.join();
-        if (!st->status.ok())
-            ThrowStatus(st->status);
-        throw Error(grpc::StatusCode::UNKNOWN, "", "Attach stream ended before `started`");
-    }
-    return Process(std::move(st));
+    return Retrying([&] {
+        pb::AttachRequest req;
+        req.set_workspace_id(id());
+        if (LooksLikeProcessId(tag_or_id))
+            req.set_id(tag_or_id);
+        else
+            req.set_tag(tag_or_id);
+        req.set_offset(offset);
+        auto st = std::make_unique<Process::State>();
+        st->ctx = core_->Context(false, node_);
+        st->core = core_;
+        st->workspace_id = id();
+        st->node = node_;
+        st->on_output = on_output;
+        st->r = core_->exec->Attach(st->ctx.get(), req);
+        Process::State *raw = st.get();
+        st->reader = std::thread([raw] { raw->Loop(); });
+        if (!st->WaitStarted()) {
+            st->reader.join();
+            if (!st->status.ok())
+                ThrowStatus(st->status);
+            throw Error(grpc::StatusCode::UNKNOWN, "", "Attach stream ended before `started`");
+        }
+        return Process(std::move(st));
+    });
 }
 
 RunResult Workspace::Run(const Command &cmd, const ExecOptions &opts, const std::string &stdin_data)
 {
-    pb::RunRequest req;
-    req.set_workspace_id(id());
-    *req.mutable_process() = ToConfig(cmd, opts);
-    req.set_stdin_data(stdin_data);
-    // A command runs as long as it runs: no client deadline here (the
-    // workspace's max duration bounds it).
-    auto ctx = core_->Context(false, node_);
-    pb::RunResponse resp;
-    ThrowIfError(core_->exec->Run(ctx.get(), req, &resp));
-    RunResult r;
-    r.out = std::move(*resp.mutable_stdout());
-    r.err = std::move(*resp.mutable_stderr());
-    r.result.exited = resp.exited();
-    r.process_id = resp.process_id();
-    return r;
+    return Retrying([&] {
+        pb::RunRequest req;
+        req.set_workspace_id(id());
+        *req.mutable_process() = ToConfig(cmd, opts);
+        req.set_stdin_data(stdin_data);
+        // A command runs as long as it runs: no client deadline here (the
+        // workspace's max duration bounds it).
+        auto ctx = core_->Context(false, node_);
+        pb::RunResponse resp;
+        ThrowIfError(core_->exec->Run(ctx.get(), req, &resp));
+        RunResult r;
+        r.out = std::move(*resp.mutable_stdout());
+        r.err = std::move(*resp.mutable_stderr());
+        r.result.exited = resp.exited();
+        r.process_id = resp.process_id();
+        return r;
+    });
 }
 
 std::vector<pb::ProcessInfo> Workspace::Ps()
 {
-    pb::ListProcessesRequest req;
-    req.set_workspace_id(id());
-    auto resp = Call(*core_, core_->exec.get(), &pb::Exec::Stub::ListProcesses, req, node_);
-    return {resp.processes().begin(), resp.processes().end()};
+    return Retrying([&] {
+        pb::ListProcessesRequest req;
+        req.set_workspace_id(id());
+        auto resp = Call(*core_, core_->exec.get(), &pb::Exec::Stub::ListProcesses, req, node_);
+        return std::vector<pb::ProcessInfo>(resp.processes().begin(), resp.processes().end());
+    });
 }
 
 void Workspace::Kill(const std::string &tag_or_id, int sig)
 {
-    pb::SendSignalRequest req;
-    req.set_workspace_id(id());
-    if (LooksLikeProcessId(tag_or_id))
-        req.set_id(tag_or_id);
-    else
-        req.set_tag(tag_or_id);
-    req.set_signal(sig);
-    Call(*core_, core_->exec.get(), &pb::Exec::Stub::SendSignal, req, node_);
+    Retrying([&] {
+        pb::SendSignalRequest req;
+        req.set_workspace_id(id());
+        if (LooksLikeProcessId(tag_or_id))
+            req.set_id(tag_or_id);
+        else
+            req.set_tag(tag_or_id);
+        req.set_signal(sig);
+        Call(*core_, core_->exec.get(), &pb::Exec::Stub::SendSignal, req, node_);
+    });
 }
 
 // ---------------------------------------------------------------- client
@@ -976,6 +1224,7 @@ Client Client::Connect(const std::string &address, ConnectOptions opts)
         core->address = "unix:/run/workspaced/workspaced.sock";
     core->token = opts.token ? *opts.token : Env("WORKSPACED_TOKEN");
     core->call_timeout = opts.call_timeout;
+    core->eviction_retry = opts.eviction_retry;
 
     grpc::ChannelArguments args;
     // The server sends chunks of at most 256 KiB, but a ListDir or Glob
@@ -993,7 +1242,11 @@ Client Client::Connect(const std::string &address, ConnectOptions opts)
     } else {
         creds = grpc::InsecureChannelCredentials();
     }
-    core->channel = grpc::CreateCustomChannel(core->address, creds, args);
+    if (opts.interceptors)
+        core->channel = grpc::experimental::CreateCustomChannelWithInterceptors(
+            core->address, creds, args, opts.interceptors());
+    else
+        core->channel = grpc::CreateCustomChannel(core->address, creds, args);
     core->workspaces = pb::Workspaces::NewStub(core->channel);
     core->fs = pb::FileSystem::NewStub(core->channel);
     core->exec = pb::Exec::NewStub(core->channel);
@@ -1008,6 +1261,35 @@ const std::string &Client::address() const
 
 Workspace Client::Open(const ProviderConfig &provider, const Capabilities &caps,
                        const RetryPolicy &retry)
+{
+    OpenOptions opts;
+    opts.retry = retry;
+    return Open(provider, caps, opts);
+}
+
+namespace
+{
+
+// A fresh request id for Open: 128 random bits in hex.
+std::string NewRequestId()
+{
+    static std::mutex mu;
+    static std::mt19937_64 rng{std::random_device{}()};
+    std::lock_guard<std::mutex> lock(mu);
+    static const char hex[] = "0123456789abcdef";
+    std::string id = "cpp-";
+    for (int i = 0; i < 2; i++) {
+        uint64_t v = rng();
+        for (int k = 0; k < 16; k++, v >>= 4)
+            id += hex[v & 15];
+    }
+    return id;
+}
+
+} // namespace
+
+Workspace Client::Open(const ProviderConfig &provider, const Capabilities &caps,
+                       const OpenOptions &opts)
 {
     pb::OpenRequest req;
     std::visit(
@@ -1024,12 +1306,31 @@ Workspace Client::Open(const ProviderConfig &provider, const Capabilities &caps,
         },
         provider);
     *req.mutable_capabilities() = caps.proto();
+    if (opts.lifetime.ttl.count() > 0 || opts.lifetime.idle_timeout.count() > 0) {
+        req.mutable_lifetime()->set_ttl_ms(
+            static_cast<uint64_t>(std::max<int64_t>(0, opts.lifetime.ttl.count())));
+        req.mutable_lifetime()->set_idle_timeout_ms(
+            static_cast<uint64_t>(std::max<int64_t>(0, opts.lifetime.idle_timeout.count())));
+    }
+    for (const auto &kv : opts.labels)
+        (*req.mutable_labels())[kv.first] = kv.second;
+    req.set_name(opts.name);
+    for (const auto &kv : opts.env)
+        (*req.mutable_env())[kv.first] = kv.second;
+    for (const auto &kv : opts.secrets)
+        (*req.mutable_secrets())[kv.first] = kv.second;
+    // One id for every attempt: an attempt whose answer was lost is
+    // answered, when retried, with the workspace it opened.
+    req.set_request_id(opts.request_id.empty() ? NewRequestId() : opts.request_id);
     // Only the attempt that succeeds names the node: each attempt may land
     // on another one.
     std::string node;
-    auto resp = retry.Do([&] {
-        return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Open, req, "", &node);
-    });
+    auto resp = opts.retry.Do(
+        [&] {
+            return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Open, req, "",
+                        &node);
+        },
+        [](const Error &e) { return e.transient() || e.reason_code() == pb::RETRY; });
     return Workspace(core_, resp.workspace(), std::move(node));
 }
 
@@ -1050,11 +1351,27 @@ std::vector<pb::ProviderInfo> Client::Providers()
     return {resp.providers().begin(), resp.providers().end()};
 }
 
-std::vector<pb::WorkspaceSummary> Client::List()
+ListPage Client::ListOnePage(const ListOptions &opts, const std::string &page_token)
 {
-    auto resp =
-        Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::List, pb::ListRequest());
-    return {resp.workspaces().begin(), resp.workspaces().end()};
+    pb::ListRequest req;
+    req.set_label_selector(opts.label_selector);
+    req.set_name(opts.name);
+    req.set_page_size(opts.page_size);
+    req.set_page_token(page_token);
+    auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::List, req);
+    return ListPage{{resp.workspaces().begin(), resp.workspaces().end()}, resp.next_page_token()};
+}
+
+std::vector<pb::WorkspaceSummary> Client::List(const ListOptions &opts)
+{
+    std::vector<pb::WorkspaceSummary> all;
+    std::string token;
+    do {
+        ListPage page = ListOnePage(opts, token);
+        all.insert(all.end(), page.workspaces.begin(), page.workspaces.end());
+        token = std::move(page.next_page_token);
+    } while (!token.empty());
+    return all;
 }
 
 } // namespace workspaced

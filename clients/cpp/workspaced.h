@@ -44,6 +44,7 @@
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include "workspaced_version.h"
 
@@ -167,7 +168,13 @@ class Error : public std::runtime_error
     X(Internal, INTERNAL)                                                                          \
     X(StdinClosed, STDIN_CLOSED)                                                                   \
     X(NoPty, NO_PTY)                                                                               \
-    X(NoSuchService, NO_SUCH_SERVICE)
+    X(NoSuchService, NO_SUCH_SERVICE)                                                              \
+    /* Secrets the server lost in a restart (metadata "names"): SetSecrets. */                     \
+    X(SecretsMissing, SECRETS_MISSING)                                                             \
+    /* Open's request_id used for another request (metadata "workspace_id"). */                    \
+    X(RequestIdReused, REQUEST_ID_REUSED)                                                          \
+    /* SendInput past the stdin offset (metadata "offset": the one expected). */                   \
+    X(InputGap, INPUT_GAP)
 
 #define WORKSPACED_ERROR_TYPE(Name, Reason)                                                        \
     class Name : public Error                                                                      \
@@ -226,11 +233,16 @@ struct RetryPolicy {
     // attempts run out (then the last error is rethrown).
     template <typename F> auto Do(F &&op) const -> decltype(op())
     {
+        return Do(std::forward<F>(op), [](const Error &e) { return e.transient(); });
+    }
+    // Do, retrying the errors `retryable` accepts.
+    template <typename F, typename P> auto Do(F &&op, P &&retryable) const -> decltype(op())
+    {
         for (int attempt = 1;; attempt++) {
             try {
                 return op();
             } catch (const Error &e) {
-                if (attempt >= max_attempts || !e.transient())
+                if (attempt >= max_attempts || !retryable(e))
                     throw;
                 Wait(Backoff(attempt));
             }
@@ -311,6 +323,61 @@ struct TlsOptions {
                                 const std::string &server_name_override = "");
 };
 
+// How long a workspace lives (common.proto Lifetime): an absolute ttl from
+// Open (or Extend) and an idle timeout, each 0 for none (the idle timeout 0
+// at Open: the server's default). The server's --max-lifetime caps the ttl.
+struct Lifetime {
+    std::chrono::milliseconds ttl{0};
+    std::chrono::milliseconds idle_timeout{0};
+};
+
+// What an Open asks for besides the provider and capabilities
+// (workspaces.proto OpenRequest).
+struct OpenOptions {
+    Lifetime lifetime;
+    // For List's label_selector (see OpenRequest.labels for their form).
+    std::map<std::string, std::string> labels;
+    // Unique among the tenant's open workspaces ([a-z0-9-], 1-63 bytes); a
+    // taken one throws Exists, its metadata naming the workspace that has it.
+    std::string name;
+    // Every command of the workspace gets it; a command's own env wins.
+    std::map<std::string, std::string> env;
+    // A command gets a secret in its environment only when it names it
+    // (ExecOptions::secrets). The server holds the values in memory only:
+    // after its restart the workspace is secrets_missing until SetSecrets.
+    std::map<std::string, std::string> secrets;
+    // Makes a retried Open safe: the server answers the same request id with
+    // the workspace the first Open made (for 10 minutes), and a different
+    // request with it throws RequestIdReused. Empty: Open makes a fresh
+    // random one per call, and sends it on every attempt of its own retries,
+    // so an attempt whose answer was lost never leaves a second workspace.
+    std::string request_id;
+    // Transient failures, and RETRY (the first attempt is still opening),
+    // are retried with the same request id.
+    RetryPolicy retry;
+};
+
+// Filters of Client::List and ListPage.
+struct ListOptions {
+    // Comma-separated "key=value", "key!=value", "key", "!key".
+    std::string label_selector;
+    std::string name;
+    // Most per response; 0: the server's 100 (at most 1000).
+    uint32_t page_size = 0;
+};
+
+struct ListPage {
+    std::vector<pb::WorkspaceSummary> workspaces;
+    // Empty on the last page.
+    std::string next_page_token;
+};
+
+// A workspace's secrets as SetSecrets left them: their names, never values.
+struct SecretsState {
+    std::vector<std::string> names;
+    bool missing = false;
+};
+
 struct ConnectOptions {
     // Sent as "authorization: Bearer <token>" on every call. nullopt: from
     // WORKSPACED_TOKEN when set; "": none.
@@ -320,6 +387,14 @@ struct ConnectOptions {
     std::optional<TlsOptions> tls;
     // Deadline of every unary call; 0: none.
     std::chrono::milliseconds call_timeout{0};
+    // Workspaces re-resolve their ref once when a call finds the workspace
+    // evicted or its backend lost (see Workspace).
+    bool eviction_retry = true;
+    // Makes the client interceptors of every channel (for tracing, or a test
+    // that watches the calls); empty: none.
+    std::function<
+        std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>()>
+        interceptors;
 };
 
 // ---------------------------------------------------------------- exec
@@ -382,6 +457,9 @@ struct ExecOptions {
     // Relative to the workspace root; "": the root.
     std::string cwd;
     std::map<std::string, std::string> env;
+    // The workspace's secrets (OpenOptions::secrets) the command gets in its
+    // environment, by name; an unknown name throws Malformed.
+    std::vector<std::string> secrets;
     // 0 or above the workspace maximum: that maximum; expiry is TIMEOUT.
     std::chrono::milliseconds timeout{0};
     // Keep stdin open for Process::WriteStdin (Exec only).
@@ -414,6 +492,11 @@ struct ExitResult {
     {
         return exited.signal();
     }
+    // Its workspace's lifetime ended.
+    bool expired() const
+    {
+        return exited.cause() == pb::EXIT_CAUSE_EXPIRED;
+    }
     // Exited by itself with status 0.
     bool success() const
     {
@@ -430,6 +513,7 @@ struct RunResult {
 };
 
 struct Core;
+class ProcessHandle;
 
 // A running (or attached) command: the Exec.Start or Exec.Attach stream,
 // read by a thread the handle owns. Movable, not copyable. Destroying it
@@ -470,6 +554,10 @@ class Process
     bool Signal(int sig);
     bool Resize(uint32_t rows, uint32_t cols);
 
+    // A handle on this process by its id, for the unary input calls. Its
+    // offset is known (0) unless WriteStdin sent bytes on the stream.
+    ProcessHandle Handle() const;
+
     // Cancels the stream: a non-background process is killed, its exited
     // cause CANCELLED.
     void Cancel();
@@ -486,6 +574,45 @@ class Process
     friend class Workspace;
     explicit Process(std::unique_ptr<State> st);
     std::unique_ptr<State> st_;
+};
+
+// Addresses a running process by tag or id through the unary calls
+// Exec.SendInput, CloseInput and Resize: no Start stream is needed, so a
+// process another client started (or one started before a reconnect) can
+// be fed. Copies share the offset; safe for concurrent use.
+//
+// SendInput writes at the stdin offset the handle tracks, so a repeated call
+// (after a lost answer) delivers nothing twice; a handle that does not know
+// the offset yet appends its first bytes and learns it from the answer.
+class ProcessHandle
+{
+  public:
+    // SendInput at the tracked offset (append while unknown); returns the
+    // stdin offset after it. At most 1 MiB; the process needs stdin or a
+    // terminal (else StdinClosed).
+    uint64_t SendInput(std::string_view data);
+    // At an explicit offset: bytes before the process's stdin offset are
+    // skipped; past it throws InputGap (metadata "offset": the one expected).
+    uint64_t SendInputAt(std::string_view data, uint64_t offset);
+    // After whatever stdin took so far; not safe to repeat.
+    uint64_t AppendInput(std::string_view data);
+    // Closes stdin (idempotent); returns the bytes it took in all.
+    uint64_t CloseInput();
+    // Resizes the terminal (NoPty for a process without one).
+    void Resize(uint32_t rows, uint32_t cols);
+    // The offset the next SendInput writes at, when known.
+    std::optional<uint64_t> offset() const;
+
+    struct State;
+
+  private:
+    friend class Workspace;
+    friend class Process;
+    explicit ProcessHandle(std::shared_ptr<State> st) : st_(std::move(st))
+    {
+    }
+    uint64_t Send(std::string_view data, uint64_t offset, bool append);
+    std::shared_ptr<State> st_;
 };
 
 // ---------------------------------------------------------------- files
@@ -513,7 +640,20 @@ struct GrepOptions {
 // ---------------------------------------------------------------- workspace
 
 // An open workspace. Its destructor closes it (and so removes its storage)
-// unless Release() was called. Movable, not copyable.
+// unless Release() was called. Movable, not copyable; one thread at a time
+// (Client::Resolve makes another handle for another thread).
+//
+// A handle that holds a ref recovers from a lost backend by itself, once per
+// call: when a call that is safe to repeat throws WorkspaceEvicted, or a
+// WorkspaceFailed that is not transient (the workspace's container or
+// sandbox ended: the server says Resolve brings up a fresh one over the
+// same files), it resolves its ref and, if that succeeds, makes the call
+// again. If the Resolve fails too (the storage is gone, the workspace
+// expired or was closed), the call's own error is thrown (metadata
+// cause=expired for an expired workspace). Repeated: Describe, Extend,
+// SetSecrets, the unary file calls, ReadFile before any data, WriteFile of
+// a string_view, Run, Exec and Attach before the process started, Ps and
+// Kill. ConnectOptions::eviction_retry = false turns it off.
 class Workspace
 {
   public:
@@ -540,6 +680,20 @@ class Workspace
     {
         return info_;
     }
+    // The name and labels given at Open.
+    const std::string &name() const
+    {
+        return info_.name();
+    }
+    std::map<std::string, std::string> labels() const
+    {
+        return {info_.labels().begin(), info_.labels().end()};
+    }
+    // The lifetime in force and when the workspace expires if nothing else
+    // happens (nullopt: never), as of Open, Resolve or this handle's last
+    // Extend; an idle expiry moves with every activity (Describe has it now).
+    Lifetime lifetime() const;
+    std::optional<std::chrono::system_clock::time_point> expires_at() const;
     // The node behind a front proxy that holds the workspace, as the front
     // named it in Open's or Resolve's response; every call about the
     // workspace (files, exec streams, Describe, Close) is sent there. Empty
@@ -559,6 +713,16 @@ class Workspace
     // workspace's commands run as, and a docker container's runtime
     // (container().runtime()).
     pb::DescribeResponse Describe();
+    // ttl > 0: it expires ttl from now (within the server's --max-lifetime,
+    // else Limit); idle_timeout > 0: its new idle timeout; a 0 keeps what it
+    // had (both 0: Malformed). Returns the new expiry (nullopt: never).
+    std::optional<std::chrono::system_clock::time_point>
+    Extend(std::chrono::milliseconds ttl,
+           std::chrono::milliseconds idle_timeout = std::chrono::milliseconds(0));
+    // Gives the secrets again after a server restart, or changes them:
+    // merged into what the workspace has, or exactly these with `replace`.
+    SecretsState SetSecrets(const std::map<std::string, std::string> &secrets,
+                            bool replace = false);
 
     // Files (filesystem.proto).
     std::string ReadFile(const std::string &path, uint64_t offset = 0, uint64_t length = 0);
@@ -607,11 +771,18 @@ class Workspace
     std::vector<pb::ProcessInfo> Ps();
     // SendSignal to the whole tree of a process, by tag or id as Attach.
     void Kill(const std::string &tag_or_id, int sig = 9);
+    // A handle on a process by tag or id (as Attach), for SendInput,
+    // CloseInput and Resize; no call is made.
+    ProcessHandle Handle(const std::string &tag_or_id) const;
 
   private:
     friend class Client;
     Workspace(std::shared_ptr<Core> core, pb::Workspace info, std::string node);
     void CloseQuietly() noexcept;
+    // Runs op; on a recoverable failure resolves the ref once and, if that
+    // succeeds, runs op again (see the class comment).
+    template <typename F> auto Retrying(F &&op) -> decltype(op());
+    bool ReResolve() noexcept;
     std::shared_ptr<Core> core_;
     pb::Workspace info_;
     std::string node_;
@@ -639,6 +810,9 @@ class Client
     // another node than the one that failed).
     Workspace Open(const ProviderConfig &provider, const Capabilities &caps = Capabilities(),
                    const RetryPolicy &retry = RetryPolicy());
+    // Open with a lifetime, labels, name, env, secrets, request id.
+    Workspace Open(const ProviderConfig &provider, const Capabilities &caps,
+                   const OpenOptions &opts);
     // `node`: behind a front proxy, the node that holds the ref's workspace
     // (Workspace::node() when the ref was saved); the call goes there and
     // the workspace is pinned to it, or to the node the response names if
@@ -646,7 +820,11 @@ class Client
     // Empty: sent anywhere, as to a single server.
     Workspace Resolve(const pb::WorkspaceRef &ref, const std::string &node = "");
     std::vector<pb::ProviderInfo> Providers();
-    std::vector<pb::WorkspaceSummary> List();
+    // The caller's workspaces that are not closed, in id order: every page.
+    std::vector<pb::WorkspaceSummary> List(const ListOptions &opts = {});
+    // One page: the one after `page_token` ("" for the first). The token is
+    // only valid with the same filters (else Malformed).
+    ListPage ListOnePage(const ListOptions &opts, const std::string &page_token = "");
 
     const std::string &address() const;
 

@@ -3,6 +3,13 @@
 // printed as it arrives, read the command's result back, and close (the
 // Workspace destructor would too).
 //
+// The workspace gets a lifetime (it expires after 10 minutes, or 2 idle
+// ones, should the agent die without closing it), labels (List finds the
+// agent's workspaces by them) and a secret, which only a command that names
+// it gets in its environment; the server holds its value in memory only.
+// The value comes from $AGENT_API_TOKEN, else a placeholder. The turn
+// extends the lifetime, as an agent still at work would.
+//
 //   agent_loop [ADDRESS]
 //
 // ADDRESS is host:port or unix:/PATH; the default is $WORKSPACED_ADDR, else
@@ -11,6 +18,7 @@
 // Outside the repository, with the client installed (packaging/install):
 //   g++ -std=c++17 agent_loop.cc $(pkg-config --cflags --libs workspaced)
 
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -42,12 +50,28 @@ int main(int argc, char **argv)
         std::cout << "workspaced C++ client " << workspaced::kVersion << std::endl;
         const bool sandboxed = SandboxAvailable(client.Providers());
 
+        workspaced::OpenOptions opts;
+        opts.lifetime.ttl = std::chrono::minutes(10);
+        opts.lifetime.idle_timeout = std::chrono::minutes(2);
+        opts.labels = {{"app", "agent-loop"}, {"example.com/owner", "docs"}};
+        const char *token = getenv("AGENT_API_TOKEN");
+        if (sandboxed)
+            opts.secrets = {{"AGENT_API_TOKEN", token && *token ? token : "placeholder-token"}};
         workspaced::Workspace ws =
-            sandboxed ? client.Open(workspaced::LocalSandbox(),
-                                    workspaced::Capabilities().WithFs().WithShell(
-                                        {"sh", "cat", "wc", "echo", "sleep"}))
-                      : client.Open(workspaced::Memory(), workspaced::Capabilities().WithFs());
+            sandboxed
+                ? client.Open(workspaced::LocalSandbox(),
+                              workspaced::Capabilities().WithFs().WithShell(
+                                  {"sh", "cat", "wc", "echo", "sleep"}),
+                              opts)
+                : client.Open(workspaced::Memory(), workspaced::Capabilities().WithFs(), opts);
         std::cout << "opened " << ws.id() << " on " << ws.provider() << std::endl;
+        workspaced::ListOptions mine;
+        mine.label_selector = "app=agent-loop";
+        std::cout
+            << "labelled app=" << ws.labels().at("app") << ": " << client.List(mine).size()
+            << " workspace(s), idle timeout "
+            << std::chrono::duration_cast<std::chrono::seconds>(ws.lifetime().idle_timeout).count()
+            << " s" << std::endl;
 
         workspaced::WriteOptions create;
         create.create_parents = true;
@@ -63,8 +87,12 @@ int main(int argc, char **argv)
 
         // Output is printed by the callback on the process's reader thread,
         // chunk by chunk, before the command has finished.
-        workspaced::ExecOptions opts;
-        opts.on_output = [](const workspaced::Output &out) {
+        // Still at work: move the expiry on.
+        ws.Extend(std::chrono::minutes(10));
+        workspaced::ExecOptions exec;
+        // The command names the secret, so it gets it (and shows its length).
+        exec.secrets = {"AGENT_API_TOKEN"};
+        exec.on_output = [](const workspaced::Output &out) {
             if (out.gap) {
                 std::cout << "[" << out.bytes_dropped << " bytes lost]" << std::endl;
                 return;
@@ -72,9 +100,11 @@ int main(int argc, char **argv)
             (out.stream == workspaced::Stream::Stderr ? std::cerr : std::cout)
                 << out.data << std::flush;
         };
-        workspaced::Process p = ws.Exec(
-            {"sh", "-c", "cat notes/todo.txt; sleep 0.2; wc -l < notes/todo.txt > notes/count.txt"},
-            opts);
+        workspaced::Process p =
+            ws.Exec({"sh", "-c",
+                     "cat notes/todo.txt; echo \"token: ${#AGENT_API_TOKEN} bytes\"; sleep 0.2; "
+                     "wc -l < notes/todo.txt > notes/count.txt"},
+                    exec);
         workspaced::ExitResult r = p.Wait();
         std::cout << "exit " << r.exit_code() << " after " << r.exited.wall_time_ms() << " ms"
                   << std::endl;

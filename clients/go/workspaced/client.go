@@ -42,13 +42,16 @@ package workspaced
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strings"
+	"time"
 
 	pb "workspaced.dev/go/gen/workspace/v1"
 
@@ -109,12 +112,13 @@ func nodeOf(md metadata.MD) string {
 }
 
 type options struct {
-	token     string
-	tokenSet  bool
-	tls       *tls.Config
-	tlsErr    error
-	openRetry RetryPolicy
-	dialOpts  []grpc.DialOption
+	token         string
+	tokenSet      bool
+	tls           *tls.Config
+	tlsErr        error
+	openRetry     RetryPolicy
+	dialOpts      []grpc.DialOption
+	evictionRetry bool
 }
 
 // Option configures Connect.
@@ -169,6 +173,12 @@ func WithOpenRetry(p RetryPolicy) Option {
 	return func(o *options) { o.openRetry = p }
 }
 
+// WithEvictionRetry turns the automatic re-resolve of Workspace handles on
+// (the default) or off; see Workspace for what it does.
+func WithEvictionRetry(on bool) Option {
+	return func(o *options) { o.evictionRetry = on }
+}
+
 // WithDialOptions passes extra options to grpc.DialContext.
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
@@ -184,6 +194,9 @@ type Client struct {
 	exec      pb.ExecClient
 	health    healthpb.HealthClient
 	openRetry RetryPolicy
+	// evictionRetry: Workspace handles re-resolve their ref once when a
+	// call finds the workspace evicted or its backend lost.
+	evictionRetry bool
 }
 
 // bearer implements credentials.PerRPCCredentials. Plaintext is allowed on
@@ -213,7 +226,7 @@ func (bearer) RequireTransportSecurity() bool { return false }
 // The connection is made lazily, as gRPC does: an unreachable server shows
 // up as an UNAVAILABLE error on the first call, which Open retries.
 func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) {
-	o := options{openRetry: DefaultRetryPolicy()}
+	o := options{openRetry: DefaultRetryPolicy(), evictionRetry: true}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -270,6 +283,8 @@ func Connect(ctx context.Context, addr string, opts ...Option) (*Client, error) 
 		exec:      pb.NewExecClient(conn),
 		health:    healthpb.NewHealthClient(conn),
 		openRetry: o.openRetry,
+
+		evictionRetry: o.evictionRetry,
 	}, nil
 }
 
@@ -330,13 +345,59 @@ func (c *Client) Policy(ctx context.Context) (*Policy, error) {
 	return r.GetPolicy(), nil
 }
 
-// List returns the server's workspaces.
-func (c *Client) List(ctx context.Context) ([]*WorkspaceSummary, error) {
-	r, err := c.ws.List(ctx, &pb.ListRequest{})
-	if err != nil {
-		return nil, wrapErr(err)
+// ListOption filters List and ListPage.
+type ListOption func(*pb.ListRequest)
+
+// LabelSelector keeps the workspaces whose labels meet every
+// comma-separated requirement: "key=value" (or "key==value"), "key!=value"
+// (also true when the label is absent), "key" (present), "!key" (absent).
+// A malformed selector is *Malformed.
+func LabelSelector(selector string) ListOption {
+	return func(r *pb.ListRequest) { r.LabelSelector = selector }
+}
+
+// ListName keeps only the workspace of this name (WithName at Open).
+func ListName(name string) ListOption {
+	return func(r *pb.ListRequest) { r.Name = name }
+}
+
+// PageSize is the most workspaces one response holds: 0 is the server's
+// 100, above 1000 is *Limit. List still returns every page.
+func PageSize(n uint32) ListOption {
+	return func(r *pb.ListRequest) { r.PageSize = n }
+}
+
+// List returns the caller's workspaces that are not closed, in id order,
+// every page of them (see ListPage for one page at a time).
+func (c *Client) List(ctx context.Context, opts ...ListOption) ([]*WorkspaceSummary, error) {
+	var all []*WorkspaceSummary
+	token := ""
+	for {
+		page, next, err := c.ListPage(ctx, token, opts...)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if next == "" {
+			return all, nil
+		}
+		token = next
 	}
-	return r.GetWorkspaces(), nil
+}
+
+// ListPage returns one page of List: the page after pageToken ("" for the
+// first) and the token of the next page, "" after the last. The token is
+// only valid with the same filters; an invalid one is *Malformed.
+func (c *Client) ListPage(ctx context.Context, pageToken string, opts ...ListOption) ([]*WorkspaceSummary, string, error) {
+	req := &pb.ListRequest{PageToken: pageToken}
+	for _, opt := range opts {
+		opt(req)
+	}
+	r, err := c.ws.List(ctx, req)
+	if err != nil {
+		return nil, "", wrapErr(err)
+	}
+	return r.GetWorkspaces(), r.GetNextPageToken(), nil
 }
 
 // Provider selects the backend of a new workspace; use Memory, LocalBash,
@@ -397,31 +458,145 @@ func Docker(cfg *DockerConfig) Provider {
 }
 
 // OpenOption configures one Open call.
-type OpenOption func(*RetryPolicy)
+type OpenOption func(*openOptions)
+
+type openOptions struct {
+	retry RetryPolicy
+	req   *pb.OpenRequest
+}
 
 // OpenRetry sets the retry policy of this Open call; MaxAttempts 1
 // disables retries.
 func OpenRetry(p RetryPolicy) OpenOption {
-	return func(r *RetryPolicy) { *r = p }
+	return func(o *openOptions) { o.retry = p }
+}
+
+// WithTTL gives the workspace an absolute lifetime: it expires d after
+// Open (Workspace.Extend moves that). 0: none of its own; the server's
+// --max-lifetime caps it, and asking for more is *Limit.
+func WithTTL(d time.Duration) OpenOption {
+	return func(o *openOptions) { lifetimeOf(o.req).TtlMs = durationMs(d) }
+}
+
+// WithIdleTimeout makes the workspace expire once it has been idle for d:
+// no call on it and no command running. 0: the server's default.
+func WithIdleTimeout(d time.Duration) OpenOption {
+	return func(o *openOptions) { lifetimeOf(o.req).IdleTimeoutMs = durationMs(d) }
+}
+
+// WithLabels labels the workspace, for List's LabelSelector (at most 64;
+// see OpenRequest.labels for their form). Later calls add to the set.
+func WithLabels(labels map[string]string) OpenOption {
+	return func(o *openOptions) {
+		if o.req.Labels == nil {
+			o.req.Labels = map[string]string{}
+		}
+		for k, v := range labels {
+			o.req.Labels[k] = v
+		}
+	}
+}
+
+// WithName names the workspace: 1-63 bytes of [a-z0-9-], unique among the
+// tenant's open workspaces (a taken name is *Exists, its metadata naming
+// the workspace that has it).
+func WithName(name string) OpenOption {
+	return func(o *openOptions) { o.req.Name = name }
+}
+
+// WithEnv is environment every command of the workspace gets (a command's
+// own Cmd.Env overrides it); Describe shows it. Names follow Cmd.Env's
+// rules (*EnvDenied). Later calls add to the set.
+func WithEnv(env map[string]string) OpenOption {
+	return func(o *openOptions) {
+		if o.req.Env == nil {
+			o.req.Env = map[string]string{}
+		}
+		for k, v := range env {
+			o.req.Env[k] = v
+		}
+	}
+}
+
+// WithSecrets gives the workspace secrets: a command gets one in its
+// environment only when it names it (Cmd.Secrets). The server holds the
+// values in memory only, never on disk, in a ref, a log or Describe; after
+// a restart the workspace is secrets_missing until Workspace.SetSecrets.
+// Later calls add to the set.
+func WithSecrets(secrets map[string]string) OpenOption {
+	return func(o *openOptions) {
+		if o.req.Secrets == nil {
+			o.req.Secrets = map[string]string{}
+		}
+		for k, v := range secrets {
+			o.req.Secrets[k] = v
+		}
+	}
+}
+
+// WithRequestID sets the Open's request id (1-128 bytes of
+// [A-Za-z0-9._:-]). Open always sends one, a fresh random id per call
+// unless this gives it, and keeps it across its own retries, so that an
+// attempt whose answer was lost returns the workspace it opened instead of
+// opening a second. Give one yourself to make your own retries of Open
+// (after a crash, say) safe as well: the server answers the same request
+// id with the same workspace for 10 minutes, and a different request with
+// it is *RequestIDReused.
+func WithRequestID(id string) OpenOption {
+	return func(o *openOptions) { o.req.RequestId = id }
+}
+
+func lifetimeOf(r *pb.OpenRequest) *pb.Lifetime {
+	if r.Lifetime == nil {
+		r.Lifetime = &pb.Lifetime{}
+	}
+	return r.Lifetime
+}
+
+// durationMs rounds d up to whole milliseconds, so that a positive
+// duration never becomes 0 ("none").
+func durationMs(d time.Duration) uint64 {
+	if d <= 0 {
+		return 0
+	}
+	return uint64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// newRequestID returns a random request id for Open: 128 bits in hex.
+func newRequestID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("workspaced: a request id: %w", err)
+	}
+	return "go-" + hex.EncodeToString(b[:]), nil
 }
 
 // Open creates a workspace. caps nil declares nothing, which gives `fs`
 // with the server's defaults. Transient failures (the backend is down for
-// now, the server is unreachable) are retried per the retry policy;
-// anything else is returned at once, typed (e.g. *CapabilityMissing).
+// now, the server is unreachable, the first attempt is still opening) are
+// retried per the retry policy, every attempt with the same request id
+// (WithRequestID); anything else is returned at once, typed (e.g.
+// *CapabilityMissing).
 func (c *Client) Open(ctx context.Context, provider Provider, caps *Capabilities, opts ...OpenOption) (*Workspace, error) {
 	if provider == nil {
 		return nil, errors.New("workspaced: Open needs a provider")
 	}
-	policy := c.openRetry
+	o := openOptions{retry: c.openRetry, req: &pb.OpenRequest{Capabilities: caps}}
 	for _, opt := range opts {
-		opt(&policy)
+		opt(&o)
 	}
-	req := &pb.OpenRequest{Capabilities: caps}
+	req := o.req
 	provider.setOn(req)
+	if req.RequestId == "" {
+		id, err := newRequestID()
+		if err != nil {
+			return nil, err
+		}
+		req.RequestId = id
+	}
 	var w *pb.Workspace
 	var node string
-	err := policy.Do(ctx, func(ctx context.Context) error {
+	err := o.retry.do(ctx, openRetryable, func(ctx context.Context) error {
 		// Each attempt may land on another node: only the attempt
 		// that succeeded names the workspace's node.
 		var md metadata.MD
@@ -436,6 +611,14 @@ func (c *Client) Open(ctx context.Context, provider Provider, caps *Capabilities
 		return nil, err
 	}
 	return newWorkspace(c, w, node), nil
+}
+
+// openRetryable: what a retried Open may repeat. With its request id, an
+// attempt that reached the server is answered with the workspace it
+// opened, so besides the transient failures, RETRY (the first attempt is
+// still opening) is worth asking again.
+func openRetryable(err error) bool {
+	return isTransient(err) || errors.Is(err, ReasonRetry)
 }
 
 // ResolveOption configures one Resolve call.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -172,6 +173,9 @@ const (
 	ReasonStdinClosed       Reason = "STDIN_CLOSED"        // FailedPrecondition: *StdinClosed
 	ReasonNoPty             Reason = "NO_PTY"              // FailedPrecondition: *NoPty
 	ReasonNoSuchService     Reason = "NO_SUCH_SERVICE"     // NotFound: *NoSuchService
+	ReasonSecretsMissing    Reason = "SECRETS_MISSING"     // FailedPrecondition: *SecretsMissing
+	ReasonRequestIDReused   Reason = "REQUEST_ID_REUSED"   // FailedPrecondition: *RequestIDReused
+	ReasonInputGap          Reason = "INPUT_GAP"           // OutOfRange: *InputGap
 )
 
 // errorBase lets the per-reason types embed *Error under an unexported
@@ -216,8 +220,9 @@ type (
 	NoSuchWorkspace struct{ *errorBase }
 	// NoSuchProcess: unknown process id or tag.
 	NoSuchProcess struct{ *errorBase }
-	// WorkspaceEvicted: the workspace was closed or its storage is gone
-	// (Resolve of a closed workspace's ref). Open a new one.
+	// WorkspaceEvicted: the workspace was closed, expired (Cause()
+	// "expired") or its storage is gone (Resolve of a closed workspace's
+	// ref). Open a new one.
 	WorkspaceEvicted struct{ *errorBase }
 	// CapabilityMissing: the capability (metadata "capability") was not
 	// declared, or the provider does not support it.
@@ -302,6 +307,18 @@ type (
 	// NoSuchService: the health check named a service the server does
 	// not serve.
 	NoSuchService struct{ *errorBase }
+	// SecretsMissing: the workspace has secrets the server no longer
+	// holds (it restarted since Open): its commands are refused until
+	// Workspace.SetSecrets gives them again. Names() lists them.
+	SecretsMissing struct{ *errorBase }
+	// RequestIDReused: an Open's request id was used within the server's
+	// window for a different request (metadata "request_id",
+	// "workspace_id").
+	RequestIDReused struct{ *errorBase }
+	// InputGap: SendInput at an offset past the bytes the process's stdin
+	// has taken, so bytes would be missing; Expected() is the offset the
+	// next byte must have.
+	InputGap struct{ *errorBase }
 
 	// Unauthenticated: the token is missing or wrong, or the unix socket's
 	// peer is a user the server does not map to a tenant. It is known by
@@ -358,6 +375,9 @@ func (e *Internal) Unwrap() error          { return e.errorBase }
 func (e *StdinClosed) Unwrap() error       { return e.errorBase }
 func (e *NoPty) Unwrap() error             { return e.errorBase }
 func (e *NoSuchService) Unwrap() error     { return e.errorBase }
+func (e *SecretsMissing) Unwrap() error    { return e.errorBase }
+func (e *RequestIDReused) Unwrap() error   { return e.errorBase }
+func (e *InputGap) Unwrap() error          { return e.errorBase }
 func (e *Unauthenticated) Unwrap() error   { return e.errorBase }
 
 // byReason maps every reason to its typed form. The tests check it against
@@ -410,6 +430,28 @@ var byReason = map[Reason]func(*Error) error{
 	ReasonStdinClosed:       func(e *Error) error { return &StdinClosed{e} },
 	ReasonNoPty:             func(e *Error) error { return &NoPty{e} },
 	ReasonNoSuchService:     func(e *Error) error { return &NoSuchService{e} },
+	ReasonSecretsMissing:    func(e *Error) error { return &SecretsMissing{e} },
+	ReasonRequestIDReused:   func(e *Error) error { return &RequestIDReused{e} },
+	ReasonInputGap:          func(e *Error) error { return &InputGap{e} },
+}
+
+// Cause is why the workspace is gone, from the metadata "cause" ("expired"
+// for a workspace whose lifetime ended), or "" when the server gave none.
+func (e *WorkspaceEvicted) Cause() string { return e.Metadata["cause"] }
+
+// Names are the secret names the server no longer holds.
+func (e *SecretsMissing) Names() []string {
+	if e.Metadata["names"] == "" {
+		return nil
+	}
+	return strings.Split(e.Metadata["names"], ",")
+}
+
+// Expected is the stdin offset the process's next byte must have, and
+// whether the server said.
+func (e *InputGap) Expected() (uint64, bool) {
+	v, err := strconv.ParseUint(e.Metadata["offset"], 10, 64)
+	return v, err == nil
 }
 
 // wrapErr turns an error from a generated stub into the typed form. nil and

@@ -61,13 +61,16 @@ func TestAgentLoopExample(t *testing.T) {
 
 	run := exec.Command(bin)
 	run.Env = append(os.Environ(), EnvAddr+"="+s.addr)
+	run.Env = append(run.Env, "AGENT_API_TOKEN=abcdefgh")
 	start := time.Now()
 	out, err := run.CombinedOutput()
 	if err != nil {
 		t.Fatalf("agentloop: %v\n%s", err, out)
 	}
 	text := string(out)
-	for _, want := range []string{"opened ws_", "(local-sandbox)", "] counting\n", "] done\n", "exited: cause=EXIT_CAUSE_EXITED code=0", "lines: 3\n"} {
+	for _, want := range []string{"opened ws_", "(local-sandbox), app=agentloop, expires in at most 2m0s",
+		"workspaces labelled app=agentloop: 1\n", "] counting\n", "token: 8 bytes\n", "] done\n",
+		"exited: cause=EXIT_CAUSE_EXITED code=0", "lines: 3\n"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("agentloop output lacks %q:\n%s", want, text)
 		}
@@ -99,7 +102,8 @@ func TestAgentLoopExampleWithoutSandbox(t *testing.T) {
 		t.Fatalf("agentloop: %v\n%s", err, out)
 	}
 	text := string(out)
-	for _, want := range []string{"local-sandbox is not available (POLICY", "files only, no commands\n", "opened ws_", "(memory)", "lines: 3\n"} {
+	for _, want := range []string{"local-sandbox is not available (POLICY", "files only, no commands\n", "opened ws_",
+		"(memory), app=agentloop", "workspaces labelled app=agentloop: 1\n", "lines: 3\n"} {
 		if !strings.Contains(text, want) {
 			t.Fatalf("agentloop output lacks %q:\n%s", want, text)
 		}

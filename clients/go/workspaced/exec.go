@@ -20,8 +20,13 @@ type Cmd struct {
 	// Cwd is relative to the workspace root; "": the root.
 	Cwd string
 	// Env adds environment variables (names on the server's denylist are
-	// *EnvDenied).
+	// *EnvDenied); they override the workspace's own (WithEnv).
 	Env map[string]string
+	// Secrets names the workspace's secrets (WithSecrets) the command
+	// gets in its environment; no other secret reaches it. A name the
+	// workspace has no secret of is *Malformed; a workspace whose
+	// secrets the server lost in a restart is *SecretsMissing.
+	Secrets []string
 	// Timeout bounds the wall-clock time; 0 or above the workspace
 	// maximum: that maximum. On expiry Exited.Cause is TIMEOUT.
 	Timeout time.Duration
@@ -61,6 +66,7 @@ func (c *Cmd) config() *pb.ProcessConfig {
 		Argv: c.Argv, Command: c.Command, Cwd: c.Cwd, Env: c.Env,
 		TimeoutMs: uint64(c.Timeout / time.Millisecond), Stdin: c.Stdin, Pty: c.Pty,
 		Tag: c.Tag, MaxOutputBytes: c.MaxOutputBytes, Background: c.Background,
+		Secrets: c.Secrets,
 	}
 }
 
@@ -85,6 +91,9 @@ const (
 	CauseOOM       = pb.ExitCause_EXIT_CAUSE_OOM
 	CauseCancelled = pb.ExitCause_EXIT_CAUSE_CANCELLED
 	CauseEvicted   = pb.ExitCause_EXIT_CAUSE_EVICTED
+	// CauseExpired: the workspace's lifetime ended (WithTTL,
+	// WithIdleTimeout).
+	CauseExpired = pb.ExitCause_EXIT_CAUSE_EXPIRED
 )
 
 // Event is one piece of a process's output, or a gap in it.
@@ -124,14 +133,16 @@ type Process struct {
 	// Tag is the client-chosen name, if any.
 	Tag string
 
-	ws     *Workspace
-	start  pb.Exec_StartClient // nil for Attach
-	cancel context.CancelFunc
-	sendMu sync.Mutex
-	events chan Event
-	done   chan struct{}
-	exited *Exited
-	err    error
+	ws    *Workspace
+	start pb.Exec_StartClient // nil for Attach
+	// stdinSent counts the bytes WriteStdin sent, for Handle.
+	stdinSent uint64
+	cancel    context.CancelFunc
+	sendMu    sync.Mutex
+	events    chan Event
+	done      chan struct{}
+	exited    *Exited
+	err       error
 	// stdout and stderr are Cmd.Stdout and Cmd.Stderr; only the receive
 	// goroutine touches them and sinkErr before done is closed.
 	stdout   sink
@@ -231,6 +242,18 @@ func (p *Process) deliver(s *sink, ev Event) {
 // cmd.Background. Guard refusals (*CommandNotAllowed, *Metachar, ...) are
 // returned here.
 func (ws *Workspace) Exec(ctx context.Context, cmd Cmd) (*Process, error) {
+	// A refusal comes before the process starts: nothing ran, and the
+	// call may be repeated after a re-resolve.
+	var p *Process
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		p, err = ws.exec(ctx, cmd)
+		return err
+	})
+	return p, err
+}
+
+func (ws *Workspace) exec(ctx context.Context, cmd Cmd) (*Process, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	s, err := ws.c.exec.Start(ws.pin(ctx))
 	if err != nil {
@@ -271,6 +294,16 @@ func ByTag(tag string) Target { return Target{Tag: tag} }
 // The returned Process is read-only; its Wait returns the exit record once
 // the process ends.
 func (ws *Workspace) Attach(ctx context.Context, t Target, offset uint64) (*Process, error) {
+	var p *Process
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		p, err = ws.attach(ctx, t, offset)
+		return err
+	})
+	return p, err
+}
+
+func (ws *Workspace) attach(ctx context.Context, t Target, offset uint64) (*Process, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	s, err := ws.c.exec.Attach(ws.pin(ctx), &pb.AttachRequest{
 		WorkspaceId: ws.ID(), Id: t.ID, Tag: t.Tag, Offset: offset,
@@ -314,6 +347,9 @@ func (p *Process) WriteStdin(data []byte) error {
 		if err := p.send(&pb.StartRequest{Msg: &pb.StartRequest_Stdin{Stdin: data[:n]}}); err != nil {
 			return err
 		}
+		p.mu.Lock()
+		p.stdinSent += uint64(n)
+		p.mu.Unlock()
 		data = data[n:]
 	}
 	return nil
@@ -403,11 +439,18 @@ type RunResult struct {
 
 // Run runs cmd to completion and returns its output and exit record.
 func (ws *Workspace) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
-	r, err := ws.c.exec.Run(ws.pin(ctx), &pb.RunRequest{
-		WorkspaceId: ws.ID(), Process: cmd.config(), StdinData: cmd.StdinData,
+	// A failed Run ran nothing: a command that started reports its end
+	// in the result, whatever the workspace's fate.
+	var r *pb.RunResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.exec.Run(ws.pin(ctx), &pb.RunRequest{
+			WorkspaceId: ws.ID(), Process: cmd.config(), StdinData: cmd.StdinData,
+		})
+		return wrapErr(err)
 	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	res := &RunResult{Stdout: r.GetStdout(), Stderr: r.GetStderr(), Exited: r.GetExited(), ProcessID: r.GetProcessId()}
 	for _, out := range []struct {
@@ -426,17 +469,158 @@ func (ws *Workspace) Run(ctx context.Context, cmd Cmd) (*RunResult, error) {
 
 // Ps lists the workspace's running and recently finished processes.
 func (ws *Workspace) Ps(ctx context.Context) ([]*ProcessInfo, error) {
-	r, err := ws.c.exec.ListProcesses(ws.pin(ctx), &pb.ListProcessesRequest{WorkspaceId: ws.ID()})
+	var r *pb.ListProcessesResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.exec.ListProcesses(ws.pin(ctx), &pb.ListProcessesRequest{WorkspaceId: ws.ID()})
+		return wrapErr(err)
+	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	return r.GetProcesses(), nil
 }
 
 // Kill sends sig to the process tree of t (*NoSuchProcess if unknown).
 func (ws *Workspace) Kill(ctx context.Context, t Target, sig syscall.Signal) error {
-	_, err := ws.c.exec.SendSignal(ws.pin(ctx), &pb.SendSignalRequest{
-		WorkspaceId: ws.ID(), Id: t.ID, Tag: t.Tag, Signal: int32(sig),
+	return ws.retryEvicted(ctx, func(ctx context.Context) error {
+		_, err := ws.c.exec.SendSignal(ws.pin(ctx), &pb.SendSignalRequest{
+			WorkspaceId: ws.ID(), Id: t.ID, Tag: t.Tag, Signal: int32(sig),
+		})
+		return wrapErr(err)
 	})
-	return wrapErr(err)
+}
+
+// ProcessHandle addresses a running process by id or tag through the
+// unary calls Exec.SendInput, CloseInput and Resize, from any goroutine or
+// program of the tenant: no Exec stream is needed, so a process started
+// by another client (or before a reconnect) can be fed too. It is safe for
+// concurrent use.
+//
+// SendInput tracks the process's stdin offset: every call says where its
+// bytes go, so a repeated call (a retry after a lost answer) delivers
+// nothing twice. A handle that does not know the offset yet (one from
+// Workspace.ProcessHandle, or from a Process whose stream sent stdin)
+// appends its first bytes and learns the offset from the answer.
+type ProcessHandle struct {
+	ws *Workspace
+	t  Target
+
+	mu     sync.Mutex
+	offset uint64
+	known  bool
+}
+
+// ProcessHandle returns a handle on the process t (ByID, ByTag); no call
+// is made.
+func (ws *Workspace) ProcessHandle(t Target) *ProcessHandle {
+	return &ProcessHandle{ws: ws, t: t}
+}
+
+// Handle returns a ProcessHandle on p by its id. When the stream sent
+// stdin (WriteStdin), its offset starts unknown: those bytes may not all
+// have reached the process yet.
+func (p *Process) Handle() *ProcessHandle {
+	p.mu.Lock()
+	sent := p.stdinSent
+	p.mu.Unlock()
+	return &ProcessHandle{ws: p.ws, t: ByID(p.ID), known: sent == 0}
+}
+
+// Offset is the stdin offset the next SendInput writes at, and whether the
+// handle knows it.
+func (h *ProcessHandle) Offset() (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.offset, h.known
+}
+
+// SendInput writes data to the process's stdin at the handle's offset (or
+// appends it, when the offset is not known yet) and returns the stdin
+// offset after it. At most 1 MiB per call; the process must have been
+// started with Stdin or Pty (else *StdinClosed, as after CloseInput).
+// While the server's queue for the process is full the call fails with
+// *Limit; asking again later is safe.
+func (h *ProcessHandle) SendInput(ctx context.Context, data []byte) (uint64, error) {
+	h.mu.Lock()
+	offset, known := h.offset, h.known
+	h.mu.Unlock()
+	if !known {
+		return h.send(ctx, data, 0, true)
+	}
+	return h.send(ctx, data, offset, false)
+}
+
+// SendInputAt writes data at stdin offset `offset`: bytes before the
+// offset the process's stdin has reached are skipped (they were taken
+// already), and an offset past it is *InputGap, whose Expected() is the
+// offset to use. Returns the stdin offset after the call.
+func (h *ProcessHandle) SendInputAt(ctx context.Context, data []byte, offset uint64) (uint64, error) {
+	return h.send(ctx, data, offset, false)
+}
+
+// AppendInput writes data after whatever the process's stdin took so far,
+// from anyone; not safe to repeat. Returns the stdin offset after it.
+func (h *ProcessHandle) AppendInput(ctx context.Context, data []byte) (uint64, error) {
+	return h.send(ctx, data, 0, true)
+}
+
+func (h *ProcessHandle) send(ctx context.Context, data []byte, offset uint64, appendData bool) (uint64, error) {
+	var r *pb.SendInputResponse
+	op := func(ctx context.Context) error {
+		var err error
+		r, err = h.ws.c.exec.SendInput(h.ws.pin(ctx), &pb.SendInputRequest{
+			WorkspaceId: h.ws.ID(), Id: h.t.ID, Tag: h.t.Tag, Data: data, Offset: offset, Append: appendData,
+		})
+		return wrapErr(err)
+	}
+	var err error
+	if appendData {
+		// An append repeated could deliver its bytes twice.
+		err = op(ctx)
+	} else {
+		err = h.ws.retryEvicted(ctx, op)
+	}
+	if err != nil {
+		return 0, err
+	}
+	h.mu.Lock()
+	if !h.known || r.GetOffset() > h.offset {
+		h.offset, h.known = r.GetOffset(), true
+	}
+	h.mu.Unlock()
+	return r.GetOffset(), nil
+}
+
+// CloseInput closes the process's stdin (it reads EOF); idempotent.
+// Returns the bytes its stdin took in all.
+func (h *ProcessHandle) CloseInput(ctx context.Context) (uint64, error) {
+	var r *pb.CloseInputResponse
+	err := h.ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = h.ws.c.exec.CloseInput(h.ws.pin(ctx), &pb.CloseInputRequest{
+			WorkspaceId: h.ws.ID(), Id: h.t.ID, Tag: h.t.Tag,
+		})
+		return wrapErr(err)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return r.GetOffset(), nil
+}
+
+// Resize changes the size of the process's terminal (*NoPty for a process
+// without one).
+func (h *ProcessHandle) Resize(ctx context.Context, rows, cols uint32) error {
+	return h.ws.retryEvicted(ctx, func(ctx context.Context) error {
+		_, err := h.ws.c.exec.Resize(h.ws.pin(ctx), &pb.ResizeRequest{
+			WorkspaceId: h.ws.ID(), Id: h.t.ID, Tag: h.t.Tag, Size: &pb.PtySize{Rows: rows, Cols: cols},
+		})
+		return wrapErr(err)
+	})
+}
+
+// Kill sends sig to the process's tree.
+func (h *ProcessHandle) Kill(ctx context.Context, sig syscall.Signal) error {
+	return h.ws.Kill(ctx, h.t, sig)
 }

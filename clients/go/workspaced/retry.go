@@ -93,13 +93,18 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // Do calls op until it succeeds, fails for good, or the attempts run out;
 // it returns op's last error.
 func (p RetryPolicy) Do(ctx context.Context, op func(context.Context) error) error {
+	return p.do(ctx, isTransient, op)
+}
+
+// do is Do with the test of which errors are worth another attempt.
+func (p RetryPolicy) do(ctx context.Context, retryable func(error) bool, op func(context.Context) error) error {
 	sleep := p.Sleep
 	if sleep == nil {
 		sleep = sleepCtx
 	}
 	for attempt := 1; ; attempt++ {
 		err := op(ctx)
-		if err == nil || attempt >= p.MaxAttempts || !isTransient(err) {
+		if err == nil || attempt >= p.MaxAttempts || !retryable(err) {
 			return err
 		}
 		if serr := sleep(ctx, p.Backoff(attempt)); serr != nil {

@@ -3,21 +3,47 @@ package workspaced
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	pb "workspaced.dev/go/gen/workspace/v1"
 
+	"github.com/golang/protobuf/proto"
 	"google.golang.org/grpc/metadata"
 )
 
 // Workspace is a handle on one open workspace. It is safe for concurrent
 // use. Close it (typically `defer ws.Close(ctx)`) to remove its storage and
 // end its processes.
+//
+// A handle that holds a ref (from Open or Resolve) recovers from a lost
+// backend by itself, once per call: when a call that is safe to repeat
+// fails with *WorkspaceEvicted, or with a *WorkspaceFailed that is not
+// transient (the workspace's container or sandbox ended: the server then
+// says Resolve brings up a fresh one over the same files), the handle
+// resolves its ref and, if that succeeds, makes the call again. If the
+// Resolve fails too (the storage is gone, the workspace expired or was
+// closed), the call's own error is returned, with its metadata (a
+// *WorkspaceEvicted's Cause() is "expired" for an expired workspace). The
+// calls that are repeated: Describe, Extend, SetSecrets, the file calls
+// (ReadFile and OpenReader before any data, WriteFile of a byte slice),
+// Run, Exec and Attach before the process started, Ps, Kill, and the
+// ProcessHandle calls. WithEvictionRetry(false) at Connect turns it off.
 type Workspace struct {
-	c    *Client
-	w    *pb.Workspace
-	node string
+	c *Client
+
+	// infoMu guards w and node, which a Resolve (Extend, SetSecrets)
+	// replaces.
+	infoMu sync.RWMutex
+	w      *pb.Workspace
+	node   string
+	// resolves counts the handle's re-resolves, so that concurrent calls
+	// that failed together resolve once.
+	resolves uint64
+	// resolveMu serializes re-resolves.
+	resolveMu sync.Mutex
 
 	mu     sync.Mutex
 	closed bool
@@ -27,43 +53,238 @@ func newWorkspace(c *Client, w *pb.Workspace, node string) *Workspace {
 	return &Workspace{c: c, w: w, node: node}
 }
 
+func (ws *Workspace) info() (*pb.Workspace, string) {
+	ws.infoMu.RLock()
+	defer ws.infoMu.RUnlock()
+	return ws.w, ws.node
+}
+
 // Node is the node behind a front proxy that holds the workspace, as the
 // front named it in the NodeHeader of Open's or Resolve's response; every
 // call about the workspace is sent there. "" when the server answered
 // directly. Persist it with the ref and pass it to Resolve with OnNode.
-func (ws *Workspace) Node() string { return ws.node }
+func (ws *Workspace) Node() string {
+	_, node := ws.info()
+	return node
+}
 
 // pin adds the workspace's node to the call's metadata, so that a front
 // proxy routes the call to the node that holds the workspace. A stream
 // carries it in its headers, so every message of an Exec or WriteFile
 // stream follows.
 func (ws *Workspace) pin(ctx context.Context) context.Context {
-	if ws.node == "" {
+	node := ws.Node()
+	if node == "" {
 		return ctx
 	}
-	return metadata.AppendToOutgoingContext(ctx, NodeHeader, ws.node)
+	return metadata.AppendToOutgoingContext(ctx, NodeHeader, node)
 }
 
 // ID is the workspace id ("ws_" + 32 hex).
-func (ws *Workspace) ID() string { return ws.w.GetId() }
+func (ws *Workspace) ID() string {
+	w, _ := ws.info()
+	return w.GetId()
+}
 
 // Ref is the signed, portable handle of the workspace; persist
 // Ref().Token and hand it to Client.ResolveToken later, possibly from
 // another process.
-func (ws *Workspace) Ref() *WorkspaceRef { return ws.w.GetRef() }
+func (ws *Workspace) Ref() *WorkspaceRef {
+	w, _ := ws.info()
+	return w.GetRef()
+}
 
 // Provider is "memory", "local-bash", "local-sandbox" or "docker".
-func (ws *Workspace) Provider() string { return ws.w.GetProvider() }
+func (ws *Workspace) Provider() string {
+	w, _ := ws.info()
+	return w.GetProvider()
+}
 
 // Capabilities are the workspace's effective capabilities.
-func (ws *Workspace) Capabilities() *Capabilities { return ws.w.GetCapabilities() }
+func (ws *Workspace) Capabilities() *Capabilities {
+	w, _ := ws.info()
+	return w.GetCapabilities()
+}
+
+// Name is the name given at Open (WithName), "" for none.
+func (ws *Workspace) Name() string {
+	w, _ := ws.info()
+	return w.GetName()
+}
+
+// Labels are the labels given at Open (WithLabels).
+func (ws *Workspace) Labels() map[string]string {
+	w, _ := ws.info()
+	return w.GetLabels()
+}
+
+// Lifetime is how long a workspace lives: an absolute TTL and an idle
+// timeout, each 0 for none.
+type Lifetime struct {
+	TTL         time.Duration
+	IdleTimeout time.Duration
+}
+
+func lifetimeFrom(l *pb.Lifetime) Lifetime {
+	return Lifetime{
+		TTL:         time.Duration(l.GetTtlMs()) * time.Millisecond,
+		IdleTimeout: time.Duration(l.GetIdleTimeoutMs()) * time.Millisecond,
+	}
+}
+
+// unixMs is a time from unix milliseconds, the zero Time for 0.
+func unixMs(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// Lifetime is the lifetime in force, the server's defaults and caps
+// applied, as of Open, Resolve or the last Extend through this handle.
+func (ws *Workspace) Lifetime() Lifetime {
+	w, _ := ws.info()
+	return lifetimeFrom(w.GetLifetime())
+}
+
+// ExpiresAt is when the workspace expires if nothing else happens (the
+// earlier of its TTL and its idle timeout from its last activity) as of
+// Open, Resolve or the last Extend through this handle; the zero Time for
+// never. An idle expiry moves with every activity: Describe has the
+// current one.
+func (ws *Workspace) ExpiresAt() time.Time {
+	w, _ := ws.info()
+	return unixMs(w.GetExpiresAtUnixMs())
+}
+
+// recoverable reports whether err says the workspace's backend is gone in
+// a way a Resolve of its ref may repair.
+func recoverable(err error) bool {
+	var ev *WorkspaceEvicted
+	if errors.As(err, &ev) {
+		return true
+	}
+	var wf *WorkspaceFailed
+	return errors.As(err, &wf) && !wf.Transient()
+}
+
+// retryEvicted runs op, which must be safe to repeat; when it fails because
+// the workspace's backend is gone (recoverable), it resolves the handle's
+// ref once and, if that succeeds, runs op once more. If the Resolve fails,
+// op's error is returned. op reads the handle's id and node afresh (ID,
+// pin), which the Resolve may change.
+func (ws *Workspace) retryEvicted(ctx context.Context, op func(context.Context) error) error {
+	ws.infoMu.RLock()
+	seen := ws.resolves
+	ws.infoMu.RUnlock()
+	err := op(ctx)
+	if err == nil || !ws.c.evictionRetry || !recoverable(err) || len(ws.Ref().GetToken()) == 0 {
+		return err
+	}
+	if rerr := ws.reresolve(ctx, seen); rerr != nil {
+		return err
+	}
+	return op(ctx)
+}
+
+// reresolve resolves the handle's ref and takes the answer, unless another
+// call did so since it saw the count `seen`.
+func (ws *Workspace) reresolve(ctx context.Context, seen uint64) error {
+	ws.resolveMu.Lock()
+	defer ws.resolveMu.Unlock()
+	w, node := ws.info()
+	ws.infoMu.RLock()
+	done := ws.resolves != seen
+	ws.infoMu.RUnlock()
+	if done {
+		return nil
+	}
+	fresh, err := ws.c.Resolve(ctx, w.GetRef(), OnNode(node))
+	if err != nil {
+		return err
+	}
+	fw, fnode := fresh.info()
+	if fw.GetId() != w.GetId() {
+		return fmt.Errorf("workspaced: the ref of %s resolved to %s", w.GetId(), fw.GetId())
+	}
+	if fw.GetRef() == nil {
+		fw.Ref = w.GetRef()
+	}
+	ws.infoMu.Lock()
+	ws.w, ws.node = fw, fnode
+	ws.resolves++
+	ws.infoMu.Unlock()
+	return nil
+}
 
 // Describe returns the workspace's state, limits and isolation as the
 // server sees them now, with the host uid and gid its commands run as
-// (Uid, Gid) and, for docker, the container's runtime (Container.Runtime).
+// (Uid, Gid) and, for docker, the container's runtime (Container.Runtime);
+// its lifetime (ExpiresAtUnixMs, Lifetime, LastActivityAtUnixMs), Labels,
+// Name, Env, and SecretNames with SecretsMissing (never a secret's value).
 func (ws *Workspace) Describe(ctx context.Context) (*DescribeResponse, error) {
-	r, err := ws.c.ws.Describe(ws.pin(ctx), &pb.DescribeRequest{WorkspaceId: ws.ID()})
-	return r, wrapErr(err)
+	var r *DescribeResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.ws.Describe(ws.pin(ctx), &pb.DescribeRequest{WorkspaceId: ws.ID()})
+		return wrapErr(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Extend changes the workspace's lifetime: ttl > 0 makes it expire ttl
+// from now (within the server's --max-lifetime from its Open, else
+// *Limit), idleTimeout > 0 makes that its idle timeout; a zero one keeps
+// what it had (both zero is *Malformed). It returns the new expiry (the
+// zero Time: never), which ExpiresAt and Lifetime report from then on.
+func (ws *Workspace) Extend(ctx context.Context, ttl, idleTimeout time.Duration) (time.Time, error) {
+	var r *pb.ExtendResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.ws.Extend(ws.pin(ctx), &pb.ExtendRequest{
+			WorkspaceId: ws.ID(),
+			Lifetime:    &pb.Lifetime{TtlMs: durationMs(ttl), IdleTimeoutMs: durationMs(idleTimeout)},
+		})
+		return wrapErr(err)
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	ws.infoMu.Lock()
+	w := proto.Clone(ws.w).(*pb.Workspace)
+	w.ExpiresAtUnixMs, w.Lifetime = r.GetExpiresAtUnixMs(), r.GetLifetime()
+	ws.w = w
+	ws.infoMu.Unlock()
+	return unixMs(r.GetExpiresAtUnixMs()), nil
+}
+
+// Secrets is a workspace's secrets as SetSecrets leaves them: their names
+// (never values), and whether the server still lacks some.
+type Secrets struct {
+	Names   []string
+	Missing bool
+}
+
+// SetSecrets gives the workspace its secrets again (after a server
+// restart made it secrets_missing: *SecretsMissing on its commands), or
+// changes them. Without replace they are merged into what it has (a name
+// given replaces its value); with replace they become exactly these.
+func (ws *Workspace) SetSecrets(ctx context.Context, secrets map[string]string, replace bool) (*Secrets, error) {
+	var r *pb.SetSecretsResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.ws.SetSecrets(ws.pin(ctx), &pb.SetSecretsRequest{
+			WorkspaceId: ws.ID(), Secrets: secrets, Replace: replace,
+		})
+		return wrapErr(err)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Secrets{Names: r.GetSecretNames(), Missing: r.GetSecretsMissing()}, nil
 }
 
 // Close closes the workspace: its storage is removed and its processes are
@@ -122,6 +343,16 @@ type FileReader struct {
 // Errors such as *NoSuchFile are returned here, not on the first Read.
 // Close the reader to stop the transfer early.
 func (ws *Workspace) OpenReader(ctx context.Context, path string, offset, length uint64) (*FileReader, error) {
+	var r *FileReader
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.openReader(ctx, path, offset, length)
+		return err
+	})
+	return r, err
+}
+
+func (ws *Workspace) openReader(ctx context.Context, path string, offset, length uint64) (*FileReader, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	s, err := ws.c.fs.ReadFile(ws.pin(ctx), &pb.ReadFileRequest{
 		WorkspaceId: ws.ID(), Path: path, Offset: offset, Length: length,
@@ -212,6 +443,16 @@ type WriteResult struct {
 
 // WriteFile replaces path's content with data, atomically.
 func (ws *Workspace) WriteFile(ctx context.Context, path string, data []byte, opts ...WriteOption) (*WriteResult, error) {
+	var res *WriteResult
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = ws.writeFile(ctx, path, data, opts...)
+		return err
+	})
+	return res, err
+}
+
+func (ws *Workspace) writeFile(ctx context.Context, path string, data []byte, opts ...WriteOption) (*WriteResult, error) {
 	w, err := ws.OpenWriter(ctx, path, opts...)
 	if err != nil {
 		return nil, err
@@ -367,9 +608,14 @@ func (w *FileWriter) Result() *WriteResult { return w.res }
 
 // Stat returns path's metadata (a symlink is described, not followed).
 func (ws *Workspace) Stat(ctx context.Context, path string) (*FileInfo, error) {
-	r, err := ws.c.fs.Stat(ws.pin(ctx), &pb.StatRequest{WorkspaceId: ws.ID(), Path: path})
+	var r *pb.StatResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.fs.Stat(ws.pin(ctx), &pb.StatRequest{WorkspaceId: ws.ID(), Path: path})
+		return wrapErr(err)
+	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	return r.GetInfo(), nil
 }
@@ -389,11 +635,16 @@ type Listing struct {
 // ListDir lists dir's entries, descending depth levels (0 or 1: only its
 // own entries), at most maxEntries (0: the server default, 10000).
 func (ws *Workspace) ListDir(ctx context.Context, dir string, depth, maxEntries uint32) (*Listing, error) {
-	r, err := ws.c.fs.ListDir(ws.pin(ctx), &pb.ListDirRequest{
-		WorkspaceId: ws.ID(), Path: dir, Depth: depth, MaxEntries: maxEntries,
+	var r *pb.ListDirResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.fs.ListDir(ws.pin(ctx), &pb.ListDirRequest{
+			WorkspaceId: ws.ID(), Path: dir, Depth: depth, MaxEntries: maxEntries,
+		})
+		return wrapErr(err)
 	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	return &Listing{Entries: r.GetEntries(), Truncated: r.GetTruncated(), TruncatedReason: r.GetTruncatedReason()}, nil
 }
@@ -401,9 +652,14 @@ func (ws *Workspace) ListDir(ctx context.Context, dir string, depth, maxEntries 
 // Glob matches pattern (`**`, `*`, `?`, `[...]`) under dir ("" or ".":
 // the root).
 func (ws *Workspace) Glob(ctx context.Context, pattern, dir string) (*Listing, error) {
-	r, err := ws.c.fs.Glob(ws.pin(ctx), &pb.GlobRequest{WorkspaceId: ws.ID(), Pattern: pattern, Path: dir})
+	var r *pb.GlobResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.fs.Glob(ws.pin(ctx), &pb.GlobRequest{WorkspaceId: ws.ID(), Pattern: pattern, Path: dir})
+		return wrapErr(err)
+	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	return &Listing{Entries: r.GetMatches(), Truncated: r.GetTruncated(), TruncatedReason: r.GetTruncatedReason()}, nil
 }
@@ -456,9 +712,14 @@ func (ws *Workspace) Grep(ctx context.Context, q GrepQuery, fn func(*GrepMatch) 
 // MakeDir creates dir; with parents, missing parents too and an existing
 // directory is not an error.
 func (ws *Workspace) MakeDir(ctx context.Context, dir string, parents bool) (*FileInfo, error) {
-	r, err := ws.c.fs.MakeDir(ws.pin(ctx), &pb.MakeDirRequest{WorkspaceId: ws.ID(), Path: dir, Parents: parents})
+	var r *pb.MakeDirResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.fs.MakeDir(ws.pin(ctx), &pb.MakeDirRequest{WorkspaceId: ws.ID(), Path: dir, Parents: parents})
+		return wrapErr(err)
+	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	return r.GetInfo(), nil
 }
@@ -466,9 +727,14 @@ func (ws *Workspace) MakeDir(ctx context.Context, dir string, parents bool) (*Fi
 // Remove deletes a file, symlink or directory (a non-empty one only when
 // recursive) and returns how many entries went.
 func (ws *Workspace) Remove(ctx context.Context, path string, recursive bool) (uint64, error) {
-	r, err := ws.c.fs.Remove(ws.pin(ctx), &pb.RemoveRequest{WorkspaceId: ws.ID(), Path: path, Recursive: recursive})
+	var r *pb.RemoveResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.fs.Remove(ws.pin(ctx), &pb.RemoveRequest{WorkspaceId: ws.ID(), Path: path, Recursive: recursive})
+		return wrapErr(err)
+	})
 	if err != nil {
-		return 0, wrapErr(err)
+		return 0, err
 	}
 	return r.GetRemoved(), nil
 }
@@ -476,9 +742,14 @@ func (ws *Workspace) Remove(ctx context.Context, path string, recursive bool) (u
 // Move renames from to to; an existing destination is *Exists unless
 // replace.
 func (ws *Workspace) Move(ctx context.Context, from, to string, replace bool) (*FileInfo, error) {
-	r, err := ws.c.fs.Move(ws.pin(ctx), &pb.MoveRequest{WorkspaceId: ws.ID(), FromPath: from, ToPath: to, Replace: replace})
+	var r *pb.MoveResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.fs.Move(ws.pin(ctx), &pb.MoveRequest{WorkspaceId: ws.ID(), FromPath: from, ToPath: to, Replace: replace})
+		return wrapErr(err)
+	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	return r.GetInfo(), nil
 }
@@ -503,12 +774,17 @@ type EditResult struct {
 
 // EditFile applies e atomically.
 func (ws *Workspace) EditFile(ctx context.Context, e Edit) (*EditResult, error) {
-	r, err := ws.c.fs.EditFile(ws.pin(ctx), &pb.EditFileRequest{
-		WorkspaceId: ws.ID(), Path: e.Path, OldText: e.OldText, NewText: e.NewText,
-		ReplaceAll: e.ReplaceAll, IfMatch: e.IfMatch,
+	var r *pb.EditFileResponse
+	err := ws.retryEvicted(ctx, func(ctx context.Context) error {
+		var err error
+		r, err = ws.c.fs.EditFile(ws.pin(ctx), &pb.EditFileRequest{
+			WorkspaceId: ws.ID(), Path: e.Path, OldText: e.OldText, NewText: e.NewText,
+			ReplaceAll: e.ReplaceAll, IfMatch: e.IfMatch,
+		})
+		return wrapErr(err)
 	})
 	if err != nil {
-		return nil, wrapErr(err)
+		return nil, err
 	}
 	return &EditResult{Replacements: r.GetReplacements(), SHA256: r.GetSha256(), Info: r.GetInfo()}, nil
 }

@@ -2,6 +2,14 @@
 // file, run a command over it with its output streamed as it arrives, read
 // the result back, and close the workspace.
 //
+// The workspace is opened with a lifetime (it expires after 10 minutes, or
+// 2 idle ones, should the agent die without closing it), labels (List finds
+// the agent's workspaces by them) and a secret, which only the command that
+// names it gets in its environment: the server keeps its value in memory,
+// never on disk, in a log or in Describe. The secret's value comes from
+// $AGENT_API_TOKEN, else a placeholder. Each turn of the loop extends the
+// lifetime, as an agent that is still working would.
+//
 // The command runs in a local-sandbox workspace (bubblewrap namespaces plus
 // seccomp), which a server offers by default where bubblewrap works. When
 // the server says local-sandbox is not available, the example works with
@@ -64,15 +72,24 @@ func run(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
+	lifetime := []workspaced.OpenOption{
+		workspaced.WithTTL(10 * time.Minute),
+		workspaced.WithIdleTimeout(2 * time.Minute),
+		workspaced.WithLabels(map[string]string{"app": "agentloop", "example.com/owner": "docs"}),
+	}
+	token := os.Getenv("AGENT_API_TOKEN")
+	if token == "" {
+		token = "placeholder-token"
+	}
 	var ws *workspaced.Workspace
 	if sandbox {
 		ws, err = c.Open(ctx, workspaced.LocalSandbox(nil), &workspaced.Capabilities{
 			Fs:    &workspaced.FsCapability{},
 			Shell: &workspaced.ShellCapability{AllowedCommands: []string{"sh", "wc"}},
-		})
+		}, append(lifetime, workspaced.WithSecrets(map[string]string{"AGENT_API_TOKEN": token}))...)
 	} else {
 		fmt.Printf("local-sandbox is not available (%s): files only, no commands\n", why)
-		ws, err = c.Open(ctx, workspaced.Memory(), &workspaced.Capabilities{Fs: &workspaced.FsCapability{}})
+		ws, err = c.Open(ctx, workspaced.Memory(), &workspaced.Capabilities{Fs: &workspaced.FsCapability{}}, lifetime...)
 	}
 	if err != nil {
 		return err
@@ -80,7 +97,13 @@ func run(ctx context.Context, addr string) error {
 	// Close removes the workspace's storage; it is idempotent, so the
 	// deferred call is harmless after the explicit one below.
 	defer ws.Close(ctx)
-	fmt.Printf("opened %s (%s)\n", ws.ID(), ws.Provider())
+	fmt.Printf("opened %s (%s), app=%s, expires in at most %v\n", ws.ID(), ws.Provider(),
+		ws.Labels()["app"], time.Until(ws.ExpiresAt()).Round(time.Minute))
+	mine, err := c.List(ctx, workspaced.LabelSelector("app=agentloop"))
+	if err != nil {
+		return err
+	}
+	fmt.Printf("workspaces labelled app=agentloop: %d\n", len(mine))
 
 	if _, err := ws.WriteFile(ctx, "notes/todo.txt", []byte("write code\ntest it\nship it\n"), workspaced.CreateParents()); err != nil {
 		return err
@@ -97,10 +120,18 @@ func run(ctx context.Context, addr string) error {
 		return ws.Close(ctx)
 	}
 
+	// A turn of the loop: the agent is still at work, so it moves the
+	// expiry on.
+	if _, err := ws.Extend(ctx, 10*time.Minute, 0); err != nil {
+		return err
+	}
 	// The script reports progress before its slow step: the first line
-	// is printed while the command still runs.
+	// is printed while the command still runs. It names the secret, so
+	// it gets it in its environment (and shows only its length).
 	p, err := ws.Exec(ctx, workspaced.Cmd{
-		Argv: []string{"sh", "-c", "echo counting; sleep 1; wc -l < notes/todo.txt > notes/count.txt; echo done"},
+		Argv: []string{"sh", "-c", `echo counting; echo "token: ${#AGENT_API_TOKEN} bytes"; sleep 1; ` +
+			`wc -l < notes/todo.txt > notes/count.txt; echo done`},
+		Secrets: []string{"AGENT_API_TOKEN"},
 	})
 	if err != nil {
 		return err

@@ -1736,6 +1736,7 @@ static int agent_wrap_locked(const struct box *b, const struct ws_docker_rt_exec
                     "the same files",
                     b->why);
         ws_diag_meta(d, "transient", "false");
+        ws_diag_meta(d, "resolve", "true");
         return -WS_EFAILED;
     }
     if (!spec->cwd || !spec->cwd[0] || !strcmp(spec->cwd, "."))
@@ -1761,6 +1762,7 @@ static int agent_wrap_locked(const struct box *b, const struct ws_docker_rt_exec
         ws_diag_set(d, "the workspace's container lost its agent; Resolve brings up a fresh one "
                        "over the same files");
         ws_diag_meta(d, "transient", "false");
+        ws_diag_meta(d, "resolve", "true");
         return -WS_EFAILED;
     }
     if (err == -E2BIG) {
@@ -1909,6 +1911,8 @@ int ws_docker_rt_wrap(struct ws_docker_rt *rt, const struct ws_docker_rt_exec *s
                     status == 404 || status == 409 ? " (Resolve the workspace's ref to make "
                                                      "its container again)"
                                                    : "");
+        if (status == 404 || status == 409)
+            ws_diag_meta(d, "resolve", "true");
         err = -WS_EFAILED;
         goto out;
     }

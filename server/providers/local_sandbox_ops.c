@@ -267,6 +267,10 @@ static int sandbox_exec_wrap(void *rt, const struct ws_provider_ws *w,
         if (err < 0 && err != -ENOENT && err != -ENOMEM) {
             ws_diag_set(d, "%s", why[0] ? why : strerror(-err));
             ws_diag_meta(d, "transient", "false");
+            /* A box that ended: its files are there, a Resolve makes a
+             * fresh box over them. */
+            if (err == -EPIPE)
+                ws_diag_meta(d, "resolve", "true");
             return -WS_EFAILED;
         }
     } else {

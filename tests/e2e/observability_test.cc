@@ -358,6 +358,36 @@ TEST(ObservabilityTest, EvictionIsCountedByProvider)
     EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"default\"}"), 1);
 }
 
+// A workspace whose lifetime ran out is counted once as an expiry, and is
+// not counted as open any more.
+TEST(ObservabilityTest, ExpiryIsCountedByProvider)
+{
+    wstest::Server srv(std::vector<std::string>({"--metrics-listen", "127.0.0.1:0"}));
+    int port = MetricsPort(srv);
+    ASSERT_GT(port, 0) << wstest::ReadHostFile(srv.stderr_path());
+    auto ws = srv.workspaces();
+    OpenRequest req;
+    req.mutable_memory();
+    req.mutable_lifetime()->set_ttl_ms(1000);
+    OpenResponse resp;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    ASSERT_TRUE(ws->Open(&ctx, req, &resp).ok());
+    wstest::Ws keep = wstest::Open(ws.get(), "memory");
+    EXPECT_EQ(ScrapeOk(port).sum("workspaced_workspace_expirations_total"), 0);
+    Scrape s;
+    for (int i = 0; i < 200; i++) {
+        s = ScrapeOk(port);
+        if (s.sum("workspaced_workspace_expirations_total") > 0)
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_EQ(s.get("workspaced_workspace_expirations_total{provider=\"memory\"}"), 1);
+    EXPECT_EQ(s.sum("workspaced_workspace_expirations_total"), 1);
+    EXPECT_EQ(s.get("workspaced_active_workspaces{tenant=\"default\"}"), 1);
+    EXPECT_EQ(s.sum("workspaced_workspace_evictions_total"), 0);
+}
+
 TEST(ObservabilityTest, MetricsListenerIsLoopbackOnlyUnlessAsked)
 {
     for (const char *addr : {"0.0.0.0:0", "10.1.2.3:9100", "[::]:0", "example.com:9100"}) {

@@ -382,6 +382,52 @@ TEST(Lifetime, ExpiryIsKeptAcrossARestart)
     EXPECT_EQ(d.expires_at_unix_ms(), long_expiry);
 }
 
+// Expiry of a docker workspace takes its container with it, and its
+// command (in the container) ends as EXPIRED.
+TEST(Lifetime, ADockerWorkspaceExpiresWithItsContainer)
+{
+    wstest::Server server;
+    auto stub = server.workspaces();
+    OpenRequest req;
+    req.mutable_docker()->set_image("workspaced-test:busybox");
+    req.mutable_docker()->set_exec_mode(wstest::TestExecMode());
+    req.mutable_capabilities()->mutable_fs();
+    req.mutable_capabilities()->mutable_shell()->add_allowed_commands("sleep");
+    req.mutable_lifetime()->set_ttl_ms(4000);
+    OpenResponse open;
+    grpc::Status s = OpenWith(stub.get(), req, &open);
+    ASSERT_TRUE(s.ok()) << s.error_message()
+                        << " (needs dockerd and the image workspaced-test:busybox: "
+                           "tests/fixtures/dockerd.sh, tests/fixtures/image/build.sh)";
+    const std::string id = open.workspace().id();
+    auto containers = [&id]() {
+        std::string cmd = "docker ps -aq --filter label=dev.workspaced.workspace=" + id;
+        FILE *p = popen(cmd.c_str(), "r");
+        std::string out;
+        char buf[256];
+        while (p && fgets(buf, sizeof(buf), p))
+            out += buf;
+        if (p)
+            pclose(p);
+        return out;
+    };
+    EXPECT_FALSE(containers().empty()) << "no container labelled with the workspace";
+    grpc::ClientContext ctx;
+    Deadline(&ctx, 120);
+    auto stream =
+        wstest::StartStream(server.exec().get(), &ctx, id, wstest::ArgvProcess({"sleep", "100"}));
+    wstest::EventLog log;
+    wstest::ReadEvents(stream.get(), &log);
+    ASSERT_TRUE(log.exited) << wstest::Problems(log);
+    EXPECT_EQ(log.exit.cause(), EXIT_CAUSE_EXPIRED);
+    grpc::Status gone = WaitGone(stub.get(), id, 60);
+    EXPECT_WS_ERROR(gone, StatusCode::NOT_FOUND, "WORKSPACE_EVICTED");
+    EXPECT_TRUE(WaitNoPath(server.workspace_dir(id)));
+    for (int i = 0; i < 200 && !containers().empty(); i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_TRUE(containers().empty()) << "the container outlived its workspace";
+}
+
 // ---- names and labels ----
 
 TEST(Names, UniquePerTenantAndFreedByClose)
@@ -401,6 +447,18 @@ TEST(Names, UniquePerTenantAndFreedByClose)
     // Another tenant's names are its own.
     OpenResponse other;
     ASSERT_TRUE(OpenWith(bob.get(), req, &other).ok());
+    // Bob cannot see, extend or re-arm Alice's workspace: unknown to him.
+    DescribeResponse d;
+    EXPECT_WS_ERROR(Describe(bob.get(), first.workspace().id(), &d), StatusCode::NOT_FOUND,
+                    "NO_SUCH_WORKSPACE");
+    ExtendResponse ext;
+    EXPECT_WS_ERROR(Extend(bob.get(), first.workspace().id(), 1000, 0, &ext), StatusCode::NOT_FOUND,
+                    "NO_SUCH_WORKSPACE");
+    ListRequest byname;
+    byname.set_name("build-1");
+    ListResponse l;
+    ASSERT_TRUE(List(bob.get(), byname, &l).ok());
+    EXPECT_EQ(Ids(l), std::vector<std::string>{other.workspace().id()});
     ASSERT_TRUE(Close(alice.get(), first.workspace().id()).ok());
     ASSERT_TRUE(OpenWith(alice.get(), req, &again).ok());
     EXPECT_NE(again.workspace().id(), first.workspace().id());

@@ -1,5 +1,6 @@
 /* Lock order: ws->measure_lock (a usage walk), then r->lock, then ws->lock; r->policy_lock alone.
- * Locks inside providers and storage (docker rt->lock, sandbox sb->lock, memfs) are leaves.
+ * Locks inside providers and storage (docker rt->lock, sandbox sb->lock, memfs) are leaves,
+ * as is the request-id table's (requests.h).
  * No provider call, close hook or daemon call runs under r->lock, ws->lock or r->policy_lock.
  *
  * The workspace registry: open / resolve / close / describe / list, the

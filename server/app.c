@@ -197,6 +197,20 @@ static void close_hook(void *ud, const char *id, bool expired)
     struct ws_app *app = ud;
 
     ws_exec_close_workspace(app->exec, id, expired ? WS_CAUSE_EXPIRED : WS_CAUSE_EVICTED);
+    /* After its commands' own records: the log ends with why it closed. */
+    if (expired && app->audit)
+        (void)ws_audit_expire(app->audit, id);
+    if (expired)
+        ws_log_msg(WS_RPC_LOG_INFO, "workspace.expired", "workspace %s expired and was closed", id);
+}
+
+/* The exec layer knows whether a workspace's commands or streams keep it
+ * from being idle. */
+static bool busy_hook(void *ud, const char *id)
+{
+    struct ws_app *app = ud;
+
+    return ws_exec_workspace_busy(app->exec, id);
 }
 
 /* The exec layer is made before the services (they start commands in
@@ -332,6 +346,7 @@ static int start_exec_layer(struct ws_app *app, const struct ws_app_config *cfg)
 
     ws_registry_set_providers(app->reg, app->providers);
     ws_registry_set_close_hook(app->reg, close_hook, app);
+    ws_registry_set_busy_hook(app->reg, busy_hook, app);
     ws_metrics_set_source(WS_METRICS_WORKSPACES, workspaces_gauge, app->reg);
     ws_metrics_set_source(WS_METRICS_COMMANDS, commands_gauge, app->exec);
     return 0;
@@ -475,6 +490,14 @@ int ws_app_start(const struct ws_app_config *cfg, struct ws_app **ret)
     err = start_rpc_server(app, cfg);
     if (err < 0)
         goto out;
+    /* Workspaces that expired while the server was down close on its
+     * first pass. */
+    err = ws_registry_start_reaper(app->reg);
+    if (err < 0) {
+        ws_log_msg(WS_RPC_LOG_ERROR, "server.start_failed", "cannot start the reaper: %s",
+                   strerror(-err));
+        goto out;
+    }
     if (cfg->metrics_listen) {
         err = start_metrics(app, cfg->metrics_listen);
         if (err < 0)
@@ -531,8 +554,12 @@ void ws_app_free(struct ws_app *app)
     ws_pool_free(app->pool);
     ws_metrics_set_source(WS_METRICS_WORKSPACES, NULL, NULL);
     ws_metrics_set_source(WS_METRICS_COMMANDS, NULL, NULL);
-    if (app->reg)
+    if (app->reg) {
+        /* Before the hooks go: an expiry in progress ends first. */
+        ws_registry_stop_reaper(app->reg);
         ws_registry_set_close_hook(app->reg, NULL, NULL);
+        ws_registry_set_busy_hook(app->reg, NULL, NULL);
+    }
     /* Ends every command still running; each one's record goes through
      * the services into the audit log, so both outlive it. */
     ws_exec_free(app->exec);

@@ -508,6 +508,8 @@ static int hook_start(void *arg, struct ws_child *child, const int *fds, size_t 
     pthread_mutex_unlock(&a->lock);
 
     int err = send_frame(a, c->frame, c->frame_len, fds, n);
+    /* The frame holds the command's environment, secrets among it. */
+    explicit_bzero(c->frame, c->frame_len);
     free(c->frame);
     c->frame = NULL;
     if (err < 0) {
@@ -593,6 +595,8 @@ static void hook_free(void *arg)
         }
     c->child = NULL;
     pthread_mutex_unlock(&a->lock);
+    if (c->frame)
+        explicit_bzero(c->frame, c->frame_len);
     free(c->frame);
     free(c);
     agent_unref(a);
@@ -678,6 +682,7 @@ int ws_agent_wrap(struct ws_agent *a, const struct ws_agent_command *c, struct w
         .arg = cmd,
     };
     if (n < 0) {
+        explicit_bzero(frame, len);
         hook_free(cmd);
         return -E2BIG;
     }

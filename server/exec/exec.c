@@ -976,6 +976,20 @@ static void kill_and_wait(struct ws_exec *e, struct table *only, enum ws_cause c
     }
 }
 
+bool ws_exec_workspace_busy(struct ws_exec *e, const char *ws_id)
+{
+    bool busy = false;
+
+    pthread_mutex_lock(&e->lock);
+    struct table *t = table_get(e, ws_id, false);
+    if (t && t->running)
+        busy = true;
+    for (struct entry *en = t && !busy ? t->entries : NULL; en && !busy; en = en->next)
+        busy = en->p && ws_proc_subscribers(en->p) > 0;
+    pthread_mutex_unlock(&e->lock);
+    return busy;
+}
+
 void ws_exec_tenants(struct ws_exec *e, void (*cb)(void *ud, const char *tenant, unsigned running),
                      void *ud)
 {

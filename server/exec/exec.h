@@ -153,6 +153,14 @@ void ws_exec_list(struct ws_exec *e, const char *ws_id, void (*cb)(void *ud, str
  * have ended. */
 void ws_exec_close_workspace(struct ws_exec *e, const char *ws_id, enum ws_cause cause);
 
+/* Whether workspace `ws_id` has a command running (or starting) or an
+ * output stream (a Start or Attach subscriber) attached to one of its
+ * commands, running or finished. Takes the exec layer's lock only for a
+ * walk of the workspace's table (never a process's, never waiting on a
+ * command): callable from a thread that must not block, such as the
+ * registry's lifetime reaper. */
+bool ws_exec_workspace_busy(struct ws_exec *e, const char *ws_id);
+
 /* Calls cb for each tenant with commands running, with their number
  * (under the exec layer's lock: cb must not call back into it). */
 void ws_exec_tenants(struct ws_exec *e, void (*cb)(void *ud, const char *tenant, unsigned running),

@@ -47,6 +47,17 @@ struct stream {
     uint64_t total;
 };
 
+/* Bytes queued for stdin. cb (may be NULL) runs once they are written,
+ * or with -EPIPE when they cannot be. */
+struct in_chunk {
+    struct in_chunk *next;
+    size_t len;
+    size_t off;
+    ws_proc_write_fn cb;
+    void *arg;
+    uint8_t data[];
+};
+
 struct done_cb {
     ws_proc_done_fn fn;
     void *arg;
@@ -103,18 +114,26 @@ struct ws_proc {
     struct ws_pump_watch pidfd_w;
     struct ws_pump_watch timer_w;
     int timer_fd;
-    /* stdin */
+    /* stdin: one queue fed by the Start stream and by SendInput, written
+     * by the pump in order. */
     int stdin_fd;  /* borrowed; -1 when closed or absent */
     int pty_in_fd; /* owned duplicate of the PTY master for stdin */
     bool is_pty;
+    bool has_stdin; /* started with a stdin pipe or a terminal */
+    unsigned pty_rows, pty_cols;
     struct ws_pump_watch stdin_w;
-    uint8_t *in_buf;
-    size_t in_len;
-    size_t in_off;
-    ws_proc_write_fn in_cb;
-    void *in_arg;
+    struct in_chunk *in_head;
+    struct in_chunk **in_tail;
+    size_t in_queued;   /* bytes queued and not yet written */
+    uint64_t in_taken;  /* the stdin offset: bytes accepted so far */
+    bool in_cb_pending; /* a chunk with a callback is queued */
+    /* No more input is taken (CloseInput, close_stdin): the pipe closes,
+     * or the terminal gets its EOF character, once the queue is written. */
+    bool in_closed;
     bool in_close_after;
     struct ws_sub *subs;
+    /* Subscribers attached (read without the lock: ws_proc_subscribers). */
+    atomic_int n_subs;
     struct done_cb *done_cbs;
     /* Every done callback has run: a later one runs at once. Not the same
      * as PHASE_DONE, which comes first: until the callbacks of the spawn
@@ -130,10 +149,87 @@ const char *ws_cause_name(enum ws_cause c)
         [WS_CAUSE_NONE] = "NONE",         [WS_CAUSE_EXITED] = "EXITED",
         [WS_CAUSE_SIGNALED] = "SIGNALED", [WS_CAUSE_TIMEOUT] = "TIMEOUT",
         [WS_CAUSE_OOM] = "OOM",           [WS_CAUSE_CANCELLED] = "CANCELLED",
-        [WS_CAUSE_EVICTED] = "EVICTED",
-        [WS_CAUSE_EXPIRED] = "EXPIRED",
+        [WS_CAUSE_EVICTED] = "EVICTED",   [WS_CAUSE_EXPIRED] = "EXPIRED",
     };
     return (unsigned)c < WS_ELEMENTSOF(names) ? names[c] : "NONE";
+}
+
+/* ---- the stdin queue ---- */
+
+/* Takes every queued chunk off p; lock held (or p unshared). The caller
+ * drops them with in_drop or in_free once unlocked. */
+static struct in_chunk *in_take(struct ws_proc *p)
+{
+    struct in_chunk *list = p->in_head;
+
+    p->in_head = NULL;
+    p->in_tail = &p->in_head;
+    p->in_queued = 0;
+    p->in_cb_pending = false;
+    return list;
+}
+
+static void in_free(struct in_chunk *list)
+{
+    while (list) {
+        struct in_chunk *next = list->next;
+        free(list);
+        list = next;
+    }
+}
+
+/* Frees chunks, telling each one's callback how it went (0: written,
+ * -EPIPE: dropped); unlocked. */
+static void in_drop(struct in_chunk *list, int err)
+{
+    while (list) {
+        struct in_chunk *next = list->next;
+        if (list->cb)
+            list->cb(list->arg, err);
+        free(list);
+        list = next;
+    }
+}
+
+/* Queues len bytes (copied) at the stdin offset in_taken; lock held. */
+static int in_push(struct ws_proc *p, const void *data, size_t len, ws_proc_write_fn cb, void *arg)
+{
+    struct in_chunk *c = malloc(sizeof(*c) + len);
+
+    if (!c)
+        return -ENOMEM;
+    if (len)
+        memcpy(c->data, data, len);
+    c->len = len;
+    c->off = 0;
+    c->cb = cb;
+    c->arg = arg;
+    c->next = NULL;
+    *p->in_tail = c;
+    p->in_tail = &c->next;
+    p->in_queued += len;
+    p->in_taken += len;
+    if (cb)
+        p->in_cb_pending = true;
+    ws_pump_watch_set_out(p->pump, &p->stdin_w, true);
+    return 0;
+}
+
+/* The input is over and everything queued is written: the pipe closes, a
+ * terminal gets its EOF character; lock held. */
+static void in_finish_close(struct ws_proc *p)
+{
+    p->in_close_after = false;
+    if (p->stdin_fd < 0)
+        return;
+    if (p->is_pty) {
+        char eof = CEOF;
+        (void)!write(p->stdin_fd, &eof, 1);
+    } else {
+        ws_pump_watch_del(p->pump, &p->stdin_w);
+        ws_child_close_stdin(p->child);
+        p->stdin_fd = -1;
+    }
 }
 
 /* ---- references ---- */
@@ -159,7 +255,7 @@ static void proc_free(struct ws_proc *p)
             free(*a);
     free(p->argv);
     free(p->cwd);
-    free(p->in_buf);
+    in_free(in_take(p));
     while (p->done_cbs) {
         struct done_cb *d = p->done_cbs;
         p->done_cbs = d->next;
@@ -337,10 +433,6 @@ static bool check_done(struct ws_proc *p)
             close_stream(p, &p->streams[i]);
     ws_pump_watch_del(p->pump, &p->timer_w);
     ws_pump_watch_del(p->pump, &p->stdin_w);
-    if (p->in_cb) {
-        /* A pending stdin write can no longer happen. */
-        p->in_len = p->in_off = 0;
-    }
     fill_result(p);
     p->phase = PHASE_DONE;
     return true;
@@ -349,8 +441,7 @@ static bool check_done(struct ws_proc *p)
 static void run_done(struct ws_proc *p)
 {
     struct done_cb *list;
-    ws_proc_write_fn in_cb = NULL;
-    void *in_arg = NULL;
+    struct in_chunk *in_list;
     struct notify_list nl = {.n = 0};
     struct ws_tree *tree;
 
@@ -372,15 +463,11 @@ static void run_done(struct ws_proc *p)
      * reference): no hook runs after the command is done. */
     struct ws_proc_wrapper wrapper = p->wrapper;
     memset(&p->wrapper, 0, sizeof(p->wrapper));
-    if (p->in_cb) {
-        in_cb = p->in_cb;
-        in_arg = p->in_arg;
-        p->in_cb = NULL;
-    }
+    /* Stdin queued and not written can no longer be. */
+    in_list = in_take(p);
     collect_waiting(p, &nl);
     pthread_mutex_unlock(&p->lock);
-    if (in_cb)
-        in_cb(in_arg, -EPIPE);
+    in_drop(in_list, -EPIPE);
     /* The done callbacks before the subscribers are told: a client that
      * saw the command end finds it recorded (audit) and out of the
      * running count. One registered while these run (a Run call that
@@ -639,52 +726,50 @@ static void on_timer(void *arg, uint32_t events)
 static void on_stdin(void *arg, uint32_t events)
 {
     struct ws_proc *p = arg;
-    ws_proc_write_fn cb = NULL;
-    void *cb_arg = NULL;
-    int cb_err = 0;
+    struct in_chunk *written = NULL, **written_tail = &written;
+    struct in_chunk *dropped = NULL;
 
     (void)events;
     pthread_mutex_lock(&p->lock);
-    while (p->in_off < p->in_len && p->stdin_fd >= 0) {
-        ssize_t n =
-            WS_RETRY_EINTR(write(p->stdin_fd, p->in_buf + p->in_off, p->in_len - p->in_off));
-        if (n > 0) {
-            p->in_off += (size_t)n;
-            continue;
-        }
-        if (n < 0 && errno == EAGAIN)
-            break;
-        /* EPIPE: the command closed its stdin; the rest is dropped. */
-        cb_err = -EPIPE;
-        p->in_off = p->in_len;
-        if (!p->is_pty) {
-            ws_pump_watch_del(p->pump, &p->stdin_w);
-            ws_child_close_stdin(p->child);
-            p->stdin_fd = -1;
-        }
-        break;
-    }
-    if (p->in_off >= p->in_len) {
-        ws_pump_watch_set_out(p->pump, &p->stdin_w, false);
-        cb = p->in_cb;
-        cb_arg = p->in_arg;
-        p->in_cb = NULL;
-        p->in_len = p->in_off = 0;
-        if (p->in_close_after && p->stdin_fd >= 0) {
-            p->in_close_after = false;
-            if (p->is_pty) {
-                char eof = CEOF;
-                (void)!write(p->stdin_fd, &eof, 1);
-            } else {
+    while (p->in_head && p->stdin_fd >= 0) {
+        struct in_chunk *c = p->in_head;
+
+        if (c->off < c->len) {
+            ssize_t n = WS_RETRY_EINTR(write(p->stdin_fd, c->data + c->off, c->len - c->off));
+            if (n > 0) {
+                c->off += (size_t)n;
+                p->in_queued -= (size_t)n;
+                continue;
+            }
+            if (n < 0 && errno == EAGAIN)
+                break;
+            /* EPIPE: the command closed its stdin; the rest is dropped. */
+            dropped = in_take(p);
+            p->in_closed = true;
+            if (!p->is_pty) {
                 ws_pump_watch_del(p->pump, &p->stdin_w);
                 ws_child_close_stdin(p->child);
                 p->stdin_fd = -1;
             }
+            break;
         }
+        p->in_head = c->next;
+        if (!p->in_head)
+            p->in_tail = &p->in_head;
+        if (c->cb)
+            p->in_cb_pending = false;
+        c->next = NULL;
+        *written_tail = c;
+        written_tail = &c->next;
+    }
+    if (!p->in_head && p->stdin_fd >= 0) {
+        ws_pump_watch_set_out(p->pump, &p->stdin_w, false);
+        if (p->in_close_after)
+            in_finish_close(p);
     }
     pthread_mutex_unlock(&p->lock);
-    if (cb)
-        cb(cb_arg, cb_err);
+    in_drop(written, 0);
+    in_drop(dropped, -EPIPE);
 }
 
 /* ---- spawn ---- */
@@ -771,6 +856,7 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     p->timer_fd = -1;
     p->stdin_fd = -1;
     p->pty_in_fd = -1;
+    p->in_tail = &p->in_head;
     p->pump = env->pump;
     p->grace_ms = env->grace_ms;
     p->background = cfg->background;
@@ -863,6 +949,8 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
 
     if (cfg->pty) {
         p->is_pty = true;
+        p->pty_rows = cfg->pty_rows ? cfg->pty_rows : WS_SPAWN_PTY_ROWS_DEFAULT;
+        p->pty_cols = cfg->pty_cols ? cfg->pty_cols : WS_SPAWN_PTY_COLS_DEFAULT;
         err = setup_stream(p, WS_STREAM_PTY, ws_child_pty_fd(p->child), cfg->ring_bytes,
                            cfg->capture_bytes);
         /* epoll registers an fd number once: stdin writes go through a
@@ -881,13 +969,7 @@ int ws_proc_spawn(const struct ws_proc_env *env, const struct ws_proc_config *cf
     }
     if (err < 0)
         goto fail_kill;
-    if (p->stdin_fd >= 0) {
-        p->in_buf = malloc(WS_PROC_STDIN_MAX);
-        if (!p->in_buf) {
-            err = -ENOMEM;
-            goto fail_kill;
-        }
-    }
+    p->has_stdin = p->stdin_fd >= 0;
     p->pidfd_w = (struct ws_pump_watch){.fd = ws_child_pidfd(p->child), .cb = on_pidfd, .arg = p};
     p->timer_w = (struct ws_pump_watch){.fd = p->timer_fd, .cb = on_timer, .arg = p};
     p->stdin_w = (struct ws_pump_watch){.fd = p->stdin_fd, .cb = on_stdin, .arg = p};
@@ -1018,25 +1100,51 @@ int ws_proc_on_done(struct ws_proc *p, ws_proc_done_fn fn, void *arg)
 int ws_proc_write_stdin(struct ws_proc *p, const void *data, size_t len, ws_proc_write_fn cb,
                         void *arg)
 {
+    int r;
+
+    if (len > WS_PROC_STDIN_MAX)
+        return -E2BIG;
+    pthread_mutex_lock(&p->lock);
+    if (p->stdin_fd < 0 || p->in_closed)
+        r = -EBADF;
+    else if (p->in_cb_pending)
+        r = -EBUSY;
+    else if (p->phase == PHASE_DONE)
+        r = -EPIPE;
+    else
+        r = in_push(p, data, len, cb, arg);
+    pthread_mutex_unlock(&p->lock);
+    return r;
+}
+
+int ws_proc_send_input(struct ws_proc *p, const void *data, size_t len, uint64_t offset,
+                       bool append, uint64_t *taken)
+{
     int r = 0;
 
     if (len > WS_PROC_STDIN_MAX)
         return -E2BIG;
     pthread_mutex_lock(&p->lock);
-    if (p->stdin_fd < 0 || p->in_close_after) {
-        r = -EBADF;
-    } else if (p->in_cb || p->in_len) {
-        r = -EBUSY;
-    } else if (p->phase == PHASE_DONE) {
+    uint64_t cur = p->in_taken;
+    if (append)
+        offset = cur;
+    if (p->phase == PHASE_DONE) {
         r = -EPIPE;
-    } else {
-        memcpy(p->in_buf, data, len);
-        p->in_len = len;
-        p->in_off = 0;
-        p->in_cb = cb;
-        p->in_arg = arg;
-        ws_pump_watch_set_out(p->pump, &p->stdin_w, true);
+    } else if (!p->has_stdin) {
+        r = -ENODEV;
+    } else if (p->stdin_fd < 0 || p->in_closed) {
+        r = -EBADF;
+    } else if (offset > cur) {
+        r = -ERANGE;
+    } else if (cur - offset < len) {
+        /* What the stdin took already (a retry) is skipped. */
+        size_t skip = (size_t)(cur - offset);
+        if (p->in_queued + (len - skip) > WS_PROC_STDIN_MAX)
+            r = -ENOBUFS;
+        else
+            r = in_push(p, (const uint8_t *)data + skip, len - skip, NULL, NULL);
     }
+    *taken = p->in_taken;
     pthread_mutex_unlock(&p->lock);
     return r;
 }
@@ -1046,20 +1154,42 @@ int ws_proc_close_stdin(struct ws_proc *p)
     int r = 0;
 
     pthread_mutex_lock(&p->lock);
-    if (p->stdin_fd < 0) {
-        r = p->is_pty || p->in_buf ? 0 : -EBADF;
-    } else if (p->in_len) {
-        p->in_close_after = true;
-    } else if (p->is_pty) {
-        char eof = CEOF;
-        (void)!write(p->stdin_fd, &eof, 1);
-    } else {
-        ws_pump_watch_del(p->pump, &p->stdin_w);
-        ws_child_close_stdin(p->child);
-        p->stdin_fd = -1;
+    if (!p->has_stdin) {
+        r = -EBADF;
+    } else if (!p->in_closed && p->stdin_fd >= 0) {
+        p->in_closed = true;
+        if (p->in_head)
+            p->in_close_after = true;
+        else
+            in_finish_close(p);
     }
     pthread_mutex_unlock(&p->lock);
     return r;
+}
+
+void ws_proc_stdin_state(struct ws_proc *p, bool *ret_open, uint64_t *ret_taken)
+{
+    pthread_mutex_lock(&p->lock);
+    *ret_open = p->has_stdin && !p->in_closed && p->stdin_fd >= 0 && p->phase != PHASE_DONE;
+    *ret_taken = p->in_taken;
+    pthread_mutex_unlock(&p->lock);
+}
+
+bool ws_proc_pty_size(struct ws_proc *p, unsigned *ret_rows, unsigned *ret_cols)
+{
+    pthread_mutex_lock(&p->lock);
+    bool pty = p->is_pty;
+    if (pty) {
+        *ret_rows = p->pty_rows;
+        *ret_cols = p->pty_cols;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return pty;
+}
+
+int ws_proc_subscribers(struct ws_proc *p)
+{
+    return atomic_load(&p->n_subs);
 }
 
 int ws_proc_resize(struct ws_proc *p, unsigned rows, unsigned cols)
@@ -1067,10 +1197,16 @@ int ws_proc_resize(struct ws_proc *p, unsigned rows, unsigned cols)
     int r;
 
     pthread_mutex_lock(&p->lock);
-    if (p->phase == PHASE_DONE)
+    if (!p->is_pty)
+        r = -ENOTTY;
+    else if (p->phase == PHASE_DONE)
         r = -ESRCH;
     else
         r = ws_child_resize(p->child, rows, cols);
+    if (r == 0) {
+        p->pty_rows = rows;
+        p->pty_cols = cols;
+    }
     pthread_mutex_unlock(&p->lock);
     return r;
 }
@@ -1126,6 +1262,7 @@ int ws_sub_new(struct ws_proc *p, uint64_t offset, void (*notify)(void *arg),
     /* An offset past the end waits for the stream to get there. */
     s->next = p->subs;
     p->subs = s;
+    atomic_fetch_add(&p->n_subs, 1);
     /* Streams held for the first subscriber start flowing now (a stream
      * paused for a slow subscriber stays paused: its room is unchanged). */
     for (int i = 0; i < WS_STREAM_COUNT; i++)
@@ -1248,6 +1385,8 @@ void ws_sub_close(struct ws_sub *s)
         return;
     struct ws_proc *p = s->p;
     pthread_mutex_lock(&p->lock);
+    if (!s->closed)
+        atomic_fetch_sub(&p->n_subs, 1);
     s->closed = true;
     s->waiting = false;
     for (struct ws_sub **pp = &p->subs; *pp; pp = &(*pp)->next)

@@ -42,7 +42,8 @@
  * subscriber. */
 #define WS_PROC_READ_MAX  (1024 * 1024)
 #define WS_PROC_CHUNK_MAX (512 * 1024)
-/* Bytes buffered for one pending stdin write. */
+/* Bytes of one stdin write, and bytes SendInput may have queued for a
+ * command's stdin and not yet written. */
 #define WS_PROC_STDIN_MAX (1024 * 1024)
 /* After SIGKILL, how long to wait for the tree to empty and the pipes to
  * reach EOF before giving up on them (a pipe end passed to a process
@@ -222,19 +223,50 @@ void ws_proc_kill(struct ws_proc *p, enum ws_cause cause, bool graceful);
  * (cause SIGNALED). Returns 0, -ESRCH when it is already done, -EINVAL. */
 int ws_proc_signal(struct ws_proc *p, int sig);
 
+/* Stdin. One queue per command, written by the pump in order, fed by
+ * two kinds of callers: the Start stream (ws_proc_write_stdin, one write
+ * at a time, each waited for) and SendInput (ws_proc_send_input, any
+ * number, never waited for). Every byte accepted counts in the stdin
+ * offset (the bytes taken so far), whichever way it came. Once the input
+ * is closed (ws_proc_close_stdin, or the command closed its end) nothing
+ * more is taken. */
+
 /* Queues data for stdin (copied); cb(arg, err) runs on the pump thread
  * once it is written (err 0) or cannot be (-EPIPE: the command closed its
- * stdin or ended; the data is dropped). Returns 0, -EBUSY while a write is
- * pending, -EBADF when stdin is not a pipe or was closed, -E2BIG over
- * WS_PROC_STDIN_MAX. With a PTY the bytes go to the terminal. */
+ * stdin or ended; the data is dropped). Returns 0, -EBUSY while a write
+ * with a callback is pending, -EBADF when stdin is not a pipe or was
+ * closed, -E2BIG over WS_PROC_STDIN_MAX, -ENOMEM. With a PTY the bytes go
+ * to the terminal. Not bounded by the queue's limit below: the one write
+ * in flight comes on top of it. */
 typedef void (*ws_proc_write_fn)(void *arg, int err);
 int ws_proc_write_stdin(struct ws_proc *p, const void *data, size_t len, ws_proc_write_fn cb,
                         void *arg);
-/* Closes stdin after any pending write (with a PTY: sends the terminal's
- * EOF character). Returns 0 or -EBADF as above. */
+/* Queues the part of data that the stdin has not taken yet: `offset` is
+ * the stdin offset of data[0] (with `append`: whatever the offset now).
+ * Bytes before the current offset are skipped, so a retry delivers
+ * nothing twice. Never blocks. Returns 0; -ERANGE when offset is past
+ * the current offset (bytes would be missing); -ENOBUFS when the bytes
+ * would take the queue past WS_PROC_STDIN_MAX (nothing is queued);
+ * -ENODEV when the command has no stdin (started without a pipe or a
+ * terminal), -EBADF when it was closed, -EPIPE when the command is done;
+ * -E2BIG over WS_PROC_STDIN_MAX; -ENOMEM. *taken is the stdin offset
+ * after the call, written in every case but -E2BIG. */
+int ws_proc_send_input(struct ws_proc *p, const void *data, size_t len, uint64_t offset,
+                       bool append, uint64_t *taken);
+/* Closes stdin after what is queued (with a PTY: sends the terminal's
+ * EOF character then); from then on no more input is taken, on either
+ * path. Returns 0 (also when already closed) or -EBADF when the command
+ * never had stdin. */
 int ws_proc_close_stdin(struct ws_proc *p);
+/* Whether stdin takes input now, and the stdin offset. */
+void ws_proc_stdin_state(struct ws_proc *p, bool *ret_open, uint64_t *ret_taken);
 /* -ENOTTY without a PTY, -EINVAL for a bad size, -ESRCH when done. */
 int ws_proc_resize(struct ws_proc *p, unsigned rows, unsigned cols);
+/* Whether the command has a PTY, and its size (as started, or as last
+ * resized). */
+bool ws_proc_pty_size(struct ws_proc *p, unsigned *ret_rows, unsigned *ret_cols);
+/* Subscribers attached now. Reads one atomic counter: never blocks. */
+int ws_proc_subscribers(struct ws_proc *p);
 
 /* The Run capture of a done command: the head and tail of `stream`
  * concatenated into buf (at least head+tail bytes, see the result). */

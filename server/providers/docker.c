@@ -1960,6 +1960,9 @@ out:
     free(argv);
     free(unset);
     free(envp);
+    /* The exec's environment may hold the workspace's secrets. */
+    if (json)
+        explicit_bzero(json, strlen(json));
     free(json);
     free(body);
     return err;

@@ -1,4 +1,5 @@
-/* Exec: Run, Start, Attach, ListProcesses, SendSignal.
+/* Exec: Run, Start, Attach, ListProcesses, SendSignal, SendInput,
+ * CloseInput, Resize.
  *
  * Every command passes the shell guard first (nothing is spawned for a
  * refused one), then starts through the exec layer (server/exec), which
@@ -20,6 +21,20 @@
  * completion-queue thread; the rest of the call stays where it was. Such a
  * launch can end after the client cancelled: it then kills what it
  * started, as on_cancel would have.
+ *
+ * Environment: every command gets its workspace's env (fixed at Open),
+ * under its own env (a name both set is the command's), and the secrets it
+ * names (ProcessConfig.secrets), which win over both: a command that names
+ * a secret asked for that value, and a same-named entry of its env is
+ * taken for a leftover, not a reason to run with something else. The
+ * values of secrets are copied out of the registry for the launch only and
+ * wiped once the command is spawned; no diag, log line or audit record
+ * ever holds a value of the environment.
+ *
+ * SendInput, CloseInput and Resize reach a process the way SendSignal
+ * does (by id or tag, in a workspace of the caller's tenant) and use the
+ * same stdin queue and terminal as its Start stream: they work wherever
+ * Start's stdin and resize do.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,6 +67,9 @@
 #define START_RING_DEFAULT (512 * 1024)
 #define START_RING_MAX     (1024 * 1024)
 #define START_RING_MIN     (4 * 1024)
+/* Names a command may list in ProcessConfig.secrets (a workspace holds
+ * far fewer: the rest are unknown or repeated). */
+#define SECRET_NAMES_MAX WS_GUARD_ENV_MAX
 
 /* ---- shared ---- */
 
@@ -101,22 +119,154 @@ static int check_process_config(const Workspace__V1__ProcessConfig *pc, struct w
     return 0;
 }
 
+/* The secrets a command named, copied out of the registry for the length
+ * of its launch (secrets_wipe). */
+struct secrets {
+    char **names;
+    char **values;
+    size_t n, cap;
+};
+
+static void secrets_wipe(struct secrets *sec)
+{
+    for (size_t i = 0; i < sec->n; i++) {
+        explicit_bzero(sec->values[i], strlen(sec->values[i]));
+        free(sec->values[i]);
+        free(sec->names[i]);
+    }
+    free(sec->names);
+    free(sec->values);
+    *sec = (struct secrets){0};
+}
+
+/* ws_workspace_secrets_use's callback: runs under the workspace's secret
+ * lock, so it only copies. */
+static int secret_copy(void *ud, const char *name, const char *value)
+{
+    struct secrets *sec = ud;
+
+    if (sec->n == sec->cap) {
+        size_t ncap = sec->cap ? sec->cap * 2 : 8;
+        char **nn = realloc(sec->names, ncap * sizeof(*nn));
+        if (!nn)
+            return -ENOMEM;
+        sec->names = nn;
+        char **nv = realloc(sec->values, ncap * sizeof(*nv));
+        if (!nv)
+            return -ENOMEM;
+        sec->values = nv;
+        sec->cap = ncap;
+    }
+    char *n = strdup(name);
+    char *v = strdup(value ? value : "");
+    if (!n || !v) {
+        free(n);
+        if (v)
+            explicit_bzero(v, strlen(v));
+        free(v);
+        return -ENOMEM;
+    }
+    sec->names[sec->n] = n;
+    sec->values[sec->n] = v;
+    sec->n++;
+    return 0;
+}
+
+/* Copies the secrets pc names. Every command of a workspace passes here,
+ * also one that names none: a workspace whose secrets the server no longer
+ * holds runs nothing (-WS_ESECRETS) until they are given again, and that
+ * refusal comes before anything is made for the command. */
+static int secrets_take(struct ws_workspace *ws, const Workspace__V1__ProcessConfig *pc,
+                        struct secrets *sec, struct ws_diag *d)
+{
+    const char **names = NULL;
+    size_t n = 0;
+    int err;
+
+    if (pc->n_secrets > SECRET_NAMES_MAX) {
+        ws_diag_set(d, "more than %d secret names", SECRET_NAMES_MAX);
+        ws_diag_meta(d, "field", "secrets");
+        return -WS_EMALFORMED;
+    }
+    if (pc->n_secrets) {
+        names = calloc(pc->n_secrets, sizeof(*names));
+        if (!names)
+            return -ENOMEM;
+    }
+    /* A name listed twice is one secret. */
+    for (size_t i = 0; i < pc->n_secrets; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = strcmp(names[j], pc->secrets[i]) == 0;
+        if (!seen)
+            names[n++] = pc->secrets[i];
+    }
+    err = ws_workspace_secrets_use(ws, names, n, secret_copy, sec, d);
+    free(names);
+    if (err < 0)
+        secrets_wipe(sec);
+    return err;
+}
+
+static bool secrets_has(const struct secrets *sec, const char *name)
+{
+    for (size_t i = 0; i < sec->n; i++)
+        if (strcmp(sec->names[i], name) == 0)
+            return true;
+    return false;
+}
+
+static bool process_env_has(const Workspace__V1__ProcessConfig *pc, const char *name)
+{
+    for (size_t i = 0; i < pc->n_env; i++)
+        if (strcmp(pc->env[i]->key, name) == 0)
+            return true;
+    return false;
+}
+
+/* Bytes an entry takes in the guard's count ("NAME=VALUE\0"). */
+static size_t env_entry_bytes(const char *name, const char *value)
+{
+    return strlen(name) + 1 + strlen(value ? value : "") + 1;
+}
+
 /* Runs the shell guard over `pc` with the workspace's shell capability
  * and the environment its provider gives commands (`own_home` for one
- * that runs on the host). */
+ * that runs on the host), the workspace's env and the secrets `sec` added
+ * to the command's own (see the top of this file for which wins). */
 static int vet(const struct ws_services *s, const struct ws_workspace *ws,
                const struct ws_provider_exec_env *xe, const struct ws_exec_home *own_home,
-               const Workspace__V1__ProcessConfig *pc, struct ws_diag *d,
+               const Workspace__V1__ProcessConfig *pc, const struct secrets *sec, struct ws_diag *d,
                struct ws_guard_result **ret)
 {
     const Workspace__V1__ShellCapability *sh = ws_workspace_capabilities(ws)->shell;
-    struct ws_guard_env *env = calloc(pc->n_env ? pc->n_env : 1, sizeof(*env));
+    const ws_record *rec = ws_workspace_record(ws);
+    size_t n_ws_env = rec ? rec->n_env : 0;
+    size_t cap = pc->n_env + n_ws_env + sec->n;
+    struct ws_guard_env *env = calloc(cap ? cap : 1, sizeof(*env));
+    /* What the workspace adds: the guard's limits grow by exactly that, so
+     * the command's own env keeps the limits it always had. */
+    size_t n = 0, added = 0, added_bytes = 0;
     int err;
 
     if (!env)
         return -ENOMEM;
     for (size_t i = 0; i < pc->n_env; i++)
-        env[i] = (struct ws_guard_env){.name = pc->env[i]->key, .value = pc->env[i]->value};
+        if (!secrets_has(sec, pc->env[i]->key))
+            env[n++] = (struct ws_guard_env){.name = pc->env[i]->key, .value = pc->env[i]->value};
+    for (size_t i = 0; i < n_ws_env; i++) {
+        const char *name = rec->env[i]->key, *value = rec->env[i]->value;
+        if (process_env_has(pc, name) || secrets_has(sec, name))
+            continue;
+        env[n++] = (struct ws_guard_env){.name = name, .value = value};
+        added++;
+        added_bytes += env_entry_bytes(name, value);
+    }
+    for (size_t i = 0; i < sec->n; i++) {
+        env[n++] = (struct ws_guard_env){.name = sec->names[i], .value = sec->values[i]};
+        added++;
+        added_bytes += env_entry_bytes(sec->names[i], sec->values[i]);
+    }
     struct ws_guard_policy policy = {
         .allowed = (const char *const *)sh->allowed_commands,
         .n_allowed = sh->n_allowed_commands,
@@ -127,6 +277,11 @@ static int vet(const struct ws_services *s, const struct ws_workspace *ws,
         .host = xe->on_host,
         .runtime_dir = xe->on_host ? ws_exec_home_runtime_dir(own_home) : NULL,
         .foreign_root = xe->foreign_root,
+        .limits =
+            {
+                .env = WS_GUARD_ENV_MAX + added,
+                .env_bytes = WS_GUARD_ENV_BYTES_MAX + added_bytes,
+            },
     };
     struct ws_guard_request greq = {
         .argv = (const char *const *)pc->argv,
@@ -134,11 +289,12 @@ static int vet(const struct ws_services *s, const struct ws_workspace *ws,
         .command = pc->command,
         .command_len = strlen(pc->command),
         .env = env,
-        .n_env = pc->n_env,
+        .n_env = n,
         .cwd = pc->cwd,
         .pty = pc->pty != NULL,
     };
     err = ws_guard_check(&policy, &greq, d, ret);
+    /* Pointers only (the values stay in sec and the record). */
     free(env);
     return err;
 }
@@ -182,6 +338,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     struct ws_proc_wrapper wrap = {0};
     struct ws_exec_home *own_home = NULL;
     struct ws_run_as run_as = {0};
+    struct secrets sec = {0};
     int cwd_fd = -1;
     int err;
 
@@ -214,6 +371,9 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     err = check_process_config(pc, &d);
     if (err < 0)
         goto fail;
+    err = secrets_take(ws, pc, &sec, &d);
+    if (err < 0)
+        goto fail;
     err = ws_services_provider_ws(s, ws, ws_dir, sizeof(ws_dir), &w);
     if (err < 0)
         goto fail;
@@ -242,7 +402,10 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
         }
     }
 
-    err = vet(s, ws, xe, own_home, pc, &d, &g);
+    err = vet(s, ws, xe, own_home, pc, &sec, &d, &g);
+    /* The guard's result holds the environment now (and wipes it when
+     * freed). */
+    secrets_wipe(&sec);
     if (err < 0)
         goto fail;
     /* A tenant whose files reached its byte quota runs nothing until it
@@ -337,6 +500,7 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
     return 0;
 
 fail:
+    secrets_wipe(&sec);
     if (cwd_fd >= 0)
         close(cwd_fd);
     /* Only a wrapper exec_wrap made is left here. */
@@ -364,6 +528,8 @@ static Workspace__V1__ExitCause cause_to_pb(enum ws_cause c)
         return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_CANCELLED;
     case WS_CAUSE_EVICTED:
         return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_EVICTED;
+    case WS_CAUSE_EXPIRED:
+        return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_EXPIRED;
     default:
         return WORKSPACE__V1__EXIT_CAUSE__EXIT_CAUSE_UNSPECIFIED;
     }
@@ -1113,11 +1279,16 @@ static void list_one(void *ud, struct ws_proc *p)
         lc->exited = ne;
         lc->cap = ncap;
     }
-    Workspace__V1__ProcessInfo *pi = malloc(sizeof(*pi));
-    if (!pi) {
+    /* The info first: freed through its pointer. */
+    struct info_pb {
+        Workspace__V1__ProcessInfo pi;
+        Workspace__V1__PtySize pty;
+    } *ip = malloc(sizeof(*ip));
+    if (!ip) {
         lc->oom = true;
         return;
     }
+    Workspace__V1__ProcessInfo *pi = &ip->pi;
     workspace__v1__process_info__init(pi);
     pi->id = (char *)ws_proc_id(p);
     pi->tag = (char *)ws_proc_tag(p);
@@ -1135,6 +1306,16 @@ static void list_one(void *ud, struct ws_proc *p)
     if (!pi->running) {
         fill_exited(&lc->exited[lc->n], &r, NULL);
         pi->exited = &lc->exited[lc->n].x;
+    }
+    bool stdin_open;
+    ws_proc_stdin_state(p, &stdin_open, &pi->stdin_offset);
+    pi->stdin_open = stdin_open;
+    unsigned rows, cols;
+    if (ws_proc_pty_size(p, &rows, &cols)) {
+        workspace__v1__pty_size__init(&ip->pty);
+        ip->pty.rows = rows;
+        ip->pty.cols = cols;
+        pi->pty = &ip->pty;
     }
     lc->infos[lc->n++] = pi;
 }
@@ -1224,6 +1405,122 @@ static void signal_start(struct ws_call *call, const ProtobufCMessage *msg)
     ws_workspace_unref(ws);
 }
 
+/* ---- SendInput, CloseInput, Resize ---- */
+
+static void input_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__SendInputRequest *req = (const Workspace__V1__SendInputRequest *)msg;
+    struct ws_workspace *ws = NULL;
+    struct ws_proc *p = NULL;
+    struct ws_diag d = {0};
+    uint64_t taken = 0;
+
+    if (req->data.len > WS_PROC_STDIN_MAX) {
+        ws_diag_set(&d, "SendInput carries at most %d bytes", WS_PROC_STDIN_MAX);
+        ws_diag_meta(&d, "field", "data");
+        ws_diag_meta(&d, "limit", "%d", WS_PROC_STDIN_MAX);
+        ws_call_fail(call, -WS_ELIMIT, &d);
+        return;
+    }
+    if (find_target(call, req->workspace_id, req->id, req->tag, &ws, &p) < 0)
+        return;
+    int err =
+        ws_proc_send_input(p, req->data.data, req->data.len, req->offset, req->append, &taken);
+    switch (err) {
+    case 0: {
+        Workspace__V1__SendInputResponse resp = WORKSPACE__V1__SEND_INPUT_RESPONSE__INIT;
+        resp.offset = taken;
+        ws_call_finish(call, &resp.base);
+        break;
+    }
+    case -ERANGE:
+        ws_diag_set(&d, "offset %llu is past the %llu bytes the process's stdin took",
+                    (unsigned long long)req->offset, (unsigned long long)taken);
+        ws_diag_meta(&d, "offset", "%llu", (unsigned long long)taken);
+        ws_call_fail(call, -WS_EINPUTGAP, &d);
+        break;
+    case -ENOBUFS:
+        /* Transient: the queue drains as the command reads. */
+        ws_diag_set(&d,
+                    "the process's stdin has %d bytes queued at most; retry once it reads "
+                    "them",
+                    WS_PROC_STDIN_MAX);
+        ws_diag_meta(&d, "quota", "stdin_queued_bytes");
+        ws_diag_meta(&d, "limit", "%d", WS_PROC_STDIN_MAX);
+        ws_call_fail(call, -WS_EQUOTA, &d);
+        break;
+    case -ENODEV:
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__STDIN_CLOSED,
+                            "the process was started without stdin (set process.stdin)");
+        break;
+    case -EBADF:
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__STDIN_CLOSED,
+                            "the process's stdin was closed");
+        break;
+    case -EPIPE:
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__STDIN_CLOSED,
+                            "the process has ended");
+        break;
+    default:
+        ws_call_fail(call, err, NULL);
+        break;
+    }
+    ws_proc_unref(p);
+    ws_workspace_unref(ws);
+}
+
+static void close_input_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__CloseInputRequest *req = (const Workspace__V1__CloseInputRequest *)msg;
+    struct ws_workspace *ws = NULL;
+    struct ws_proc *p = NULL;
+    Workspace__V1__CloseInputResponse resp = WORKSPACE__V1__CLOSE_INPUT_RESPONSE__INIT;
+    bool open;
+
+    if (find_target(call, req->workspace_id, req->id, req->tag, &ws, &p) < 0)
+        return;
+    /* Idempotent: a stdin closed already, by anyone, or never opened is
+     * closed, which is what was asked. */
+    (void)ws_proc_close_stdin(p);
+    ws_proc_stdin_state(p, &open, &resp.offset);
+    ws_call_finish(call, &resp.base);
+    ws_proc_unref(p);
+    ws_workspace_unref(ws);
+}
+
+static void resize_start(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ResizeRequest *req = (const Workspace__V1__ResizeRequest *)msg;
+    struct ws_workspace *ws = NULL;
+    struct ws_proc *p = NULL;
+    struct ws_diag d = {0};
+
+    if (!req->size || req->size->rows == 0 || req->size->cols == 0 ||
+        req->size->rows > WS_SPAWN_PTY_DIM_MAX || req->size->cols > WS_SPAWN_PTY_DIM_MAX) {
+        ws_diag_set(&d, "size: rows and cols are 1-%d", WS_SPAWN_PTY_DIM_MAX);
+        ws_diag_meta(&d, "field", "size");
+        ws_call_fail(call, -WS_EMALFORMED, &d);
+        return;
+    }
+    if (find_target(call, req->workspace_id, req->id, req->tag, &ws, &p) < 0)
+        return;
+    int err = ws_proc_resize(p, req->size->rows, req->size->cols);
+    if (err == 0) {
+        Workspace__V1__ResizeResponse resp = WORKSPACE__V1__RESIZE_RESPONSE__INIT;
+        ws_call_finish(call, &resp.base);
+    } else if (err == -ENOTTY) {
+        ws_call_fail_status(call, WORKSPACE__V1__ERROR_REASON__NO_PTY,
+                            "the process has no terminal");
+    } else if (err == -ESRCH) {
+        ws_diag_set(&d, "the process has already ended");
+        ws_call_fail(call, err, &d);
+    } else {
+        ws_call_fail(call, err, NULL);
+    }
+    ws_proc_unref(p);
+    ws_workspace_unref(ws);
+}
+
 /* ---- audit ---- */
 
 /* One JSON line per finished command on stderr: what ran, where, how it
@@ -1299,6 +1596,12 @@ size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out)
                           &workspace__v1__list_processes_request__descriptor, list_start),
         WS_SERVICES_UNARY("/workspace.v1.Exec/SendSignal",
                           &workspace__v1__send_signal_request__descriptor, signal_start),
+        WS_SERVICES_UNARY("/workspace.v1.Exec/SendInput",
+                          &workspace__v1__send_input_request__descriptor, input_start),
+        WS_SERVICES_UNARY("/workspace.v1.Exec/CloseInput",
+                          &workspace__v1__close_input_request__descriptor, close_input_start),
+        WS_SERVICES_UNARY("/workspace.v1.Exec/Resize", &workspace__v1__resize_request__descriptor,
+                          resize_start),
     };
 
     return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);

@@ -53,7 +53,7 @@ size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_reflection(struct ws_services *s, struct ws_rpc_method *out);
 void ws_services_health_drain(struct ws_services *s);
 
-#define WS_SERVICES_MAX_METHODS 32
+#define WS_SERVICES_MAX_METHODS 64
 
 /* For the service files, which state their methods as a static table of
  * these rows: a method's full path, its kind, the descriptor of its

@@ -36,14 +36,19 @@ int wsc_cmd_grep(struct wsc_ctx *ctx, int argc, char **argv);
 /* Prints a workspace's audit log; WSC_EXIT_AUDIT when it does not verify. */
 int wsc_cmd_audit(struct wsc_ctx *ctx, int argc, char **argv);
 
+/* lifecycle.c: listing, lifetimes and secrets. */
+int wsc_cmd_list(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_extend(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_set_secrets(struct wsc_ctx *ctx, int argc, char **argv);
+
 /* exec.c: processes. */
 int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_attach(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_ps(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_kill(struct wsc_ctx *ctx, int argc, char **argv);
 
-/* The signals the exec console reads through a signalfd; main() blocks
- * them before gRPC starts any thread. */
+/* The signals the exec and attach consoles read through a signalfd;
+ * main() blocks them before gRPC starts any thread. */
 void wsc_exec_signals(sigset_t *ret_set);
 
 #endif

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clients/cli/args.h"
 #include "clients/cli/output.h"
 #include "workspace/v1/filesystem.pb-c.h"
 #include "workspace/v1/providers.pb-c.h"
@@ -33,6 +34,19 @@
 
 /* Parses options for a command; returns the option or -1 at the end.
  * Unknown options are usage errors reported by the caller. */
+/* Points a protobuf map field's `entries` and `ptrs` (arrays of
+ * WSC_KV_MAX) at the pairs of `kv`; `init` is the entry type's
+ * initialiser. The strings stay the caller's. */
+#define FILL_MAP(kv, entries, ptrs, init)                                                          \
+    do {                                                                                           \
+        for (size_t i_ = 0; i_ < (kv)->n; i_++) {                                                  \
+            init(&(entries)[i_]);                                                                  \
+            (entries)[i_].key = (char *)(kv)->key[i_];                                             \
+            (entries)[i_].value = (char *)(kv)->value[i_];                                         \
+            (ptrs)[i_] = &(entries)[i_];                                                           \
+        }                                                                                          \
+    } while (0)
+
 static int next_opt(int argc, char **argv, const char *shortopts, const struct option *longopts)
 {
     return getopt_long(argc, argv, shortopts, longopts, NULL);
@@ -122,16 +136,36 @@ static int print_workspace(struct wsc_ctx *ctx, const Workspace__V1__Workspace *
         json_object_set_new(j, "node", json_string(node));
     if (j && ws->capabilities)
         json_object_set_new(j, "capabilities", wsc_json_message(&ws->capabilities->base));
+    if (j && ws->name[0])
+        json_object_set_new(j, "name", json_string(ws->name));
+    if (j && ws->n_labels) {
+        json_t *labels = json_object();
+        for (size_t i = 0; i < ws->n_labels; i++)
+            json_object_set_new(labels, ws->labels[i]->key, json_string(ws->labels[i]->value));
+        json_object_set_new(j, "labels", labels);
+    }
+    if (j && ws->expires_at_unix_ms)
+        json_object_set_new(j, "expires_at_unix_ms", json_integer(ws->expires_at_unix_ms));
     return wsc_json_emit(j) < 0 ? WSC_EXIT_FAIL : 0;
 }
 
 int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"provider", required_argument, NULL, 'p'},        {"image", required_argument, NULL, 'I'},
-        {"runtime", required_argument, NULL, 'R'},         {"allow", required_argument, NULL, 'a'},
-        {"max-duration-ms", required_argument, NULL, 'd'}, {"network", no_argument, NULL, 'n'},
-        {"exec-mode", required_argument, NULL, 'm'},       {NULL, 0, NULL, 0},
+        {"provider", required_argument, NULL, 'p'},
+        {"image", required_argument, NULL, 'I'},
+        {"runtime", required_argument, NULL, 'R'},
+        {"allow", required_argument, NULL, 'a'},
+        {"max-duration-ms", required_argument, NULL, 'd'},
+        {"network", no_argument, NULL, 'n'},
+        {"exec-mode", required_argument, NULL, 'm'},
+        {"ttl", required_argument, NULL, 't'},
+        {"idle-timeout", required_argument, NULL, 'i'},
+        {"label", required_argument, NULL, 'l'},
+        {"name", required_argument, NULL, 'N'},
+        {"env", required_argument, NULL, 'e'},
+        {"secret-from-env", required_argument, NULL, 's'},
+        {NULL, 0, NULL, 0},
     };
     Workspace__V1__OpenRequest req = WORKSPACE__V1__OPEN_REQUEST__INIT;
     Workspace__V1__MemoryConfig mem = WORKSPACE__V1__MEMORY_CONFIG__INIT;
@@ -141,6 +175,12 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
     Workspace__V1__Capabilities caps = WORKSPACE__V1__CAPABILITIES__INIT;
     Workspace__V1__FsCapability fs = WORKSPACE__V1__FS_CAPABILITY__INIT;
     Workspace__V1__ShellCapability shell = WORKSPACE__V1__SHELL_CAPABILITY__INIT;
+    Workspace__V1__Lifetime lifetime = WORKSPACE__V1__LIFETIME__INIT;
+    Workspace__V1__OpenRequest__LabelsEntry label_e[WSC_KV_MAX], *label_p[WSC_KV_MAX];
+    Workspace__V1__OpenRequest__EnvEntry env_e[WSC_KV_MAX], *env_p[WSC_KV_MAX];
+    Workspace__V1__OpenRequest__SecretsEntry secret_e[WSC_KV_MAX], *secret_p[WSC_KV_MAX];
+    struct wsc_kvs labels = {0}, env = {0}, secrets = {0};
+    char request_id[WSC_REQUEST_ID_LEN];
     Workspace__V1__OpenResponse *resp = NULL;
     const char *provider = "local-bash", *image = NULL, *runtime = NULL;
     char *allow = NULL, *allowed[ALLOW_MAX];
@@ -182,6 +222,36 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
                 return wsc_usage_error("open: --exec-mode is agent or per-command, not '%s'",
                                        optarg);
             break;
+        case 't':
+        case 'i':
+            if (wsc_parse_duration_ms(optarg, opt == 't' ? &lifetime.ttl_ms
+                                                         : &lifetime.idle_timeout_ms) < 0)
+                return wsc_usage_error("open: bad --%s '%s' (a number and a unit: 500ms, 90s, "
+                                       "10m, 2h, 1d)",
+                                       opt == 't' ? "ttl" : "idle-timeout", optarg);
+            req.lifetime = &lifetime;
+            break;
+        case 'N':
+            req.name = optarg;
+            break;
+        case 'l':
+        case 'e':
+            r = wsc_kvs_add(opt == 'l' ? &labels : &env, optarg);
+            if (r == -E2BIG)
+                return wsc_usage_error("open: more than %d --%s", WSC_KV_MAX,
+                                       opt == 'l' ? "label" : "env");
+            if (r < 0)
+                return wsc_usage_error("open: --%s wants KEY=VALUE, not '%s'",
+                                       opt == 'l' ? "label" : "env", optarg);
+            break;
+        case 's':
+            r = wsc_kvs_add_from_env(&secrets, optarg);
+            if (r == -ENOENT)
+                return wsc_usage_error("open: --secret-from-env %s: the variable %s is not set",
+                                       optarg, optarg);
+            if (r < 0)
+                return wsc_usage_error("open: bad or more than %d --secret-from-env", WSC_KV_MAX);
+            break;
         default:
             return bad_option(argv);
         }
@@ -189,7 +259,8 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
     r = need_args(argc, argv, 0, 0,
                   "--provider local-bash|local-sandbox|docker|memory "
                   "[--image I [--runtime runc|runsc]] [--allow cmd,...] [--network] "
-                  "[--exec-mode agent|per-command]");
+                  "[--exec-mode agent|per-command] [--ttl D] [--idle-timeout D] [--name NAME] "
+                  "[--label K=V]... [--env K=V]... [--secret-from-env NAME]...");
     if (r)
         return r;
 
@@ -249,6 +320,21 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         caps.shell = &shell;
     }
     req.capabilities = &caps;
+    FILL_MAP(&labels, label_e, label_p, workspace__v1__open_request__labels_entry__init);
+    req.labels = label_p;
+    req.n_labels = labels.n;
+    FILL_MAP(&env, env_e, env_p, workspace__v1__open_request__env_entry__init);
+    req.env = env_p;
+    req.n_env = env.n;
+    FILL_MAP(&secrets, secret_e, secret_p, workspace__v1__open_request__secrets_entry__init);
+    req.secrets = secret_p;
+    req.n_secrets = secrets.n;
+    /* One id for every attempt below: a retry whose first try did open a
+     * workspace (the answer was lost) gets that workspace, not a second. */
+    r = wsc_request_id(request_id);
+    if (r < 0)
+        return wsc_report_errno("open: request id", r);
+    req.request_id = request_id;
 
     for (int attempt = 1;; attempt++) {
         r = wsc_unary(ctx->cl, "/workspace.v1.Workspaces/Open", &req.base,
@@ -326,6 +412,35 @@ int wsc_cmd_close(struct wsc_ctx *ctx, int argc, char **argv)
     return r;
 }
 
+/* Describe's name, labels, lifetime, env and secrets. Secrets by name
+ * only: the server never sends a value. */
+static void print_lifecycle(const Workspace__V1__DescribeResponse *resp)
+{
+    char t[64], ttl[64], idle[64];
+
+    printf("name:        %s\n", resp->name[0] ? resp->name : "-");
+    printf("labels:      ");
+    wsc_print_map(stdout, resp->labels, resp->n_labels, " ");
+    wsc_format_time(resp->expires_at_unix_ms, t, sizeof(t));
+    printf("\nexpires:     %s\n", t);
+    wsc_format_duration(resp->lifetime ? resp->lifetime->ttl_ms : 0, ttl, sizeof(ttl));
+    wsc_format_duration(resp->lifetime ? resp->lifetime->idle_timeout_ms : 0, idle, sizeof(idle));
+    printf("lifetime:    ttl=%s idle_timeout=%s\n", ttl, idle);
+    if (resp->last_activity_at_unix_ms) {
+        wsc_format_time(resp->last_activity_at_unix_ms, t, sizeof(t));
+        printf("activity:    %s\n", t);
+    }
+    printf("env:         ");
+    wsc_print_map(stdout, resp->env, resp->n_env, " ");
+    printf("\nsecrets:     ");
+    for (size_t i = 0; i < resp->n_secret_names; i++)
+        printf("%s%s", i ? " " : "", resp->secret_names[i]);
+    printf(resp->n_secret_names ? "" : "-");
+    if (resp->secrets_missing)
+        printf(" (MISSING: the server restarted; give them again with wsctl set-secrets)");
+    printf("\n");
+}
+
 int wsc_cmd_describe(struct wsc_ctx *ctx, int argc, char **argv)
 {
     Workspace__V1__DescribeRequest req = WORKSPACE__V1__DESCRIBE_REQUEST__INIT;
@@ -375,6 +490,7 @@ int wsc_cmd_describe(struct wsc_ctx *ctx, int argc, char **argv)
         printf("\n");
         if (resp->last_error[0])
             printf("last_error:  %s\n", resp->last_error);
+        print_lifecycle(resp);
     }
     workspace__v1__describe_response__free_unpacked(resp, NULL);
     return r;

@@ -11,10 +11,26 @@
  * the next (the core allows one send in flight); the main thread tells it
  * about completions through a condition variable.
  *
- * main() blocks the console's signals before gRPC starts its threads, so
- * they are only ever read from the signalfd. With -t the local terminal is
- * put in raw mode (Ctrl-C still raises SIGINT, so it cancels) and restored
- * on every path out of wsc_cmd_exec.
+ * With -t the local terminal is raw, signals included, as with docker
+ * exec -it: Ctrl-C, Ctrl-Z and Ctrl-\ travel as bytes and the remote
+ * terminal's line discipline signals its foreground job. The detach keys
+ * (ctrl-p,ctrl-q unless --detach-keys says otherwise) end wsctl and leave
+ * the command running, so exec -t starts it as a background process; a
+ * signal that reaches wsctl itself (kill, a hangup) then kills the remote
+ * tree explicitly with the stream's signal message, since the end of a
+ * background process's stream does not. The terminal is restored on every
+ * path out.
+ *
+ * attach follows a process's output on Exec.Attach; with -i its stdin
+ * goes through Exec.SendInput on a sibling client (its own completion
+ * queue, for the input thread), each call carrying the stdin offset of its
+ * first byte, so a retried call never delivers a byte twice or skips one;
+ * EOF is Exec.CloseInput. With -t the terminal is raw as for exec, and
+ * Exec.Resize follows the local size (once to another size first, so a
+ * full-screen program redraws what the re-attached terminal lacks).
+ *
+ * main() blocks the consoles' signals before gRPC starts its threads, so
+ * they are only ever read from the signalfd.
  */
 #include "clients/cli/cli.h"
 
@@ -33,6 +49,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include "clients/cli/args.h"
 #include "clients/cli/output.h"
 #include "workspace/v1/exec.pb-c.h"
 
@@ -40,9 +57,25 @@
 #define STDIN_CHUNK_BYTES (64 * 1024)
 /* Extra environment variables given with -e. */
 #define ENV_MAX 64
+/* Secrets named with --secret. */
+#define SECRET_MAX 64
 /* PTY size when the local side is not a terminal. */
 #define PTY_ROWS_DEFAULT 24
 #define PTY_COLS_DEFAULT 80
+/* The detach sequence when --detach-keys is not given (docker's). */
+#define DETACH_KEYS_DEFAULT "ctrl-p,ctrl-q"
+/* Longest process id and tag kept for the detach message, with the NUL. */
+#define PROC_REF_MAX 130
+/* SendInput retries a transient failure (UNAVAILABLE, a full input
+ * queue) after a pause that doubles from BACKOFF_MIN_MS to BACKOFF_MAX_MS;
+ * UNAVAILABLE at most INPUT_ATTEMPTS times. A full queue waits for as long
+ * as it stays full, like a write to a full pipe. */
+#define INPUT_ATTEMPTS 8
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 1000
+/* Bytes the stop pipe carries to the input thread. */
+#define STOP_BYTE 'x'
+#define KILL_BYTE 'k'
 
 struct console {
     struct wsc_call *call;
@@ -50,9 +83,13 @@ struct console {
     bool pty;
     /* --background: leave once the process started (it keeps running). */
     bool background;
-    bool detached;
+    /* -t with detach keys: the process runs in the background so that a
+     * detach leaves it running, and an interrupt kills it explicitly. */
+    bool detachable;
+    struct wsc_detach keys;
     int sigfd;
-    /* The main thread writes a byte here to stop the input thread. */
+    /* The main thread writes STOP_BYTE here to stop the input thread,
+     * KILL_BYTE to have it kill the remote tree. */
     int stop_pipe[2];
 
     pthread_mutex_t mu;
@@ -60,8 +97,15 @@ struct console {
     /* Under mu: a send completed; the call is over (stop sending). */
     bool send_completed;
     bool finished;
+    /* Under mu: the detach keys were typed; the stream was ended on
+     * purpose (--background or a detach) and the process keeps running;
+     * the id and tag Started named. */
+    bool detach_requested;
+    bool detached;
+    char id[PROC_REF_MAX];
+    char tag[PROC_REF_MAX];
 
-    /* The signal that made the input thread cancel the call (0: none). */
+    /* The signal that made the input thread end the command (0: none). */
     volatile sig_atomic_t interrupted;
 };
 
@@ -125,14 +169,69 @@ out:
     return r;
 }
 
+/* Detaches once Started named the process (its id is what to re-attach
+ * to); before that the pump does it when Started arrives. */
+static void request_detach(struct console *con)
+{
+    pthread_mutex_lock(&con->mu);
+    con->detach_requested = true;
+    if (con->id[0] && !con->detached) {
+        con->detached = true;
+        wsc_call_cancel(con->call);
+    }
+    pthread_mutex_unlock(&con->mu);
+}
+
+/* Kills the remote tree through the stream (see the top of the file). */
+static void kill_remote(struct console *con)
+{
+    Workspace__V1__StartRequest m = WORKSPACE__V1__START_REQUEST__INIT;
+
+    m.msg_case = WORKSPACE__V1__START_REQUEST__MSG_SIGNAL;
+    m.signal = SIGKILL;
+    if (console_send(con, &m, false) < 0)
+        wsc_call_cancel(con->call);
+}
+
+/* A signal read from the signalfd. */
+static void console_signal(struct console *con, int signo)
+{
+    if (signo == SIGWINCH) {
+        Workspace__V1__StartRequest m = WORKSPACE__V1__START_REQUEST__INIT;
+        Workspace__V1__PtySize size = WORKSPACE__V1__PTY_SIZE__INIT;
+        if (con->pty) {
+            local_winsize(&size.rows, &size.cols);
+            m.msg_case = WORKSPACE__V1__START_REQUEST__MSG_RESIZE;
+            m.resize = &size;
+            (void)console_send(con, &m, false);
+        }
+        return;
+    }
+    if (con->detachable && !con->interrupted) {
+        /* The exit record follows the kill; a second signal does not
+         * wait for it. */
+        con->interrupted = (sig_atomic_t)signo;
+        kill_remote(con);
+        return;
+    }
+    /* Cancelling the stream is what ends the remote tree: the server
+     * kills a non-background process whose Start stream goes away. */
+    if (!con->interrupted)
+        con->interrupted = (sig_atomic_t)signo;
+    wsc_call_cancel(con->call);
+}
+
 static void *input_thread(void *arg)
 {
     struct console *con = arg;
     uint8_t *buf = malloc(STDIN_CHUNK_BYTES);
-    bool stdin_open = con->forward_stdin;
+    uint8_t *typed = malloc(STDIN_CHUNK_BYTES + WSC_DETACH_KEYS_MAX);
+    /* --background -i keeps the command's stdin open for a later attach
+     * -i: wsctl's own stdin, and its EOF, are not for it. */
+    bool stdin_open = con->forward_stdin && !con->background;
 
-    if (!buf)
-        return NULL;
+    if (!buf || !typed)
+        goto out;
     for (;;) {
         struct pollfd fds[3] = {
             {.fd = con->stop_pipe[0], .events = POLLIN},
@@ -144,39 +243,50 @@ static void *input_thread(void *arg)
                 continue;
             break;
         }
-        if (fds[0].revents)
+        if (fds[0].revents) {
+            char b = STOP_BYTE;
+            if (read(con->stop_pipe[0], &b, 1) == 1 && b == KILL_BYTE) {
+                kill_remote(con);
+                continue;
+            }
             break;
+        }
         if (fds[1].revents) {
             struct signalfd_siginfo si;
-            if (read(con->sigfd, &si, sizeof(si)) == sizeof(si)) {
-                if (si.ssi_signo == SIGWINCH) {
-                    Workspace__V1__StartRequest m = WORKSPACE__V1__START_REQUEST__INIT;
-                    Workspace__V1__PtySize size = WORKSPACE__V1__PTY_SIZE__INIT;
-                    if (con->pty) {
-                        local_winsize(&size.rows, &size.cols);
-                        m.msg_case = WORKSPACE__V1__START_REQUEST__MSG_RESIZE;
-                        m.resize = &size;
-                        (void)console_send(con, &m, false);
-                    }
-                } else {
-                    /* Cancelling the stream is what ends the remote tree:
-                     * the server kills a non-background process whose
-                     * Start stream goes away. */
-                    con->interrupted = (sig_atomic_t)si.ssi_signo;
-                    wsc_call_cancel(con->call);
-                }
-            }
+            if (read(con->sigfd, &si, sizeof(si)) == sizeof(si))
+                console_signal(con, (int)si.ssi_signo);
         }
         if (stdin_open && fds[2].revents) {
             Workspace__V1__StartRequest m = WORKSPACE__V1__START_REQUEST__INIT;
             ssize_t n = read(STDIN_FILENO, buf, STDIN_CHUNK_BYTES);
+            size_t len = n > 0 ? (size_t)n : 0;
+            const uint8_t *data = buf;
 
             if (n < 0 && (errno == EINTR || errno == EAGAIN))
                 continue;
+            if (n > 0 && con->pty && con->keys.n) {
+                bool detach = wsc_detach_feed(&con->keys, buf, len, typed, &len);
+                data = typed;
+                if (detach) {
+                    /* What came before the keys still goes; nothing
+                     * after them is read. */
+                    stdin_open = false;
+                    if (len) {
+                        m.msg_case = WORKSPACE__V1__START_REQUEST__MSG_STDIN;
+                        m.stdin.data = (uint8_t *)data;
+                        m.stdin.len = len;
+                        (void)console_send(con, &m, false);
+                    }
+                    request_detach(con);
+                    continue;
+                }
+                if (len == 0)
+                    continue;
+            }
             if (n > 0) {
                 m.msg_case = WORKSPACE__V1__START_REQUEST__MSG_STDIN;
-                m.stdin.data = buf;
-                m.stdin.len = (size_t)n;
+                m.stdin.data = (uint8_t *)data;
+                m.stdin.len = len;
             } else {
                 m.msg_case = WORKSPACE__V1__START_REQUEST__MSG_CLOSE_STDIN;
                 m.close_stdin = true;
@@ -190,6 +300,8 @@ static void *input_thread(void *arg)
                 stdin_open = false;
         }
     }
+out:
+    free(typed);
     free(buf);
     return NULL;
 }
@@ -270,10 +382,36 @@ static int handle_event(bool json, Workspace__V1__ProcessEvent *ev, bool *have_e
     return 0;
 }
 
+static void copy_ref(char *dst, const char *src)
+{
+    size_t n = strnlen(src, PROC_REF_MAX - 1);
+
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* The process started: note how to re-attach to it, and leave now when
+ * that was asked for. Ending the stream of a background process leaves
+ * it running. */
+static void started(struct console *con, bool json, const Workspace__V1__Started *st)
+{
+    pthread_mutex_lock(&con->mu);
+    copy_ref(con->id, st->id);
+    copy_ref(con->tag, st->tag);
+    if (!con->detached && (con->background || con->detach_requested)) {
+        /* --background prints the id for a later attach. */
+        if (con->background && !json)
+            printf("%s\n", st->id);
+        con->detached = true;
+        wsc_call_cancel(con->call);
+    }
+    pthread_mutex_unlock(&con->mu);
+}
+
 /* Pumps the stream until the status arrives; returns the exit status. */
 static int pump(struct console *con, bool json)
 {
-    bool have_exit = false, output_ok = true;
+    bool have_exit = false, output_ok = true, detached;
     int exit_code = WSC_EXIT_FAIL, r;
 
     /* A refused receive means the call is over; the status follows. */
@@ -300,17 +438,13 @@ static int pump(struct console *con, bool json)
                 if (output_ok && handle_event(json, pe, &have_exit, &exit_code) < 0) {
                     /* Our reader went away: end the command too. */
                     output_ok = false;
-                    wsc_call_cancel(con->call);
+                    if (con->detachable)
+                        (void)!write(con->stop_pipe[1], (char[]){KILL_BYTE}, 1);
+                    else
+                        wsc_call_cancel(con->call);
                 }
-                if (con->background && !con->detached &&
-                    pe->event_case == WORKSPACE__V1__PROCESS_EVENT__EVENT_STARTED) {
-                    /* Ending the stream of a background process leaves it
-                     * running; its id is how to attach to it later. */
-                    if (!json)
-                        printf("%s\n", pe->started->id);
-                    con->detached = true;
-                    wsc_call_cancel(con->call);
-                }
+                if (pe->event_case == WORKSPACE__V1__PROCESS_EVENT__EVENT_STARTED)
+                    started(con, json, pe->started);
                 workspace__v1__process_event__free_unpacked(pe, NULL);
                 (void)wsc_call_start_recv(con->call);
             }
@@ -324,11 +458,12 @@ static int pump(struct console *con, bool json)
     pthread_mutex_lock(&con->mu);
     con->finished = true;
     pthread_cond_broadcast(&con->cv);
+    detached = con->detached;
     pthread_mutex_unlock(&con->mu);
 
     if (con->interrupted)
         return 128 + con->interrupted;
-    if (con->detached && !have_exit)
+    if (detached && !have_exit)
         return WSC_EXIT_OK;
     if (have_exit)
         return exit_code;
@@ -338,37 +473,41 @@ static int pump(struct console *con, bool json)
     return WSC_EXIT_FAIL;
 }
 
-static int parse_duration_ms(const char *s, uint64_t *ret_ms)
+/* Puts the local terminal in raw mode for -t: every key, Ctrl-C, Ctrl-Z
+ * and Ctrl-\ included, becomes a byte for the remote terminal. true with
+ * the old settings in *saved when it did. */
+static bool make_raw(struct termios *saved)
 {
-    char *end;
-    double v;
-    double scale = 1000.0;
+    struct termios t;
 
-    errno = 0;
-    v = strtod(s, &end);
-    if (errno || end == s || v < 0)
-        return -EINVAL;
-    if (strcmp(end, "ms") == 0)
-        scale = 1.0;
-    else if (strcmp(end, "s") == 0 || *end == '\0')
-        scale = 1000.0;
-    else if (strcmp(end, "m") == 0)
-        scale = 60000.0;
-    else if (strcmp(end, "h") == 0)
-        scale = 3600000.0;
-    else
-        return -EINVAL;
-    *ret_ms = (uint64_t)(v * scale);
-    return 0;
+    if (!isatty(STDIN_FILENO) || tcgetattr(STDIN_FILENO, saved) != 0)
+        return false;
+    t = *saved;
+    cfmakeraw(&t);
+    return tcsetattr(STDIN_FILENO, TCSADRAIN, &t) == 0;
+}
+
+/* The line that says how to come back, once the terminal is cooked
+ * again. */
+static int print_detached(const char *ws, const char *id, const char *tag)
+{
+    const char *ref = tag[0] ? tag : id;
+
+    fprintf(stderr,
+            "wsctl: detached from %s, which keeps running; re-attach with: wsctl attach %s %s "
+            "-i -t\n",
+            ref, ws, ref);
+    return WSC_EXIT_OK;
 }
 
 int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"interactive", no_argument, NULL, 'i'},   {"tty", no_argument, NULL, 't'},
-        {"timeout", required_argument, NULL, 'T'}, {"tag", required_argument, NULL, 'g'},
-        {"cwd", required_argument, NULL, 'C'},     {"env", required_argument, NULL, 'e'},
-        {"background", no_argument, NULL, 'b'},    {NULL, 0, NULL, 0},
+        {"interactive", no_argument, NULL, 'i'},       {"tty", no_argument, NULL, 't'},
+        {"timeout", required_argument, NULL, 'T'},     {"tag", required_argument, NULL, 'g'},
+        {"cwd", required_argument, NULL, 'C'},         {"env", required_argument, NULL, 'e'},
+        {"background", no_argument, NULL, 'b'},        {"secret", required_argument, NULL, 's'},
+        {"detach-keys", required_argument, NULL, 'D'}, {NULL, 0, NULL, 0},
     };
     Workspace__V1__StartRequest req = WORKSPACE__V1__START_REQUEST__INIT;
     Workspace__V1__StartProcess start = WORKSPACE__V1__START_PROCESS__INIT;
@@ -376,9 +515,11 @@ int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv)
     Workspace__V1__PtySize size = WORKSPACE__V1__PTY_SIZE__INIT;
     Workspace__V1__ProcessConfig__EnvEntry env[ENV_MAX];
     Workspace__V1__ProcessConfig__EnvEntry *envp[ENV_MAX];
+    char *secrets[SECRET_MAX];
+    const char *detach_keys = DETACH_KEYS_DEFAULT;
     struct console con = {.sigfd = -1, .stop_pipe = {-1, -1}};
     struct termios saved;
-    bool raw = false, thread_started = false, tty = false;
+    bool raw = false, thread_started = false, tty = false, detached = false;
     pthread_t thread;
     sigset_t set;
     int opt, r, ret = WSC_EXIT_FAIL;
@@ -396,8 +537,17 @@ int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv)
             tty = true;
             break;
         case 'T':
-            if (parse_duration_ms(optarg, &proc.timeout_ms) < 0)
+            if (wsc_parse_duration_ms(optarg, &proc.timeout_ms) < 0)
                 return wsc_usage_error("exec: bad --timeout '%s' (e.g. 30s, 500ms, 2m)", optarg);
+            break;
+        case 's':
+            if (proc.n_secrets == SECRET_MAX)
+                return wsc_usage_error("exec: more than %d --secret", SECRET_MAX);
+            secrets[proc.n_secrets++] = optarg;
+            proc.secrets = secrets;
+            break;
+        case 'D':
+            detach_keys = optarg;
             break;
         case 'g':
             proc.tag = optarg;
@@ -428,15 +578,24 @@ int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv)
         }
     }
     if (argc - optind < 2)
-        return wsc_usage_error("usage: wsctl exec WS [-i] [-t] [--timeout D] [--tag T] -- argv...");
+        return wsc_usage_error("usage: wsctl exec WS [-i] [-t] [--timeout D] [--tag T] "
+                               "[--secret NAME]... -- argv...");
     start.workspace_id = argv[optind++];
     proc.argv = argv + optind;
     proc.n_argv = (size_t)(argc - optind);
+    if (wsc_detach_parse(detach_keys, &con.keys) < 0)
+        return wsc_usage_error("exec: bad --detach-keys '%s' (e.g. ctrl-p,ctrl-q)", detach_keys);
     if (tty) {
         con.pty = true;
         con.forward_stdin = true;
         local_winsize(&size.rows, &size.cols);
         proc.pty = &size;
+        /* A detach must leave the process running: only a background
+         * process outlives its stream. */
+        if (con.keys.n && !con.background) {
+            con.detachable = true;
+            proc.background = true;
+        }
     }
     proc.stdin = con.forward_stdin;
     start.process = &proc;
@@ -457,18 +616,8 @@ int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv)
         ret = wsc_report_errno("exec", r);
         goto out_sync;
     }
-    if (con.pty && isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &saved) == 0) {
-        struct termios t = saved;
-        cfmakeraw(&t);
-        /* Ctrl-C stays a local SIGINT (it cancels the command); quit and
-         * suspend are turned off so they cannot leave a raw terminal
-         * behind a stopped or dumped wsctl. */
-        t.c_lflag |= ISIG;
-        t.c_cc[VQUIT] = _POSIX_VDISABLE;
-        t.c_cc[VSUSP] = _POSIX_VDISABLE;
-        if (tcsetattr(STDIN_FILENO, TCSADRAIN, &t) == 0)
-            raw = true;
-    }
+    if (con.pty)
+        raw = make_raw(&saved);
     /* A refused first message shows up as the call's status below. With
      * no stdin and no terminal it is the only message: half-close with it
      * (see input_thread). Ctrl-C cancels the call, which needs no send. */
@@ -483,12 +632,15 @@ int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv)
     /* Whatever the input thread left in flight completes now. */
     (void)wsc_call_status(con.call);
     wsc_call_free(con.call);
+    detached = con.detach_requested && con.detached && ret == WSC_EXIT_OK;
 out_sync:
     pthread_cond_destroy(&con.cv);
     pthread_mutex_destroy(&con.mu);
 out:
     if (raw)
         tcsetattr(STDIN_FILENO, TCSADRAIN, &saved);
+    if (detached)
+        (void)print_detached(start.workspace_id, con.id, con.tag);
     if (con.sigfd >= 0)
         close(con.sigfd);
     if (con.stop_pipe[0] >= 0)
@@ -509,59 +661,427 @@ static bool looks_like_id(const char *s)
     return true;
 }
 
+/* An attach console: the main thread reads the Attach stream, the input
+ * thread owns everything else (stdin, signals, the sibling client). */
+struct attach {
+    struct wsc_call *call;
+    /* The input thread's calls (SendInput, CloseInput, Resize). */
+    struct wsc_client *sib;
+    const char *ws, *id, *tag;
+    bool forward_stdin;
+    bool pty;
+    struct wsc_detach keys;
+    /* The stdin offset of the next byte to send (input thread only). */
+    uint64_t offset;
+    int sigfd;
+    int stop_pipe[2];
+    /* Written by the input thread before it cancels the call; read by the
+     * main thread after joining it. */
+    int interrupted;
+    bool detached;
+    bool input_failed;
+    struct wsc_error input_err;
+};
+
+static bool retryable(const struct wsc_error *e, bool *ret_full)
+{
+    *ret_full = e->code == GRPC_STATUS_RESOURCE_EXHAUSTED && strcmp(e->reason, "LIMIT") == 0;
+    if (*ret_full || e->code == GRPC_STATUS_UNAVAILABLE)
+        return true;
+    for (size_t i = 0; i < e->n_meta; i++)
+        if (strcmp(e->meta_key[i], "transient") == 0 && strcmp(e->meta_value[i], "true") == 0)
+            return true;
+    return false;
+}
+
+static void attach_resize(struct attach *at, uint32_t rows, uint32_t cols, struct wsc_error *err,
+                          int *ret_r)
+{
+    Workspace__V1__ResizeRequest req = WORKSPACE__V1__RESIZE_REQUEST__INIT;
+    Workspace__V1__PtySize size = WORKSPACE__V1__PTY_SIZE__INIT;
+    Workspace__V1__ResizeResponse *resp = NULL;
+
+    req.workspace_id = (char *)at->ws;
+    req.id = (char *)at->id;
+    req.tag = (char *)at->tag;
+    size.rows = rows;
+    size.cols = cols;
+    req.size = &size;
+    *ret_r =
+        wsc_unary(at->sib, "/workspace.v1.Exec/Resize", &req.base,
+                  &workspace__v1__resize_response__descriptor, (ProtobufCMessage **)&resp, err);
+    if (*ret_r == 0)
+        workspace__v1__resize_response__free_unpacked(resp, NULL);
+}
+
+/* A signal read from the signalfd. Returns true when it ends the
+ * attach. */
+static bool attach_signal(struct attach *at, int signo)
+{
+    if (signo == SIGWINCH) {
+        struct wsc_error err;
+        uint32_t rows, cols;
+        int r;
+        if (at->pty) {
+            local_winsize(&rows, &cols);
+            attach_resize(at, rows, cols, &err, &r);
+        }
+        return false;
+    }
+    /* Ending an Attach stream ends no process. */
+    at->interrupted = signo;
+    wsc_call_cancel(at->call);
+    return true;
+}
+
+/* Waits `ms` before a retry, or less when wsctl is told to stop (the stop
+ * pipe, an ending signal): then -ECANCELED. */
+static int attach_pause(struct attach *at, int ms)
+{
+    struct pollfd fds[2] = {
+        {.fd = at->stop_pipe[0], .events = POLLIN},
+        {.fd = at->sigfd, .events = POLLIN},
+    };
+    struct signalfd_siginfo si;
+
+    for (;;) {
+        int n = poll(fds, 2, ms);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return 0;
+        if (fds[0].revents)
+            return -ECANCELED;
+        if (read(at->sigfd, &si, sizeof(si)) == sizeof(si) && attach_signal(at, (int)si.ssi_signo))
+            return -ECANCELED;
+    }
+}
+
+/* Sends `len` bytes that start at stdin offset at->offset. Every attempt
+ * names that offset, so the server skips what an earlier attempt already
+ * delivered. 0, -ECANCELED, or -EREMOTEIO with at->input_err. */
+static int send_input(struct attach *at, const uint8_t *data, size_t len)
+{
+    int pause_ms = BACKOFF_MIN_MS, attempts = 0;
+
+    while (len > 0) {
+        Workspace__V1__SendInputRequest req = WORKSPACE__V1__SEND_INPUT_REQUEST__INIT;
+        Workspace__V1__SendInputResponse *resp = NULL;
+        bool full;
+        int r;
+
+        req.workspace_id = (char *)at->ws;
+        req.id = (char *)at->id;
+        req.tag = (char *)at->tag;
+        req.data.data = (uint8_t *)data;
+        req.data.len = len;
+        req.offset = at->offset;
+        r = wsc_unary(at->sib, "/workspace.v1.Exec/SendInput", &req.base,
+                      &workspace__v1__send_input_response__descriptor, (ProtobufCMessage **)&resp,
+                      &at->input_err);
+        if (r == 0) {
+            /* The process took everything before resp->offset: ours, and
+             * whatever another writer sent meanwhile. */
+            uint64_t took = resp->offset > at->offset ? resp->offset - at->offset : 0;
+            workspace__v1__send_input_response__free_unpacked(resp, NULL);
+            if (took > len)
+                took = len;
+            at->offset += took;
+            data += took;
+            len -= took;
+            if (took > 0) {
+                attempts = 0;
+                pause_ms = BACKOFF_MIN_MS;
+                continue;
+            }
+            /* An OK that took nothing: try again, but not forever. */
+            if (++attempts >= INPUT_ATTEMPTS) {
+                at->input_err = (struct wsc_error){.code = GRPC_STATUS_INTERNAL};
+                snprintf(at->input_err.message, sizeof(at->input_err.message),
+                         "SendInput: the process took none of the bytes at offset %" PRIu64,
+                         at->offset);
+                return -EREMOTEIO;
+            }
+            if (attach_pause(at, pause_ms) < 0)
+                return -ECANCELED;
+            continue;
+        }
+        if (r != -EREMOTEIO) {
+            at->input_err = (struct wsc_error){.code = GRPC_STATUS_INTERNAL};
+            snprintf(at->input_err.message, sizeof(at->input_err.message), "SendInput: %s",
+                     strerror(-r));
+            return -EREMOTEIO;
+        }
+        if (!retryable(&at->input_err, &full) || (!full && ++attempts >= INPUT_ATTEMPTS))
+            return -EREMOTEIO;
+        if (attach_pause(at, pause_ms) < 0)
+            return -ECANCELED;
+        pause_ms = pause_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : pause_ms * 2;
+    }
+    return 0;
+}
+
+static int close_input(struct attach *at)
+{
+    Workspace__V1__CloseInputRequest req = WORKSPACE__V1__CLOSE_INPUT_REQUEST__INIT;
+    Workspace__V1__CloseInputResponse *resp = NULL;
+    bool full;
+
+    req.workspace_id = (char *)at->ws;
+    req.id = (char *)at->id;
+    req.tag = (char *)at->tag;
+    for (int attempt = 1;; attempt++) {
+        int r = wsc_unary(at->sib, "/workspace.v1.Exec/CloseInput", &req.base,
+                          &workspace__v1__close_input_response__descriptor,
+                          (ProtobufCMessage **)&resp, &at->input_err);
+        if (r == 0) {
+            workspace__v1__close_input_response__free_unpacked(resp, NULL);
+            return 0;
+        }
+        if (r != -EREMOTEIO || !retryable(&at->input_err, &full) || attempt == INPUT_ATTEMPTS)
+            return r;
+        if (attach_pause(at, BACKOFF_MIN_MS << attempt) < 0)
+            return -ECANCELED;
+    }
+}
+
+static void *attach_input_thread(void *arg)
+{
+    struct attach *at = arg;
+    uint8_t *buf = malloc(STDIN_CHUNK_BYTES);
+    uint8_t *typed = malloc(STDIN_CHUNK_BYTES + WSC_DETACH_KEYS_MAX);
+    bool stdin_open = at->forward_stdin;
+
+    if (!buf || !typed)
+        goto out;
+    for (;;) {
+        struct pollfd fds[3] = {
+            {.fd = at->stop_pipe[0], .events = POLLIN},
+            {.fd = at->sigfd, .events = POLLIN},
+            {.fd = stdin_open ? STDIN_FILENO : -1, .events = POLLIN},
+        };
+        struct signalfd_siginfo si;
+        ssize_t n;
+        size_t len;
+        bool detach = false;
+        int r = 0;
+
+        if (poll(fds, 3, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            break;
+        }
+        if (fds[0].revents)
+            break;
+        if (fds[1].revents && read(at->sigfd, &si, sizeof(si)) == sizeof(si) &&
+            attach_signal(at, (int)si.ssi_signo))
+            break;
+        if (!stdin_open || !fds[2].revents)
+            continue;
+        n = read(STDIN_FILENO, buf, STDIN_CHUNK_BYTES);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0) {
+            stdin_open = false;
+            r = close_input(at);
+        } else if (at->pty && at->keys.n) {
+            detach = wsc_detach_feed(&at->keys, buf, (size_t)n, typed, &len);
+            r = len ? send_input(at, typed, len) : 0;
+        } else {
+            r = send_input(at, buf, (size_t)n);
+        }
+        if (r == -ECANCELED)
+            break;
+        if (r < 0) {
+            at->input_failed = true;
+            wsc_call_cancel(at->call);
+            break;
+        }
+        if (detach) {
+            at->detached = true;
+            wsc_call_cancel(at->call);
+            break;
+        }
+    }
+out:
+    free(typed);
+    free(buf);
+    return NULL;
+}
+
+/* What attach -i and -t need before the stream: the stdin offset the
+ * process is at, and (-t) a redraw. 0, or an exit status after the error
+ * line. */
+static int attach_prepare(struct attach *at)
+{
+    Workspace__V1__ListProcessesRequest req = WORKSPACE__V1__LIST_PROCESSES_REQUEST__INIT;
+    Workspace__V1__ListProcessesResponse *resp = NULL;
+    const Workspace__V1__ProcessInfo *p = NULL;
+    struct wsc_error err;
+    bool running = false;
+    int r;
+
+    req.workspace_id = (char *)at->ws;
+    r = wsc_unary(at->sib, "/workspace.v1.Exec/ListProcesses", &req.base,
+                  &workspace__v1__list_processes_response__descriptor, (ProtobufCMessage **)&resp,
+                  &err);
+    if (r == -EREMOTEIO)
+        return wsc_report(&err);
+    if (r < 0)
+        return wsc_report_errno("attach", r);
+    for (size_t i = 0; i < resp->n_processes && !p; i++)
+        if ((at->id[0] && strcmp(resp->processes[i]->id, at->id) == 0) ||
+            (at->tag[0] && strcmp(resp->processes[i]->tag, at->tag) == 0))
+            p = resp->processes[i];
+    if (p) {
+        at->offset = p->stdin_offset;
+        running = p->running;
+    }
+    workspace__v1__list_processes_response__free_unpacked(resp, NULL);
+    /* An unknown or finished process: the stream says what there is. */
+    if (at->pty && running) {
+        uint32_t rows, cols;
+        local_winsize(&rows, &cols);
+        /* A terminal set to its own size again signals nobody: go through
+         * another size, so a full-screen program gets SIGWINCH and
+         * redraws. */
+        attach_resize(at, rows > 1 ? rows - 1 : rows + 1, cols, &err, &r);
+        if (r == 0)
+            attach_resize(at, rows, cols, &err, &r);
+        if (r == -EREMOTEIO)
+            return wsc_report(&err);
+        if (r < 0)
+            return wsc_report_errno("attach: resize", r);
+    }
+    return 0;
+}
+
 int wsc_cmd_attach(struct wsc_ctx *ctx, int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"offset", required_argument, NULL, 'o'},
+        {"interactive", no_argument, NULL, 'i'},
+        {"tty", no_argument, NULL, 't'},
+        {"detach-keys", required_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
     Workspace__V1__AttachRequest req = WORKSPACE__V1__ATTACH_REQUEST__INIT;
-    struct wsc_call *call = NULL;
-    bool have_exit = false;
-    int exit_code = WSC_EXIT_FAIL, opt, r, ret;
+    struct attach at = {.sigfd = -1, .stop_pipe = {-1, -1}, .id = "", .tag = ""};
+    const char *detach_keys = DETACH_KEYS_DEFAULT;
+    struct termios saved;
+    bool have_exit = false, raw = false, thread_started = false;
+    pthread_t thread;
+    sigset_t set;
+    int exit_code = WSC_EXIT_FAIL, opt, r, ret = WSC_EXIT_FAIL;
     char *end;
 
     optind = 0;
     opterr = 0;
-    while ((opt = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        if (opt != 'o')
+    while ((opt = getopt_long(argc, argv, "it", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'o':
+            errno = 0;
+            req.offset = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end)
+                return wsc_usage_error("attach: bad --offset '%s'", optarg);
+            break;
+        case 'i':
+            at.forward_stdin = true;
+            break;
+        case 't':
+            at.pty = true;
+            at.forward_stdin = true;
+            break;
+        case 'D':
+            detach_keys = optarg;
+            break;
+        default:
             return wsc_usage_error("attach: unknown option or missing value");
-        errno = 0;
-        req.offset = strtoull(optarg, &end, 10);
-        if (errno || end == optarg || *end)
-            return wsc_usage_error("attach: bad --offset '%s'", optarg);
+        }
     }
     if (argc - optind != 2)
-        return wsc_usage_error("usage: wsctl attach WS TAG|ID [--offset N]");
-    req.workspace_id = argv[optind];
+        return wsc_usage_error("usage: wsctl attach WS TAG|ID [--offset N] [-i] [-t]");
+    if (wsc_detach_parse(detach_keys, &at.keys) < 0)
+        return wsc_usage_error("attach: bad --detach-keys '%s' (e.g. ctrl-p,ctrl-q)", detach_keys);
+    at.ws = req.workspace_id = argv[optind];
     if (looks_like_id(argv[optind + 1]))
-        req.id = argv[optind + 1];
+        at.id = req.id = argv[optind + 1];
     else
-        req.tag = argv[optind + 1];
+        at.tag = req.tag = argv[optind + 1];
 
-    r = wsc_call_new(ctx->cl, "/workspace.v1.Exec/Attach", &call);
-    if (r < 0)
-        return wsc_report_errno("attach", r);
-    (void)wsc_call_send(call, &req.base, true);
+    wsc_exec_signals(&set);
+    at.sigfd = signalfd(-1, &set, SFD_CLOEXEC);
+    if (at.sigfd < 0 || pipe2(at.stop_pipe, O_CLOEXEC) < 0) {
+        ret = wsc_report_errno("attach", -errno);
+        goto out;
+    }
+    r = wsc_client_sibling(ctx->cl, &at.sib);
+    if (r < 0) {
+        ret = wsc_report_errno("attach", r);
+        goto out;
+    }
+    if (at.forward_stdin) {
+        ret = attach_prepare(&at);
+        if (ret)
+            goto out;
+        ret = WSC_EXIT_FAIL;
+    }
+    r = wsc_call_new(ctx->cl, "/workspace.v1.Exec/Attach", &at.call);
+    if (r < 0) {
+        ret = wsc_report_errno("attach", r);
+        goto out;
+    }
+    if (at.pty)
+        raw = make_raw(&saved);
+    (void)wsc_call_send(at.call, &req.base, true);
+    if (pthread_create(&thread, NULL, attach_input_thread, &at) == 0)
+        thread_started = true;
     for (;;) {
         Workspace__V1__ProcessEvent *ev = NULL;
 
-        r = wsc_call_recv(call, &workspace__v1__process_event__descriptor,
+        r = wsc_call_recv(at.call, &workspace__v1__process_event__descriptor,
                           (ProtobufCMessage **)&ev);
         if (r <= 0)
             break;
         r = handle_event(ctx->json, ev, &have_exit, &exit_code);
         workspace__v1__process_event__free_unpacked(ev, NULL);
         if (r < 0) {
-            wsc_call_cancel(call);
+            wsc_call_cancel(at.call);
             break;
         }
     }
-    if (wsc_call_status(call) < 0 && !have_exit)
-        ret = wsc_report(wsc_call_error(call));
+    if (thread_started) {
+        (void)!write(at.stop_pipe[1], (char[]){STOP_BYTE}, 1);
+        pthread_join(thread, NULL);
+    }
+    r = wsc_call_status(at.call);
+    if (raw) {
+        tcsetattr(STDIN_FILENO, TCSADRAIN, &saved);
+        raw = false;
+    }
+    if (at.interrupted)
+        ret = 128 + at.interrupted;
+    else if (have_exit)
+        ret = exit_code;
+    else if (at.detached)
+        ret = print_detached(at.ws, at.id, at.tag);
+    else if (at.input_failed)
+        ret = wsc_report(&at.input_err);
+    else if (r < 0)
+        ret = wsc_report(wsc_call_error(at.call));
     else
-        ret = have_exit ? exit_code : WSC_EXIT_OK;
-    wsc_call_free(call);
+        ret = WSC_EXIT_OK;
+    wsc_call_free(at.call);
+out:
+    if (raw)
+        tcsetattr(STDIN_FILENO, TCSADRAIN, &saved);
+    wsc_client_free(at.sib);
+    if (at.sigfd >= 0)
+        close(at.sigfd);
+    if (at.stop_pipe[0] >= 0)
+        close(at.stop_pipe[0]);
+    if (at.stop_pipe[1] >= 0)
+        close(at.stop_pipe[1]);
     return ret;
 }
 

@@ -25,8 +25,14 @@ static const struct command {
     const char *usage;
 } commands[] = {
     {"open", wsc_cmd_open,
-     "--provider local-bash|local-sandbox|docker|memory [--image I [--runtime runc|runsc]] "
-     "[--allow cmd,...] [--network] [--exec-mode agent|per-command]"},
+     "--provider local-bash|local-sandbox|docker|memory\n"
+     "              [--image I [--runtime runc|runsc]] [--allow cmd,...] [--network]\n"
+     "              [--exec-mode agent|per-command]\n"
+     "              [--ttl D] [--idle-timeout D] [--name NAME] [--label K=V]...\n"
+     "              [--env K=V]... [--secret-from-env NAME]..."},
+    {"list", wsc_cmd_list, "[-l SELECTOR]... [--name NAME] [--page-size N]"},
+    {"extend", wsc_cmd_extend, "WS [--ttl D] [--idle-timeout D]"},
+    {"set-secrets", wsc_cmd_set_secrets, "WS --secret-from-env NAME... [--replace]"},
     {"resolve", wsc_cmd_resolve, "REF"},
     {"close", wsc_cmd_close, "WS"},
     {"describe", wsc_cmd_describe, "WS"},
@@ -41,8 +47,9 @@ static const struct command {
     {"glob", wsc_cmd_glob, "WS PATTERN [--path DIR]"},
     {"grep", wsc_cmd_grep, "WS PATTERN [PATH] [-i] [--include GLOB]"},
     {"exec", wsc_cmd_exec,
-     "WS [-i] [-t] [--timeout D] [--tag T] [--cwd DIR] [-e K=V] [--background] -- argv..."},
-    {"attach", wsc_cmd_attach, "WS TAG|ID [--offset N]"},
+     "WS [-i] [-t [--detach-keys K]] [--timeout D] [--tag T] [--cwd DIR]\n"
+     "              [-e K=V] [--secret NAME]... [--background] -- argv..."},
+    {"attach", wsc_cmd_attach, "WS TAG|ID [--offset N] [-i] [-t [--detach-keys K]]"},
     {"ps", wsc_cmd_ps, "WS"},
     {"kill", wsc_cmd_kill, "WS TAG|ID [-s SIG]"},
     {"audit", wsc_cmd_audit, "WS [--json]   (exit 3: the log does not verify)"},
@@ -73,7 +80,22 @@ static void usage(FILE *f)
                "  socket draws a warning on stderr: it crosses the network in the clear.\n"
                "\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
-        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].usage);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].usage);
+    fprintf(f, "\nD, a duration, is a number and a unit: 500ms, 90s, 10m, 2h, 1d (a bare number\n"
+               "is seconds). --ttl: the workspace expires that long after open (extend: after\n"
+               "now); --idle-timeout: it expires after that long without activity.\n"
+               "--label K=V labels a workspace; list -l takes a selector: k=v, k!=v, k, !k,\n"
+               "comma-separated or in several -l, all of which must hold.\n"
+               "--secret-from-env NAME sends the value of wsctl's own variable NAME as the\n"
+               "secret NAME (never printed); exec --secret NAME puts it in the command's\n"
+               "environment.\n"
+               "\nexec -t and attach -t make the local terminal raw: Ctrl-C, Ctrl-Z and Ctrl-\\\n"
+               "go to the remote terminal, and the detach keys (default ctrl-p,ctrl-q; docker's\n"
+               "syntax; --detach-keys \"\" turns detaching off) leave the command running:\n"
+               "`wsctl attach WS TAG -i -t` picks it up again. -i without -t forwards stdin and\n"
+               "closes the command's at EOF; without -t Ctrl-C cancels the remote command\n"
+               "(exit 130). exec --background -i keeps the command's stdin open for a later\n"
+               "attach -i.\n");
 }
 
 /* Reads a PEM file named by `what` (the option or variable it came from)
@@ -273,7 +295,7 @@ int main(int argc, char **argv)
                 addr);
     }
 
-    if (cmd->run == wsc_cmd_exec) {
+    if (cmd->run == wsc_cmd_exec || cmd->run == wsc_cmd_attach) {
         /* gRPC starts threads in wsc_client_new: block first, so these
          * signals reach only the console's signalfd. */
         sigset_t set;

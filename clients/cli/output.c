@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <grpc/grpc.h>
 
@@ -303,4 +304,84 @@ void wsc_print_file_info(const Workspace__V1__FileInfo *fi)
         break;
     }
     printf("%c %04o %12" PRIu64 " %s\n", type, fi->mode & 07777, fi->size, wsc_file_path(fi));
+}
+
+void wsc_format_time(int64_t unix_ms, char *buf, size_t cap)
+{
+    time_t t = (time_t)(unix_ms / 1000);
+    struct tm tm;
+
+    if (unix_ms <= 0 || !gmtime_r(&t, &tm) || strftime(buf, cap, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, cap, "%s", unix_ms ? "?" : "never");
+}
+
+void wsc_format_duration(uint64_t ms, char *buf, size_t cap)
+{
+    static const struct {
+        const char *unit;
+        uint64_t ms;
+    } units[] = {{"d", 86400000}, {"h", 3600000}, {"m", 60000}, {"s", 1000}, {"ms", 1}};
+    size_t n = 0;
+
+    if (ms == 0) {
+        snprintf(buf, cap, "none");
+        return;
+    }
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof(units) / sizeof(units[0]) && n < cap; i++) {
+        uint64_t v = ms / units[i].ms;
+        int w;
+
+        if (v == 0)
+            continue;
+        ms -= v * units[i].ms;
+        w = snprintf(buf + n, cap - n, "%" PRIu64 "%s", v, units[i].unit);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+}
+
+struct kv_view {
+    const char *key, *value;
+};
+
+static int kv_view_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct kv_view *)a)->key, ((const struct kv_view *)b)->key);
+}
+
+/* A map entry's string field `i` (0: key, 1: value), through its
+ * descriptor, so every map<string, string> type reads the same way. */
+static const char *entry_string(const ProtobufCMessage *m, unsigned i)
+{
+    const ProtobufCFieldDescriptor *f;
+    const char *s;
+
+    if (i >= m->descriptor->n_fields)
+        return "?";
+    f = &m->descriptor->fields[i];
+    if (f->type != PROTOBUF_C_TYPE_STRING)
+        return "?";
+    memcpy(&s, (const char *)m + f->offset, sizeof(s));
+    return s ? s : "";
+}
+
+void wsc_print_map(FILE *f, const void *entries, size_t n, const char *sep)
+{
+    const ProtobufCMessage *const *e = entries;
+    struct kv_view *v = n ? calloc(n, sizeof(*v)) : NULL;
+
+    if (n == 0 || !v) {
+        fputs(n ? "?" : "-", f);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        v[i].key = entry_string(e[i], 0);
+        v[i].value = entry_string(e[i], 1);
+    }
+    qsort(v, n, sizeof(*v), kv_view_cmp);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, "%s%s=%s", i ? sep : "", v[i].key, v[i].value);
+    free(v);
 }

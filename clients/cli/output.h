@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 #include <protobuf-c/protobuf-c.h>
@@ -51,6 +52,15 @@ int wsc_json_emit(json_t *j);
  * or -EINVAL / -ENOMEM. */
 char *wsc_base64_encode(const uint8_t *data, size_t len);
 int wsc_base64_decode(const char *text, uint8_t **ret_data, size_t *ret_len);
+
+/* A unix-ms instant as "2025-01-31T12:00:00Z" (UTC); 0 is "never". */
+void wsc_format_time(int64_t unix_ms, char *buf, size_t cap);
+/* A duration as "1d2h", "1h30m", "90s" is "1m30s", "500ms"; 0 is "none". */
+void wsc_format_duration(uint64_t ms, char *buf, size_t cap);
+
+/* A protobuf map field (its entries, each a key and a string value) as
+ * "k1=v1<sep>k2=v2", keys sorted, to `f`; "-" when it is empty. */
+void wsc_print_map(FILE *f, const void *entries, size_t n, const char *sep);
 
 /* One line per entry: type letter, mode, size, path. */
 void wsc_print_file_info(const Workspace__V1__FileInfo *fi);

@@ -2,6 +2,8 @@
  * tags embedded in it (send, receive, status); the completion queue is the
  * client's, and only one call is in flight at a time, so a completion
  * that belongs to no tag of the call is a bug, not another call's event.
+ * A thread that needs calls of its own next to another's takes a sibling
+ * client: the same channel, another queue.
  */
 #include "clients/cli/rpc.h"
 
@@ -35,6 +37,8 @@ struct wsc_client {
     char node[WSC_NODE_MAX];
     /* The node the last response named, or "". */
     char answered[WSC_NODE_MAX];
+    /* A sibling (wsc_client_sibling): the channel is its parent's. */
+    bool borrowed_channel;
 };
 
 struct wsc_call {
@@ -143,10 +147,31 @@ void wsc_client_free(struct wsc_client *cl)
         }
         grpc_completion_queue_destroy(cl->cq);
     }
-    if (cl->channel)
+    if (cl->channel && !cl->borrowed_channel)
         grpc_channel_destroy(cl->channel);
     free(cl);
     grpc_shutdown();
+}
+
+int wsc_client_sibling(const struct wsc_client *cl, struct wsc_client **ret_client)
+{
+    struct wsc_client *sib = calloc(1, sizeof(*sib));
+
+    if (!sib)
+        return -ENOMEM;
+    grpc_init();
+    /* A channel serves calls of any completion queue, from any thread. */
+    sib->channel = cl->channel;
+    sib->borrowed_channel = true;
+    memcpy(sib->auth, cl->auth, sizeof(sib->auth));
+    memcpy(sib->node, cl->node, sizeof(sib->node));
+    sib->cq = grpc_completion_queue_create_for_next(NULL);
+    if (!sib->cq) {
+        wsc_client_free(sib);
+        return -ENOMEM;
+    }
+    *ret_client = sib;
+    return 0;
 }
 
 /* Whether `s` (of length `len`) is a node name: 1 to WSC_NODE_MAX - 1

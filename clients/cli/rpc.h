@@ -79,8 +79,13 @@ struct wsc_tls {
  * -EINVAL for half a key pair, or -ENOMEM. */
 int wsc_client_new(const char *addr, const char *token, const struct wsc_tls *tls,
                    struct wsc_client **ret_client);
-/* Accepts NULL. Every call must have been freed. */
+/* Accepts NULL. Every call must have been freed, and every sibling. */
 void wsc_client_free(struct wsc_client *cl);
+/* A client on the same channel (connection, token, node) with a completion
+ * queue of its own, for a second thread that makes calls while the first
+ * drives a stream (attach -i: SendInput next to Attach). Free it before
+ * `cl`. Returns 0 or -ENOMEM. */
+int wsc_client_sibling(const struct wsc_client *cl, struct wsc_client **ret_client);
 
 /* Behind a front proxy that routes by node: every later call about a
  * workspace (all but Open, ListProviders and Health) carries

@@ -784,87 +784,282 @@ bool ReadUntil(int fd, const std::string &want, std::string *seen,
     return true;
 }
 
-TEST_F(WsctlTest, PtySessionAndCtrlC)
+// Reads until `want` has been seen `count` times in *seen (waiting at
+// most 15 s for each piece of output).
+bool ReadUntilCount(int fd, const std::string &want, int count, std::string *seen)
+{
+    for (;;) {
+        int n = 0;
+        for (size_t at = seen->find(want); at != std::string::npos; at = seen->find(want, at + 1))
+            n++;
+        if (n >= count)
+            return true;
+        struct pollfd p = {fd, POLLIN, 0};
+        char buf[4096];
+        if (poll(&p, 1, 15000) <= 0)
+            return false;
+        ssize_t got = read(fd, buf, sizeof(buf));
+        if (got <= 0)
+            return false;
+        seen->append(buf, got);
+    }
+}
+
+// Starts wsctl `args` (after --addr) on a new pseudo-terminal of size
+// `wsz`; the master side in *master.
+pid_t SpawnOnPty(const std::vector<std::string> &args, struct winsize wsz, int *master)
 {
     std::string bin = Runfile("clients/cli/wsctl");
-    std::string addr = server->addr();
-    struct winsize wsz = {30, 100, 0, 0};
-    int master = -1;
-    pid_t pid = forkpty(&master, nullptr, nullptr, &wsz);
-    ASSERT_GE(pid, 0) << "forkpty (pseudo-terminals, /dev/ptmx): " << strerror(errno);
+    std::vector<std::string> full = {bin, "--addr", server->addr()};
+    full.insert(full.end(), args.begin(), args.end());
+    std::vector<char *> argv;
+    for (auto &a : full)
+        argv.push_back(&a[0]);
+    argv.push_back(nullptr);
+    pid_t pid = forkpty(master, nullptr, nullptr, &wsz);
     if (pid == 0) {
-        execl(bin.c_str(), bin.c_str(), "--addr", addr.c_str(), "exec", "-t", "--tag", "shell",
-              ws_.c_str(), "--", "sh", (char *)nullptr);
+        execv(bin.c_str(), argv.data());
         _exit(127);
     }
+    return pid;
+}
+
+// Waits up to 15 s for `pid` to end (then kills it); true when it ended
+// by itself, with its status in *status.
+bool WaitExit(pid_t pid, int *status)
+{
+    if (WaitFor([&] { return waitpid(pid, status, WNOHANG) == pid; }))
+        return true;
+    kill(pid, SIGKILL);
+    waitpid(pid, status, 0);
+    return false;
+}
+
+bool Write(int fd, const std::string &s)
+{
+    return write(fd, s.data(), s.size()) == static_cast<ssize_t>(s.size());
+}
+
+// Sets the pty's size and tells wsctl, as a terminal emulator does.
+void ResizePty(int master, pid_t pid, unsigned short rows, unsigned short cols)
+{
+    struct winsize wsz = {rows, cols, 0, 0};
+    ioctl(master, TIOCSWINSZ, &wsz);
+    kill(pid, SIGWINCH);
+}
+
+// Asks `stty size` until the remote terminal reports `want` ("40 120"): a
+// resize travels as a message of its own.
+bool RemoteSizeIs(int master, const std::string &want, std::string *seen)
+{
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+         std::chrono::steady_clock::now() < until;) {
+        if (!Write(master, "stty size\n"))
+            return false;
+        if (ReadUntil(master, "\n" + want + "\r\n", seen, std::chrono::milliseconds(500)))
+            return true;
+    }
+    return false;
+}
+
+// The state letter (R, S, T, ...) of the host process running exactly
+// `argv`, or 0 when there is none.
+char HostProcessState(const std::vector<std::string> &argv)
+{
+    std::string want;
+    for (const auto &a : argv)
+        want += a + std::string(1, '\0');
+    DIR *d = opendir("/proc");
+    char state = 0;
+    for (struct dirent *e; d && (e = readdir(d)) && !state;) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        if (ReadFile(std::string("/proc/") + e->d_name + "/cmdline") != want)
+            continue;
+        std::string stat = ReadFile(std::string("/proc/") + e->d_name + "/stat");
+        size_t paren = stat.rfind(')');
+        if (paren != std::string::npos && paren + 2 < stat.size())
+            state = stat[paren + 2];
+    }
+    if (d)
+        closedir(d);
+    return state;
+}
+
+// exec -t is a console like `docker exec -it`: the local terminal is raw,
+// so Ctrl-C and Ctrl-Z are bytes for the remote terminal, whose line
+// discipline signals its foreground job (the shell lives on); Ctrl-P
+// Ctrl-Q detaches and leaves the shell running; attach -i -t picks it up
+// again, makes a full-screen program redraw and follows resizes.
+TEST_F(WsctlTest, ConsoleDetachAndReattach)
+{
+    int master = -1;
+    pid_t pid =
+        SpawnOnPty({"exec", "-t", "--tag", "console", ws_, "--", "sh"}, {30, 100, 0, 0}, &master);
+    ASSERT_GE(pid, 0) << "forkpty (pseudo-terminals, /dev/ptmx): " << strerror(errno);
     std::string seen;
     // Remote output is computed, so finding "42" proves the command ran
     // (the typed line itself only shows "6*7").
-    ASSERT_EQ(write(master, "echo hi $((6*7))\n", 17), 17);
+    ASSERT_TRUE(Write(master, "echo hi $((6*7))\n"));
     ASSERT_TRUE(ReadUntil(master, "hi 42", &seen)) << seen;
 
-    // A resize reaches the remote terminal. It travels as a message of its
-    // own, so `stty size` is asked again until it reports the new size.
-    struct winsize bigger = {40, 120, 0, 0};
-    ioctl(master, TIOCSWINSZ, &bigger);
-    kill(pid, SIGWINCH);
-    bool resized = false;
-    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-         !resized && std::chrono::steady_clock::now() < until;) {
-        ASSERT_EQ(write(master, "stty size\n", 10), 10);
-        resized = ReadUntil(master, "40 120", &seen, std::chrono::milliseconds(500));
-    }
-    ASSERT_TRUE(resized) << seen;
+    ResizePty(master, pid, 40, 120);
+    ASSERT_TRUE(RemoteSizeIs(master, "40 120", &seen)) << seen;
 
-    // ps lists commands, not their children: the shell's child is looked
-    // for on the host (local-bash runs it there), by a duration no other
-    // run uses.
-    const std::string secs = testutil::UniqueSleepArg();
-    const std::string typed = "sleep " + secs + "\n";
-    ASSERT_EQ(write(master, typed.data(), typed.size()), (ssize_t)typed.size());
-    auto sleeping = [&] { return HostHasProcess({"sleep", secs}); };
-    ASSERT_TRUE(WaitFor(sleeping)) << seen;
-    // With ISIG kept on in raw mode, the local line discipline turns this
-    // byte into a SIGINT for wsctl, which cancels the call: nothing waits
-    // on the remote shell here.
-    ASSERT_EQ(write(master, "\x03", 1), 1);
-
+    // cat runs when a typed line comes back twice: the terminal's echo,
+    // then cat's copy (the shell would have run it, and named "mark-81").
+    seen.clear();
+    ASSERT_TRUE(Write(master, "cat\nmark-$((9*9))\n"));
+    ASSERT_TRUE(ReadUntilCount(master, "mark-$((9*9))", 2, &seen)) << seen;
+    // The line discipline flushes what was typed with a Ctrl-C: type on
+    // once the shell prompts again.
+    seen.clear();
+    ASSERT_TRUE(Write(master, "\x03"));
+    ASSERT_TRUE(ReadUntil(master, "$ ", &seen)) << seen;
+    ASSERT_TRUE(Write(master, "echo alive$((1+1))\n"));
+    ASSERT_TRUE(ReadUntil(master, "alive2", &seen)) << seen;
     int status = 0;
-    bool exited = false;
-    for (int i = 0; i < 1500 && !exited; i++) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            exited = true;
-        else
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!exited) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-    }
-    EXPECT_TRUE(exited);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
+    EXPECT_EQ(waitpid(pid, &status, WNOHANG), 0) << "Ctrl-C ended wsctl itself";
+
+    // Ctrl-Z stops the remote foreground job (found on the host, where
+    // local-bash runs it, by a duration no other run uses).
+    const std::string secs = testutil::UniqueSleepArg();
+    ASSERT_TRUE(Write(master, "sleep " + secs + "\n"));
+    ASSERT_TRUE(WaitFor([&] { return HostHasProcess({"sleep", secs}); })) << seen;
+    ASSERT_TRUE(Write(master, "\x1a"));
+    EXPECT_TRUE(WaitFor([&] {
+        return HostProcessState({"sleep", secs}) == 'T';
+    })) << "state "
+        << HostProcessState({"sleep", secs});
+    ASSERT_TRUE(Write(master, "kill -9 %1\n"));
+    EXPECT_TRUE(WaitFor([&] { return !HostHasProcess({"sleep", secs}); }));
+
+    // A program that says when its terminal changes size, for the
+    // re-attach below.
+    ASSERT_TRUE(Write(master, "sh -c 'trap \"echo winch-$((5*5))\" WINCH; echo looping-$((2*4)); "
+                              "while :; do sleep 1; done'\n"));
+    ASSERT_TRUE(ReadUntil(master, "looping-8", &seen)) << seen;
+
+    ASSERT_TRUE(Write(master, "\x10\x11"));
+    const std::string hint = "wsctl attach " + ws_ + " console -i -t";
+    EXPECT_TRUE(ReadUntil(master, hint, &seen)) << seen;
+    ASSERT_TRUE(WaitExit(pid, &status)) << "wsctl did not leave on Ctrl-P Ctrl-Q";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testutil::DescribeStatus(status);
     // The local terminal is back in cooked mode.
     struct termios after;
     ASSERT_EQ(tcgetattr(master, &after), 0);
     EXPECT_TRUE(after.c_lflag & ICANON);
     EXPECT_TRUE(after.c_lflag & ECHO);
     close(master);
+    std::string last;
+    ASSERT_TRUE(WaitForPs(
+        ws_,
+        [](const std::string &ps) {
+            return PsLine(ps, "console").find("running") != std::string::npos;
+        },
+        &last))
+        << last;
 
-    // The shell and its sleep are gone on the server.
-    EXPECT_TRUE(WaitFor([&] { return !sleeping(); }));
+    // Re-attach on a terminal of the size the remote one has: the redraw
+    // still reaches the program (a resize to the same size would not).
+    pid = SpawnOnPty({"attach", ws_, "console", "-i", "-t"}, {40, 120, 0, 0}, &master);
+    ASSERT_GE(pid, 0);
+    seen.clear();
+    ASSERT_TRUE(ReadUntil(master, "winch-25", &seen)) << seen;
+    // Typing works again: Ctrl-C ends the loop, the shell answers.
+    seen.clear();
+    ASSERT_TRUE(Write(master, "\x03"));
+    ASSERT_TRUE(ReadUntil(master, "$ ", &seen)) << seen;
+    ASSERT_TRUE(Write(master, "echo re$((2+3))\n"));
+    ASSERT_TRUE(ReadUntil(master, "re5", &seen)) << seen;
+    ResizePty(master, pid, 50, 132);
+    ASSERT_TRUE(RemoteSizeIs(master, "50 132", &seen)) << seen;
+    // The shell's exit status is attach's.
+    ASSERT_TRUE(Write(master, "exit 3\n"));
+    ASSERT_TRUE(WaitExit(pid, &status)) << seen;
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << testutil::DescribeStatus(status);
+    close(master);
+    EXPECT_TRUE(WaitForPs(
+        ws_,
+        [](const std::string &ps) {
+            return PsLine(ps, "console").find("exited(3)") != std::string::npos;
+        },
+        &last))
+        << last;
+}
+
+// A signal that reaches wsctl exec -t itself (not a key: those go to the
+// remote terminal) ends the remote tree, although it runs in the
+// background so that a detach could leave it running.
+TEST_F(WsctlTest, SignalToConsoleEndsTheRemoteTree)
+{
+    int master = -1;
+    pid_t pid =
+        SpawnOnPty({"exec", "-t", "--tag", "victim", ws_, "--", "sh"}, {24, 80, 0, 0}, &master);
+    ASSERT_GE(pid, 0);
+    std::string seen;
+    ASSERT_TRUE(Write(master, "echo up$((1+2))\n"));
+    ASSERT_TRUE(ReadUntil(master, "up3", &seen)) << seen;
+    kill(pid, SIGTERM);
+    int status = 0;
+    ASSERT_TRUE(WaitExit(pid, &status));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGTERM)
+        << testutil::DescribeStatus(status);
+    close(master);
     std::string last;
     EXPECT_TRUE(WaitForPs(
         ws_,
         [](const std::string &ps) {
-            std::istringstream in(ps);
-            std::string line;
-            while (std::getline(in, line))
-                if (line.find("running") != std::string::npos)
-                    return false;
-            return true;
+            std::string line = PsLine(ps, "victim");
+            return !line.empty() && line.find("running") == std::string::npos;
         },
         &last))
         << last;
+}
+
+// Without -t the terminal stays cooked: Ctrl-C is wsctl's SIGINT, which
+// cancels the remote command, and wsctl exits 130.
+TEST_F(WsctlTest, CtrlCWithoutTtyCancels)
+{
+    const std::string secs = testutil::UniqueSleepArg();
+    int master = -1;
+    // Through sh, whose child keeps argv[0] "sleep" (the server runs a
+    // command by its full path).
+    pid_t pid = SpawnOnPty({"exec", ws_, "--", "sh", "-c", "sleep " + secs + "; true"},
+                           {24, 80, 0, 0}, &master);
+    ASSERT_GE(pid, 0);
+    bool started = WaitFor([&] { return HostHasProcess({"sleep", secs}); });
+    if (!started)
+        kill(pid, SIGKILL);
+    ASSERT_TRUE(started);
+    ASSERT_TRUE(Write(master, "\x03"));
+    int status = 0;
+    ASSERT_TRUE(WaitExit(pid, &status));
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130)
+        << testutil::DescribeStatus(status);
+    close(master);
+    EXPECT_TRUE(WaitFor([&] { return !HostHasProcess({"sleep", secs}); }));
+}
+
+// attach -i feeds a background command's stdin through SendInput, byte
+// exact across many calls, and closes it at EOF.
+TEST_F(WsctlTest, AttachFeedsStdinAndClosesIt)
+{
+    Result bg = Wsctl({"exec", ws_, "--background", "-i", "--tag", "feeder", "--", "sh", "-c",
+                       "cat > fed.bin; echo fed"});
+    ASSERT_EQ(bg.code, 0) << bg.err;
+    std::string data;
+    for (int i = 0; data.size() < (300u << 10); i++)
+        data += "line " + std::to_string(i) + "\n";
+    RunOpts o;
+    o.stdin_data = data;
+    Result at = Wsctl({"attach", ws_, "feeder", "-i"}, o);
+    EXPECT_EQ(at.code, 0) << at.err;
+    EXPECT_EQ(at.out, "fed\n");
+    Result cat = Wsctl({"cat", ws_, "fed.bin"});
+    EXPECT_EQ(cat.code, 0) << cat.err;
+    EXPECT_EQ(cat.out.size(), data.size());
+    EXPECT_TRUE(cat.out == data) << "the command read other bytes than were sent";
 }
 
 TEST_F(WsctlTest, PutShowsProgressOnTerminal)
@@ -1351,6 +1546,19 @@ class CannedServer
         std::lock_guard<std::mutex> lock(mu_);
         return requests_[method];
     }
+    // Every request of `method` so far, in order.
+    std::vector<std::string> Requests(const std::string &method)
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        return all_[method];
+    }
+    // The next `n` calls of `method` fail UNAVAILABLE (after their request
+    // is recorded), as a server that is briefly unreachable would.
+    void FailNext(const std::string &method, int n)
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        fail_[method] = n;
+    }
 
   private:
     // One unary call: read the request, answer the canned bytes (or
@@ -1374,14 +1582,23 @@ class CannedServer
                 for (const auto &sl : slices)
                     req.append(reinterpret_cast<const char *>(sl.begin()), sl.size());
             std::string reply;
-            bool known;
+            bool known, fail = false;
             {
                 std::lock_guard<std::mutex> lock(s_->mu_);
                 s_->requests_[method_] = req;
+                s_->all_[method_].push_back(req);
                 auto it = s_->replies_.find(method_);
                 known = it != s_->replies_.end();
                 if (known)
                     reply = it->second;
+                if (s_->fail_[method_] > 0) {
+                    s_->fail_[method_]--;
+                    fail = true;
+                }
+            }
+            if (fail) {
+                Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "try again"));
+                return;
             }
             if (!known) {
                 Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED, method_));
@@ -1421,6 +1638,8 @@ class CannedServer
     std::map<std::string, std::string> replies_;
     std::mutex mu_;
     std::map<std::string, std::string> requests_;
+    std::map<std::string, std::vector<std::string>> all_;
+    std::map<std::string, int> fail_;
     std::unique_ptr<grpc::Server> server_;
     std::string dir_, addr_;
 };
@@ -1516,6 +1735,46 @@ TEST(WsctlWire, RuntimeGoesOutAndUserAndRuntimeComeBack)
         << bn.err;
 }
 
+// The request_id of an Open (field 9): "wsctl-" and 32 hex digits, or ""
+// when the request has none.
+std::string RequestId(const std::string &open)
+{
+    const std::string head = std::string("\x4a\x26") + "wsctl-";
+    size_t at = open.find(head);
+    return at == std::string::npos ? "" : open.substr(at + 2, 38);
+}
+
+// Every open sends a request_id of its own, and the retries of one open
+// (after UNAVAILABLE) send the same one, so the server can answer a retry
+// with the workspace the first attempt opened.
+TEST(WsctlWire, OpenRetriesReuseOneRequestId)
+{
+    const std::string id = "ws_0123456789abcdef0123456789abcdef";
+    const std::string method = "/workspace.v1.Workspaces/Open";
+    CannedServer canned(std::map<std::string, std::string>{
+        {method, Field(1, 2, Field(1, 2, id) + Field(3, 2, "memory"))}});
+    RunOpts o;
+    o.use_addr_flag = false;
+    canned.FailNext(method, 2);
+    Result first = Wsctl({"--addr", canned.addr(), "open", "--provider", "memory"}, o);
+    ASSERT_EQ(first.code, 0) << first.err;
+    EXPECT_EQ(Trim(first.out), id);
+    std::vector<std::string> reqs = canned.Requests(method);
+    ASSERT_EQ(reqs.size(), 3u);
+    const std::string rid = RequestId(reqs[0]);
+    ASSERT_EQ(rid.size(), 38u) << "no request_id in the first Open";
+    EXPECT_EQ(rid.find_first_not_of("0123456789abcdef", 6), std::string::npos) << rid;
+    EXPECT_EQ(RequestId(reqs[1]), rid);
+    EXPECT_EQ(RequestId(reqs[2]), rid);
+
+    Result second = Wsctl({"--addr", canned.addr(), "open", "--provider", "memory"}, o);
+    ASSERT_EQ(second.code, 0) << second.err;
+    reqs = canned.Requests(method);
+    ASSERT_EQ(reqs.size(), 4u);
+    EXPECT_EQ(RequestId(reqs[3]).size(), 38u);
+    EXPECT_NE(RequestId(reqs[3]), rid);
+}
+
 // The real server's describe has the user lines (their values are the
 // server's to fill) and --json the fields.
 TEST_F(WsctlTest, DescribeNamesTheWorkspacesUser)
@@ -1528,6 +1787,223 @@ TEST_F(WsctlTest, DescribeNamesTheWorkspacesUser)
     ASSERT_EQ(dj.code, 0) << dj.err;
     EXPECT_NE(dj.out.find("\"uid\":"), std::string::npos) << dj.out;
     EXPECT_NE(dj.out.find("\"gid\":"), std::string::npos) << dj.out;
+}
+
+// ---------------------------------------------------------------- lifecycle
+
+// A label value no other test (or earlier run against the same server)
+// uses, so a selector on it finds only this test's workspaces.
+std::string UniqueValue()
+{
+    std::random_device rd;
+    std::ostringstream o;
+    o << "r" << std::hex << rd() << rd();
+    return o.str();
+}
+
+// The number of lines of a table that mention `what`.
+int LinesWith(const std::string &table, const std::string &what)
+{
+    std::istringstream in(table);
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line))
+        if (line.find(what) != std::string::npos)
+            n++;
+    return n;
+}
+
+// The integer after "\"key\":" in a flat JSON document, or -1.
+int64_t JsonInt(const std::string &json, const std::string &key)
+{
+    size_t at = json.find("\"" + key + "\":");
+    if (at == std::string::npos)
+        return -1;
+    return strtoll(json.c_str() + at + key.size() + 3, nullptr, 10);
+}
+
+// open's lifetime, labels, name and env reach the server, which describe
+// shows back, and the env reaches a command.
+TEST_F(WsctlTest, OpenWithLifetimeLabelsNameAndEnv)
+{
+    const std::string name = "n-" + UniqueValue();
+    Result open = Wsctl({"open", "--provider", "local-bash", "--allow", kAllow, "--ttl", "2h",
+                         "--idle-timeout", "10m", "--label", "team=core", "--label", "tier=web",
+                         "--name", name, "--env", "LANG=C.UTF-8"});
+    ASSERT_EQ(open.code, 0) << open.err;
+    const std::string id = Trim(open.out);
+
+    Result d = Wsctl({"describe", id});
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_NE(d.out.find("\nname:        " + name + "\n"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\nlabels:      team=core tier=web\n"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\nlifetime:    ttl=2h idle_timeout=10m\n"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\nenv:         LANG=C.UTF-8\n"), std::string::npos) << d.out;
+    // An expiry, in the describe's own format (not "never").
+    EXPECT_NE(d.out.find("\nexpires:     2"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\nsecrets:     -\n"), std::string::npos) << d.out;
+
+    Result dj = Wsctl({"--json", "describe", id});
+    ASSERT_EQ(dj.code, 0) << dj.err;
+    EXPECT_NE(dj.out.find("\"ttl_ms\":7200000"), std::string::npos) << dj.out;
+    EXPECT_NE(dj.out.find("\"idle_timeout_ms\":600000"), std::string::npos) << dj.out;
+    EXPECT_NE(dj.out.find("\"team\":\"core\""), std::string::npos) << dj.out;
+    EXPECT_GT(JsonInt(dj.out, "expires_at_unix_ms"), 0) << dj.out;
+
+    Result lang = Wsctl({"exec", id, "--", "sh", "-c", "echo \"lang=$LANG\""});
+    EXPECT_EQ(lang.code, 0) << lang.err;
+    EXPECT_EQ(lang.out, "lang=C.UTF-8\n");
+
+    // The name is the tenant's: a second open of it is refused.
+    Result dup = Wsctl({"open", "--provider", "local-bash", "--name", name});
+    EXPECT_EQ(dup.code, 1);
+    EXPECT_NE(dup.err.find("wsctl: EXISTS: "), std::string::npos) << dup.err;
+
+    // Bad forms are usage errors, before any call.
+    EXPECT_EQ(Wsctl({"open", "--ttl", "soon"}).code, 2);
+    EXPECT_EQ(Wsctl({"open", "--ttl", "-5m"}).code, 2);
+    EXPECT_EQ(Wsctl({"open", "--label", "novalue"}).code, 2);
+    EXPECT_EQ(Wsctl({"close", id}).code, 0);
+}
+
+// list -l filters by labels (one selector or several, all of which hold),
+// --name by name, and every page is listed whatever the page size.
+TEST_F(WsctlTest, ListFiltersByLabelsAndNameAcrossPages)
+{
+    const std::string run = UniqueValue();
+    std::vector<std::string> ids;
+    for (const char *role : {"a", "b", "b"}) {
+        Result r =
+            Wsctl({"open", "--provider", "memory", "--label", "run=" + run, "--label",
+                   std::string("role=") + role, "--name", run + "-" + std::to_string(ids.size())});
+        ASSERT_EQ(r.code, 0) << r.err;
+        ids.push_back(Trim(r.out));
+    }
+
+    Result all = Wsctl({"list", "-l", "run=" + run});
+    ASSERT_EQ(all.code, 0) << all.err;
+    EXPECT_EQ(LinesWith(all.out, "run=" + run), 3) << all.out;
+    for (const auto &id : ids)
+        EXPECT_EQ(LinesWith(all.out, id), 1) << all.out;
+    // The other workspaces of the suite are not in it.
+    EXPECT_EQ(LinesWith(all.out, ws_), 0) << all.out;
+    // The table's header, then the name and the labels of each.
+    EXPECT_NE(all.out.find("NAME"), std::string::npos) << all.out;
+    EXPECT_NE(all.out.find("EXPIRES"), std::string::npos) << all.out;
+    EXPECT_EQ(LinesWith(all.out, run + "-1 "), 1) << all.out;
+    EXPECT_EQ(LinesWith(all.out, "role=b,run=" + run), 2) << all.out;
+
+    Result a = Wsctl({"list", "-l", "run=" + run + ",role=a"});
+    EXPECT_EQ(LinesWith(a.out, "run=" + run), 1) << a.out;
+    EXPECT_EQ(LinesWith(a.out, ids[0]), 1) << a.out;
+    Result not_a = Wsctl({"list", "-l", "run=" + run, "-l", "role!=a"});
+    EXPECT_EQ(LinesWith(not_a.out, "run=" + run), 2) << not_a.out;
+    EXPECT_EQ(LinesWith(not_a.out, ids[0]), 0) << not_a.out;
+    Result named = Wsctl({"list", "--name", run + "-2"});
+    EXPECT_EQ(LinesWith(named.out, "run=" + run), 1) << named.out;
+    EXPECT_EQ(LinesWith(named.out, ids[2]), 1) << named.out;
+
+    // One workspace a page: wsctl follows the tokens to the end.
+    Result paged = Wsctl({"list", "-l", "run=" + run, "--page-size", "1"});
+    ASSERT_EQ(paged.code, 0) << paged.err;
+    EXPECT_EQ(LinesWith(paged.out, "run=" + run), 3) << paged.out;
+    Result pj = Wsctl({"--json", "list", "-l", "run=" + run, "--page-size", "1"});
+    ASSERT_EQ(pj.code, 0) << pj.err;
+    EXPECT_EQ(pj.out.compare(0, 15, "{\"workspaces\":["), 0) << pj.out;
+    for (const auto &id : ids)
+        EXPECT_NE(pj.out.find("\"id\":\"" + id + "\""), std::string::npos) << pj.out;
+    EXPECT_NE(pj.out.find("\"name\":\"" + run + "-0\""), std::string::npos) << pj.out;
+    EXPECT_NE(pj.out.find("\"run\":\"" + run + "\""), std::string::npos) << pj.out;
+
+    Result bad = Wsctl({"list", "-l", "=oops"});
+    EXPECT_EQ(bad.code, 1);
+    EXPECT_NE(bad.err.find("wsctl: MALFORMED: "), std::string::npos) << bad.err;
+    for (const auto &id : ids)
+        EXPECT_EQ(Wsctl({"close", id}).code, 0);
+}
+
+// extend gives a workspace a new ttl and idle timeout.
+TEST_F(WsctlTest, ExtendChangesTheLifetime)
+{
+    Result open = Wsctl({"--json", "open", "--provider", "memory", "--ttl", "1h"});
+    ASSERT_EQ(open.code, 0) << open.err;
+    const int64_t before = JsonInt(open.out, "expires_at_unix_ms");
+    ASSERT_GT(before, 0) << open.out;
+    size_t at = open.out.find("\"id\":\"");
+    ASSERT_NE(at, std::string::npos);
+    const std::string id = open.out.substr(at + 6, open.out.find('"', at + 6) - at - 6);
+
+    Result ex = Wsctl({"extend", id, "--ttl", "3h", "--idle-timeout", "4h"});
+    ASSERT_EQ(ex.code, 0) << ex.err;
+    EXPECT_NE(ex.out.find("lifetime: ttl=3h idle_timeout=4h\n"), std::string::npos) << ex.out;
+    Result d = Wsctl({"--json", "describe", id});
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_NE(d.out.find("\"ttl_ms\":10800000"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("\"idle_timeout_ms\":14400000"), std::string::npos) << d.out;
+    // It expires at the earlier of the two: three hours from now, later
+    // than one hour from the open.
+    EXPECT_GT(JsonInt(d.out, "expires_at_unix_ms"), before) << d.out;
+
+    EXPECT_EQ(Wsctl({"extend", id}).code, 2);
+    EXPECT_EQ(Wsctl({"extend", id, "--ttl", "forever"}).code, 2);
+    EXPECT_EQ(Wsctl({"close", id}).code, 0);
+}
+
+// Secrets come from wsctl's environment, reach a command only when it
+// names them, and are never shown: describe has their names only.
+TEST_F(WsctlTest, SecretsByNameNeverByValue)
+{
+    const std::string value = "s3cr3t-" + UniqueValue();
+    RunOpts with;
+    with.env = {"WSCTL_TEST_TOKEN=" + value};
+    Result open = Wsctl({"open", "--provider", "local-sandbox", "--allow", "sh,echo",
+                         "--secret-from-env", "WSCTL_TEST_TOKEN"},
+                        with);
+    ASSERT_EQ(open.code, 0) << open.err;
+    EXPECT_EQ(open.out.find(value), std::string::npos);
+    const std::string id = Trim(open.out);
+
+    for (const char *json : {"", "--json"}) {
+        std::vector<std::string> args = {"describe", id};
+        if (json[0])
+            args.insert(args.begin(), json);
+        Result d = Wsctl(args);
+        ASSERT_EQ(d.code, 0) << d.err;
+        EXPECT_NE(d.out.find("WSCTL_TEST_TOKEN"), std::string::npos) << d.out;
+        EXPECT_EQ(d.out.find(value), std::string::npos) << d.out;
+        EXPECT_EQ(d.err.find(value), std::string::npos) << d.err;
+    }
+    Result d = Wsctl({"describe", id});
+    EXPECT_NE(d.out.find("\nsecrets:     WSCTL_TEST_TOKEN\n"), std::string::npos) << d.out;
+
+    const std::vector<std::string> show = {"sh", "-c", "echo \"tok=$WSCTL_TEST_TOKEN\""};
+    std::vector<std::string> named = {"exec", id, "--secret", "WSCTL_TEST_TOKEN", "--"};
+    named.insert(named.end(), show.begin(), show.end());
+    Result got = Wsctl(named);
+    EXPECT_EQ(got.code, 0) << got.err;
+    EXPECT_EQ(got.out, "tok=" + value + "\n");
+    std::vector<std::string> unnamed = {"exec", id, "--"};
+    unnamed.insert(unnamed.end(), show.begin(), show.end());
+    Result none = Wsctl(unnamed);
+    EXPECT_EQ(none.code, 0) << none.err;
+    EXPECT_EQ(none.out, "tok=\n");
+
+    // set-secrets replaces the value, from the environment again.
+    RunOpts next;
+    next.env = {"WSCTL_TEST_TOKEN=" + value + "-2"};
+    Result set = Wsctl({"set-secrets", id, "--secret-from-env", "WSCTL_TEST_TOKEN"}, next);
+    ASSERT_EQ(set.code, 0) << set.err;
+    EXPECT_EQ(set.out, "secrets: WSCTL_TEST_TOKEN\n");
+    Result again = Wsctl(named);
+    EXPECT_EQ(again.out, "tok=" + value + "-2\n");
+
+    // A variable that is not set is named, and nothing is opened.
+    Result unset = Wsctl({"open", "--provider", "memory", "--label", "unset=secret",
+                          "--secret-from-env", "WSCTL_TEST_UNSET_VARIABLE"});
+    EXPECT_EQ(unset.code, 2);
+    EXPECT_NE(unset.err.find("WSCTL_TEST_UNSET_VARIABLE"), std::string::npos) << unset.err;
+    EXPECT_EQ(LinesWith(Wsctl({"list", "-l", "unset=secret"}).out, "unset=secret"), 0);
+    EXPECT_EQ(Wsctl({"close", id}).code, 0);
 }
 
 } // namespace

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -1589,7 +1590,8 @@ class WatchFactory : public grpc::experimental::ClientInterceptorFactoryInterfac
     CallWatch *w_;
 };
 
-workspaced::Client ConnectWatched(CallWatch *w, bool eviction_retry = true)
+workspaced::Client ConnectWatched(CallWatch *w, bool eviction_retry = true,
+                                  const Server *to = nullptr)
 {
     workspaced::ConnectOptions o;
     o.eviction_retry = eviction_retry;
@@ -1598,7 +1600,7 @@ workspaced::Client ConnectWatched(CallWatch *w, bool eviction_retry = true)
         v.push_back(std::make_unique<WatchFactory>(w));
         return v;
     };
-    return workspaced::Client::Connect(server->address(), o);
+    return workspaced::Client::Connect((to ? to : server)->address(), o);
 }
 
 // Fails the test unless the server reports `kind` usable: env and secrets
@@ -1925,8 +1927,9 @@ void RemoveContainer(const std::string &id)
 
 // The real case of a backend lost while the storage survives: the
 // container of a docker workspace removed. Commands then fail with a
-// WorkspaceFailed that is not transient until a Resolve brings a fresh
-// container over the same files; the Workspace does that itself, once.
+// WorkspaceFailed with metadata resolve=true until a Resolve brings a fresh
+// container over the same files; the Workspace does that itself, once per
+// call (a Run, then an Exec). With the retry off the failure is thrown.
 TEST(Lifecycle, ReResolveAfterTheContainerIsRemoved)
 {
     std::string out;
@@ -1943,6 +1946,13 @@ TEST(Lifecycle, ReResolveAfterTheContainerIsRemoved)
     RemoveContainer(ws.id());
     EXPECT_EQ(RunOk(ws, "cat kept.txt"), "survives\n");
     EXPECT_EQ(w.Count("Resolve"), 1);
+    RemoveContainer(ws.id());
+    auto p = ws.Exec({"cat", "kept.txt"});
+    std::string got;
+    Drain(p, &got);
+    EXPECT_TRUE(p.Wait().success());
+    EXPECT_EQ(got, "survives\n");
+    EXPECT_EQ(w.Count("Resolve"), 2);
 
     CallWatch w2;
     auto c2 = ConnectWatched(&w2, false);
@@ -1952,10 +1962,52 @@ TEST(Lifecycle, ReResolveAfterTheContainerIsRemoved)
         ws2.Run({"true"});
         ADD_FAILURE() << "a command ran in a removed container";
     } catch (const workspaced::WorkspaceFailed &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION);
+        EXPECT_EQ(e.metadata().count("resolve") ? e.metadata().at("resolve") : "", "true");
         EXPECT_FALSE(e.transient());
     }
     EXPECT_EQ(w2.Count("Resolve"), 1);
     ws2.Release();
+}
+
+// A WorkspaceFailed the server does not mark resolve=true is not
+// re-resolved: a Resolve would not repair it. The real case: a
+// local-sandbox workspace (a fresh bubblewrap per command) whose read-only
+// bind is removed, so that every command fails, not transient and without
+// resolve; not one Resolve is made.
+TEST(Lifecycle, AFailureAResolveDoesNotRepairIsNotReResolved)
+{
+    // A bind root the policy names, which the workspace's uid reaches.
+    std::string roots = TmpDir();
+    ASSERT_EQ(chmod(roots.c_str(), 0755), 0);
+    char canonical[PATH_MAX];
+    ASSERT_NE(realpath(roots.c_str(), canonical), nullptr);
+    roots = canonical;
+    std::string bind = roots + "/ro";
+    ASSERT_EQ(mkdir(bind.c_str(), 0755), 0);
+    {
+        Server s({"--policy-bind-roots", roots});
+        CallWatch w;
+        auto c = ConnectWatched(&w, true, &s);
+        RequireUsable(c, "local-sandbox");
+        auto cfg = workspaced::LocalSandbox();
+        cfg.add_read_only_paths(bind);
+        cfg.set_exec_mode(pb::EXEC_MODE_PER_COMMAND);
+        auto ws = c.Open(cfg, SandboxShell());
+        EXPECT_EQ(RunOk(ws, "true"), "");
+        ASSERT_EQ(rmdir(bind.c_str()), 0);
+        try {
+            ws.Run({"true"});
+            ADD_FAILURE() << "a command ran without its bind";
+        } catch (const workspaced::WorkspaceFailed &e) {
+            EXPECT_EQ(e.code(), grpc::StatusCode::FAILED_PRECONDITION);
+            EXPECT_EQ(e.metadata().count("transient") ? e.metadata().at("transient") : "", "false");
+            EXPECT_EQ(e.metadata().count("resolve"), 0u);
+        }
+        EXPECT_THROW(ws.Exec({"true"}), workspaced::WorkspaceFailed);
+        EXPECT_EQ(w.Count("Resolve"), 0);
+    }
+    rmdir(roots.c_str());
 }
 
 } // namespace

@@ -667,11 +667,17 @@ namespace
 {
 
 // Whether `e` says the workspace's backend is gone in a way a Resolve of its
-// ref may repair: evicted, or failed for good (a lost container or box).
+// ref may repair: evicted, or failed with the server's metadata
+// resolve="true" (a box or container that ended or lost its agent). No
+// other failure: a Resolve repairs none.
 bool Recoverable(const Error &e)
 {
-    return e.reason_code() == pb::WORKSPACE_EVICTED ||
-           (e.reason_code() == pb::WORKSPACE_FAILED && !e.transient());
+    if (e.reason_code() == pb::WORKSPACE_EVICTED)
+        return true;
+    if (e.reason_code() != pb::WORKSPACE_FAILED)
+        return false;
+    auto it = e.metadata().find("resolve");
+    return it != e.metadata().end() && it->second == "true";
 }
 
 std::optional<std::chrono::system_clock::time_point> TimeOf(int64_t unix_ms)

@@ -138,7 +138,7 @@ class Error : public std::runtime_error
     X(WorkspaceEvicted, WORKSPACE_EVICTED)                                                         \
     X(CapabilityMissing, CAPABILITY_MISSING)                                                       \
     X(ProviderDisabled, PROVIDER_DISABLED)                                                         \
-    /* See Error::transient(). */                                                                  \
+    /* See Error::transient(); Workspace for metadata resolve="true". */                           \
     X(WorkspaceFailed, WORKSPACE_FAILED)                                                           \
     X(Conflict, CONFLICT)                                                                          \
     X(NoMatch, NO_MATCH)                                                                           \
@@ -388,7 +388,8 @@ struct ConnectOptions {
     // Deadline of every unary call; 0: none.
     std::chrono::milliseconds call_timeout{0};
     // Workspaces re-resolve their ref once when a call finds the workspace
-    // evicted or its backend lost (see Workspace).
+    // evicted, or its box or container lost (WorkspaceFailed with metadata
+    // resolve="true"); see Workspace.
     bool eviction_retry = true;
     // Makes the client interceptors of every channel (for tracing, or a test
     // that watches the calls); empty: none.
@@ -645,12 +646,15 @@ struct GrepOptions {
 //
 // A handle that holds a ref recovers from a lost backend by itself, once per
 // call: when a call that is safe to repeat throws WorkspaceEvicted, or a
-// WorkspaceFailed that is not transient (the workspace's container or
-// sandbox ended: the server says Resolve brings up a fresh one over the
-// same files), it resolves its ref and, if that succeeds, makes the call
-// again. If the Resolve fails too (the storage is gone, the workspace
-// expired or was closed), the call's own error is thrown (metadata
-// cause=expired for an expired workspace). Repeated: Describe, Extend,
+// WorkspaceFailed whose metadata has resolve="true" (the workspace's sandbox
+// box or docker container ended or lost its agent: its files are intact
+// and a Resolve brings up a fresh one over them), it resolves its ref and,
+// if that succeeds, makes the call again. If the Resolve fails too (the
+// storage is gone, the workspace expired or was closed), the call's own
+// error is thrown (metadata cause=expired for an expired workspace). Any
+// other WorkspaceFailed (no bubblewrap, an image that cannot be pulled, a
+// bind path gone, ...) is thrown at once, without a Resolve, which would
+// not repair it. Repeated: Describe, Extend,
 // SetSecrets, the unary file calls, ReadFile before any data, WriteFile of
 // a string_view, Run, Exec and Attach before the process started, Ps and
 // Kill. ConnectOptions::eviction_retry = false turns it off.

@@ -174,7 +174,9 @@ func WithOpenRetry(p RetryPolicy) Option {
 }
 
 // WithEvictionRetry turns the automatic re-resolve of Workspace handles on
-// (the default) or off; see Workspace for what it does.
+// (the default) or off: on *WorkspaceEvicted, or a *WorkspaceFailed with
+// metadata resolve="true", a call safe to repeat resolves the ref once and
+// is made again; see Workspace for what it does.
 func WithEvictionRetry(on bool) Option {
 	return func(o *options) { o.evictionRetry = on }
 }
@@ -195,7 +197,8 @@ type Client struct {
 	health    healthpb.HealthClient
 	openRetry RetryPolicy
 	// evictionRetry: Workspace handles re-resolve their ref once when a
-	// call finds the workspace evicted or its backend lost.
+	// call finds the workspace evicted or its box or container lost
+	// (WORKSPACE_FAILED with resolve="true").
 	evictionRetry bool
 }
 

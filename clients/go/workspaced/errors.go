@@ -231,7 +231,10 @@ type (
 	// (metadata "provider").
 	ProviderDisabled struct{ *errorBase }
 	// WorkspaceFailed: the provider's backend is not usable. Transient()
-	// says whether retrying later may help (Open retries those itself).
+	// says whether retrying later may help (Open retries those itself);
+	// metadata resolve="true" that a Resolve of the ref repairs it (a box
+	// or container that ended or lost its agent: a Workspace does that
+	// Resolve itself, once per call).
 	WorkspaceFailed struct{ *errorBase }
 	// Conflict: if_match did not match (metadata "actual_sha256").
 	Conflict struct{ *errorBase }

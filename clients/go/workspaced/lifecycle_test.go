@@ -3,8 +3,10 @@ package workspaced
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -513,10 +515,10 @@ func TestExpiredWorkspaceIsTypedEvicted(t *testing.T) {
 
 // The real case of a backend lost while the storage survives: a docker
 // workspace whose container is removed behind the server's back. Its
-// commands then fail with a *WorkspaceFailed that is not transient, until
-// a Resolve brings up a fresh container over the same files; the handle
-// does that Resolve by itself, once, and the call succeeds. With the retry
-// off the failure reaches the caller.
+// commands then fail with a *WorkspaceFailed with metadata resolve=true,
+// until a Resolve brings up a fresh container over the same files; the
+// handle does that Resolve by itself, once, and the call succeeds (a Run,
+// then an Exec). With the retry off the failure reaches the caller.
 func TestReResolveAfterTheContainerIsRemoved(t *testing.T) {
 	requireDockerImage(t, dockerTestImage)
 	s := startServer(t)
@@ -541,6 +543,18 @@ func TestReResolveAfterTheContainerIsRemoved(t *testing.T) {
 	if n := l.count("Resolve"); n != 1 {
 		t.Fatalf("%d Resolves, want 1", n)
 	}
+	removeContainer(t, ws.ID())
+	var out strings.Builder
+	p, err := ws.Exec(ctx, Cmd{Argv: []string{"cat", "kept.txt"}, Stdout: &out})
+	if err != nil {
+		t.Fatalf("Exec after the container was removed: %v", err)
+	}
+	if ex, err := p.Wait(); err != nil || ex.GetExitCode() != 0 || out.String() != "survives\n" {
+		t.Fatalf("Exec after the container was removed: %v, %v, %q", ex, err, out.String())
+	}
+	if n := l.count("Resolve"); n != 2 {
+		t.Fatalf("%d Resolves after two removals, want 2", n)
+	}
 
 	l2 := &callLog{}
 	c2 := logged(t, s, l2, WithEvictionRetry(false))
@@ -550,11 +564,67 @@ func TestReResolveAfterTheContainerIsRemoved(t *testing.T) {
 	}
 	removeContainer(t, ws.ID())
 	var wf *WorkspaceFailed
-	if _, err := ws2.Run(ctx, Cmd{Argv: []string{"true"}}); !errors.As(err, &wf) || wf.Transient() {
-		t.Fatalf("with the retry off: %v, want a *WorkspaceFailed that is not transient", err)
+	if _, err := ws2.Run(ctx, Cmd{Argv: []string{"true"}}); !errors.As(err, &wf) ||
+		wf.Code != codes.FailedPrecondition || wf.Metadata["resolve"] != "true" || wf.Transient() {
+		t.Fatalf("with the retry off: %v, want a *WorkspaceFailed with resolve=true", err)
 	}
 	if n := l2.count("Resolve"); n != 1 {
 		t.Fatalf("with the retry off: %d Resolves (the test's own one only)", n)
+	}
+}
+
+// A *WorkspaceFailed that the server does not mark resolve=true is not
+// re-resolved: a Resolve would not repair it. The real case: a
+// local-sandbox workspace (a fresh bubblewrap per command) whose read-only
+// bind is removed, so every command fails (not transient, no resolve);
+// not one Resolve is made, however many calls fail.
+func TestAFailureAResolveDoesNotRepairIsNotReResolved(t *testing.T) {
+	roots, err := os.MkdirTemp("", "binds-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(roots)
+	if roots, err = filepath.EvalSymlinks(roots); err != nil {
+		t.Fatal(err)
+	}
+	// The workspace's uid must reach the bind.
+	if err := os.Chmod(roots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := startServerArgs(t, append(append([]string{}, bashPolicy...), "--policy-bind-roots", roots))
+	requireUsable(t, s, "local-sandbox")
+	l := &callLog{}
+	c := logged(t, s, l)
+	ctx := testCtx(t)
+	bind := filepath.Join(roots, "ro")
+	if err := os.Mkdir(bind, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.Open(ctx, LocalSandbox(&LocalSandboxConfig{
+		ReadOnlyPaths: []string{bind},
+		ExecMode:      pb.ExecMode_EXEC_MODE_PER_COMMAND,
+	}), shellCaps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close(context.Background())
+	run(t, ws, "true")
+	if err := os.Remove(bind); err != nil {
+		t.Fatal(err)
+	}
+	var wf *WorkspaceFailed
+	if _, err := ws.Run(ctx, Cmd{Argv: []string{"true"}}); !errors.As(err, &wf) ||
+		wf.Code != codes.FailedPrecondition || wf.Metadata["transient"] != "false" {
+		t.Fatalf("Run with the bind gone: %v, want a *WorkspaceFailed, not transient", err)
+	}
+	if r, ok := wf.Metadata["resolve"]; ok {
+		t.Fatalf("the server marked a lost bind resolve=%q", r)
+	}
+	if _, err := ws.Exec(ctx, Cmd{Argv: []string{"true"}}); !errors.As(err, &wf) {
+		t.Fatalf("Exec with the bind gone: %v, want a *WorkspaceFailed", err)
+	}
+	if n := l.count("Resolve"); n != 0 {
+		t.Fatalf("%d Resolves for a failure a Resolve does not repair, want none", n)
 	}
 }
 

@@ -20,13 +20,16 @@ import (
 //
 // A handle that holds a ref (from Open or Resolve) recovers from a lost
 // backend by itself, once per call: when a call that is safe to repeat
-// fails with *WorkspaceEvicted, or with a *WorkspaceFailed that is not
-// transient (the workspace's container or sandbox ended: the server then
-// says Resolve brings up a fresh one over the same files), the handle
-// resolves its ref and, if that succeeds, makes the call again. If the
-// Resolve fails too (the storage is gone, the workspace expired or was
-// closed), the call's own error is returned, with its metadata (a
-// *WorkspaceEvicted's Cause() is "expired" for an expired workspace). The
+// fails with *WorkspaceEvicted, or with a *WorkspaceFailed whose metadata
+// has resolve="true" (the workspace's sandbox box or docker container
+// ended or lost its agent: its files are intact and a Resolve brings up a
+// fresh one over them), the handle resolves its ref and, if that
+// succeeds, makes the call again. If the Resolve fails too (the storage is
+// gone, the workspace expired or was closed), the call's own error is
+// returned, with its metadata (a *WorkspaceEvicted's Cause() is "expired"
+// for an expired workspace). Any other *WorkspaceFailed (no bubblewrap,
+// an image that cannot be pulled, a bind path gone, ...) is returned at
+// once, without a Resolve, which would not repair it. The
 // calls that are repeated: Describe, Extend, SetSecrets, the file calls
 // (ReadFile and OpenReader before any data, WriteFile of a byte slice),
 // Run, Exec and Attach before the process started, Ps, Kill, and the
@@ -158,14 +161,16 @@ func (ws *Workspace) ExpiresAt() time.Time {
 }
 
 // recoverable reports whether err says the workspace's backend is gone in
-// a way a Resolve of its ref may repair.
+// a way a Resolve of its ref may repair: evicted, or failed with the
+// server's metadata resolve="true" (a box or container that ended or lost
+// its agent). No other failure: a Resolve repairs none.
 func recoverable(err error) bool {
 	var ev *WorkspaceEvicted
 	if errors.As(err, &ev) {
 		return true
 	}
 	var wf *WorkspaceFailed
-	return errors.As(err, &wf) && !wf.Transient()
+	return errors.As(err, &wf) && wf.Metadata["resolve"] == "true"
 }
 
 // retryEvicted runs op, which must be safe to repeat; when it fails because

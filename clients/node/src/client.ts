@@ -84,8 +84,9 @@ export interface ConnectOptions {
   channelOptions?: grpc.ChannelOptions;
   /**
    * The default of Workspace.resolveOnEviction (default true): a call that
-   * meets WORKSPACE_EVICTED resolves the workspace's ref once and, when
-   * that succeeds, is made once more (see Workspace).
+   * meets WORKSPACE_EVICTED, or WORKSPACE_FAILED with metadata
+   * resolve="true", resolves the workspace's ref once and, when that
+   * succeeds, is made once more (see Workspace).
    */
   resolveOnEviction?: boolean;
   /** Called each time a workspace handle tried that (recovered or not), e.g. to log or count it. */

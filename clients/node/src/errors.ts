@@ -57,7 +57,12 @@ export class WorkspaceEvicted extends WorkspacedError {
     return this.metadata.cause || undefined;
   }
 }
-/** The provider's backend is not usable; `transient` says whether to retry. */
+/**
+ * The provider's backend is not usable; `transient` says whether to retry.
+ * Metadata resolve="true": a Resolve of the workspace's ref repairs it (its
+ * box or container ended or lost its agent), which a Workspace handle does
+ * once by itself before throwing this (see Workspace).
+ */
 export class WorkspaceFailed extends WorkspacedError {}
 export class PathEscape extends WorkspacedError {}
 export class SymlinkLeaf extends WorkspacedError {}

@@ -5,7 +5,7 @@
 import { constants as osConstants } from 'node:os';
 import * as grpc from '@grpc/grpc-js';
 
-import { CallAborted, WorkspaceEvicted, WorkspacedError } from './errors';
+import { CallAborted, WorkspaceEvicted, WorkspacedError, WorkspaceFailed } from './errors';
 import { onAbort } from './transport';
 import type { CallOptions } from './transport';
 import type { ResolvedCall, Transport } from './transport';
@@ -62,11 +62,15 @@ const STREAM_OF_GAP: Record<string, StreamName> = {
 };
 
 /**
- * What a handle needs to re-resolve its workspace after WORKSPACE_EVICTED:
- * resolves with the workspace (id and node) to start again on, or
- * undefined when the call must fail with the eviction. @internal
+ * What a handle needs to re-resolve its workspace after a failure a
+ * Resolve may repair (WORKSPACE_EVICTED, or WORKSPACE_FAILED with metadata
+ * resolve="true"): resolves with the workspace (id and node) to start
+ * again on, or undefined when the call must fail with `err` (any other
+ * failure, the retry turned off, or a Resolve that failed). @internal
  */
-export type Reresolve = (err: WorkspaceEvicted) => Promise<{ workspaceId: string; node?: string } | undefined>;
+export type Reresolve = (
+  err: WorkspaceEvicted | WorkspaceFailed,
+) => Promise<{ workspaceId: string; node?: string } | undefined>;
 
 /** Options of sendInput. */
 export interface SendInputOptions extends CallOptions {
@@ -299,12 +303,15 @@ export class ProcessStream implements AsyncIterable<ProcessOutputEvent> {
 
   /**
    * Whether a stream that failed with `err` before `started` may be made
-   * again after a successful re-resolve: it met WORKSPACE_EVICTED, nothing
-   * ran, and no retry was made yet. On true, `restart` is called with the
-   * workspace to use; on a failed re-resolve the handle fails with `err`.
+   * again after a successful re-resolve: it met WORKSPACE_EVICTED or
+   * WORKSPACE_FAILED (the workspace's reresolve makes a Resolve only for
+   * the one that carries resolve="true"), nothing ran, and no retry was
+   * made yet. On true, `restart` is called with the workspace to use; when
+   * no re-resolve is made, or it fails, the handle fails with `err`.
    */
   protected retryEviction(err: WorkspacedError, restart: () => void): boolean {
-    if (!(err instanceof WorkspaceEvicted) || this.info || this.evictionTried || !this.reresolve) return false;
+    const lost = err instanceof WorkspaceEvicted || err instanceof WorkspaceFailed;
+    if (!lost || this.info || this.evictionTried || !this.reresolve) return false;
     this.evictionTried = true;
     this.reresolve(err).then(
       (target) => {

@@ -4,7 +4,7 @@
 import { Readable } from 'node:stream';
 import * as grpc from '@grpc/grpc-js';
 
-import { CallAborted, NoSuchProcess, WorkspaceEvicted, WorkspacedError } from './errors';
+import { CallAborted, NoSuchProcess, WorkspaceEvicted, WorkspacedError, WorkspaceFailed } from './errors';
 import { AttachedProcess, Process, SignalLike, signalNumber } from './process';
 import type { InputControl, SendInputOptions } from './process';
 import { onAbort } from './transport';
@@ -54,14 +54,15 @@ export interface Lifetime {
 export type SecretsState = SetSecretsResponse__Output;
 
 /**
- * What a workspace handle did about a call that met WORKSPACE_EVICTED
- * (ConnectOptions.onEvictionRetry): `recovered` when Resolve(ref)
- * succeeded and the call was made once more, else `resolveError` says why
- * Resolve failed and `error` was thrown.
+ * What a workspace handle did about a call that met a failure a Resolve of
+ * its ref may repair, WORKSPACE_EVICTED or WORKSPACE_FAILED with metadata
+ * resolve="true" (ConnectOptions.onEvictionRetry): `recovered` when
+ * Resolve(ref) succeeded and the call was made once more, else
+ * `resolveError` says why Resolve failed and `error` was thrown.
  */
 export interface EvictionRetry {
   workspaceId: string;
-  error: WorkspaceEvicted;
+  error: WorkspaceEvicted | WorkspaceFailed;
   recovered: boolean;
   resolveError?: WorkspacedError;
 }
@@ -70,6 +71,21 @@ export interface EvictionRetry {
 export interface WorkspaceHandleOptions {
   resolveOnEviction: boolean;
   onEvictionRetry?: (event: EvictionRetry) => void;
+}
+
+/** The errors a re-resolve looks at: evicted, or the backend failed. */
+function isLost(err: unknown): err is WorkspaceEvicted | WorkspaceFailed {
+  return err instanceof WorkspaceEvicted || err instanceof WorkspaceFailed;
+}
+
+/**
+ * Whether a Resolve of the workspace's ref may repair `err`: the workspace
+ * was evicted, or its backend failed in the one way the server marks as
+ * repaired by a Resolve (WORKSPACE_FAILED, metadata resolve="true": a box
+ * or container that ended or lost its agent). No other failure.
+ */
+function resolvable(err: WorkspaceEvicted | WorkspaceFailed): boolean {
+  return err instanceof WorkspaceEvicted || err.metadata.resolve === 'true';
 }
 
 /** Anything writeFile accepts as content. */
@@ -202,7 +218,7 @@ export class GrepResults implements AsyncIterable<GrepMatch> {
     private readonly call: (options: grpc.CallOptions) => grpc.ClientReadableStream<GrepResponse__Output>,
     private readonly t: Transport,
     private readonly opts: CallOptions = {},
-    private readonly reresolve?: (err: WorkspaceEvicted) => Promise<boolean>,
+    private readonly reresolve?: (err: WorkspaceEvicted | WorkspaceFailed) => Promise<boolean>,
   ) {}
 
   async *[Symbol.asyncIterator](): AsyncIterator<GrepMatch> {
@@ -222,7 +238,7 @@ export class GrepResults implements AsyncIterable<GrepMatch> {
         return;
       } catch (e) {
         const err = this.t.failure(e, resolved.signal);
-        if (!(first && attempt === 1 && err instanceof WorkspaceEvicted && this.reresolve && (await this.reresolve(err)))) {
+        if (!(first && attempt === 1 && isLost(err) && this.reresolve && (await this.reresolve(err)))) {
           throw err;
         }
       } finally {
@@ -243,17 +259,22 @@ export class GrepResults implements AsyncIterable<GrepMatch> {
 /**
  * An open workspace.
  *
- * Eviction: when a call fails with WORKSPACE_EVICTED and
- * `resolveOnEviction` is set (the client's default, true), the handle
- * resolves its ref once; when that succeeds (the server still holds the
- * workspace's storage and brought it back) it takes the workspace the
- * server names and makes the call once more; when it fails, the call's
- * WorkspaceEvicted is thrown (`evictionCause` "expired" for a workspace
- * whose lifetime ran out). Never more than once per call, and only for
- * calls that are safe to repeat: every unary call but close, writeFile of
- * a string or bytes, and the streams (readChunks, grep, exec, attach) only
- * when they failed before their first result: a command whose output
- * already began is never started again.
+ * Eviction: when a call fails with WORKSPACE_EVICTED, or with
+ * WORKSPACE_FAILED whose metadata has resolve="true" (the workspace's
+ * sandbox box or docker container ended or lost its agent; its files are
+ * intact), and `resolveOnEviction` is set (the client's default, true),
+ * the handle resolves its ref once; when that succeeds (the server still
+ * holds the workspace's storage and brought it back, with a fresh box or
+ * container) it takes the workspace the server names and makes the call
+ * once more; when it fails, the call's own error is thrown (a
+ * WorkspaceEvicted's `evictionCause` is "expired" for a workspace whose
+ * lifetime ran out). Any other WorkspaceFailed (no bubblewrap, an image
+ * that cannot be pulled, a bind path gone, ...) is thrown at once, without
+ * a Resolve, which would not repair it. Never more than once per call,
+ * and only for calls that are safe to repeat: every unary call but close,
+ * writeFile of a string or bytes, and the streams (readChunks, grep, exec,
+ * attach) only when they failed before their first result: a command
+ * whose output already began is never started again.
  */
 export class Workspace {
   private _id: string;
@@ -273,7 +294,10 @@ export class Workspace {
    * moves it with every activity.
    */
   expiresAt?: Date;
-  /** Re-resolve once on WORKSPACE_EVICTED (see the class); the client's resolveOnEviction by default. */
+  /**
+   * Re-resolve once on WORKSPACE_EVICTED, or WORKSPACE_FAILED with
+   * resolve="true" (see the class); the client's resolveOnEviction by default.
+   */
   resolveOnEviction: boolean;
   private readonly onEvictionRetry?: (event: EvictionRetry) => void;
   private closed = false;
@@ -334,11 +358,12 @@ export class Workspace {
   }
 
   /**
-   * Resolves the ref after `evicted`; true when the call may be made again
-   * (the handle now names the resolved workspace).
+   * Resolves the ref after `lost` when a Resolve may repair it
+   * (resolvable); true when the call may be made again (the handle now
+   * names the resolved workspace).
    */
-  private async reresolve(evicted: WorkspaceEvicted): Promise<boolean> {
-    if (!this.resolveOnEviction || this.closed || !this._ref.token.length) return false;
+  private async reresolve(lost: WorkspaceEvicted | WorkspaceFailed): Promise<boolean> {
+    if (!resolvable(lost) || !this.resolveOnEviction || this.closed || !this._ref.token.length) return false;
     const workspaceId = this._id;
     try {
       const { res, node } = await this.t.unaryWithNode(
@@ -350,10 +375,10 @@ export class Workspace {
       this.adopt(res.workspace!);
     } catch (e) {
       const resolveError = this.t.error(e);
-      this.onEvictionRetry?.({ workspaceId, error: evicted, recovered: false, resolveError });
+      this.onEvictionRetry?.({ workspaceId, error: lost, recovered: false, resolveError });
       return false;
     }
-    this.onEvictionRetry?.({ workspaceId, error: evicted, recovered: true });
+    this.onEvictionRetry?.({ workspaceId, error: lost, recovered: true });
     return true;
   }
 
@@ -362,13 +387,13 @@ export class Workspace {
     try {
       return await call();
     } catch (e) {
-      if (!(e instanceof WorkspaceEvicted) || !(await this.reresolve(e))) throw e;
+      if (!isLost(e) || !(await this.reresolve(e))) throw e;
     }
     return call();
   }
 
   /** What a process handle of this workspace re-resolves with. */
-  private processReresolve = async (err: WorkspaceEvicted) =>
+  private processReresolve = async (err: WorkspaceEvicted | WorkspaceFailed) =>
     (await this.reresolve(err)) ? { workspaceId: this._id, node: this._node } : undefined;
 
   /**
@@ -492,7 +517,7 @@ export class Workspace {
       } catch (e) {
         const err = this.t.failure(e, resolved.signal);
         // Nothing was read yet: safe to read again after a re-resolve.
-        if (!(first && attempt === 1 && err instanceof WorkspaceEvicted && (await this.reresolve(err)))) throw err;
+        if (!(first && attempt === 1 && isLost(err) && (await this.reresolve(err)))) throw err;
       } finally {
         unwatch();
         call.cancel(); // no-op when finished; frees the call when the caller stopped early

@@ -3,7 +3,9 @@
 // CloseInput, Resize) and the re-resolve on eviction, against a real
 // server (nothing is mocked).
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, afterEach, before, describe, test } from 'node:test';
 
@@ -23,6 +25,7 @@ import {
   StdinClosed,
   Workspace,
   WorkspaceEvicted,
+  WorkspaceFailed,
 } from '../src';
 import { ALLOWED, CAPS, Server, startServer } from './server';
 
@@ -369,6 +372,120 @@ describe('re-resolve on eviction', () => {
     assert.equal(await ws.readText('kept.txt'), 'kept\n');
     assert.equal((await ws.run(['cat', 'kept.txt'])).stdout.toString(), 'kept\n');
     assert.deepEqual(events, []);
+  });
+});
+
+/** The image the test suite's setup builds (tests/fixtures/image/build.sh) from Debian's busybox-static. */
+const DOCKER_IMAGE = 'workspaced-test:busybox';
+
+/** Fails the test, naming the fix, unless a Docker daemon answers and has DOCKER_IMAGE. */
+function requireDockerImage(): void {
+  try {
+    execFileSync('docker', ['image', 'inspect', DOCKER_IMAGE], { stdio: 'pipe' });
+  } catch (e) {
+    const err = e as { stderr?: Buffer; message: string };
+    throw new Error(
+      `docker image inspect ${DOCKER_IMAGE} failed: ${err.stderr?.toString() || err.message}\n` +
+        'start the daemon with bash tests/fixtures/dockerd.sh and build the image with bash tests/fixtures/image/build.sh',
+    );
+  }
+}
+
+/**
+ * Removes the container of docker workspace `id` behind the server's back
+ * (the server labels it dev.workspaced.workspace=<id>), and only that one.
+ */
+function removeContainer(id: string): void {
+  const ids = execFileSync('docker', ['ps', '-aq', '--filter', `label=dev.workspaced.workspace=${id}`], { encoding: 'utf8' })
+    .split(/\s+/)
+    .filter(Boolean);
+  assert.equal(ids.length, 1, `containers of ${id}: ${ids.join(' ')}`);
+  execFileSync('docker', ['rm', '-f', ids[0]], { stdio: 'pipe' });
+}
+
+// The re-resolve fires on WORKSPACE_FAILED only when the server marks it
+// resolve="true" (a box or container that ended or lost its agent): real
+// failures of a real server, counted through onEvictionRetry.
+describe('re-resolve on a lost backend', () => {
+  test('a removed container is brought back by one Resolve, for a run and for an exec', async () => {
+    requireDockerImage();
+    const ws = await open({ docker: { image: DOCKER_IMAGE } }, CAPS);
+    await ws.writeFile('kept.txt', 'survives\n');
+    assert.equal((await ws.run(['cat', 'kept.txt'])).stdout.toString(), 'survives\n');
+    removeContainer(ws.id);
+    assert.equal((await ws.run(['cat', 'kept.txt'])).stdout.toString(), 'survives\n');
+    assert.equal(events.length, 1);
+    const [event] = events;
+    assert.deepEqual([event.workspaceId, event.recovered, event.resolveError], [ws.id, true, undefined]);
+    assert.ok(event.error instanceof WorkspaceFailed, String(event.error));
+    assert.equal(event.error.codeName, 'FAILED_PRECONDITION');
+    assert.equal(event.error.metadata.resolve, 'true');
+    removeContainer(ws.id);
+    assert.equal((await ws.exec(['cat', 'kept.txt']).collect()).stdout.toString(), 'survives\n');
+    assert.deepEqual(events.map((e) => [e.recovered, e.error.reason]), [
+      [true, 'WORKSPACE_FAILED'],
+      [true, 'WORKSPACE_FAILED'],
+    ]);
+  });
+
+  test('with the retry off a removed container throws WorkspaceFailed with resolve=true', async () => {
+    requireDockerImage();
+    const ws = await open({ docker: { image: DOCKER_IMAGE } }, CAPS);
+    const off = connect({ address: srv.address, resolveOnEviction: false, onEvictionRetry: (e) => events.push(e) });
+    try {
+      const h = await off.resolve(ws.ref);
+      removeContainer(ws.id);
+      const err = await h.run(['true']).then(
+        () => assert.fail('a command ran in a removed container'),
+        (e) => e,
+      );
+      assert.ok(err instanceof WorkspaceFailed, String(err));
+      assert.equal(err.codeName, 'FAILED_PRECONDITION');
+      assert.equal(err.metadata.resolve, 'true');
+      assert.equal(err.transient, false);
+      assert.deepEqual(events, []);
+    } finally {
+      off.close();
+    }
+  });
+
+  // A local-sandbox workspace (a fresh bubblewrap per command) whose
+  // read-only bind is removed: every command then fails with
+  // WORKSPACE_FAILED, not transient and without resolve="true", which a
+  // Resolve does not repair; the handle makes none.
+  test('a WorkspaceFailed without resolve=true is not re-resolved', async () => {
+    const base = process.env.TEST_TMPDIR ?? os.tmpdir();
+    const roots = fs.realpathSync(fs.mkdtempSync(path.join(base, 'binds-')));
+    fs.chmodSync(roots, 0o755); // the workspace's uid must reach the bind
+    const bind = path.join(roots, 'ro');
+    fs.mkdirSync(bind, { mode: 0o755 });
+    const own = await startServer({ args: ['--policy-bind-roots', roots] });
+    const seen: EvictionRetry[] = [];
+    const c = connect({ address: own.address, onEvictionRetry: (e) => seen.push(e) });
+    try {
+      const ws = await c.open(
+        { localSandbox: { readOnlyPaths: [bind], execMode: 'EXEC_MODE_PER_COMMAND' } },
+        CAPS,
+      );
+      assert.equal((await ws.run(['true'])).exited.cause, 'EXIT_CAUSE_EXITED');
+      fs.rmdirSync(bind);
+      for (const call of [() => ws.run(['true']), () => ws.exec(['true']).wait()]) {
+        const err = await call().then(
+          () => assert.fail('a command ran without its bind'),
+          (e) => e,
+        );
+        assert.ok(err instanceof WorkspaceFailed, String(err));
+        assert.equal(err.codeName, 'FAILED_PRECONDITION');
+        assert.equal(err.metadata.transient, 'false');
+        assert.equal(err.metadata.resolve, undefined);
+      }
+      assert.deepEqual(seen, []);
+      await ws.close();
+    } finally {
+      c.close();
+      await own.stop();
+      fs.rmSync(roots, { recursive: true, force: true });
+    }
   });
 });
 

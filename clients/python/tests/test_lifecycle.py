@@ -7,6 +7,8 @@ import asyncio
 import datetime
 import os
 import shutil
+import subprocess
+import tempfile
 import time
 import unittest
 
@@ -514,6 +516,125 @@ class OpenWireTest(unittest.TestCase):
             _open_request("memory", ttl=-1)
 
 
+# The image the test suite's setup builds (tests/fixtures/image/build.sh)
+# from Debian's busybox-static.
+DOCKER_IMAGE = "workspaced-test:busybox"
+
+
+def require_docker_image():
+    """Fails the test, naming the fix, unless a Docker daemon answers and
+    has DOCKER_IMAGE."""
+    try:
+        out = subprocess.run(["docker", "image", "inspect", DOCKER_IMAGE], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise AssertionError("the docker command is missing: the test needs a Docker daemon") from None
+    if out.returncode != 0:
+        raise AssertionError(
+            "docker image inspect %s failed:\n%s\nstart the daemon with bash tests/fixtures/dockerd.sh "
+            "and build the image with bash tests/fixtures/image/build.sh" % (DOCKER_IMAGE, out.stderr)
+        )
+
+
+def remove_container(workspace_id):
+    """Removes the container of docker workspace `workspace_id` behind the
+    server's back (the server labels it dev.workspaced.workspace=<id>), and
+    only that one."""
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=dev.workspaced.workspace=" + workspace_id],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    ids = out.stdout.split()
+    if len(ids) != 1:
+        raise AssertionError("containers of %s: %r, want one" % (workspace_id, ids))
+    subprocess.run(["docker", "rm", "-f", ids[0]], capture_output=True, check=True)
+
+
+class BackendLostTest(unittest.TestCase):
+    """The re-resolve fires on WORKSPACE_FAILED only when the server marks
+    it resolve="true" (a box or container that ended or lost its agent):
+    real failures of a real server, counted through the eviction hook."""
+
+    @classmethod
+    def setUpClass(cls):
+        # A directory local-sandbox may bind (the policy names it); the
+        # workspace's uid must reach it.
+        cls.roots = os.path.realpath(tempfile.mkdtemp(prefix="binds-", dir=os.environ.get("TEST_TMPDIR")))
+        os.chmod(cls.roots, 0o755)
+        cls.server = Server(LOCAL_BASH_POLICY + ["--policy-bind-roots", cls.roots])
+        cls.hook = Hooked()
+        cls.client = workspaced.connect(cls.server.address, on_eviction_retry=cls.hook)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        cls.server.stop()
+        shutil.rmtree(cls.roots, ignore_errors=True)
+
+    def setUp(self):
+        self.hook.events.clear()
+
+    def open_docker(self, client):
+        require_docker_image()
+        ws = client.open("docker", CAPS, image=DOCKER_IMAGE)
+        self.addCleanup(ws.close)
+        return ws
+
+    def test_a_removed_container_is_brought_back_by_one_resolve(self):
+        ws = self.open_docker(self.client)
+        ws.write_file("kept.txt", b"survives\n")
+        self.assertEqual(ws.run(["cat", "kept.txt"]).stdout, b"survives\n")
+        remove_container(ws.id)
+        # The command fails on the lost container, the handle resolves its
+        # ref (a fresh container over the same files) and runs it again.
+        self.assertEqual(ws.run(["cat", "kept.txt"]).stdout, b"survives\n")
+        self.assertEqual(len(self.hook.events), 1)
+        event = self.hook.events[0]
+        self.assertEqual((event.workspace_id, event.recovered, event.resolve_error), (ws.id, True, None))
+        self.assertIsInstance(event.error, workspaced.WorkspaceFailed)
+        self.assertEqual(event.error.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(event.error.metadata.get("resolve"), "true")
+        # A stream start (exec) recovers the same way.
+        remove_container(ws.id)
+        self.assertEqual(ws.exec(["cat", "kept.txt"]).communicate()[0], b"survives\n")
+        self.assertEqual([e.recovered for e in self.hook.events], [True, True])
+        self.assertEqual(self.hook.events[1].error.reason, "WORKSPACE_FAILED")
+
+    def test_with_the_retry_off_a_removed_container_raises_workspace_failed(self):
+        ws = self.open_docker(self.client)
+        with workspaced.connect(self.server.address, resolve_on_eviction=False, on_eviction_retry=self.hook) as off:
+            h = off.resolve(ws.ref)
+            remove_container(ws.id)
+            with self.assertRaises(workspaced.WorkspaceFailed) as cm:
+                h.run(["true"])
+        err = cm.exception
+        self.assertEqual(err.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(err.metadata.get("resolve"), "true")
+        self.assertFalse(err.transient)
+        self.assertEqual(self.hook.events, [])
+
+    def test_a_failure_a_resolve_does_not_repair_is_raised_without_one(self):
+        # A local-sandbox workspace whose read-only bind is removed: each
+        # command (a fresh bubblewrap) then fails with WORKSPACE_FAILED, not
+        # transient, and without resolve="true": the bind stays gone.
+        bind = tempfile.mkdtemp(dir=self.roots)
+        cfg = workspaced.pb_common.LocalSandboxConfig(
+            read_only_paths=[bind], exec_mode=workspaced.pb_common.EXEC_MODE_PER_COMMAND
+        )
+        ws = self.client.open(cfg, CAPS)
+        self.addCleanup(ws.close)
+        self.assertEqual(ws.run(["true"]).exited.cause, ExitCause.EXITED)
+        os.rmdir(bind)
+        for call in (lambda: ws.run(["true"]), lambda: ws.exec(["true"])):
+            with self.assertRaises(workspaced.WorkspaceFailed) as cm:
+                call()
+            self.assertEqual(cm.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertEqual(cm.exception.metadata.get("transient"), "false")
+            self.assertNotIn("resolve", cm.exception.metadata)
+        self.assertEqual(self.hook.events, [])
+
+
 class AioLifecycleTest(unittest.IsolatedAsyncioTestCase):
     """The same features through workspaced.aio."""
 
@@ -579,6 +700,23 @@ class AioLifecycleTest(unittest.IsolatedAsyncioTestCase):
             self.assertEqual((await gone.stat(".")).path, ".")
             self.assertEqual(gone.id, live.id)
             self.assertEqual([e.recovered for e in self.hook.events], [False, True])
+
+    async def test_a_removed_container_is_brought_back_by_one_resolve(self):
+        # subprocess.run blocks: off the event loop.
+        await asyncio.to_thread(require_docker_image)
+        async with await self.client.open("docker", CAPS, image=DOCKER_IMAGE) as ws:
+            await ws.write_file("kept.txt", b"survives\n")
+            await asyncio.to_thread(remove_container, ws.id)
+            self.assertEqual((await ws.run(["cat", "kept.txt"])).stdout, b"survives\n")
+            self.assertEqual([(e.recovered, e.error.reason) for e in self.hook.events], [(True, "WORKSPACE_FAILED")])
+            self.assertEqual(self.hook.events[0].error.metadata.get("resolve"), "true")
+            # With the retry off the failure reaches the caller, untouched.
+            ws.resolve_on_eviction = False
+            await asyncio.to_thread(remove_container, ws.id)
+            with self.assertRaises(workspaced.WorkspaceFailed) as cm:
+                await ws.run(["true"])
+            self.assertEqual(cm.exception.metadata.get("resolve"), "true")
+            self.assertEqual(len(self.hook.events), 1)
 
     async def test_expiry(self):
         ws = await self.client.open("memory", {"fs": {}}, ttl=1)

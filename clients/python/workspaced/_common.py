@@ -631,18 +631,20 @@ def _list_request(
 
 @dataclasses.dataclass(frozen=True)
 class EvictionRetry:
-    """What a workspace handle did about a call that met WORKSPACE_EVICTED
-    (passed to connect(on_eviction_retry=...)).
+    """What a workspace handle did about a call that a Resolve of its ref
+    may repair (passed to connect(on_eviction_retry=...)): one that met
+    WORKSPACE_EVICTED, or WORKSPACE_FAILED with metadata resolve="true"
+    (the workspace's box or container ended or lost its agent).
 
     workspace_id: the handle's workspace id when the call failed.
-    error: the WorkspaceEvicted the call raised.
+    error: the WorkspaceEvicted or WorkspaceFailed the call raised.
     recovered: Resolve(ref) succeeded and the call was made once more
         (whatever that second attempt then returned).
     resolve_error: why Resolve failed (recovered is False then).
     """
 
     workspace_id: str
-    error: "errors.WorkspaceEvicted"
+    error: "errors.WorkspacedError"
     recovered: bool
     resolve_error: Optional["errors.WorkspacedError"] = None
 
@@ -651,8 +653,15 @@ class EvictionRetry:
 EvictionHook = Callable[[EvictionRetry], None]
 
 
-def _is_eviction(err: BaseException) -> bool:
-    return isinstance(err, errors.WorkspaceEvicted)
+def _resolvable(err: BaseException) -> bool:
+    """Whether a Resolve of the workspace's ref may repair `err`: the
+    workspace was evicted, or its backend failed in the one way the server
+    marks as repaired by a Resolve (WORKSPACE_FAILED, metadata
+    resolve="true"). Any other WORKSPACE_FAILED (no bubblewrap, an image
+    that cannot be pulled, a bind path gone, ...) is not."""
+    if isinstance(err, errors.WorkspaceEvicted):
+        return True
+    return isinstance(err, errors.WorkspaceFailed) and err.metadata.get("resolve") == "true"
 
 
 # ---------------------------------------------------------- the shared state
@@ -754,8 +763,9 @@ class _WorkspaceBase(Generic[_C]):
         self.provider: str = proto.provider
         self.capabilities: common_pb2.Capabilities = proto.capabilities
         self.closed = False
-        #: Re-resolve once on WORKSPACE_EVICTED (see Workspace); the
-        #: client's resolve_on_eviction by default.
+        #: Re-resolve once on WORKSPACE_EVICTED, or WORKSPACE_FAILED with
+        #: resolve="true" (see Workspace); the client's
+        #: resolve_on_eviction by default.
         self.resolve_on_eviction: bool = client.resolve_on_eviction
         self._adopt(proto)
 

@@ -53,7 +53,7 @@ from ._common import CHUNK_SIZE, NODE_HEADER, USE_DEFAULT, Command, Event, ExitR
 from ._common import RunResult, ServerInfo, Timeout, TLSConfig, WriteData, _chunks, _ClientBase, _cut, _node_of
 from ._common import _open_request, _process_config, _ProcessBase, _resolve_address, _sort_output, _started, _Unary
 from ._common import _WorkspaceBase, _write_requests
-from ._common import MAX_INPUT_CHUNK, Duration, EvictionHook, EvictionRetry, Lifetime, WorkspacePage, _target
+from ._common import MAX_INPUT_CHUNK, Duration, EvictionHook, EvictionRetry, Lifetime, WorkspacePage, _resolvable, _target
 from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy, is_transient
 
@@ -474,7 +474,8 @@ async def _awrite_requests(
 
 class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     """An open workspace, for asyncio: the methods of workspaced.Workspace
-    as coroutines, with the same re-resolve on eviction. Close it when done
+    as coroutines, with the same re-resolve on eviction (and on a lost box
+    or container: WORKSPACE_FAILED with resolve="true"). Close it when done
     (or use `async with`)."""
 
     def __init__(self, client: AsyncClient, proto: common_pb2.Workspace, node: Optional[str] = None) -> None:
@@ -505,8 +506,8 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     async def _evictable(self, call: Callable[[], Awaitable[_T]]) -> _T:
         try:
             return await call()
-        except errors.WorkspaceEvicted as evicted:
-            if not await self._reresolve(evicted):
+        except (errors.WorkspaceEvicted, errors.WorkspaceFailed) as lost:
+            if not await self._reresolve(lost):
                 raise
         return await call()
 
@@ -516,8 +517,8 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
             first = await it.__anext__()
         except StopAsyncIteration:
             return
-        except errors.WorkspaceEvicted as evicted:
-            if not await self._reresolve(evicted):
+        except (errors.WorkspaceEvicted, errors.WorkspaceFailed) as lost:
+            if not await self._reresolve(lost):
                 raise
             it = make()
             try:
@@ -528,9 +529,11 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
         async for item in it:
             yield item
 
-    async def _reresolve(self, evicted: errors.WorkspaceEvicted) -> bool:
-        """See workspaced.Workspace: one Resolve of the ref after `evicted`."""
-        if not self.resolve_on_eviction or self.closed or not self.ref.token:
+    async def _reresolve(self, lost: errors.WorkspacedError) -> bool:
+        """See workspaced.Workspace: one Resolve of the ref after `lost`,
+        when a Resolve may repair it (WORKSPACE_EVICTED, or WORKSPACE_FAILED
+        with resolve="true")."""
+        if not _resolvable(lost) or not self.resolve_on_eviction or self.closed or not self.ref.token:
             return False
         wid = self.id
         try:
@@ -541,12 +544,12 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
                 USE_DEFAULT,
             )
         except errors.WorkspacedError as e:
-            self._eviction_hook(EvictionRetry(wid, evicted, False, e))
+            self._eviction_hook(EvictionRetry(wid, lost, False, e))
             return False
         self._node = named or self._node
         self._metadata = self._client._node_metadata(self._node)
         self._adopt(resp.workspace)
-        self._eviction_hook(EvictionRetry(wid, evicted, True))
+        self._eviction_hook(EvictionRetry(wid, lost, True))
         return True
 
     # -- lifecycle

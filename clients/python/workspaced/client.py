@@ -67,6 +67,7 @@ from ._common import new_request_id as new_request_id
 from ._common import _chunks, _ClientBase, _cut, _node_of, _open_request, _process_config, _ProcessBase
 from ._common import _resolve_address, _sort_output, _started, _target, _Unary, _WorkspaceBase, _write_requests
 from ._common import EvictionRetry as _EvictionRetry
+from ._common import _resolvable
 from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy
 
@@ -119,8 +120,9 @@ def connect(
     timeout: the default deadline of each call in seconds (None: none);
         calls that wait for a command (exec, run, attach) do not take it.
     resolve_on_eviction: the default of Workspace.resolve_on_eviction: a
-        call that meets WORKSPACE_EVICTED resolves the workspace's ref once
-        and, when that succeeds, is made once more (see Workspace).
+        call that meets WORKSPACE_EVICTED, or WORKSPACE_FAILED with
+        metadata resolve="true", resolves the workspace's ref once and,
+        when that succeeds, is made once more (see Workspace).
     on_eviction_retry: called with an EvictionRetry each time a workspace
         handle tried that (recovered or not), e.g. to log or count it.
 
@@ -584,17 +586,23 @@ class Workspace(_WorkspaceBase[Client]):
     Every method takes `timeout=`, the deadline of its call (see the
     module's docstring).
 
-    Eviction: when a call fails with WORKSPACE_EVICTED and
-    `resolve_on_eviction` is set (the client's default, True), the handle
-    resolves its ref once; when that succeeds (the server still holds the
-    workspace's storage and brought it back), it takes the workspace the
-    server names and makes the call once more; when it fails, the call's
-    WorkspaceEvicted is raised (its `eviction_cause` says "expired" for a
-    workspace whose lifetime ran out). Never more than once per call. Only
-    calls that are safe to repeat are retried: every unary call but close,
-    write_file of bytes or str, and the streams (read_file_stream, grep,
-    exec, attach) only when they failed before their first result; a
-    command's output that already began is never started again.
+    Eviction: when a call fails with WORKSPACE_EVICTED, or with
+    WORKSPACE_FAILED whose metadata has resolve="true" (the workspace's
+    sandbox box or docker container ended or lost its agent; its files are
+    intact), and `resolve_on_eviction` is set (the client's default, True),
+    the handle resolves its ref once; when that succeeds (the server still
+    holds the workspace's storage and brought it back, with a fresh box or
+    container), it takes the workspace the server names and makes the call
+    once more; when it fails, the call's own error is raised (a
+    WorkspaceEvicted's `eviction_cause` says "expired" for a workspace
+    whose lifetime ran out). Any other WorkspaceFailed (no bubblewrap, an
+    image that cannot be pulled, a bind path gone, ...) is raised as is,
+    with no Resolve: a Resolve does not repair it. Never more than once
+    per call. Only calls that are safe to repeat are retried: every unary
+    call but close, write_file of bytes or str, and the streams
+    (read_file_stream, grep, exec, attach) only when they failed before
+    their first result; a command's output that already began is never
+    started again.
     """
 
     def __init__(self, client: Client, proto: common_pb2.Workspace, node: Optional[str] = None) -> None:
@@ -625,21 +633,22 @@ class Workspace(_WorkspaceBase[Client]):
     def _evictable(self, call: Callable[[], _T]) -> _T:
         try:
             return call()
-        except errors.WorkspaceEvicted as evicted:
-            if not self._reresolve(evicted):
+        except (errors.WorkspaceEvicted, errors.WorkspaceFailed) as lost:
+            if not self._reresolve(lost):
                 raise
         return call()
 
     def _evictable_stream(self, make: Callable[[], Iterator[_T]]) -> Iterator[_T]:
         """A server stream made by make(), made once more after a
-        re-resolve when it met WORKSPACE_EVICTED before its first item."""
+        re-resolve when it met a failure a Resolve repairs (see
+        _reresolve) before its first item."""
         it = make()
         try:
             first = next(it)
         except StopIteration:
             return
-        except errors.WorkspaceEvicted as evicted:
-            if not self._reresolve(evicted):
+        except (errors.WorkspaceEvicted, errors.WorkspaceFailed) as lost:
+            if not self._reresolve(lost):
                 raise
             it = make()
             try:
@@ -649,10 +658,12 @@ class Workspace(_WorkspaceBase[Client]):
         yield first
         yield from it
 
-    def _reresolve(self, evicted: errors.WorkspaceEvicted) -> bool:
-        """Resolves the handle's ref after `evicted`; True when the call
-        may be made again (the handle now names the resolved workspace)."""
-        if not self.resolve_on_eviction or self.closed or not self.ref.token:
+    def _reresolve(self, lost: errors.WorkspacedError) -> bool:
+        """Resolves the handle's ref after `lost`, when a Resolve may repair
+        it (WORKSPACE_EVICTED, or WORKSPACE_FAILED with resolve="true");
+        True when the call may be made again (the handle now names the
+        resolved workspace)."""
+        if not _resolvable(lost) or not self.resolve_on_eviction or self.closed or not self.ref.token:
             return False
         wid = self.id
         try:
@@ -662,13 +673,13 @@ class Workspace(_WorkspaceBase[Client]):
                 metadata=self._metadata,
             )
         except errors.WorkspacedError as e:
-            self._eviction_hook(_EvictionRetry(wid, evicted, False, e))
+            self._eviction_hook(_EvictionRetry(wid, lost, False, e))
             return False
         node = _node_of(call.initial_metadata()) or self._node
         self._node = node
         self._metadata = self._client._node_metadata(node)
         self._adopt(resp.workspace)
-        self._eviction_hook(_EvictionRetry(wid, evicted, True))
+        self._eviction_hook(_EvictionRetry(wid, lost, True))
         return True
 
     # -- lifecycle
@@ -886,8 +897,8 @@ class Workspace(_WorkspaceBase[Client]):
             responses = self._client._exec.Start(request_iter(), metadata=self._metadata, timeout=timeout)
             return Process(self, responses, requests)
 
-        # Nothing ran before `started`: a start refused as evicted may be
-        # made again.
+        # Nothing ran before `started`: a start refused as evicted (or on a
+        # lost box or container) may be made again.
         return self._evictable(start)
 
     def run(

@@ -94,8 +94,12 @@ grep -qx "closed" <<<"$out" || fail "not closed"
 # only in local-sandbox, else files only in memory.
 if WORKSPACED_ADDR="unix:$sock" "$wsctl" providers | grep -Eq '^local-sandbox +available'; then
   grep -Eq '^opened ws_[0-9a-f]+ on local-sandbox$' <<<"$out" || fail "not on local-sandbox"
-  [ "$(sed -n '/^opened /,/^exit /p' <<<"$out" | sed '1d;$d')" = $'write tests\nship it' ] ||
-    fail "the command's output"
+  grep -Eq '^labelled app=agent-loop: 1 workspace\(s\), idle timeout 120 s$' <<<"$out" ||
+    fail "the labels and lifetime line"
+  # The command's output, then the length of the secret it named (never
+  # its value).
+  [ "$(sed -n '/^labelled /,/^exit /p' <<<"$out" | sed '1d;$d' | sed '$s/[0-9][0-9]*/N/')" = \
+    $'write tests\nship it\ntoken: N bytes' ] || fail "the command's output"
   grep -Eq '^exit 0 after [0-9]+ ms$' <<<"$out" || fail "exit line"
   grep -qx "lines: 2" <<<"$out" || fail "the file the command wrote"
 else

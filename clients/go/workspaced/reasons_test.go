@@ -1,6 +1,7 @@
 package workspaced
 
 import (
+	_ "embed"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -16,12 +17,17 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// errors.go as compiled into the test, whatever the working directory.
+//
+//go:embed errors.go
+var errorsSource string
+
 // reasonConstants returns the Reason constants errors.go declares, by
 // value, read from the source so that a constant outside byReason is seen
 // too.
 func reasonConstants(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), "errors.go", errorsSource, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

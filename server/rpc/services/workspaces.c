@@ -491,7 +491,8 @@ static void list_ws(struct ws_call *call, const ProtobufCMessage *msg)
     ws_registry_list(s->reg, ws_call_tenant(call), list_one, &acc);
     if (acc.oom)
         goto oom;
-    qsort(acc.all, acc.n, sizeof(*acc.all), by_id);
+    if (acc.n > 1)
+        qsort(acc.all, acc.n, sizeof(*acc.all), by_id);
     n = acc.n < page ? acc.n : page;
     if (acc.n > page)
         snprintf(next, sizeof(next), "%s", ws_workspace_id(acc.all[page - 1]));

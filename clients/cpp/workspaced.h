@@ -174,7 +174,12 @@ class Error : public std::runtime_error
     /* Open's request_id used for another request (metadata "workspace_id"). */                    \
     X(RequestIdReused, REQUEST_ID_REUSED)                                                          \
     /* SendInput past the stdin offset (metadata "offset": the one expected). */                   \
-    X(InputGap, INPUT_GAP)
+    X(InputGap, INPUT_GAP)                                                                         \
+    /* WriteArchive refused the archive (metadata "entry", "problem"). */                          \
+    X(BadArchive, BAD_ARCHIVE)                                                                     \
+    X(NoSuchSnapshot, NO_SUCH_SNAPSHOT)                                                            \
+    /* Open's from_path outside --source-path-allow. */                                            \
+    X(SourcePathDenied, SOURCE_PATH_DENIED)
 
 #define WORKSPACED_ERROR_TYPE(Name, Reason)                                                        \
     class Name : public Error                                                                      \

@@ -52,6 +52,9 @@ enum {
     WS_ESECRETS,      /* the workspace's secrets are not held (a restart) */
     WS_EREQUESTID,    /* Open: request_id reused for another request */
     WS_EINPUTGAP,     /* SendInput: offset past what stdin took */
+    WS_EBADARCHIVE,   /* WriteArchive: an entry or the stream is refused */
+    WS_ENOSNAPSHOT,   /* unknown snapshot id (or another tenant's) */
+    WS_ESOURCEPATH,   /* Open from_path outside --source-path-allow */
     WS_ERR_END,
 };
 

@@ -80,6 +80,9 @@ static const struct errmap {
     {-WS_ESECRETS, R(SECRETS_MISSING)},
     {-WS_EREQUESTID, R(REQUEST_ID_REUSED)},
     {-WS_EINPUTGAP, R(INPUT_GAP)},
+    {-WS_EBADARCHIVE, R(BAD_ARCHIVE)},
+    {-WS_ENOSNAPSHOT, R(NO_SUCH_SNAPSHOT)},
+    {-WS_ESOURCEPATH, R(SOURCE_PATH_DENIED)},
     /* The operator's policy for the caller's tenant (server/policy). */
     {-WS_EPOLICY, R(POLICY)},
     {-ECANCELED, R(CANCELLED)},
@@ -156,6 +159,10 @@ static const struct reason_info {
     [R(REQUEST_ID_REUSED)] = {GRPC_STATUS_FAILED_PRECONDITION,
                               "request_id already used for a different request"},
     [R(INPUT_GAP)] = {GRPC_STATUS_OUT_OF_RANGE, "input offset past the bytes stdin took"},
+    [R(BAD_ARCHIVE)] = {GRPC_STATUS_INVALID_ARGUMENT, "archive refused"},
+    [R(NO_SUCH_SNAPSHOT)] = {GRPC_STATUS_NOT_FOUND, "no such snapshot"},
+    [R(SOURCE_PATH_DENIED)] = {GRPC_STATUS_PERMISSION_DENIED,
+                               "source path not allowed by the operator"},
 };
 
 const char *ws_rpc_reason_name(Workspace__V1__ErrorReason reason)

@@ -24,6 +24,9 @@ struct ws_fsops {
      * through the API in between is seen even when the target looks the
      * same (same size, an mtime within the same clock tick). */
     uint64_t commits;
+    /* Changes hold it shared, a freeze exclusively (writer-preferring, so
+     * a stream of changes cannot keep a snapshot waiting for ever). */
+    pthread_rwlock_t change_lock;
 };
 
 /* ---- paths ---- */

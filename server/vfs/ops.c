@@ -26,6 +26,16 @@ int ws_fsops_new(struct ws_vfs *fs, struct ws_fsops **ret)
         free(ops);
         return -ENOMEM;
     }
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    int rc = pthread_rwlock_init(&ops->change_lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    if (rc != 0) {
+        pthread_mutex_destroy(&ops->commit_lock);
+        free(ops);
+        return -ENOMEM;
+    }
     *ret = ops;
     return 0;
 }
@@ -35,7 +45,28 @@ void ws_fsops_free(struct ws_fsops *ops)
     if (!ops)
         return;
     pthread_mutex_destroy(&ops->commit_lock);
+    pthread_rwlock_destroy(&ops->change_lock);
     free(ops);
+}
+
+void ws_fsops_change_begin(struct ws_fsops *ops)
+{
+    pthread_rwlock_rdlock(&ops->change_lock);
+}
+
+void ws_fsops_change_end(struct ws_fsops *ops)
+{
+    pthread_rwlock_unlock(&ops->change_lock);
+}
+
+void ws_fsops_freeze(struct ws_fsops *ops)
+{
+    pthread_rwlock_wrlock(&ops->change_lock);
+}
+
+void ws_fsops_thaw(struct ws_fsops *ops)
+{
+    pthread_rwlock_unlock(&ops->change_lock);
 }
 
 struct ws_vfs *ws_fsops_vfs(struct ws_fsops *ops)

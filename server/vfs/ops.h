@@ -84,6 +84,18 @@ int ws_fsops_new(struct ws_vfs *fs, struct ws_fsops **ret);
 void ws_fsops_free(struct ws_fsops *ops);
 struct ws_vfs *ws_fsops_vfs(struct ws_fsops *ops);
 
+/* Changes through the file API and consistent copies of the whole tree.
+ * Every operation that changes the tree through the API (the commit of a
+ * write or an edit, mkdir, remove, move, an archive's publish) runs
+ * between ws_fsops_change_begin and ws_fsops_change_end; a snapshot runs
+ * between ws_fsops_freeze and ws_fsops_thaw, which waits for the changes
+ * in progress and holds new ones back until the thaw. Changes run
+ * concurrently with each other (their own locks order them). */
+void ws_fsops_change_begin(struct ws_fsops *ops);
+void ws_fsops_change_end(struct ws_fsops *ops);
+void ws_fsops_freeze(struct ws_fsops *ops);
+void ws_fsops_thaw(struct ws_fsops *ops);
+
 /* ---- writes ---- */
 
 struct ws_write_request {

@@ -49,6 +49,9 @@ struct ws_stat {
     uint32_t mode; /* permission bits only (07777) */
     int64_t mtime_ns;
     uint64_t nlink;
+    /* Identity within the storage: two names of one file (hard links)
+     * have the same ino; 0 when the storage cannot tell. */
+    uint64_t ino;
 };
 
 struct ws_dirent {
@@ -68,6 +71,22 @@ struct ws_vfs;
 struct ws_vfs_dir;
 struct ws_vfs_file;
 struct ws_vfs_writer;
+struct ws_vfs_sub;
+
+/* A change a storage reports to its subscribers (see subscribe). */
+enum ws_vfs_change {
+    WS_VFS_CREATED = 1,
+    WS_VFS_MODIFIED,
+    WS_VFS_REMOVED,
+    WS_VFS_MOVED, /* from_path -> path */
+};
+
+/* Called by the storage, with its own lock held, for each change: it must
+ * return quickly and never call into the storage. Paths are
+ * workspace-relative and normalized ("." is never reported); from_path is
+ * NULL unless MOVED. A recursive remove reports each entry removed. */
+typedef void (*ws_vfs_change_cb)(void *userdata, enum ws_vfs_change what, enum ws_ftype type,
+                                 const char *path, const char *from_path);
 
 struct ws_vfs_ops {
     /* lstat: the leaf is never followed. */
@@ -129,6 +148,44 @@ struct ws_vfs_ops {
 
     /* Frees the instance (storage itself is not removed). */
     void (*destroy)(struct ws_vfs *fs);
+
+    /* ---- trees (archives, snapshots) ---- */
+
+    /* Reads the target of the symlink `path` (its leaf is not followed;
+     * anything but a symlink is -EINVAL) into buf, not NUL-terminated.
+     * Returns the target's length; a target longer than len is
+     * -ENAMETOOLONG. */
+    ssize_t (*readlink)(struct ws_vfs *fs, const char *path, char *buf, size_t len);
+    /* Makes the symlink `path` -> `target` (stored verbatim, never
+     * followed by any vfs operation). The parent must exist; an existing
+     * path is -EEXIST. */
+    int (*symlink)(struct ws_vfs *fs, const char *target, const char *path);
+    /* Sets the permission bits (07777 masked by the storage) of a file or
+     * directory; a symlink leaf is -WS_ESYMLINK_LEAF. */
+    int (*set_mode)(struct ws_vfs *fs, const char *path, uint32_t mode);
+    /* Sets the modification time of a file, directory or symlink (the
+     * link itself). */
+    int (*set_mtime)(struct ws_vfs *fs, const char *path, int64_t mtime_ns);
+    /* The host file descriptor behind an open file or a writer's new
+     * content, for the storage's own copy-on-write clones (FICLONE): owned
+     * by the handle, valid while it is open. -EOPNOTSUPP when the storage
+     * has none (memory). NULL entries mean the same. */
+    int (*file_fd)(struct ws_vfs_file *file);
+    int (*writer_fd)(struct ws_vfs_writer *w);
+
+    /* ---- watching ---- */
+
+    /* A storage on a host directory: opens the directory `path` (never
+     * through a symlink, confined like every lookup) as an O_PATH
+     * descriptor the caller owns, for inotify. -EOPNOTSUPP (or a NULL
+     * entry) when the storage is not a host directory. */
+    int (*open_dir_fd)(struct ws_vfs *fs, const char *path, int *ret_fd);
+    /* A storage whose changes only it sees (memory): calls cb for every
+     * change from now until unsubscribe, which returns only once no call
+     * of cb is running. NULL when the storage has no such reports. */
+    int (*subscribe)(struct ws_vfs *fs, ws_vfs_change_cb cb, void *userdata,
+                     struct ws_vfs_sub **ret_sub);
+    void (*unsubscribe)(struct ws_vfs_sub *sub);
 };
 
 /* Every implementation's instance struct starts with this. */

@@ -176,6 +176,9 @@ const (
 	ReasonSecretsMissing    Reason = "SECRETS_MISSING"     // FailedPrecondition: *SecretsMissing
 	ReasonRequestIDReused   Reason = "REQUEST_ID_REUSED"   // FailedPrecondition: *RequestIDReused
 	ReasonInputGap          Reason = "INPUT_GAP"           // OutOfRange: *InputGap
+	ReasonBadArchive        Reason = "BAD_ARCHIVE"         // InvalidArgument: *BadArchive
+	ReasonNoSuchSnapshot    Reason = "NO_SUCH_SNAPSHOT"    // NotFound: *NoSuchSnapshot
+	ReasonSourcePathDenied  Reason = "SOURCE_PATH_DENIED"  // PermissionDenied: *SourcePathDenied
 )
 
 // errorBase lets the per-reason types embed *Error under an unexported
@@ -322,6 +325,15 @@ type (
 	// has taken, so bytes would be missing; Expected() is the offset the
 	// next byte must have.
 	InputGap struct{ *errorBase }
+	// BadArchive: WriteArchive refused the archive and changed nothing
+	// (metadata "entry", the entry to blame, and "problem").
+	BadArchive struct{ *errorBase }
+	// NoSuchSnapshot: no snapshot of this id belongs to the caller's
+	// tenant.
+	NoSuchSnapshot struct{ *errorBase }
+	// SourcePathDenied: Open's from_path is outside the directories the
+	// operator allows.
+	SourcePathDenied struct{ *errorBase }
 
 	// Unauthenticated: the token is missing or wrong, or the unix socket's
 	// peer is a user the server does not map to a tenant. It is known by
@@ -381,6 +393,9 @@ func (e *NoSuchService) Unwrap() error     { return e.errorBase }
 func (e *SecretsMissing) Unwrap() error    { return e.errorBase }
 func (e *RequestIDReused) Unwrap() error   { return e.errorBase }
 func (e *InputGap) Unwrap() error          { return e.errorBase }
+func (e *BadArchive) Unwrap() error        { return e.errorBase }
+func (e *NoSuchSnapshot) Unwrap() error    { return e.errorBase }
+func (e *SourcePathDenied) Unwrap() error  { return e.errorBase }
 func (e *Unauthenticated) Unwrap() error   { return e.errorBase }
 
 // byReason maps every reason to its typed form. The tests check it against
@@ -436,6 +451,9 @@ var byReason = map[Reason]func(*Error) error{
 	ReasonSecretsMissing:    func(e *Error) error { return &SecretsMissing{e} },
 	ReasonRequestIDReused:   func(e *Error) error { return &RequestIDReused{e} },
 	ReasonInputGap:          func(e *Error) error { return &InputGap{e} },
+	ReasonBadArchive:        func(e *Error) error { return &BadArchive{e} },
+	ReasonNoSuchSnapshot:    func(e *Error) error { return &NoSuchSnapshot{e} },
+	ReasonSourcePathDenied:  func(e *Error) error { return &SourcePathDenied{e} },
 }
 
 // Cause is why the workspace is gone, from the metadata "cause" ("expired"

@@ -196,6 +196,22 @@ export class InputGap extends WorkspacedError {
     return v !== undefined && /^\d+$/.test(v) ? Number(v) : undefined;
   }
 }
+/**
+ * writeArchive refused the archive and changed nothing. `entry` names the
+ * entry to blame (when one is), `problem` says what is wrong with it.
+ */
+export class BadArchive extends WorkspacedError {
+  get entry(): string | undefined {
+    return this.metadata.entry;
+  }
+  get problem(): string | undefined {
+    return this.metadata.problem;
+  }
+}
+/** No snapshot of this id belongs to the caller's tenant. */
+export class NoSuchSnapshot extends WorkspacedError {}
+/** open's fromPath is outside the directories the operator allows. */
+export class SourcePathDenied extends WorkspacedError {}
 
 /**
  * The caller aborted the call through its AbortSignal (the `signal` call
@@ -273,6 +289,9 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   SECRETS_MISSING: SecretsMissing,
   REQUEST_ID_REUSED: RequestIdReused,
   INPUT_GAP: InputGap,
+  BAD_ARCHIVE: BadArchive,
+  NO_SUCH_SNAPSHOT: NoSuchSnapshot,
+  SOURCE_PATH_DENIED: SourcePathDenied,
 });
 
 /** Classes of the codes that arrive without ErrorInfo (see toWorkspacedError). */

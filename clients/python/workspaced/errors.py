@@ -322,6 +322,33 @@ class InputGap(WorkspacedError):
         return int(value) if value and value.isdigit() else None
 
 
+class BadArchive(WorkspacedError):
+    """write_archive refused the archive and changed nothing. `entry` names
+    the entry to blame (when one is), `problem` what is wrong with it."""
+
+    REASON = "BAD_ARCHIVE"
+
+    @property
+    def entry(self) -> Optional[str]:
+        return self.metadata.get("entry")
+
+    @property
+    def problem(self) -> Optional[str]:
+        return self.metadata.get("problem")
+
+
+class NoSuchSnapshot(WorkspacedError):
+    """No snapshot of this id belongs to the caller's tenant."""
+
+    REASON = "NO_SUCH_SNAPSHOT"
+
+
+class SourcePathDenied(WorkspacedError):
+    """open's from_path is outside the directories the operator allows."""
+
+    REASON = "SOURCE_PATH_DENIED"
+
+
 # ------------------------------------------------- UNAVAILABLE, and others
 
 

@@ -1083,5 +1083,8 @@ size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out)
                           move),
     };
 
-    return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
+    size_t n = ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);
+    n += ws_services_fs_watch(s, out + n);
+    n += ws_services_fs_archive(s, out + n);
+    return n;
 }

@@ -47,6 +47,11 @@ struct ws_services {
 /* Each service file appends its methods; returns the number added. */
 size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out);
+/* Parts of the FileSystem service kept in files of their own, added by
+ * ws_services_filesystem: Watch (fs_watch.c), ReadArchive and
+ * WriteArchive (fs_archive.c). */
+size_t ws_services_fs_watch(struct ws_services *s, struct ws_rpc_method *out);
+size_t ws_services_fs_archive(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_providers(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_health(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out);

@@ -12,6 +12,7 @@ packages=(
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # server libraries
   libssl-dev libcurl4-openssl-dev libseccomp-dev libjansson-dev libpcre2-dev
+  libarchive-dev
   libmicrohttpd-dev
   # tests; procps for pgrep and ps, systemd for systemd-analyze (the unit
   # file's check), openssl for the test certificates

@@ -124,6 +124,7 @@ static void to_ws_stat(const struct stat *st, struct ws_stat *ret)
         .mode = st->st_mode & 07777,
         .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
         .nlink = st->st_nlink,
+        .ino = st->st_ino,
     };
 }
 
@@ -1170,7 +1171,7 @@ static int pfs_write_commit(struct ws_vfs_writer *ww, struct ws_stat *ret_st)
     if (r == 1 && fchown(w->tmp_fd, old.st_uid, old.st_gid) < 0) {
         /* Not permitted: the new file keeps our owner. */
     }
-    if (fchmod(w->tmp_fd, mode) < 0 || fsync(w->tmp_fd) < 0) {
+    if (fchmod(w->tmp_fd, mode) < 0 || (!w->opts.no_sync && fsync(w->tmp_fd) < 0)) {
         r = -errno;
         goto out;
     }
@@ -1192,7 +1193,8 @@ static int pfs_write_commit(struct ws_vfs_writer *ww, struct ws_stat *ret_st)
     }
     /* Durability of the rename. Best effort: the new content is already
      * visible, and a crash before this leaves old or new, both whole. */
-    int dfd = resolve(w->parent_fd, ".", O_RDONLY | O_DIRECTORY, 0, RES_BENEATH);
+    int dfd =
+        w->opts.no_sync ? -1 : resolve(w->parent_fd, ".", O_RDONLY | O_DIRECTORY, 0, RES_BENEATH);
     if (dfd >= 0) {
         (void)fsync(dfd);
         close(dfd);
@@ -1209,6 +1211,156 @@ static void pfs_write_abort(struct ws_vfs_writer *ww)
 {
     if (ww)
         free_writer((struct pfs_writer *)ww);
+}
+
+/* ---- trees ---- */
+
+static ssize_t pfs_readlink(struct ws_vfs *vfs, const char *path, char *buf, size_t len)
+{
+    struct split s;
+    int r = split_path(path, &s);
+    if (r < 0)
+        return r;
+    if (s.leaf_is_dot)
+        return -EINVAL;
+    ws_cleanup_fd int parent = open_parent(to_fs(vfs), &s);
+    if (parent < 0)
+        return parent;
+    ssize_t n = readlinkat(parent, s.leaf, buf, len);
+    if (n < 0)
+        return -errno;
+    if ((size_t)n == len) {
+        /* Exactly len, or cut: the link's size says which. */
+        struct stat st;
+        if (fstatat(parent, s.leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
+            return -errno;
+        if (st.st_size < 0 || (uint64_t)st.st_size > len)
+            return -ENAMETOOLONG;
+    }
+    return n;
+}
+
+static int pfs_symlink(struct ws_vfs *vfs, const char *target, const char *path)
+{
+    struct posixfs *fs = to_fs(vfs);
+    struct split s;
+    int r = split_path(path, &s);
+    if (r < 0)
+        return r;
+    if (!target || !*target || strlen(target) >= WS_VFS_PATH_MAX)
+        return -WS_EBADPATH;
+    if (s.leaf_is_dot)
+        return -EEXIST;
+    ws_cleanup_fd int parent = open_parent(fs, &s);
+    if (parent < 0)
+        return parent;
+    if (symlinkat(target, parent, s.leaf) < 0)
+        return -errno;
+    if ((fs->uid != (uid_t)-1 || fs->gid != (gid_t)-1) &&
+        fchownat(parent, s.leaf, fs->uid, fs->gid, AT_SYMLINK_NOFOLLOW) < 0) {
+        r = -errno;
+        (void)unlinkat(parent, s.leaf, 0);
+        return r;
+    }
+    return 0;
+}
+
+/* Opens `path` O_PATH without following its leaf: the target of a change
+ * of mode or times, made through /proc/self/fd so that a symlink swapped
+ * in after the open is never followed. */
+static int open_leaf_path(struct posixfs *fs, const char *path, int *ret_parent, int *ret_fd,
+                          struct split *s)
+{
+    int r = split_path(path, s);
+    if (r < 0)
+        return r;
+    *ret_parent = -1;
+    if (s->leaf_is_dot) {
+        r = resolve(fs->root_fd, s->leaf, O_PATH | O_DIRECTORY, 0, RES_BENEATH);
+    } else {
+        int parent = open_parent(fs, s);
+        if (parent < 0)
+            return parent;
+        /* A symlink leaf gives an fd of the link itself. */
+        r = resolve(parent, s->leaf, O_PATH | O_NOFOLLOW, 0, RES_LEAF);
+        if (r < 0) {
+            close(parent);
+            return r;
+        }
+        *ret_parent = parent;
+    }
+    if (r < 0)
+        return r;
+    *ret_fd = r;
+    return 0;
+}
+
+static int pfs_set_mode(struct ws_vfs *vfs, const char *path, uint32_t mode)
+{
+    struct split s;
+    int parent_raw, fd_raw;
+    int r = open_leaf_path(to_fs(vfs), path, &parent_raw, &fd_raw, &s);
+    if (r < 0)
+        return r;
+    ws_cleanup_fd int parent = parent_raw;
+    ws_cleanup_fd int fd = fd_raw;
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (S_ISLNK(st.st_mode))
+        return -WS_ESYMLINK_LEAF;
+    if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+        return -WS_ESPECIAL;
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    return chmod(proc, mode & 07777) < 0 ? -errno : 0;
+}
+
+static int pfs_set_mtime(struct ws_vfs *vfs, const char *path, int64_t mtime_ns)
+{
+    struct split s;
+    int parent_raw, fd_raw;
+    int r = open_leaf_path(to_fs(vfs), path, &parent_raw, &fd_raw, &s);
+    if (r < 0)
+        return r;
+    ws_cleanup_fd int parent = parent_raw;
+    ws_cleanup_fd int fd = fd_raw;
+    int64_t sec = mtime_ns / 1000000000, nsec = mtime_ns % 1000000000;
+    if (nsec < 0) {
+        nsec += 1000000000;
+        sec--;
+    }
+    const struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = sec, .tv_nsec = nsec}};
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (S_ISLNK(st.st_mode))
+        /* The link's own time: a swap after the open changes the new
+         * entry's, still never a target's. */
+        return utimensat(parent, s.leaf, ts, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+    char proc[64];
+    snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+    return utimensat(AT_FDCWD, proc, ts, 0) < 0 ? -errno : 0;
+}
+
+static int pfs_file_fd(struct ws_vfs_file *wf)
+{
+    return ((struct pfs_file *)wf)->fd;
+}
+
+static int pfs_writer_fd(struct ws_vfs_writer *ww)
+{
+    return ((struct pfs_writer *)ww)->tmp_fd;
+}
+
+static int pfs_sync(struct ws_vfs *vfs)
+{
+    return syncfs(to_fs(vfs)->root_fd) < 0 ? -errno : 0;
+}
+
+static int pfs_open_dir_fd(struct ws_vfs *vfs, const char *path, int *ret_fd)
+{
+    return open_dir_path(to_fs(vfs), path, ret_fd);
 }
 
 /* ---- instance ---- */
@@ -1243,6 +1395,14 @@ static const struct ws_vfs_ops posixfs_ops = {
     .remove = pfs_remove,
     .move = pfs_move,
     .destroy = pfs_destroy,
+    .readlink = pfs_readlink,
+    .symlink = pfs_symlink,
+    .set_mode = pfs_set_mode,
+    .set_mtime = pfs_set_mtime,
+    .file_fd = pfs_file_fd,
+    .writer_fd = pfs_writer_fd,
+    .open_dir_fd = pfs_open_dir_fd,
+    .sync = pfs_sync,
 };
 
 int ws_posixfs_open_with(int dirfd, const char *dir_path, unsigned flags, struct ws_vfs **ret)

@@ -234,7 +234,8 @@ static int edit_once(struct ws_fsops *ops, const struct ws_edit_request *req, co
     int r;
 
     if (locked)
-        pthread_mutex_lock(&ops->commit_lock);
+        ws_fsops_change_begin(ops);
+    pthread_mutex_lock(&ops->commit_lock);
     commits = ws_fsops_commits(ops);
     r = read_all(ops->fs, req->path, req->max_size, ctl, d, &buf, &len, &st);
     if (r < 0) {
@@ -289,6 +290,7 @@ static int edit_once(struct ws_fsops *ops, const struct ws_edit_request *req, co
     if (r < 0)
         goto out;
     if (!locked) {
+        ws_fsops_change_begin(ops);
         pthread_mutex_lock(&ops->commit_lock);
         locked = true;
         if (!ws_target_unchanged(ops, req->path, commits, &st)) {
@@ -310,6 +312,7 @@ out:
     ws_write_abort(s);
     if (locked)
         pthread_mutex_unlock(&ops->commit_lock);
+    ws_fsops_change_end(ops);
     free(buf);
     return r;
 }

@@ -65,6 +65,9 @@ struct ws_write_opts {
     bool create_parents; /* mkdir -p the parent (0755) */
     bool if_absent;      /* -EEXIST when the file exists */
     uint64_t max_size;   /* write() fails with -EFBIG past this; 0 = none */
+    /* Skip the flush to disk at commit: the caller flushes many new files
+     * at once with the storage's sync entry (archives, snapshots). */
+    bool no_sync;
 };
 
 struct ws_vfs;
@@ -172,6 +175,9 @@ struct ws_vfs_ops {
      * has none (memory). NULL entries mean the same. */
     int (*file_fd)(struct ws_vfs_file *file);
     int (*writer_fd)(struct ws_vfs_writer *w);
+    /* Flushes everything written to the storage to disk (syncfs). NULL
+     * when there is nothing to flush. */
+    int (*sync)(struct ws_vfs *fs);
 
     /* ---- watching ---- */
 

@@ -220,6 +220,7 @@ int ws_write_commit_within(struct ws_write_session *s, const struct ws_budget *b
                 r = conflict(actual, d);
                 goto fail;
             }
+            ws_fsops_change_begin(ops);
             pthread_mutex_lock(&ops->commit_lock);
             same = ws_target_unchanged(ops, s->path, commits, &st);
             if (same) {
@@ -228,6 +229,7 @@ int ws_write_commit_within(struct ws_write_session *s, const struct ws_budget *b
                 r = ws_write_commit_held(s, ret);
             }
             pthread_mutex_unlock(&ops->commit_lock);
+            ws_fsops_change_end(ops);
             if (same)
                 return r;
             if (tries == IF_MATCH_TRIES) {
@@ -238,9 +240,11 @@ int ws_write_commit_within(struct ws_write_session *s, const struct ws_budget *b
             }
         }
     }
+    ws_fsops_change_begin(ops);
     pthread_mutex_lock(&ops->commit_lock);
     r = ws_write_commit_held(s, ret);
     pthread_mutex_unlock(&ops->commit_lock);
+    ws_fsops_change_end(ops);
     return r;
 fail:
     session_free(s);

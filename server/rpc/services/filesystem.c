@@ -44,7 +44,8 @@ static struct ws_registry *registry_of(struct ws_call *call)
 /* Fails the call. A memory workspace refused by its tenant's memory quota
  * says so with the quota's metadata; the tree itself only knows it is
  * full. */
-static void fs_fail(struct ws_call *call, struct ws_workspace *ws, int err, const struct ws_diag *d)
+void ws_services_fs_fail(struct ws_call *call, struct ws_workspace *ws, int err,
+                         const struct ws_diag *d)
 {
     struct ws_diag quota = {0};
 
@@ -70,8 +71,8 @@ static uint64_t file_size(struct ws_workspace *ws, const char *path)
 /* What every file RPC starts with: the workspace, which must have the fs
  * capability, and the client's path checked. On failure the call has
  * been failed and nothing is held. */
-static int fs_workspace(struct ws_call *call, const char *id, const char *path,
-                        struct ws_workspace **ret)
+int ws_services_fs_workspace(struct ws_call *call, const char *id, const char *path,
+                             struct ws_workspace **ret)
 {
     struct ws_workspace *ws;
     int err = ws_services_workspace(call, id, WS_CAP_FS, &ws);
@@ -95,7 +96,7 @@ static struct ws_services_unary *fs_unary(struct ws_call *call, const ProtobufCM
 {
     struct ws_services_unary *u = ws_services_unary_new(call, msg);
 
-    if (!u || fs_workspace(call, id, path, &u->ws) < 0)
+    if (!u || ws_services_fs_workspace(call, id, path, &u->ws) < 0)
         return NULL;
     return u;
 }
@@ -103,8 +104,8 @@ static struct ws_services_unary *fs_unary(struct ws_call *call, const ProtobufCM
 /* The call succeeded: its file event (NULL: none) goes into the audit
  * log before the client can see the answer, the workspace records the
  * success, and `resp` goes out with the status. */
-static void fs_finish(struct ws_call *call, struct ws_workspace *ws, const ProtobufCMessage *resp,
-                      const struct ws_audit_file *audit)
+void ws_services_fs_finish(struct ws_call *call, struct ws_workspace *ws,
+                           const ProtobufCMessage *resp, const struct ws_audit_file *audit)
 {
     if (audit)
         ws_services_audit_file(ws_call_method_data(call), ws, audit);
@@ -164,7 +165,7 @@ static void read_next(struct ws_call *call, struct read_state *rs)
     while (got < want) {
         ssize_t n = rs->fs->ops->pread(rs->file, rs->buf + got, want - got, rs->off + got);
         if (n < 0) {
-            fs_fail(call, rs->ws, (int)n, NULL);
+            ws_services_fs_fail(call, rs->ws, (int)n, NULL);
             return;
         }
         if (n == 0)
@@ -183,7 +184,7 @@ static void read_next(struct ws_call *call, struct read_state *rs)
     if (got < want)
         rs->end = rs->off;
     if (rs->off >= rs->end)
-        fs_finish(call, rs->ws, &resp.base, NULL);
+        ws_services_fs_finish(call, rs->ws, &resp.base, NULL);
     else
         ws_call_send(call, &resp.base);
 }
@@ -195,7 +196,7 @@ static void read_start(struct ws_call *call, const ProtobufCMessage *msg)
     int err;
 
     rs = stream_state(call, sizeof(*rs));
-    if (!rs || fs_workspace(call, req->workspace_id, req->path, &rs->ws) < 0)
+    if (!rs || ws_services_fs_workspace(call, req->workspace_id, req->path, &rs->ws) < 0)
         return;
     rs->fs = vfs_of(rs->ws);
     rs->path = strdup(req->path);
@@ -206,7 +207,7 @@ static void read_start(struct ws_call *call, const ProtobufCMessage *msg)
     }
     err = rs->fs->ops->open_read(rs->fs, req->path, &rs->file, &rs->st);
     if (err < 0) {
-        fs_fail(call, rs->ws, err, NULL);
+        ws_services_fs_fail(call, rs->ws, err, NULL);
         return;
     }
     rs->off = req->offset < rs->st.size ? req->offset : rs->st.size;
@@ -263,7 +264,7 @@ static void write_failed(struct ws_call *call, struct write_state *st, int err,
 {
     ws_write_abort(st->session);
     st->session = NULL;
-    fs_fail(call, st->ws, err, d);
+    ws_services_fs_fail(call, st->ws, err, d);
 }
 
 static void write_commit(struct ws_call *call, struct write_state *st);
@@ -293,7 +294,7 @@ static void write_start(struct ws_call *call, const ProtobufCMessage *msg)
         return;
     }
     const Workspace__V1__WriteFileHeader *h = req->header;
-    if (fs_workspace(call, h->workspace_id, h->path, &st->ws) < 0)
+    if (ws_services_fs_workspace(call, h->workspace_id, h->path, &st->ws) < 0)
         return;
     struct ws_write_request wr = {
         .path = h->path,
@@ -342,14 +343,14 @@ static void commit_now(struct ws_call *call, struct write_state *st, struct ws_w
         err = ws_registry_usage_charge(reg, st->ws, delta, &d);
         if (err < 0) {
             ws_write_abort(s); /* the old content stays */
-            fs_fail(call, st->ws, err, &d);
+            ws_services_fs_fail(call, st->ws, err, &d);
             return;
         }
     }
     err = ws_write_commit(s, &d, &res);
     if (err < 0) {
         ws_registry_usage_refund(reg, st->ws, delta);
-        fs_fail(call, st->ws, err, &d);
+        ws_services_fs_fail(call, st->ws, err, &d);
         return;
     }
     if (delta < 0)
@@ -359,12 +360,12 @@ static void commit_now(struct ws_call *call, struct write_state *st, struct ws_w
     resp.bytes_written = res.bytes_written;
     resp.sha256 = res.sha256;
     /* Audit hook. */
-    fs_finish(call, st->ws, &resp.base,
-              &(struct ws_audit_file){.event = "write",
-                                      .path = st->path,
-                                      .has_content = true,
-                                      .size = res.st.size,
-                                      .sha256 = res.sha256});
+    ws_services_fs_finish(call, st->ws, &resp.base,
+                          &(struct ws_audit_file){.event = "write",
+                                                  .path = st->path,
+                                                  .has_content = true,
+                                                  .size = res.st.size,
+                                                  .sha256 = res.sha256});
 }
 
 static void commit_run(struct ws_call *call)
@@ -516,7 +517,7 @@ static void do_edit(struct ws_call *call, struct ws_workspace *ws,
         err = ws_registry_usage_charge(reg, ws, charged, &d);
         if (err < 0) {
             charged = 0;
-            fs_fail(call, ws, err, &d);
+            ws_services_fs_fail(call, ws, err, &d);
             goto out;
         }
     }
@@ -532,7 +533,7 @@ static void do_edit(struct ws_call *call, struct ws_workspace *ws,
     };
     err = ws_edit(ws_workspace_fsops(ws), &er, &d, &res);
     if (err < 0) {
-        fs_fail(call, ws, err, &d);
+        ws_services_fs_fail(call, ws, err, &d);
         goto out;
     }
     /* Keep what the edit really added; the rest of the charge goes back. */
@@ -542,13 +543,13 @@ static void do_edit(struct ws_call *call, struct ws_workspace *ws,
     resp.sha256 = res.sha256;
     resp.info = &info;
     /* Audit hook. */
-    fs_finish(call, ws, &resp.base,
-              &(struct ws_audit_file){.event = "edit",
-                                      .path = req->path,
-                                      .has_content = true,
-                                      .size = res.st.size,
-                                      .sha256 = res.sha256,
-                                      .count = res.replacements});
+    ws_services_fs_finish(call, ws, &resp.base,
+                          &(struct ws_audit_file){.event = "edit",
+                                                  .path = req->path,
+                                                  .has_content = true,
+                                                  .size = res.st.size,
+                                                  .sha256 = res.sha256,
+                                                  .count = res.replacements});
 out:
     if (charged > 0)
         ws_registry_usage_refund(reg, ws, charged);
@@ -578,7 +579,7 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
             ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, edit_run, NULL);
         return;
     }
-    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
+    if (ws_services_fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
     do_edit(call, ws, req);
     ws_workspace_unref(ws);
@@ -690,13 +691,13 @@ static void run_listing(struct ws_call *call, struct ws_workspace *ws, const str
         err = ws_list(ops, path, l->depth, l->max, entries_add, &es, &truncated);
     err = entries_result(err, &es, &truncated);
     if (err < 0) {
-        fs_fail(call, ws, err, NULL);
+        ws_services_fs_fail(call, ws, err, NULL);
         goto out;
     }
     *ret_entries = es.ptrs;
     *ret_n = es.n;
     *ret_truncated = truncated;
-    fs_finish(call, ws, resp, NULL);
+    ws_services_fs_finish(call, ws, resp, NULL);
 out:
     entries_free(&es);
 }
@@ -819,7 +820,7 @@ static void grep_next(struct ws_call *call)
     grep_clear(gs);
     more = ws_grep_next(gs->grep, GREP_BATCH, grep_collect, gs);
     if (more < 0) {
-        fs_fail(call, gs->ws, more, NULL);
+        ws_services_fs_fail(call, gs->ws, more, NULL);
         return;
     }
     resp.matches = gs->ptrs;
@@ -836,7 +837,7 @@ static void grep_next(struct ws_call *call)
     summary.matches = sum.matches;
     summary.truncated = sum.truncated;
     resp.summary = &summary;
-    fs_finish(call, gs->ws, &resp.base, NULL);
+    ws_services_fs_finish(call, gs->ws, &resp.base, NULL);
 }
 
 /* On the FS lane: compiles the pattern (which may take long too), then
@@ -857,7 +858,7 @@ static void grep_begin(struct ws_call *call)
     int err = ws_grep_start(ws_workspace_fsops(gs->ws), &gr, &d, &gs->grep);
 
     if (err < 0) {
-        fs_fail(call, gs->ws, err, &d);
+        ws_services_fs_fail(call, gs->ws, err, &d);
         return;
     }
     grep_next(call);
@@ -869,7 +870,8 @@ static void grep_start(struct ws_call *call, const ProtobufCMessage *msg)
     struct grep_state *gs;
 
     gs = stream_state(call, sizeof(*gs));
-    if (!gs || fs_workspace(call, req->workspace_id, root_if_empty(req->path), &gs->ws) < 0)
+    if (!gs ||
+        ws_services_fs_workspace(call, req->workspace_id, root_if_empty(req->path), &gs->ws) < 0)
         return;
     gs->req = (Workspace__V1__GrepRequest *)ws_services_message_copy(msg);
     if (!gs->req) {
@@ -912,12 +914,12 @@ static void finish_info(struct ws_call *call, struct ws_workspace *ws, const cha
     int err = fs->ops->stat(fs, path, &st);
 
     if (err < 0) {
-        fs_fail(call, ws, err, NULL);
+        ws_services_fs_fail(call, ws, err, NULL);
         return;
     }
     ws_fileinfo_fill(&info, path, strlen(path), &st);
     *slot = &info;
-    fs_finish(call, ws, resp, audit);
+    ws_services_fs_finish(call, ws, resp, audit);
 }
 
 static void stat_file(struct ws_call *call, const ProtobufCMessage *msg)
@@ -926,7 +928,7 @@ static void stat_file(struct ws_call *call, const ProtobufCMessage *msg)
     Workspace__V1__StatResponse resp = WORKSPACE__V1__STAT_RESPONSE__INIT;
     struct ws_workspace *ws;
 
-    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
+    if (ws_services_fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
     finish_info(call, ws, req->path, &resp.base, &resp.info, NULL);
     ws_workspace_unref(ws);
@@ -941,10 +943,13 @@ static void do_make_dir(struct ws_call *call, struct ws_workspace *ws,
     int err;
 
     err = ws_registry_usage_charge(registry_of(call), ws, 0, &d);
-    if (err == 0)
+    if (err == 0) {
+        ws_fsops_change_begin(ws_workspace_fsops(ws));
         err = fs->ops->mkdir(fs, req->path, req->parents, req->mode ? req->mode & 0777 : 0755);
+        ws_fsops_change_end(ws_workspace_fsops(ws));
+    }
     if (err < 0)
-        fs_fail(call, ws, err, &d);
+        ws_services_fs_fail(call, ws, err, &d);
     else
         finish_info(call, ws, req->path, &resp.base, &resp.info, NULL);
 }
@@ -971,7 +976,7 @@ static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
             ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, make_dir_run, NULL);
         return;
     }
-    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
+    if (ws_services_fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
     do_make_dir(call, ws, req);
     ws_workspace_unref(ws);
@@ -986,18 +991,21 @@ static void do_remove(struct ws_call *call, struct ws_workspace *ws,
     uint64_t removed = 0;
     int err;
 
+    ws_fsops_change_begin(ws_workspace_fsops(ws));
     err = fs->ops->remove(fs, req->path, req->recursive, &removed);
+    ws_fsops_change_end(ws_workspace_fsops(ws));
     if (err < 0) {
         if (err == -EXDEV)
             ws_diag_set(&d, "the path is the workspace root or outside it");
-        fs_fail(call, ws, err, &d);
+        ws_services_fs_fail(call, ws, err, &d);
         return;
     }
     resp.removed = removed;
     ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws));
     /* Audit hook. */
-    fs_finish(call, ws, &resp.base,
-              &(struct ws_audit_file){.event = "remove", .path = req->path, .count = removed});
+    ws_services_fs_finish(
+        call, ws, &resp.base,
+        &(struct ws_audit_file){.event = "remove", .path = req->path, .count = removed});
 }
 
 static void remove_run(struct ws_call *call)
@@ -1020,7 +1028,7 @@ static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
             ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, remove_run, NULL);
         return;
     }
-    if (fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
+    if (ws_services_fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
     do_remove(call, ws, req);
     ws_workspace_unref(ws);
@@ -1033,14 +1041,16 @@ static void move(struct ws_call *call, const ProtobufCMessage *msg)
     struct ws_workspace *ws;
     int err;
 
-    if (fs_workspace(call, req->workspace_id, req->from_path, &ws) < 0)
+    if (ws_services_fs_workspace(call, req->workspace_id, req->from_path, &ws) < 0)
         return;
     if (ws_services_check_path(call, ws, req->to_path) < 0)
         goto out;
     struct ws_vfs *fs = vfs_of(ws);
+    ws_fsops_change_begin(ws_workspace_fsops(ws));
     err = fs->ops->move(fs, req->from_path, req->to_path, req->replace);
+    ws_fsops_change_end(ws_workspace_fsops(ws));
     if (err < 0) {
-        fs_fail(call, ws, err, NULL);
+        ws_services_fs_fail(call, ws, err, NULL);
         goto out;
     }
     if (req->replace)

@@ -52,6 +52,19 @@ size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out);
  * WriteArchive (fs_archive.c). */
 size_t ws_services_fs_watch(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_fs_archive(struct ws_services *s, struct ws_rpc_method *out);
+
+/* For the FileSystem files (filesystem.c): what every file RPC starts with
+ * (the workspace, which must have the fs capability, and the client's path
+ * checked; on failure the call has been failed and nothing is held); a
+ * failure (a memory workspace's quota explained); a success, with its
+ * audit event (NULL: none) logged before the answer goes out. */
+struct ws_audit_file;
+int ws_services_fs_workspace(struct ws_call *call, const char *id, const char *path,
+                             struct ws_workspace **ret);
+void ws_services_fs_fail(struct ws_call *call, struct ws_workspace *ws, int err,
+                         const struct ws_diag *d);
+void ws_services_fs_finish(struct ws_call *call, struct ws_workspace *ws,
+                           const ProtobufCMessage *resp, const struct ws_audit_file *audit);
 size_t ws_services_providers(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_health(struct ws_services *s, struct ws_rpc_method *out);
 size_t ws_services_exec(struct ws_services *s, struct ws_rpc_method *out);

@@ -3,6 +3,7 @@
  * by server/app.c. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -110,6 +111,9 @@ enum {
     POL_PULL,
     POL_USERS,
     POL_ADDRESS_SPACE,
+    /* Snapshots and shadow workspaces. */
+    SOURCE_ALLOW,
+    MAXSNAPS,
     SETTINGS_END,
     /* Flags that are not settings. */
     CONFIG = SETTINGS_END,
@@ -126,6 +130,9 @@ static const char *const conf_sections[] = {
     "work",      "uids",   "providers", "local-sandbox", "docker", "metrics",
     "transport", "policy", "policy.",   "peers",         NULL,
 };
+
+/* Values of source-path-allow (flags and the file's key) one start takes. */
+#define SOURCE_ALLOW_VALUES_MAX 32
 
 /* What the flags and the file set. Every number is a long long, whatever
  * the type of the configuration it ends in: apply() stores them all one
@@ -199,6 +206,13 @@ struct options {
      * (0: a default or a flag); cross-option errors name that line. */
     const char *conf_path;
     unsigned line[N_SETTINGS];
+    /* Snapshots a tenant may hold (0: the registry's default), and the
+     * values that name the host directories an Open's from_path may copy
+     * (each a comma-separated list, checked; the file's and the flags'
+     * add up). */
+    long long max_snapshots;
+    const char *source_allow[SOURCE_ALLOW_VALUES_MAX];
+    size_t n_source_allow;
 };
 
 /* What a setting's value is, and so how apply() reads it and which type
@@ -292,6 +306,9 @@ static void usage(FILE *f)
         "                         (0: never) [%lld]\n"
         "  --max-file-size BYTES  default and ceiling of a workspace's file size cap [%llu]\n"
         "  --memory-workspace-bytes BYTES  what one memory workspace may hold [%llu]\n"
+        "  --max-snapshots N      snapshots one tenant may hold [100]\n"
+        "  --source-path-allow DIR  a host directory an Open's from_path may copy (it or\n"
+        "                         below it); absolute and canonical, repeatable [none]\n"
         "  --threads N            completion-queue threads [number of CPUs]\n"
         "  --drain-grace-ms MS    how long in-flight calls may finish on SIGTERM [%d]\n"
         "  --kill-grace-ms MS     SIGTERM-to-SIGKILL grace when a command is ended [%d]\n"
@@ -487,6 +504,86 @@ static const char *set_providers(struct options *o, const struct setting *s, con
     return NULL;
 }
 
+/* Calls fn for each item of a comma-separated list, blanks around items
+ * trimmed; stops at the first non-zero return. */
+static int each_item(const char *v, int (*fn)(const char *item, size_t len, void *ud), void *ud)
+{
+    while (*v) {
+        const char *end = strchr(v, ',');
+        size_t len = end ? (size_t)(end - v) : strlen(v);
+        const char *b = v;
+        size_t n = len;
+        while (n && (*b == ' ' || *b == '\t'))
+            b++, n--;
+        while (n && (b[n - 1] == ' ' || b[n - 1] == '\t'))
+            n--;
+        int r = fn(b, n, ud);
+        if (r)
+            return r;
+        v += len + (end ? 1 : 0);
+        if (end && !*v)
+            return fn(v, 0, ud);
+    }
+    return 0;
+}
+
+/* An absolute, canonical directory (realpath gives it back unchanged). */
+static int canonical_dir(const char *item, size_t len, void *ud)
+{
+    char path[PATH_MAX], *real;
+    struct stat sb;
+    bool ok;
+
+    (void)ud;
+    if (len == 0 || len >= sizeof(path) || item[0] != '/')
+        return 1;
+    memcpy(path, item, len);
+    path[len] = '\0';
+    real = realpath(path, NULL);
+    ok = real && strcmp(real, path) == 0 && stat(real, &sb) == 0 && S_ISDIR(sb.st_mode);
+    free(real);
+    return ok ? 0 : 1;
+}
+
+static const char *set_source_allow(struct options *o, const struct setting *s, const char *v)
+{
+    if (o->n_source_allow == SOURCE_ALLOW_VALUES_MAX)
+        return "given too many times";
+    if (each_item(v, canonical_dir, NULL) != 0)
+        return s->refused;
+    o->source_allow[o->n_source_allow++] = v;
+    return NULL;
+}
+
+struct allow_list {
+    char **v;
+    size_t n;
+};
+
+static int allow_add(const char *item, size_t len, void *ud)
+{
+    struct allow_list *l = ud;
+    char **nv = reallocarray(l->v, l->n + 1, sizeof(*nv));
+
+    if (!nv)
+        return -1;
+    l->v = nv;
+    l->v[l->n] = strndup(item, len);
+    if (!l->v[l->n])
+        return -1;
+    l->n++;
+    return 0;
+}
+
+static void allow_list_free(struct allow_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
 /* The policy module checks and keeps its own copy; its reason names what
  * it refuses, so it is not the row's. */
 static const char *set_policy(struct options *o, const struct setting *s, const char *v)
@@ -633,6 +730,13 @@ static const struct setting settings[] = {
     {POL_USERS, "policy-docker-users", "policy", "docker-users", .kind = STRING, .set = set_policy},
     {POL_ADDRESS_SPACE, "policy-address-space-mb", "policy", "address-space-mb", .kind = STRING,
      .set = set_policy},
+    {SOURCE_ALLOW, "source-path-allow", "server", "source-path-allow", .kind = STRING,
+     .set = set_source_allow,
+     .refused = "not a comma-separated list of absolute canonical directories (no symlink, "
+                "\".\" or \"..\" in them)"},
+    {MAXSNAPS, "max-snapshots", "limits", "max-snapshots", .kind = NUMBER,
+     .field = FIELD(max_snapshots), .min = 1, .max = 1000000,
+     .refused = "not a number in 1..1000000"},
 };
 #define N_ROWS WS_ELEMENTSOF(settings)
 
@@ -1139,6 +1243,13 @@ int main(int argc, char **argv)
     if (setrlimit(RLIMIT_CORE, &no_core) < 0)
         fprintf(stderr, "workspaced: cannot disable core dumps: %s\n", strerror(errno));
 
+    struct allow_list allow = {0};
+    for (size_t i = 0; i < o.n_source_allow; i++)
+        if (each_item(o.source_allow[i], allow_add, &allow) != 0) {
+            fprintf(stderr, "workspaced: out of memory\n");
+            allow_list_free(&allow);
+            goto out;
+        }
     struct ws_app_config cfg = {
         .state_dir = o.state_dir,
         .registry =
@@ -1158,6 +1269,9 @@ int main(int argc, char **argv)
                 .uids_mode = o.uids_mode,
                 .uid_range = o.uid_range,
                 .allow_root_commands = o.allow_root_commands,
+                .max_snapshots = (unsigned)o.max_snapshots,
+                .source_allow = (const char *const *)allow.v,
+                .n_source_allow = allow.n,
             },
         .docker_default_image = o.docker_image,
         .kill_grace_ms = (int)o.kill_grace_ms,
@@ -1191,8 +1305,11 @@ int main(int argc, char **argv)
                 .tenant_queued = (unsigned)o.work_tenant_queued,
             },
     };
-    /* It says why itself when it fails. */
-    if (ws_app_start(&cfg, &app) < 0)
+    /* It says why itself when it fails. The registry keeps its own copy
+     * of the allowed directories. */
+    err = ws_app_start(&cfg, &app);
+    allow_list_free(&allow);
+    if (err < 0)
         goto out;
     if (strncmp(o.listen, "unix:", 5) == 0) {
         printf("workspaced listening on %s\n", o.listen);

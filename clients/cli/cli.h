@@ -41,6 +41,14 @@ int wsc_cmd_list(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_extend(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_set_secrets(struct wsc_ctx *ctx, int argc, char **argv);
 
+/* trees.c: whole trees (cp -r through archives), watch, snapshots. */
+int wsc_cmd_cp(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_watch(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_snapshot(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_snapshots(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_delete_snapshot(struct wsc_ctx *ctx, int argc, char **argv);
+int wsc_cmd_restore(struct wsc_ctx *ctx, int argc, char **argv);
+
 /* exec.c: processes. */
 int wsc_cmd_exec(struct wsc_ctx *ctx, int argc, char **argv);
 int wsc_cmd_attach(struct wsc_ctx *ctx, int argc, char **argv);

@@ -165,6 +165,8 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
         {"name", required_argument, NULL, 'N'},
         {"env", required_argument, NULL, 'e'},
         {"secret-from-env", required_argument, NULL, 's'},
+        {"from-snapshot", required_argument, NULL, 'F'},
+        {"from-path", required_argument, NULL, 'P'},
         {NULL, 0, NULL, 0},
     };
     Workspace__V1__OpenRequest req = WORKSPACE__V1__OPEN_REQUEST__INIT;
@@ -233,6 +235,12 @@ int wsc_cmd_open(struct wsc_ctx *ctx, int argc, char **argv)
             break;
         case 'N':
             req.name = optarg;
+            break;
+        case 'F':
+            req.from_snapshot = optarg;
+            break;
+        case 'P':
+            req.from_path = optarg;
             break;
         case 'l':
         case 'e':

@@ -29,7 +29,8 @@ static const struct command {
      "              [--image I [--runtime runc|runsc]] [--allow cmd,...] [--network]\n"
      "              [--exec-mode agent|per-command]\n"
      "              [--ttl D] [--idle-timeout D] [--name NAME] [--label K=V]...\n"
-     "              [--env K=V]... [--secret-from-env NAME]..."},
+     "              [--env K=V]... [--secret-from-env NAME]...\n"
+     "              [--from-snapshot SNAPSHOT | --from-path HOSTDIR]"},
     {"list", wsc_cmd_list, "[-l SELECTOR]... [--name NAME] [--page-size N]"},
     {"extend", wsc_cmd_extend, "WS [--ttl D] [--idle-timeout D]"},
     {"set-secrets", wsc_cmd_set_secrets, "WS --secret-from-env NAME... [--replace]"},
@@ -46,6 +47,12 @@ static const struct command {
     {"mv", wsc_cmd_mv, "WS FROM TO [-f]"},
     {"glob", wsc_cmd_glob, "WS PATTERN [--path DIR]"},
     {"grep", wsc_cmd_grep, "WS PATTERN [PATH] [-i] [--include GLOB]"},
+    {"cp", wsc_cmd_cp, "-r [-z] [--merge|--replace] LOCALDIR WS:PATH | WS:PATH LOCALDIR"},
+    {"watch", wsc_cmd_watch, "WS [PATH] [-r] [--include GLOB]... [--exclude GLOB]..."},
+    {"snapshot", wsc_cmd_snapshot, "WS [--name NAME] [--label K=V]..."},
+    {"snapshots", wsc_cmd_snapshots, "[--workspace WS] [-l SELECTOR] [--name NAME]"},
+    {"delete-snapshot", wsc_cmd_delete_snapshot, "SNAPSHOT"},
+    {"restore", wsc_cmd_restore, "WS SNAPSHOT [-f]"},
     {"exec", wsc_cmd_exec,
      "WS [-i] [-t [--detach-keys K]] [--timeout D] [--tag T] [--cwd DIR]\n"
      "              [-e K=V] [--secret NAME]... [--background] -- argv..."},

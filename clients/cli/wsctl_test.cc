@@ -302,6 +302,35 @@ std::string Trim(std::string s)
 
 const char *kAllow = "sh,cat,echo,sleep,wc,head,true,false";
 
+// The one host directory the suite's server lets Open copy from
+// (--source-path-allow), canonical.
+const std::string &SourceRoot()
+{
+    static std::string root = [] {
+        std::string d = TempDir();
+        char real[PATH_MAX];
+        if (!realpath(d.c_str(), real))
+            abort();
+        return std::string(real);
+    }();
+    return root;
+}
+
+// `sh -c cmd` on this host; its stdout.
+std::string Host(const std::string &cmd)
+{
+    std::string out;
+    FILE *p = popen(cmd.c_str(), "r");
+    if (!p)
+        return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0)
+        out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+    return out;
+}
+
 std::string OpenWorkspace()
 {
     Result r = Wsctl({"open", "--provider", "local-bash", "--allow", kAllow});
@@ -315,7 +344,7 @@ class WsctlTest : public ::testing::Test
   protected:
     static void SetUpTestSuite()
     {
-        server = new Server();
+        server = new Server({"--source-path-allow", SourceRoot()});
     }
     static void TearDownTestSuite()
     {
@@ -2004,6 +2033,128 @@ TEST_F(WsctlTest, SecretsByNameNeverByValue)
     EXPECT_NE(unset.err.find("WSCTL_TEST_UNSET_VARIABLE"), std::string::npos) << unset.err;
     EXPECT_EQ(LinesWith(Wsctl({"list", "-l", "unset=secret"}).out, "unset=secret"), 0);
     EXPECT_EQ(Wsctl({"close", id}).code, 0);
+}
+
+// cp -r packs a local tree into WriteArchive and unpacks ReadArchive into
+// a local directory: both ways give the same tree (modes, a symlink kept as
+// a link), gzip too; an existing target needs --merge or --replace.
+TEST_F(WsctlTest, CpRecursiveBothWays)
+{
+    std::string dir = TempDir();
+    Host("set -e; cd '" + dir +
+         "'; mkdir -p src/a/b src/empty; printf one > src/a/one.txt;"
+         " printf '#!/bin/sh\n' > src/a/b/run.sh; chmod 0755 src/a/b/run.sh;"
+         " ln -s ../one.txt src/a/b/link");
+    auto describe = [](const std::string &d) {
+        return Host("cd '" + d + "' && find . -mindepth 1 -printf '%y %m %s %P %l\\n' | sort");
+    };
+    for (const char *z : {"", "-z"}) {
+        SCOPED_TRACE(z);
+        std::string remote = std::string(ws_) + ":copy" + z;
+        std::vector<std::string> up = {"cp", "-r", dir + "/src", remote};
+        std::vector<std::string> down = {"cp", "-r", remote, dir + "/back" + z};
+        if (*z) {
+            up.insert(up.begin() + 2, z);
+            down.insert(down.begin() + 2, z);
+        }
+        Result r = Wsctl(up);
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_NE(r.err.find("copied 7 entries (3 files, 3 directories, 1 symlinks"),
+                  std::string::npos)
+            << r.err;
+        EXPECT_EQ(Wsctl({"cat", ws_, std::string("copy") + z + "/a/one.txt"}).out, "one");
+        r = Wsctl(down);
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_EQ(describe(dir + "/back" + z), describe(dir + "/src"));
+    }
+    Result again = Wsctl({"cp", "-r", dir + "/src", ws_ + ":copy"});
+    EXPECT_EQ(again.code, 1);
+    EXPECT_NE(again.err.find("wsctl: EXISTS"), std::string::npos) << again.err;
+    EXPECT_EQ(Wsctl({"cp", "-r", "--merge", dir + "/src", ws_ + ":copy"}).code, 0);
+    Result no_r = Wsctl({"cp", dir + "/src", ws_ + ":x"});
+    EXPECT_EQ(no_r.code, 2) << no_r.err;
+}
+
+// snapshot, snapshots, restore, open --from-snapshot and --from-path,
+// delete-snapshot: the whole cycle through wsctl.
+TEST_F(WsctlTest, SnapshotRestoreForkAndShadow)
+{
+    RunOpts v1;
+    v1.stdin_data = "version 1";
+    ASSERT_EQ(Wsctl({"put", ws_, "f.txt"}, v1).code, 0);
+    Result snap = Wsctl({"snapshot", ws_, "--name", "first", "--label", "k=v"});
+    ASSERT_EQ(snap.code, 0) << snap.err;
+    std::string id = Trim(snap.out);
+    EXPECT_EQ(id.compare(0, 5, "snap-"), 0) << id;
+    RunOpts v2;
+    v2.stdin_data = "version 2";
+    ASSERT_EQ(Wsctl({"put", ws_, "f.txt"}, v2).code, 0);
+
+    Result list = Wsctl({"snapshots", "--workspace", ws_});
+    ASSERT_EQ(list.code, 0) << list.err;
+    EXPECT_NE(list.out.find(id), std::string::npos) << list.out;
+    EXPECT_NE(list.out.find("first"), std::string::npos) << list.out;
+    EXPECT_NE(Wsctl({"--json", "snapshots", "-l", "k=v"}).out.find(id), std::string::npos);
+
+    Result rs = Wsctl({"restore", ws_, id});
+    ASSERT_EQ(rs.code, 0) << rs.err;
+    EXPECT_EQ(Wsctl({"cat", ws_, "f.txt"}).out, "version 1");
+
+    Result fork = Wsctl({"open", "--provider", "memory", "--from-snapshot", id});
+    ASSERT_EQ(fork.code, 0) << fork.err;
+    std::string forked = Trim(fork.out);
+    EXPECT_EQ(Wsctl({"cat", forked, "f.txt"}).out, "version 1");
+    EXPECT_EQ(Wsctl({"close", forked}).code, 0);
+
+    ASSERT_EQ(Wsctl({"delete-snapshot", id}).code, 0);
+    EXPECT_EQ(Wsctl({"snapshots", "--workspace", ws_}).out.find(id), std::string::npos);
+    Result gone = Wsctl({"restore", ws_, id});
+    EXPECT_EQ(gone.code, 1);
+    EXPECT_NE(gone.err.find("wsctl: NO_SUCH_SNAPSHOT"), std::string::npos) << gone.err;
+
+    // A shadow of an allowed host directory; anything else is refused.
+    std::string src = SourceRoot() + "/shadow";
+    Host("mkdir -p '" + src + "/d' && printf host > '" + src + "/d/h.txt'");
+    Result sh = Wsctl({"open", "--provider", "local-bash", "--from-path", src});
+    ASSERT_EQ(sh.code, 0) << sh.err;
+    std::string shadow = Trim(sh.out);
+    EXPECT_EQ(Wsctl({"cat", shadow, "d/h.txt"}).out, "host");
+    EXPECT_EQ(Wsctl({"close", shadow}).code, 0);
+    Result denied = Wsctl({"open", "--provider", "local-bash", "--from-path", "/etc"});
+    EXPECT_EQ(denied.code, 1);
+    EXPECT_NE(denied.err.find("wsctl: SOURCE_PATH_DENIED"), std::string::npos) << denied.err;
+}
+
+// watch prints one line per event, ready first.
+TEST_F(WsctlTest, WatchPrintsEvents)
+{
+    std::string out = TempDir() + "/watch.out";
+    std::string bin = Runfile("clients/cli/wsctl");
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        setenv("WORKSPACED_ADDR", server->addr().c_str(), 1);
+        execl(bin.c_str(), bin.c_str(), "watch", ws_.c_str(), "-r", (char *)nullptr);
+        _exit(127);
+    }
+    auto wait_for = [&](const std::string &text) {
+        for (int i = 0; i < 200; i++) {
+            if (ReadFile(out).find(text) != std::string::npos)
+                return true;
+            usleep(50 * 1000);
+        }
+        return false;
+    };
+    EXPECT_TRUE(wait_for("ready")) << ReadFile(out);
+    RunOpts o;
+    o.stdin_data = "x";
+    ASSERT_EQ(Wsctl({"put", ws_, "watched.txt"}, o).code, 0);
+    EXPECT_TRUE(wait_for("created watched.txt\n")) << ReadFile(out);
+    kill(pid, SIGTERM);
+    int st;
+    waitpid(pid, &st, 0);
 }
 
 } // namespace

@@ -307,6 +307,51 @@ out:
     return err;
 }
 
+static int mq_symlink(struct ws_vfs *vfs, const char *target, const char *path)
+{
+    struct mq_fs *fs = to_mq(vfs);
+    uint64_t cost = WS_MEMQUOTA_ENTRY_COST + leaf_len(path) + strlen(target);
+    int err = -WS_EQUOTA;
+
+    pthread_mutex_lock(&fs->acct->lock);
+    if (room_for(fs, cost)) {
+        err = fs->inner->ops->symlink(fs->inner, target, path);
+        if (err >= 0)
+            meta_add(fs, (int64_t)cost);
+    }
+    pthread_mutex_unlock(&fs->acct->lock);
+    return err;
+}
+
+static ssize_t mq_readlink(struct ws_vfs *vfs, const char *path, char *buf, size_t len)
+{
+    struct mq_fs *fs = to_mq(vfs);
+
+    return fs->inner->ops->readlink(fs->inner, path, buf, len);
+}
+
+static int mq_set_mode(struct ws_vfs *vfs, const char *path, uint32_t mode)
+{
+    struct mq_fs *fs = to_mq(vfs);
+
+    return fs->inner->ops->set_mode(fs->inner, path, mode);
+}
+
+static int mq_set_mtime(struct ws_vfs *vfs, const char *path, int64_t mtime_ns)
+{
+    struct mq_fs *fs = to_mq(vfs);
+
+    return fs->inner->ops->set_mtime(fs->inner, path, mtime_ns);
+}
+
+static int mq_subscribe(struct ws_vfs *vfs, ws_vfs_change_cb cb, void *userdata,
+                        struct ws_vfs_sub **ret_sub)
+{
+    struct mq_fs *fs = to_mq(vfs);
+
+    return fs->inner->ops->subscribe(fs->inner, cb, userdata, ret_sub);
+}
+
 static int mq_remove(struct ws_vfs *vfs, const char *path, bool recursive, uint64_t *ret_removed)
 {
     struct mq_fs *fs = to_mq(vfs);
@@ -459,6 +504,17 @@ int ws_memquota_wrap(struct ws_memquota *q, const char *tenant, struct ws_vfs *i
     fs->ops.remove = mq_remove;
     fs->ops.move = mq_move;
     fs->ops.destroy = mq_destroy;
+    /* The path-taking entries of trees and watching reach the inner tree;
+     * a symlink is charged like any entry, plus its target. */
+    fs->ops.readlink = inner->ops->readlink ? mq_readlink : NULL;
+    fs->ops.symlink = inner->ops->symlink ? mq_symlink : NULL;
+    fs->ops.set_mode = inner->ops->set_mode ? mq_set_mode : NULL;
+    fs->ops.set_mtime = inner->ops->set_mtime ? mq_set_mtime : NULL;
+    fs->ops.subscribe = inner->ops->subscribe ? mq_subscribe : NULL;
+    fs->ops.file_fd = NULL;
+    fs->ops.writer_fd = NULL;
+    fs->ops.sync = NULL;
+    fs->ops.open_dir_fd = NULL;
     fs->base.ops = &fs->ops;
     fs->inner = inner;
     fs->q = q;

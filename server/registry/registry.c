@@ -13,8 +13,10 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <linux/openat2.h>
 #include <openssl/evp.h>
 
 #include "server/base/macros.h"
@@ -171,6 +173,10 @@ struct ws_registry {
     } * pending_names;
     /* Recent Opens' request ids. */
     struct ws_requests *requests;
+    /* The snapshot store, and the host directories from_path may name. */
+    struct ws_snapstore *snaps;
+    char **source_allow;
+    size_t n_source_allow;
 };
 
 /* Tells the operator (struct ws_registry_config's `say`). */
@@ -1417,6 +1423,131 @@ static int check_labels(const Workspace__V1__OpenRequest *req, struct ws_diag *d
     return ws_labels_check(labels, req->n_labels, d);
 }
 
+/* ---- forks and shadows: where a new workspace's files come from ---- */
+
+static int tenant_bytes_admit(struct ws_registry *r, const char *tenant, struct ws_workspace *ws,
+                              int64_t delta, bool apply, struct ws_diag *d);
+
+static int source_denied(const char *path, const char *why, struct ws_diag *d)
+{
+    ws_diag_set(d, "from_path %s", why);
+    ws_diag_meta(d, "path", "%.120s", path);
+    return -WS_ESOURCEPATH;
+}
+
+/* openat2 beneath `at` without following any symlink; -errno. */
+static int open_beneath(int at, const char *path, int *ret_fd)
+{
+    struct open_how how = {
+        .flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC,
+        .resolve =
+            RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | (at == AT_FDCWD ? 0 : RESOLVE_BENEATH),
+    };
+    long fd = syscall(SYS_openat2, at, path, &how, sizeof(how));
+
+    if (fd < 0)
+        return -errno;
+    *ret_fd = (int)fd;
+    return 0;
+}
+
+/* The host directory `path` of an Open's from_path, opened: an absolute
+ * path without ".", ".." or empty components, equal to or under one of the
+ * operator's directories, reached without following a symlink anywhere
+ * (a symlink component is refused, not resolved). */
+static int source_open(struct ws_registry *r, const char *path, struct ws_diag *d, int *ret_fd)
+{
+    size_t len = strlen(path), best = 0;
+    const char *allow = NULL;
+    int root = -1, fd = -1, err;
+
+    if (path[0] != '/' || len >= PATH_MAX)
+        return source_denied(path, "is not an absolute path", d);
+    if (len > 1 && path[len - 1] == '/')
+        return source_denied(path, "is not canonical (a trailing '/')", d);
+    for (const char *c = path + 1; len > 1 && c <= path + len;) {
+        const char *e = strchr(c, '/');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        if (n == 0 || (n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+            return source_denied(path, "is not canonical (empty, \".\" or \"..\" components)", d);
+        if (!e)
+            break;
+        c = e + 1;
+    }
+    for (size_t i = 0; i < r->n_source_allow; i++) {
+        const char *a = r->source_allow[i];
+        size_t n = strlen(a);
+        bool under = strcmp(a, "/") == 0 ||
+                     (strncmp(path, a, n) == 0 && (path[n] == '\0' || path[n] == '/'));
+        if (under && n >= best) {
+            allow = a;
+            best = n;
+        }
+    }
+    if (!allow)
+        return source_denied(path, "is not a directory the operator allows (--source-path-allow)",
+                             d);
+    err = open_beneath(AT_FDCWD, allow, &root);
+    if (err == 0) {
+        const char *rest = path + (strcmp(allow, "/") == 0 ? 1 : best);
+        while (*rest == '/')
+            rest++;
+        err = open_beneath(root, *rest ? rest : ".", &fd);
+        close(root);
+    }
+    if (err == -ELOOP || err == -ENOTDIR || err == -EXDEV)
+        return source_denied(path, "has a symlink or a non-directory in it", d);
+    if (err == -ENOENT)
+        return source_denied(path, "does not exist", d);
+    if (err < 0) {
+        ws_diag_set(d, "from_path cannot be opened: %s", strerror(-err));
+        ws_diag_meta(d, "path", "%.120s", path);
+        return err;
+    }
+    *ret_fd = fd;
+    return 0;
+}
+
+struct fill_admit {
+    struct ws_registry *r;
+    const char *tenant;
+};
+
+static int fill_admit(void *ud, uint64_t total, struct ws_diag *d)
+{
+    struct fill_admit *fa = ud;
+
+    if (total > INT64_MAX)
+        return -WS_EQUOTA;
+    return tenant_bytes_admit(fa->r, fa->tenant, NULL, (int64_t)total, false, d);
+}
+
+/* Fills the new workspace ws (attached, not published) from a snapshot
+ * or a host directory; *ret_bytes what it now holds. */
+static int fill_new(struct ws_registry *r, struct ws_workspace *ws, struct ws_snap *snap,
+                    int src_fd, uint64_t max_file_size, struct ws_diag *d, uint64_t *ret_bytes)
+{
+    struct fill_admit fa = {r, ws_workspace_tenant(ws)};
+    struct ws_copy_caps caps = {
+        .max_file_size = max_file_size, .admit = fill_admit, .admit_ud = &fa};
+    struct ws_copy_stats stats = {0};
+    struct ws_vfs *dst = ws_fsops_vfs(ws->fsops), *src = NULL;
+    int err;
+
+    if (snap) {
+        err = ws_snapstore_materialize(r->snaps, snap, dst, &caps, d, &stats);
+    } else {
+        err = ws_posixfs_open(src_fd, ".", &src);
+        if (err == 0) {
+            err = ws_tree_copy(src, dst, &caps, d, &stats);
+            src->ops->destroy(src);
+        }
+    }
+    if (err == 0)
+        *ret_bytes = stats.bytes;
+    return err;
+}
+
 static int open_new(struct ws_registry *r, const char *tenant,
                     const Workspace__V1__OpenRequest *req, struct ws_diag *d,
                     struct ws_workspace **ret);
@@ -1471,6 +1602,11 @@ static int open_new(struct ws_registry *r, const char *tenant,
     struct record_maps maps = {0};
     const char *name = req->name ? req->name : "";
     struct pending_name *pending = NULL;
+    const char *from_snapshot = req->from_snapshot ? req->from_snapshot : "";
+    const char *from_path = req->from_path ? req->from_path : "";
+    struct ws_snap *snap = NULL;
+    int src_fd = -1;
+    uint64_t filled = 0;
     int err;
 
     /* The request's own checks, with the provider's defaults filled in
@@ -1519,6 +1655,11 @@ static int open_new(struct ws_registry *r, const char *tenant,
                          WS_SECRETS_BYTES_MAX, "secrets", d);
     if (err < 0)
         return err;
+    if (from_snapshot[0] && from_path[0]) {
+        ws_diag_set(d, "from_snapshot and from_path exclude each other");
+        ws_diag_meta(d, "field", "from_path");
+        return -WS_EMALFORMED;
+    }
 
     /* No capability declared at all means the least useful one: fs. */
     bool want_fs = !want || want->fs || !want->shell;
@@ -1554,11 +1695,28 @@ static int open_new(struct ws_registry *r, const char *tenant,
         if (err < 0)
             return err;
     }
+    /* Where its files come from, refused before anything is made. */
+    if (from_snapshot[0]) {
+        err = ws_registry_snapshot_get(r, tenant, from_snapshot, d, &snap);
+        if (err == 0)
+            err = tenant_bytes_admit(r, tenant_or_default(tenant), NULL, (int64_t)snap->bytes,
+                                     false, d);
+        if (err < 0) {
+            ws_snap_unref(snap);
+            return err;
+        }
+    } else if (from_path[0]) {
+        err = source_open(r, from_path, d, &src_fd);
+        if (err < 0)
+            return err;
+    }
 
     if (name[0]) {
         pending = calloc(1, sizeof(*pending));
-        if (!pending)
-            return -ENOMEM;
+        if (!pending) {
+            err = -ENOMEM;
+            goto out_source;
+        }
         snprintf(pending->tenant, sizeof(pending->tenant), "%s", tenant_or_default(tenant));
         snprintf(pending->name, sizeof(pending->name), "%s", name);
     }
@@ -1573,7 +1731,8 @@ static int open_new(struct ws_registry *r, const char *tenant,
                                     : "a workspace of that name is being opened");
             ws_diag_meta(d, "name", "%s", name);
             ws_diag_meta(d, "workspace_id", "%s", other);
-            return -EEXIST;
+            err = -EEXIST;
+            goto out_source;
         }
     }
     if (r->live >= r->max_workspaces) {
@@ -1582,13 +1741,14 @@ static int open_new(struct ws_registry *r, const char *tenant,
         ws_diag_set(d, "too many open workspaces (limit %u)", r->max_workspaces);
         ws_diag_meta(d, "quota", "open_workspaces");
         ws_diag_meta(d, "limit", "%u", r->max_workspaces);
-        return -WS_EQUOTA;
+        err = -WS_EQUOTA;
+        goto out_source;
     }
     err = tenant_admit(r, tenant_or_default(tenant), d);
     if (err < 0) {
         pthread_mutex_unlock(&r->lock);
         free(pending);
-        return err;
+        goto out_source;
     }
     r->live++;
     reserved = true;
@@ -1660,6 +1820,16 @@ static int open_new(struct ws_registry *r, const char *tenant,
     err = attach(r, ws, &open, d);
     if (err < 0)
         goto out;
+    if (snap || src_fd >= 0) {
+        err = fill_new(r, ws, snap, src_fd, caps.fs ? fs_cap.max_file_size_bytes : r->max_file_size,
+                       d, &filled);
+        if (err < 0) {
+            /* Nobody saw it: its runtime goes with it. */
+            if (has_runtime(r, ws))
+                detach_runtime(r, ws, NULL);
+            goto out;
+        }
+    }
     ws->opened_at_ms = ws_wall_ms();
     if (p->ops->on_disk) {
         err = write_record(r, ws);
@@ -1669,7 +1839,8 @@ static int open_new(struct ws_registry *r, const char *tenant,
 
     pthread_mutex_lock(&r->lock);
     ws->counted = true;
-    ws->usage_stale = false; /* new and empty */
+    ws->usage_stale = false; /* new: empty, or what was copied in */
+    ws->usage = filled;
     reserved = false;
     table_insert(r, ws);
     pthread_mutex_unlock(&r->lock);
@@ -1694,6 +1865,10 @@ out:
         tenant_count(r, tenant_or_default(tenant), -1);
         pthread_mutex_unlock(&r->lock);
     }
+out_source:
+    ws_snap_unref(snap);
+    if (src_fd >= 0)
+        close(src_fd);
     return err;
 }
 
@@ -2463,10 +2638,11 @@ unlock:
     free(stale);
 }
 
-static int usage_admit(struct ws_registry *r, struct ws_workspace *ws, int64_t delta, bool apply,
-                       struct ws_diag *d)
+/* The byte quota of `tenant`: its workspaces and its snapshots. With
+ * `apply`, a charge that fits is counted on ws. */
+static int tenant_bytes_admit(struct ws_registry *r, const char *tenant, struct ws_workspace *ws,
+                              int64_t delta, bool apply, struct ws_diag *d)
 {
-    const char *tenant = ws_workspace_tenant(ws);
     uint64_t used = 0, max = r->tenant_max_bytes;
     bool unmeasurable = false;
     int err = 0;
@@ -2480,6 +2656,8 @@ static int usage_admit(struct ws_registry *r, struct ws_workspace *ws, int64_t d
     }
     usage_refresh(r, tenant);
     pthread_mutex_lock(&r->lock);
+    /* The store's lock is a leaf. */
+    used = r->snaps ? ws_snapstore_tenant_bytes(r->snaps, tenant) : 0;
     for (size_t b = 0; b < BUCKETS; b++)
         for (struct ws_workspace *w = r->buckets[b]; w; w = w->next) {
             if (!w->counted || !owned_by(w, tenant))
@@ -2495,7 +2673,7 @@ static int usage_admit(struct ws_registry *r, struct ws_workspace *ws, int64_t d
                     WS_USAGE_ENTRIES_MAX, WS_USAGE_DEPTH_MAX);
         err = -WS_EQUOTA;
     } else if (delta == 0 ? used >= max : used > max || (uint64_t)delta > max - used) {
-        ws_diag_set(d, "the tenant's workspaces hold %llu bytes (limit %llu)%s",
+        ws_diag_set(d, "the tenant's workspaces and snapshots hold %llu bytes (limit %llu)%s",
                     (unsigned long long)used, (unsigned long long)max,
                     delta ? ": this would add more than the room left" : "");
         err = -WS_EQUOTA;
@@ -2504,12 +2682,18 @@ static int usage_admit(struct ws_registry *r, struct ws_workspace *ws, int64_t d
         ws_diag_meta(d, "quota", "tenant_bytes");
         ws_diag_meta(d, "limit", "%llu", (unsigned long long)max);
         ws_diag_meta(d, "used", "%llu", (unsigned long long)used);
-    } else if (apply && delta > 0) {
+    } else if (apply && ws && delta > 0) {
         ws->usage += (uint64_t)delta;
         ws->usage_charges++;
     }
     pthread_mutex_unlock(&r->lock);
     return err;
+}
+
+static int usage_admit(struct ws_registry *r, struct ws_workspace *ws, int64_t delta, bool apply,
+                       struct ws_diag *d)
+{
+    return tenant_bytes_admit(r, ws_workspace_tenant(ws), ws, delta, apply, d);
 }
 
 int ws_registry_usage_charge(struct ws_registry *r, struct ws_workspace *ws, int64_t delta,
@@ -2545,6 +2729,161 @@ void ws_registry_usage_stale(struct ws_registry *r, const char *id)
     if (ws)
         ws->usage_stale = true;
     pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- snapshots ---- */
+
+int ws_registry_snapshot_get(struct ws_registry *r, const char *tenant, const char *id,
+                             struct ws_diag *d, struct ws_snap **ret)
+{
+    int err = ws_snapstore_get(r->snaps, tenant_or_default(tenant), id ? id : "", ret);
+
+    if (err == -WS_ENOSNAPSHOT) {
+        ws_diag_set(d, "no such snapshot");
+        ws_diag_meta(d, "snapshot_id", "%.40s", id ? id : "");
+    }
+    return err;
+}
+
+int ws_registry_snapshots(struct ws_registry *r, const char *tenant, struct ws_snap ***ret,
+                          size_t *ret_n)
+{
+    return ws_snapstore_list(r->snaps, tenant_or_default(tenant), ret, ret_n);
+}
+
+int ws_registry_delete_snapshot(struct ws_registry *r, const char *tenant, const char *id,
+                                struct ws_diag *d, uint64_t *ret_reclaimed)
+{
+    int err = ws_snapstore_delete(r->snaps, tenant_or_default(tenant), id ? id : "", ret_reclaimed);
+
+    if (err == -WS_ENOSNAPSHOT) {
+        ws_diag_set(d, "no such snapshot");
+        ws_diag_meta(d, "snapshot_id", "%.40s", id ? id : "");
+    }
+    return err;
+}
+
+/* A request's or a record's labels as the store keeps them. */
+static int kv_of(Workspace__V1__SnapshotRequest__LabelsEntry *const *in, size_t n,
+                 struct ws_snap_kv **ret)
+{
+    struct ws_snap_kv *kv = calloc(n ? n : 1, sizeof(*kv));
+
+    if (!kv)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        kv[i] = (struct ws_snap_kv){in[i]->key, in[i]->value};
+    *ret = kv;
+    return 0;
+}
+
+int ws_registry_snapshot(struct ws_registry *r, const char *tenant,
+                         const Workspace__V1__SnapshotRequest *req, struct ws_diag *d,
+                         struct ws_snap **ret)
+{
+    const char *who = tenant_or_default(tenant);
+    const char *name = req->name ? req->name : "";
+    struct ws_label labels[WS_LABELS_MAX];
+    struct ws_snap_kv *kv = NULL, *wkv = NULL;
+    struct ws_workspace *ws = NULL;
+    struct ws_snap *s = NULL;
+    struct ws_fsops *ops;
+    int err;
+
+    if (name[0]) {
+        err = ws_name_check(name, d);
+        if (err < 0)
+            return err;
+    }
+    if (req->n_labels > WS_LABELS_MAX)
+        return ws_labels_check(NULL, req->n_labels, d);
+    for (size_t i = 0; i < req->n_labels; i++)
+        labels[i] = (struct ws_label){.key = req->labels[i]->key, .value = req->labels[i]->value};
+    err = ws_labels_check(labels, req->n_labels, d);
+    if (err < 0)
+        return err;
+    err = ws_registry_get(r, tenant, req->workspace_id, 0, d, &ws);
+    if (err < 0)
+        return err;
+    ops = ws_workspace_fsops(ws);
+    if (!ops) {
+        err = -WS_EFAILED;
+        goto out;
+    }
+    const Record *rec = ws->rec;
+    err = kv_of(req->labels, req->n_labels, &kv);
+    if (err == 0)
+        err = kv_of((Workspace__V1__SnapshotRequest__LabelsEntry *const *)rec->labels,
+                    rec->n_labels, &wkv);
+    if (err < 0)
+        goto out;
+    const struct ws_snap_source src = {
+        .tenant = who,
+        .name = name,
+        .labels = kv,
+        .n_labels = req->n_labels,
+        .workspace_id = ws->id,
+        .provider = ws->provider->ops->name,
+        .ws_labels = wkv,
+        .n_ws_labels = rec->n_labels,
+    };
+    err = ws_snapstore_begin(r->snaps, &src, d, &s);
+    if (err < 0)
+        goto out;
+    /* Writes through the file API wait meanwhile. */
+    ws_fsops_freeze(ops);
+    err = ws_snapstore_fill(r->snaps, s, ws_fsops_vfs(ops), d);
+    ws_fsops_thaw(ops);
+    /* Counted from its commit on: a snapshot the quota has no room for
+     * is not kept. */
+    if (err == 0)
+        err = tenant_bytes_admit(r, who, NULL, (int64_t)s->bytes, false, d);
+    if (err == 0)
+        err = ws_snapstore_commit(r->snaps, s);
+    if (err < 0) {
+        ws_snapstore_abort(r->snaps, s);
+        ws_snap_unref(s);
+        goto out;
+    }
+    *ret = s;
+out:
+    if (err < 0)
+        ws_workspace_note(ws, err, d);
+    free(kv);
+    free(wkv);
+    ws_workspace_unref(ws);
+    return err;
+}
+
+int ws_registry_restore(struct ws_registry *r, const char *tenant, const char *id,
+                        struct ws_snap *snap, struct ws_diag *d)
+{
+    struct fill_admit fa = {r, tenant_or_default(tenant)};
+    struct ws_workspace *ws = NULL;
+    struct ws_fsops *ops;
+    int err;
+
+    err = ws_registry_get(r, tenant, id, 0, d, &ws);
+    if (err < 0)
+        return err;
+    ops = ws_workspace_fsops(ws);
+    if (!ops) {
+        ws_workspace_unref(ws);
+        return -WS_EFAILED;
+    }
+    uint64_t max = ws_workspace_max_file_size(ws);
+    struct ws_copy_caps caps = {
+        .max_file_size = max ? max : r->max_file_size, .admit = fill_admit, .admit_ud = &fa};
+    ws_fsops_freeze(ops);
+    err = ws_snapstore_restore(r->snaps, snap, ws_fsops_vfs(ops), &caps, d, NULL);
+    ws_fsops_thaw(ops);
+    /* Its files changed behind the charges. */
+    pthread_mutex_lock(&r->lock);
+    ws->usage_stale = true;
+    pthread_mutex_unlock(&r->lock);
+    ws_workspace_note(ws, err, d);
+    ws_workspace_unref(ws);
+    return err;
 }
 
 /* ---- start-up ---- */
@@ -2935,6 +3274,19 @@ int ws_registry_new(const struct ws_registry_config *cfg, struct ws_registry **r
     err = open_dir_at(r->state_fd, RECORDS_DIR, true, &r->records_fd);
     if (err < 0)
         goto fail;
+    err = ws_snapstore_open(r->state_fd, cfg->max_snapshots, &r->snaps);
+    if (err < 0)
+        goto fail;
+    err = -ENOMEM;
+    r->source_allow = calloc(cfg->n_source_allow ? cfg->n_source_allow : 1, sizeof(char *));
+    if (!r->source_allow)
+        goto fail;
+    for (size_t i = 0; i < cfg->n_source_allow; i++) {
+        r->source_allow[i] = strdup(cfg->source_allow[i]);
+        if (!r->source_allow[i])
+            goto fail;
+        r->n_source_allow++;
+    }
     if (cfg->workspace_root)
         err = open_dir_at(AT_FDCWD, cfg->workspace_root, true, &r->root_fd);
     else
@@ -3001,6 +3353,10 @@ void ws_registry_free(struct ws_registry *r)
     ws_memquota_free(r->memquota);
     ws_policy_set_unref(r->policy);
     ws_requests_free(r->requests);
+    ws_snapstore_free(r->snaps);
+    for (size_t i = 0; i < r->n_source_allow; i++)
+        free(r->source_allow[i]);
+    free(r->source_allow);
     while (r->pending_names) {
         struct pending_name *p = r->pending_names;
         r->pending_names = p->next;

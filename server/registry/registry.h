@@ -10,6 +10,7 @@
  * State directory layout (created 0700 by the caller):
  *   ref.key            HMAC key for refs (0600)
  *   records/<id>       the WorkspaceRecord of every open on-disk workspace
+ *   snapshots/         the snapshot store (snapshots.h)
  * Workspace root (default <state>/workspaces, 0700): one 0700 directory per
  * on-disk workspace, named by its id. A record without a directory is an
  * evicted workspace; a directory without a record is garbage from an
@@ -63,6 +64,7 @@
 #include "server/base/errors.h"
 #include "server/policy/policy.h"
 #include "server/providers/provider.h"
+#include "server/registry/snapshots.h"
 #include "server/registry/uids.h"
 #include "server/vfs/ops.h"
 #include "workspace/v1/workspaces.pb-c.h"
@@ -157,6 +159,13 @@ struct ws_registry_config {
      * default_idle_timeout_ms (0: none). */
     uint64_t max_lifetime_ms;
     uint64_t default_idle_timeout_ms;
+    /* Snapshots one tenant may hold; 0: WS_SNAP_DEFAULT_MAX. */
+    unsigned max_snapshots;
+    /* The host directories an Open's from_path may name or lie under:
+     * absolute and canonical (no symlink, "." or ".." in them), checked
+     * by the caller; copied. */
+    const char *const *source_allow;
+    size_t n_source_allow;
 };
 
 /* Longest ttl or idle timeout a workspace may ask (ten years), whatever
@@ -467,6 +476,39 @@ bool ws_registry_memory_explain(struct ws_diag *d);
 int ws_workspace_secrets_use(struct ws_workspace *ws, const char *const *names, size_t n_names,
                              int (*fn)(void *ud, const char *name, const char *value), void *ud,
                              struct ws_diag *d);
+
+/* ---- snapshots ----
+ *
+ * Open's from_snapshot (a fork: any provider with storage) and from_path
+ * (a shadow of a host directory the operator allows: -WS_ESOURCEPATH,
+ * metadata path, for anything else) fill the new workspace's files before
+ * it is published, counted against the tenant's byte quota and the
+ * workspace's max_file_size_bytes. Snapshots belong to their tenant
+ * (another's id is -WS_ENOSNAPSHOT) and their bytes count against its
+ * byte quota (ws_snapstore_tenant_bytes). */
+
+/* Workspaces.Snapshot: copies the workspace's tree with its file API held
+ * still (ws_fsops_freeze). Errors: those of ws_registry_get,
+ * -WS_EMALFORMED (name, labels), -EEXIST (name), -WS_EQUOTA
+ * (quota=snapshots, or tenant_bytes), -WS_ELIMIT, or the copy's. *ret a
+ * new reference. */
+int ws_registry_snapshot(struct ws_registry *r, const char *tenant,
+                         const Workspace__V1__SnapshotRequest *req, struct ws_diag *d,
+                         struct ws_snap **ret);
+/* A snapshot of the tenant, or -WS_ENOSNAPSHOT (d says so). */
+int ws_registry_snapshot_get(struct ws_registry *r, const char *tenant, const char *id,
+                             struct ws_diag *d, struct ws_snap **ret);
+/* The tenant's snapshots in id order (ws_snapstore_list). */
+int ws_registry_snapshots(struct ws_registry *r, const char *tenant, struct ws_snap ***ret,
+                          size_t *ret_n);
+int ws_registry_delete_snapshot(struct ws_registry *r, const char *tenant, const char *id,
+                                struct ws_diag *d, uint64_t *ret_reclaimed);
+/* Workspaces.Restore, once the caller made sure no command runs: puts the
+ * workspace's files back to the snapshot's (ws_snapstore_restore) with
+ * the file API held still. Errors: those of ws_registry_get,
+ * -WS_ENOSNAPSHOT, -EFBIG, -WS_EQUOTA, or the copy's. */
+int ws_registry_restore(struct ws_registry *r, const char *tenant, const char *id,
+                        struct ws_snap *snap, struct ws_diag *d);
 
 /* Records the outcome of an operation for Describe: success updates
  * last_success_at; backend failures (not a client's bad input) update

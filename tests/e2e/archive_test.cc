@@ -567,4 +567,44 @@ TEST(ArchiveListing, MatchesGnuTar)
     EXPECT_EQ(tr.skipped(0).reason(), "special");
 }
 
+// A memory workspace under the tenant memory quota goes through the
+// quota's wrapper: symlinks, modes and times reach the tree, and the
+// symlink counts against the quota.
+TEST(ArchiveMemoryQuota, TreesPassTheQuotaWrapper)
+{
+    Server srv({"--tenant-memory-bytes", "67108864"});
+    auto wsstub = srv.workspaces();
+    auto fs = srv.fs();
+    wstest::Ws ws = wstest::Open(wsstub.get(), "memory");
+    std::string tmp = wstest::MakeTempDir("archmq");
+    Sh("set -e; cd " + Quote(tmp) + "; mkdir t; printf x > t/f; chmod 0600 t/f; ln -s f t/l"
+       "; tar -C t -cf t.tar .");
+    ClientContext ctx;
+    WriteArchiveResponse resp;
+    auto w = fs->WriteArchive(&ctx, &resp);
+    WriteArchiveRequest h;
+    h.mutable_header()->set_workspace_id(ws.id);
+    h.mutable_header()->set_path("dst");
+    ASSERT_TRUE(w->Write(h));
+    WriteArchiveRequest d;
+    d.set_data(FileBytes(tmp + "/t.tar"));
+    d.set_finish(true);
+    ASSERT_TRUE(w->Write(d));
+    w->WritesDone();
+    auto s = w->Finish();
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.trailer().symlinks(), 1u);
+    ClientContext sctx;
+    StatRequest sreq;
+    StatResponse sresp;
+    sreq.set_workspace_id(ws.id);
+    sreq.set_path("dst/l");
+    ASSERT_TRUE(fs->Stat(&sctx, sreq, &sresp).ok());
+    EXPECT_EQ(sresp.info().type(), FILE_TYPE_SYMLINK);
+    ClientContext mctx;
+    sreq.set_path("dst/f");
+    ASSERT_TRUE(fs->Stat(&mctx, sreq, &sresp).ok());
+    EXPECT_EQ(sresp.info().mode() & 0777, 0600u);
+}
+
 } // namespace

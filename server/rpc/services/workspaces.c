@@ -1,5 +1,6 @@
 /* Workspaces: Open, Resolve, Close, Describe, List, ReadAudit, Extend,
- * SetSecrets.
+ * SetSecrets, and the snapshots: Snapshot, ListSnapshots, DeleteSnapshot,
+ * Restore.
  *
  * Open, Resolve, Close and a Describe whose provider has a section of its
  * own may talk to a container daemon (a pull, an attach, a detach, an
@@ -9,8 +10,10 @@
  * pull inside an Open ends before the client's deadline instead of
  * holding the lane's thread for the server's own limit. List and
  * ReadAudit read the server's own state and stay on the thread that
- * delivered the call. */
+ * delivered the call. Snapshot, DeleteSnapshot and Restore copy or sweep
+ * trees: they run on the FS lane; ListSnapshots reads the store's list. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,7 @@
 #include "server/base/time.h"
 #include "server/base/version.h"
 #include "server/exec/exec.h"
+#include "server/exec/process.h"
 #include "server/metrics/metrics.h"
 #include "server/registry/labels.h"
 #include "server/registry/secrets.h"
@@ -714,6 +718,307 @@ out:
     free(acc.ptrs);
 }
 
+/* ---- snapshots ---- */
+
+/* A Snapshot message and what it points at (the strings stay the
+ * snapshot's, referenced until the send). */
+struct snapshot_out {
+    Workspace__V1__Snapshot m;
+    map_entry *entries;
+    map_entry **labels, **ws_labels;
+};
+
+static int fill_snapshot(const struct ws_snap *sn, struct snapshot_out *o)
+{
+    size_t n = sn->n_labels + sn->n_ws_labels;
+
+    workspace__v1__snapshot__init(&o->m);
+    o->entries = calloc(n ? n : 1, sizeof(*o->entries));
+    o->labels = calloc(sn->n_labels ? sn->n_labels : 1, sizeof(*o->labels));
+    o->ws_labels = calloc(sn->n_ws_labels ? sn->n_ws_labels : 1, sizeof(*o->ws_labels));
+    if (!o->entries || !o->labels || !o->ws_labels)
+        return -ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        bool own = i < sn->n_labels;
+        const struct ws_snap_kv *kv = own ? &sn->labels[i] : &sn->ws_labels[i - sn->n_labels];
+        protobuf_c_message_init(own ? &workspace__v1__snapshot__labels_entry__descriptor
+                                    : &workspace__v1__snapshot__workspace_labels_entry__descriptor,
+                                &o->entries[i]);
+        o->entries[i].key = kv->key;
+        o->entries[i].value = kv->value;
+        if (own)
+            o->labels[i] = &o->entries[i];
+        else
+            o->ws_labels[i - sn->n_labels] = &o->entries[i];
+    }
+    o->m.id = (char *)sn->id;
+    o->m.name = sn->name;
+    o->m.labels = (Workspace__V1__Snapshot__LabelsEntry **)o->labels;
+    o->m.n_labels = sn->n_labels;
+    o->m.workspace_id = sn->workspace_id;
+    o->m.provider = sn->provider;
+    o->m.workspace_labels = (Workspace__V1__Snapshot__WorkspaceLabelsEntry **)o->ws_labels;
+    o->m.n_workspace_labels = sn->n_ws_labels;
+    o->m.created_at_unix_ms = sn->created_ms;
+    o->m.files = sn->files;
+    o->m.directories = sn->dirs;
+    o->m.symlinks = sn->symlinks;
+    o->m.bytes = sn->bytes;
+    o->m.new_bytes = sn->new_bytes;
+    o->m.duration_ms = sn->duration_ms;
+    return 0;
+}
+
+static void snapshot_out_free(struct snapshot_out *o)
+{
+    free(o->entries);
+    free(o->labels);
+    free(o->ws_labels);
+}
+
+/* Hands the call to the FS lane: run gets the request copy. */
+static void on_fs(struct ws_call *call, const ProtobufCMessage *msg,
+                  void (*run)(struct ws_call *call))
+{
+    struct ws_services_unary *u = ws_services_unary_new(call, msg);
+
+    if (u)
+        ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, run, NULL);
+}
+
+static void snapshot_run(struct ws_call *call)
+{
+    const Workspace__V1__SnapshotRequest *req = UNARY_REQ(call, Workspace__V1__SnapshotRequest);
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__SnapshotResponse resp = WORKSPACE__V1__SNAPSHOT_RESPONSE__INIT;
+    struct snapshot_out o = {0};
+    struct ws_snap *sn = NULL;
+    struct ws_diag d = {0};
+    int err;
+
+    err = ws_registry_snapshot(s->reg, ws_call_tenant(call), req, &d, &sn);
+    if (err == 0)
+        err = fill_snapshot(sn, &o);
+    if (err < 0) {
+        ws_call_fail(call, err, &d);
+    } else {
+        resp.snapshot = &o.m;
+        ws_call_finish(call, &resp.base);
+    }
+    snapshot_out_free(&o);
+    ws_snap_unref(sn);
+}
+
+static void snapshot_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    on_fs(call, msg, snapshot_run);
+}
+
+static bool snap_id_token_ok(const char *t)
+{
+    return strlen(t) == WS_SNAP_ID_LEN && strncmp(t, WS_SNAP_ID_PREFIX, 5) == 0 &&
+           strspn(t + 5, "abcdefghijklmnopqrstuvwxyz234567") == WS_SNAP_ID_LEN - 5;
+}
+
+static void list_snapshots(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__ListSnapshotsRequest *req = (const void *)msg;
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__ListSnapshotsResponse resp = WORKSPACE__V1__LIST_SNAPSHOTS_RESPONSE__INIT;
+    Workspace__V1__Snapshot **ptrs = NULL;
+    struct snapshot_out *outs = NULL;
+    struct ws_selector sel = {0};
+    struct ws_snap **all = NULL;
+    size_t n_all = 0, n = 0, page = req->page_size ? req->page_size : LIST_PAGE_DEFAULT;
+    char next[WS_SNAP_ID_LEN + 1] = "";
+    struct ws_diag d = {0};
+    int err;
+
+    if (req->page_size > LIST_PAGE_MAX) {
+        ws_diag_set(&d, "page_size over %d", LIST_PAGE_MAX);
+        ws_diag_meta(&d, "field", "page_size");
+        ws_diag_meta(&d, "limit", "%d", LIST_PAGE_MAX);
+        ws_call_fail(call, -WS_ELIMIT, &d);
+        return;
+    }
+    /* A token is the last id of the page before. */
+    if (req->page_token[0] && !snap_id_token_ok(req->page_token)) {
+        ws_diag_set(&d, "invalid page_token");
+        ws_diag_meta(&d, "field", "page_token");
+        ws_call_fail(call, -WS_EMALFORMED, &d);
+        return;
+    }
+    err = ws_selector_parse(req->label_selector, &sel, &d);
+    if (err < 0) {
+        ws_call_fail(call, err, &d);
+        return;
+    }
+    err = ws_registry_snapshots(s->reg, ws_call_tenant(call), &all, &n_all);
+    if (err < 0)
+        goto fail;
+    outs = calloc(page, sizeof(*outs));
+    ptrs = calloc(page, sizeof(*ptrs));
+    err = -ENOMEM;
+    if (!outs || !ptrs)
+        goto fail;
+    for (size_t i = 0; i < n_all; i++) {
+        const struct ws_snap *sn = all[i];
+        struct ws_label labels[WS_LABELS_MAX];
+        size_t nl = sn->n_labels < WS_LABELS_MAX ? sn->n_labels : WS_LABELS_MAX;
+
+        if (req->page_token[0] && strcmp(sn->id, req->page_token) <= 0)
+            continue;
+        if (req->workspace_id[0] && strcmp(sn->workspace_id, req->workspace_id) != 0)
+            continue;
+        if (req->name[0] && strcmp(sn->name, req->name) != 0)
+            continue;
+        for (size_t k = 0; k < nl; k++)
+            labels[k] = (struct ws_label){sn->labels[k].key, sn->labels[k].value};
+        if (!ws_selector_match(&sel, labels, nl))
+            continue;
+        if (n == page) {
+            /* The previous match is the page's last: its id. */
+            snprintf(next, sizeof(next), "%s", ptrs[n - 1]->id);
+            break;
+        }
+        err = fill_snapshot(sn, &outs[n]);
+        if (err < 0) {
+            snapshot_out_free(&outs[n]);
+            goto fail;
+        }
+        ptrs[n] = &outs[n].m;
+        n++;
+    }
+    resp.snapshots = ptrs;
+    resp.n_snapshots = n;
+    resp.next_page_token = next;
+    ws_call_finish(call, &resp.base);
+    err = 0;
+fail:
+    if (err < 0)
+        ws_call_fail(call, err, NULL);
+    for (size_t i = 0; i < n; i++)
+        snapshot_out_free(&outs[i]);
+    free(outs);
+    free(ptrs);
+    ws_snapstore_list_free(all, n_all);
+    ws_selector_free(&sel);
+}
+
+static void delete_snapshot_run(struct ws_call *call)
+{
+    const Workspace__V1__DeleteSnapshotRequest *req =
+        UNARY_REQ(call, Workspace__V1__DeleteSnapshotRequest);
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__DeleteSnapshotResponse resp = WORKSPACE__V1__DELETE_SNAPSHOT_RESPONSE__INIT;
+    struct ws_diag d = {0};
+    uint64_t reclaimed = 0;
+    int err;
+
+    err =
+        ws_registry_delete_snapshot(s->reg, ws_call_tenant(call), req->snapshot_id, &d, &reclaimed);
+    if (err < 0) {
+        ws_call_fail(call, err, &d);
+        return;
+    }
+    resp.reclaimed_bytes = reclaimed;
+    ws_call_finish(call, &resp.base);
+}
+
+static void delete_snapshot_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    on_fs(call, msg, delete_snapshot_run);
+}
+
+/* How long a forced Restore waits for the commands it ended: their grace
+ * at its longest, and the tree's teardown. */
+#define RESTORE_END_WAIT_MS (WS_EXEC_GRACE_MS_MAX + 15000)
+
+/* The running commands of a workspace, referenced. */
+struct running {
+    struct ws_proc **v;
+    size_t n, cap;
+    bool oom;
+};
+
+static void running_one(void *ud, struct ws_proc *p)
+{
+    struct running *r = ud;
+
+    if (ws_proc_get_result(p, NULL) || r->oom)
+        return;
+    if (r->n == r->cap) {
+        size_t ncap = r->cap ? r->cap * 2 : 8;
+        struct ws_proc **v = reallocarray(r->v, ncap, sizeof(*v));
+        if (!v) {
+            r->oom = true;
+            return;
+        }
+        r->v = v;
+        r->cap = ncap;
+    }
+    ws_proc_ref(p);
+    r->v[r->n++] = p;
+}
+
+static void restore_run(struct ws_call *call)
+{
+    const Workspace__V1__RestoreRequest *req = UNARY_REQ(call, Workspace__V1__RestoreRequest);
+    struct ws_services *s = ws_call_method_data(call);
+    Workspace__V1__RestoreResponse resp = WORKSPACE__V1__RESTORE_RESPONSE__INIT;
+    struct ws_workspace *ws = NULL;
+    struct running run = {0};
+    struct snapshot_out o = {0};
+    struct ws_snap *sn = NULL;
+    struct ws_diag d = {0};
+    int err;
+
+    if (ws_services_workspace(call, req->workspace_id, 0, &ws) < 0)
+        return;
+    err = ws_registry_snapshot_get(s->reg, ws_call_tenant(call), req->snapshot_id, &d, &sn);
+    if (err < 0)
+        goto out;
+    ws_exec_list(s->exec, ws_workspace_id(ws), running_one, &run);
+    err = -ENOMEM;
+    if (run.oom)
+        goto out;
+    if (run.n && !req->force) {
+        ws_diag_set(&d, "%zu commands run in the workspace: end them, or restore with force",
+                    run.n);
+        ws_diag_meta(&d, "processes", "%zu", run.n);
+        err = -EBUSY;
+        goto out;
+    }
+    for (size_t i = 0; i < run.n; i++)
+        ws_proc_kill(run.v[i], WS_CAUSE_SIGNALED, true);
+    int64_t until = ws_mono_ms() + RESTORE_END_WAIT_MS;
+    for (size_t i = 0; i < run.n; i++)
+        while (!ws_proc_get_result(run.v[i], NULL) && ws_mono_ms() < until)
+            ws_sleep_ms(10);
+    err = ws_registry_restore(s->reg, ws_call_tenant(call), req->workspace_id, sn, &d);
+    if (err == 0)
+        err = fill_snapshot(sn, &o);
+out:
+    if (err < 0) {
+        ws_services_fail(call, ws, err, &d);
+    } else {
+        resp.snapshot = &o.m;
+        resp.processes_ended = (uint32_t)run.n;
+        ws_call_finish(call, &resp.base);
+    }
+    for (size_t i = 0; i < run.n; i++)
+        ws_proc_unref(run.v[i]);
+    free(run.v);
+    snapshot_out_free(&o);
+    ws_snap_unref(sn);
+    ws_workspace_unref(ws);
+}
+
+static void restore_ws(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    on_fs(call, msg, restore_run);
+}
+
 size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
 {
     static const struct ws_rpc_method methods[] = {
@@ -733,6 +1038,15 @@ size_t ws_services_workspaces(struct ws_services *s, struct ws_rpc_method *out)
                               &workspace__v1__extend_request__descriptor, extend_ws),
         WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/SetSecrets",
                               &workspace__v1__set_secrets_request__descriptor, set_secrets_ws),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/Snapshot",
+                              &workspace__v1__snapshot_request__descriptor, snapshot_ws),
+        WS_SERVICES_UNARY("/workspace.v1.Workspaces/ListSnapshots",
+                          &workspace__v1__list_snapshots_request__descriptor, list_snapshots),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/DeleteSnapshot",
+                              &workspace__v1__delete_snapshot_request__descriptor,
+                              delete_snapshot_ws),
+        WS_SERVICES_OFFLOADED("/workspace.v1.Workspaces/Restore",
+                              &workspace__v1__restore_request__descriptor, restore_ws),
     };
 
     return ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);

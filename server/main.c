@@ -114,6 +114,8 @@ enum {
     /* Snapshots and shadow workspaces. */
     SOURCE_ALLOW,
     MAXSNAPS,
+    MAXWATCHES,
+    MAXWATCHES_WS,
     SETTINGS_END,
     /* Flags that are not settings. */
     CONFIG = SETTINGS_END,
@@ -211,6 +213,9 @@ struct options {
      * (each a comma-separated list, checked; the file's and the flags'
      * add up). */
     long long max_snapshots;
+    /* FileSystem.Watch calls at once: the server's, one workspace's (0:
+     * the defaults). */
+    long long max_watches, max_watches_ws;
     const char *source_allow[SOURCE_ALLOW_VALUES_MAX];
     size_t n_source_allow;
 };
@@ -307,6 +312,10 @@ static void usage(FILE *f)
         "  --max-file-size BYTES  default and ceiling of a workspace's file size cap [%llu]\n"
         "  --memory-workspace-bytes BYTES  what one memory workspace may hold [%llu]\n"
         "  --max-snapshots N      snapshots one tenant may hold [100]\n"
+        "  --max-watches N        FileSystem.Watch calls at once, the whole server; each\n"
+        "                         is an inotify instance (the kernel's\n"
+        "                         fs.inotify.max_user_instances bounds it too) [100]\n"
+        "  --max-watches-per-workspace N  Watch calls at once on one workspace [16]\n"
         "  --source-path-allow DIR  a host directory an Open's from_path may copy (it or\n"
         "                         below it); absolute and canonical, repeatable [none]\n"
         "  --threads N            completion-queue threads [number of CPUs]\n"
@@ -737,6 +746,11 @@ static const struct setting settings[] = {
     {MAXSNAPS, "max-snapshots", "limits", "max-snapshots", .kind = NUMBER,
      .field = FIELD(max_snapshots), .min = 1, .max = 1000000,
      .refused = "not a number in 1..1000000"},
+    {MAXWATCHES, "max-watches", "limits", "max-watches", .kind = NUMBER,
+     .field = FIELD(max_watches), .min = 1, .max = 100000, .refused = "not a number in 1..100000"},
+    {MAXWATCHES_WS, "max-watches-per-workspace", "limits", "max-watches-per-workspace",
+     .kind = NUMBER, .field = FIELD(max_watches_ws), .min = 1, .max = 10000,
+     .refused = "not a number in 1..10000"},
 };
 #define N_ROWS WS_ELEMENTSOF(settings)
 
@@ -1307,6 +1321,7 @@ int main(int argc, char **argv)
     };
     /* It says why itself when it fails. The registry keeps its own copy
      * of the allowed directories. */
+    ws_services_watch_limits((unsigned)o.max_watches, (unsigned)o.max_watches_ws);
     err = ws_app_start(&cfg, &app);
     allow_list_free(&allow);
     if (err < 0)

@@ -231,19 +231,23 @@ static int upload(struct wsc_ctx *ctx, const char *local, const char *id, const 
         /* The server keeps nothing of an upload that does not finish. */
         wsc_call_cancel(u.call);
     }
+    /* The response before the status: the status waits for it. */
     Workspace__V1__WriteArchiveResponse *resp = NULL;
+    if (wsc_call_recv(u.call, &workspace__v1__write_archive_response__descriptor,
+                      (ProtobufCMessage **)&resp) != 1)
+        resp = NULL;
     if (wsc_call_status(u.call) < 0) {
         ret = wsc_report(wsc_call_error(u.call));
     } else if (r < 0) {
         ret = wsc_report_errno(local, r);
-    } else if (wsc_call_recv(u.call, &workspace__v1__write_archive_response__descriptor,
-                             (ProtobufCMessage **)&resp) == 1) {
+    } else if (resp) {
         if (ctx->json)
             wsc_json_emit(wsc_json_message(&resp->base));
         else
             print_trailer("copied", resp->trailer);
-        workspace__v1__write_archive_response__free_unpacked(resp, NULL);
     }
+    if (resp)
+        workspace__v1__write_archive_response__free_unpacked(resp, NULL);
 out:
     if (w)
         archive_write_free(w);

@@ -175,6 +175,7 @@ class Server
         args.insert(args.end(), {"--policy-providers", "memory,local-bash,local-sandbox,docker"});
         args.insert(args.end(), extra.begin(), extra.end());
         address_ = SpawnUntilLine(args, stderr_path_, "workspaced listening on ", &pid_);
+        state_dir_ = dir + "/state";
     }
     ~Server()
     {
@@ -190,10 +191,15 @@ class Server
     {
         return address_;
     }
+    // A local-bash workspace's files are in state_dir()/workspaces/ID.
+    const std::string &state_dir() const
+    {
+        return state_dir_;
+    }
 
   private:
     pid_t pid_ = -1;
-    std::string address_, stderr_path_, socket_dir_;
+    std::string address_, stderr_path_, socket_dir_, state_dir_;
 };
 
 Server *server;
@@ -2008,6 +2014,213 @@ TEST(Lifecycle, AFailureAResolveDoesNotRepairIsNotReResolved)
         EXPECT_EQ(w.Count("Resolve"), 0);
     }
     rmdir(roots.c_str());
+}
+
+// ---------------------------------------------------------------- trees
+
+// A raw ustar header block, built here by hand (independent of any tar
+// the client uses), for hostile archives.
+std::string RawTarHeader(const std::string &name, char type, size_t size,
+                         const std::string &link = "")
+{
+    std::string b(512, '\0');
+    memcpy(&b[0], name.data(), std::min<size_t>(name.size(), 100));
+    memcpy(&b[100], "0000644", 7);
+    memcpy(&b[108], "0000000", 7);
+    memcpy(&b[116], "0000000", 7);
+    char sz[13];
+    snprintf(sz, sizeof(sz), "%011zo", size);
+    memcpy(&b[124], sz, 11);
+    memcpy(&b[136], "00000000000", 11);
+    memset(&b[148], ' ', 8);
+    b[156] = type;
+    memcpy(&b[157], link.data(), std::min<size_t>(link.size(), 100));
+    memcpy(&b[257],
+           "ustar\0"
+           "00",
+           8);
+    unsigned sum = 0;
+    for (unsigned char ch : b)
+        sum += ch;
+    char ck[8];
+    snprintf(ck, sizeof(ck), "%06o", sum);
+    memcpy(&b[148], ck, 7);
+    return b;
+}
+
+std::string HostileTar()
+{
+    std::string body = "evil\n";
+    return RawTarHeader("../evil", '0', body.size()) + body + std::string(512 - body.size(), '\0') +
+           std::string(1024, '\0');
+}
+
+// A local tree: nested files, a mode, a symlink, a name over 100 bytes.
+std::string MakeLocalTree()
+{
+    std::string dir = TmpDir();
+    EXPECT_EQ(mkdir((dir + "/sub").c_str(), 0755), 0);
+    EXPECT_EQ(mkdir((dir + "/sub/deep").c_str(), 0755), 0);
+    std::ofstream(dir + "/top.txt") << "top\n";
+    std::ofstream(dir + "/sub/deep/b.bin", std::ios::binary) << std::string("\0\1\2\377", 4);
+    EXPECT_EQ(chmod((dir + "/sub/deep/b.bin").c_str(), 0640), 0);
+    EXPECT_EQ(symlink("deep/b.bin", (dir + "/sub/link").c_str()), 0);
+    std::ofstream(dir + "/" + std::string(120, 'n')) << "long\n";
+    return dir;
+}
+
+void RoundTrip(workspaced::Workspace &ws, pb::ArchiveFormat format)
+{
+    std::string src = MakeLocalTree();
+    workspaced::WriteArchiveOptions wo;
+    wo.format = format;
+    auto up = ws.UploadTree(src, "proj", wo);
+    EXPECT_EQ(up.files(), 3u);
+    EXPECT_EQ(up.symlinks(), 1u);
+    EXPECT_EQ(ws.ReadFile("proj/top.txt"), "top\n");
+    EXPECT_EQ(ws.Stat("proj/sub/link").type(), pb::FILE_TYPE_SYMLINK);
+
+    std::string dest = TmpDir() + "/copy";
+    auto down = ws.DownloadTree("proj", dest);
+    EXPECT_EQ(down.files(), 3u);
+    EXPECT_EQ(down.symlinks(), 1u);
+    EXPECT_EQ(ReadHostFile(dest + "/top.txt"), "top\n");
+    EXPECT_EQ(ReadHostFile(dest + "/sub/deep/b.bin"), std::string("\0\1\2\377", 4));
+    EXPECT_EQ(ReadHostFile(dest + "/" + std::string(120, 'n')), "long\n");
+    struct stat st;
+    ASSERT_EQ(stat((dest + "/sub/deep/b.bin").c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
+    ASSERT_EQ(lstat((dest + "/sub/link").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+    char target[64] = {0};
+    ASSERT_GT(readlink((dest + "/sub/link").c_str(), target, sizeof(target) - 1), 0);
+    EXPECT_STREQ(target, "deep/b.bin");
+    // A directory with entries is refused: nothing there is overwritten.
+    EXPECT_THROW(ws.DownloadTree("proj", dest), workspaced::UnsafeArchive);
+}
+
+TEST(Trees, UploadDownloadRoundTripMemory)
+{
+    auto c = Connect();
+    auto ws = c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs());
+    RoundTrip(ws, pb::ARCHIVE_FORMAT_TAR_GZIP);
+}
+
+TEST(Trees, UploadDownloadRoundTripLocalBash)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    RoundTrip(ws, pb::ARCHIVE_FORMAT_TAR);
+}
+
+TEST(Trees, HostileArchiveIsBadArchive)
+{
+    auto c = Connect();
+    auto ws = c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs());
+    try {
+        ws.WriteArchive("dst", HostileTar());
+        FAIL() << "a ../ member was accepted";
+    } catch (const workspaced::BadArchive &e) {
+        EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT);
+        EXPECT_EQ(e.metadata().at("problem"), "dotdot");
+        EXPECT_EQ(e.metadata().at("entry"), "../evil");
+    }
+    EXPECT_EQ(ws.ListDir(".").entries_size(), 0);
+}
+
+TEST(Trees, DownloadRefusesWhatWouldLeaveTheDirectory)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    // A symlink out of the tree, made on the host in the workspace.
+    std::string dir = server->state_dir() + "/workspaces/" + ws.id();
+    workspaced::WriteOptions parents;
+    parents.create_parents = true;
+    ws.WriteFile("t/a.txt", "a", parents);
+    ASSERT_EQ(symlink("/etc", (dir + "/t/out").c_str()), 0);
+    std::string base = TmpDir();
+    try {
+        ws.DownloadTree("t", base + "/copy");
+        FAIL() << "a symlink to /etc was extracted";
+    } catch (const workspaced::UnsafeArchive &e) {
+        EXPECT_EQ(e.problem(), "link_outside");
+        EXPECT_EQ(e.entry(), "out");
+    }
+    // Nothing was extracted.
+    EXPECT_NE(access((base + "/copy/a.txt").c_str(), F_OK), 0);
+}
+
+TEST(Trees, ReadArchiveListsAFifoAsSpecial)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    ws.WriteFile("a.txt", "a");
+    std::string dir = server->state_dir() + "/workspaces/" + ws.id();
+    ASSERT_EQ(mkfifo((dir + "/pipe").c_str(), 0644), 0);
+    std::ostringstream out;
+    auto tr = ws.ReadArchive(".", out);
+    EXPECT_GE(out.str().size(), 1536u);
+    EXPECT_EQ(tr.files(), 1u);
+    ASSERT_EQ(tr.skipped_size(), 1);
+    EXPECT_EQ(tr.skipped(0).path(), "pipe");
+    EXPECT_EQ(tr.skipped(0).reason(), "special");
+}
+
+TEST(Trees, WatchReportsReadyThenCreated)
+{
+    auto c = Connect();
+    auto ws = c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs());
+    workspaced::WatchOptions wo;
+    wo.recursive = true;
+    auto w = ws.Watch(".", wo);
+    auto first = w.Next();
+    ASSERT_TRUE(first);
+    EXPECT_EQ(first->type(), pb::WATCH_EVENT_READY);
+    ws.WriteFile("new.txt", "x");
+    std::optional<pb::WatchEvent> ev;
+    while ((ev = w.Next()) && ev->path() != "new.txt") {
+    }
+    ASSERT_TRUE(ev) << "the watch ended before reporting new.txt";
+    EXPECT_EQ(ev->type(), pb::WATCH_EVENT_CREATED);
+    EXPECT_EQ(ev->file_type(), pb::FILE_TYPE_REGULAR);
+    // Cancel ends the call: Next() returns nullopt, no error.
+    w.Cancel();
+    while (w.Next()) {
+    }
+    EXPECT_FALSE(w.Next());
+}
+
+TEST(Snapshots, RestoreForkListDelete)
+{
+    auto c = Connect();
+    auto ws = OpenShell(c);
+    ws.WriteFile("f.txt", "old");
+    auto snap = ws.Snapshot("cpp-snap", {{"kind", "cpp-test"}});
+    EXPECT_EQ(snap.id().rfind("snap-", 0), 0u);
+    EXPECT_EQ(snap.files(), 1u);
+    ws.WriteFile("f.txt", "new");
+    ws.WriteFile("g.txt", "later");
+    auto r = ws.Restore(snap.id());
+    EXPECT_EQ(r.snapshot().id(), snap.id());
+    EXPECT_EQ(ws.ReadFile("f.txt"), "old");
+    EXPECT_THROW(ws.Stat("g.txt"), workspaced::Error);
+
+    workspaced::OpenOptions fork;
+    fork.from_snapshot = snap.id();
+    auto forked = c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs(), fork);
+    EXPECT_EQ(forked.ReadFile("f.txt"), "old");
+
+    workspaced::ListSnapshotsOptions lo;
+    lo.label_selector = "kind=cpp-test";
+    lo.page_size = 1;
+    auto all = c.ListSnapshots(lo);
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].id(), snap.id());
+
+    c.DeleteSnapshot(snap.id());
+    EXPECT_THROW(c.DeleteSnapshot(snap.id()), workspaced::NoSuchSnapshot);
+    EXPECT_THROW(c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs(), fork),
+                 workspaced::NoSuchSnapshot);
 }
 
 } // namespace

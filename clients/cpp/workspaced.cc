@@ -10,6 +10,14 @@
 #include <ostream>
 #include <random>
 #include <atomic>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "google/rpc/error_details.pb.h"
 #include "google/rpc/status.pb.h"
@@ -1325,6 +1333,8 @@ Workspace Client::Open(const ProviderConfig &provider, const Capabilities &caps,
         (*req.mutable_env())[kv.first] = kv.second;
     for (const auto &kv : opts.secrets)
         (*req.mutable_secrets())[kv.first] = kv.second;
+    req.set_from_snapshot(opts.from_snapshot);
+    req.set_from_path(opts.from_path);
     // One id for every attempt: an attempt whose answer was lost is
     // answered, when retried, with the workspace it opened.
     req.set_request_id(opts.request_id.empty() ? NewRequestId() : opts.request_id);
@@ -1378,6 +1388,632 @@ std::vector<pb::WorkspaceSummary> Client::List(const ListOptions &opts)
         token = std::move(page.next_page_token);
     } while (!token.empty());
     return all;
+}
+
+// ---------------------------------------------------------------- watch
+
+struct Watcher::State {
+    std::unique_ptr<grpc::ClientContext> ctx;
+    std::unique_ptr<grpc::ClientReader<pb::WatchEvent>> reader;
+    std::optional<pb::WatchEvent> ready;
+    std::atomic<bool> cancelled{false};
+    bool done = false;
+
+    // Ends the call (once) and reaps its status.
+    grpc::Status End()
+    {
+        done = true;
+        return reader->Finish();
+    }
+    ~State()
+    {
+        if (!done) {
+            ctx->TryCancel();
+            pb::WatchEvent ev;
+            while (reader->Read(&ev)) {
+            }
+            reader->Finish();
+        }
+    }
+};
+
+Watcher::Watcher(std::unique_ptr<State> st) : st_(std::move(st))
+{
+}
+Watcher::Watcher(Watcher &&) noexcept = default;
+Watcher &Watcher::operator=(Watcher &&) noexcept = default;
+Watcher::~Watcher() = default;
+
+std::optional<pb::WatchEvent> Watcher::Next()
+{
+    if (!st_ || st_->done)
+        return std::nullopt;
+    if (st_->ready) {
+        auto ev = std::move(st_->ready);
+        st_->ready.reset();
+        return ev;
+    }
+    pb::WatchEvent ev;
+    if (st_->reader->Read(&ev))
+        return ev;
+    grpc::Status status = st_->End();
+    if (!st_->cancelled)
+        ThrowIfError(status);
+    return std::nullopt;
+}
+
+void Watcher::Cancel()
+{
+    if (!st_)
+        return;
+    st_->cancelled = true;
+    st_->ctx->TryCancel();
+}
+
+Watcher Workspace::Watch(const std::string &path, const WatchOptions &opts)
+{
+    return Retrying([&] {
+        pb::WatchRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        req.set_recursive(opts.recursive);
+        for (const auto &g : opts.include)
+            req.add_include(g);
+        for (const auto &g : opts.exclude)
+            req.add_exclude(g);
+        req.set_coalesce_ms(opts.coalesce_ms);
+        auto st = std::make_unique<Watcher::State>();
+        st->ctx = core_->Context(false, node_);
+        st->reader = core_->fs->Watch(st->ctx.get(), req);
+        pb::WatchEvent ev;
+        // Returns once the watches are in place (READY), so that a change
+        // made after Watch() returned is reported.
+        if (!st->reader->Read(&ev)) {
+            grpc::Status status = st->End();
+            ThrowIfError(status);
+            throw Error(grpc::StatusCode::INTERNAL, "", "Watch ended before its first event");
+        }
+        st->ready = std::move(ev);
+        return Watcher(std::move(st));
+    });
+}
+
+// ---------------------------------------------------------------- archives
+
+pb::ArchiveTrailer Workspace::ReadArchive(const std::string &path,
+                                          const std::function<void(std::string_view)> &on_chunk,
+                                          const ReadArchiveOptions &opts)
+{
+    bool delivered = false;
+    auto once = [&] {
+        pb::ReadArchiveRequest req;
+        req.set_workspace_id(id());
+        req.set_path(path);
+        req.set_format(opts.format);
+        for (const auto &g : opts.include)
+            req.add_include(g);
+        for (const auto &g : opts.exclude)
+            req.add_exclude(g);
+        auto ctx = core_->Context(false, node_);
+        auto reader = core_->fs->ReadArchive(ctx.get(), req);
+        pb::ReadArchiveResponse m;
+        pb::ArchiveTrailer trailer;
+        try {
+            while (reader->Read(&m)) {
+                if (!m.data().empty()) {
+                    delivered = true;
+                    on_chunk(m.data());
+                }
+                if (m.has_trailer())
+                    trailer = m.trailer();
+            }
+        } catch (...) {
+            ctx->TryCancel();
+            while (reader->Read(&m)) {
+            }
+            reader->Finish();
+            throw;
+        }
+        ThrowIfError(reader->Finish());
+        return trailer;
+    };
+    // Repeated after a re-resolve only while nothing reached on_chunk.
+    try {
+        return once();
+    } catch (const Error &e) {
+        if (delivered || !core_->eviction_retry || !Recoverable(e) || info_.ref().token().empty() ||
+            !ReResolve())
+            throw;
+    }
+    return once();
+}
+
+pb::ArchiveTrailer Workspace::ReadArchive(const std::string &path, std::ostream &out,
+                                          const ReadArchiveOptions &opts)
+{
+    return ReadArchive(
+        path,
+        [&out](std::string_view chunk) {
+            out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+            if (!out)
+                throw std::runtime_error("workspaced: writing the output stream failed");
+        },
+        opts);
+}
+
+pb::ArchiveTrailer Workspace::WriteArchive(const std::string &path,
+                                           const std::function<bool(std::string *)> &next,
+                                           const WriteArchiveOptions &opts)
+{
+    auto ctx = core_->Context(false, node_);
+    pb::WriteArchiveResponse resp;
+    auto w = core_->fs->WriteArchive(ctx.get(), &resp);
+    pb::WriteArchiveRequest h;
+    auto *hdr = h.mutable_header();
+    hdr->set_workspace_id(id());
+    hdr->set_path(path);
+    hdr->set_format(opts.format);
+    hdr->set_overwrite(opts.overwrite);
+    hdr->set_create_parents(opts.create_parents);
+    // Commits only on an explicit finish, never on a half-close that a
+    // cancelled stream can look like.
+    hdr->set_require_finish(true);
+    std::string cur, ahead;
+    try {
+        bool have_cur = next(&cur);
+        if (!have_cur) {
+            h.set_finish(true);
+            w->Write(h);
+        } else if (w->Write(h)) {
+            while (have_cur) {
+                ahead.clear();
+                bool have_ahead = next(&ahead);
+                pb::WriteArchiveRequest d;
+                d.set_data(std::move(cur));
+                d.set_finish(!have_ahead);
+                if (!w->Write(d))
+                    break; // the server ended the call; Finish says why
+                cur = std::move(ahead);
+                have_cur = have_ahead;
+            }
+        }
+    } catch (...) {
+        ctx->TryCancel();
+        w->Finish();
+        throw;
+    }
+    w->WritesDone();
+    ThrowIfError(w->Finish());
+    return resp.trailer();
+}
+
+pb::ArchiveTrailer Workspace::WriteArchive(const std::string &path, std::string_view data,
+                                           const WriteArchiveOptions &opts)
+{
+    size_t chunk = opts.chunk_size ? opts.chunk_size : (1 << 20);
+    size_t off = 0;
+    return WriteArchive(
+        path,
+        [&](std::string *out) {
+            if (off >= data.size())
+                return false;
+            size_t n = std::min(chunk, data.size() - off);
+            out->assign(data.data() + off, n);
+            off += n;
+            return true;
+        },
+        opts);
+}
+
+pb::ArchiveTrailer Workspace::WriteArchive(const std::string &path, std::istream &in,
+                                           const WriteArchiveOptions &opts)
+{
+    size_t chunk = opts.chunk_size ? opts.chunk_size : (1 << 20);
+    return WriteArchive(
+        path,
+        [&](std::string *out) {
+            out->resize(chunk);
+            in.read(&(*out)[0], static_cast<std::streamsize>(chunk));
+            out->resize(static_cast<size_t>(in.gcount()));
+            if (in.bad())
+                throw std::runtime_error("workspaced: reading the input stream failed");
+            return !out->empty();
+        },
+        opts);
+}
+
+namespace
+{
+
+// A child process running the system's tar (execvp, no shell), reaped by
+// the destructor (killed first when it still runs).
+struct TarChild {
+    pid_t pid = -1;
+    int out = -1; // its stdout, when piped
+
+    TarChild(const std::vector<std::string> &args, bool pipe_out)
+    {
+        int fds[2] = {-1, -1};
+        if (pipe_out && pipe2(fds, O_CLOEXEC) != 0)
+            throw std::system_error(errno, std::generic_category(), "workspaced: pipe");
+        std::vector<char *> argv;
+        for (const auto &a : args)
+            argv.push_back(const_cast<char *>(a.c_str()));
+        argv.push_back(nullptr);
+        pid = fork();
+        if (pid < 0) {
+            int e = errno;
+            if (pipe_out) {
+                close(fds[0]);
+                close(fds[1]);
+            }
+            throw std::system_error(e, std::generic_category(), "workspaced: fork");
+        }
+        if (pid == 0) {
+            if (pipe_out)
+                dup2(fds[1], 1);
+            execvp("tar", argv.data());
+            _exit(127);
+        }
+        if (pipe_out) {
+            close(fds[1]);
+            out = fds[0];
+        }
+    }
+    // Waits for the exit; throws unless tar exited 0.
+    void Wait()
+    {
+        int st = 0;
+        while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        pid = -1;
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+            throw std::runtime_error("workspaced: tar failed (" +
+                                     (WIFEXITED(st)
+                                          ? "exit status " + std::to_string(WEXITSTATUS(st))
+                                          : std::string("killed by a signal")) +
+                                     ")");
+    }
+    ~TarChild()
+    {
+        if (out >= 0)
+            close(out);
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            int st;
+            while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+            }
+        }
+    }
+};
+
+// Lexical components of a relative name ("." and empty ones dropped);
+// throws UnsafeArchive for an absolute name or a ".." component.
+std::vector<std::string> NameParts(const std::string &name, const std::string &entry)
+{
+    if (!name.empty() && name[0] == '/')
+        throw UnsafeArchive(entry, "absolute");
+    std::vector<std::string> parts;
+    size_t i = 0;
+    while (i <= name.size()) {
+        size_t j = name.find('/', i);
+        if (j == std::string::npos)
+            j = name.size();
+        std::string c = name.substr(i, j - i);
+        if (c == "..")
+            throw UnsafeArchive(entry, "dotdot");
+        if (!c.empty() && c != ".")
+            parts.push_back(c);
+        i = j + 1;
+    }
+    return parts;
+}
+
+std::string Join(const std::vector<std::string> &parts, size_t n)
+{
+    std::string out;
+    for (size_t i = 0; i < n && i < parts.size(); i++)
+        out += (i ? "/" : "") + parts[i];
+    return out;
+}
+
+uint64_t TarNumber(const char *f, size_t len)
+{
+    if (static_cast<unsigned char>(f[0]) & 0x80) {
+        uint64_t v = 0;
+        for (size_t i = 1; i < len; i++)
+            v = (v << 8) | static_cast<unsigned char>(f[i]);
+        return v;
+    }
+    uint64_t v = 0;
+    for (size_t i = 0; i < len && f[i]; i++)
+        if (f[i] >= '0' && f[i] <= '7')
+            v = v * 8 + static_cast<uint64_t>(f[i] - '0');
+    return v;
+}
+
+std::string TarString(const char *f, size_t len)
+{
+    return std::string(f, strnlen(f, len));
+}
+
+// Checks every member of the tar at `file` before anything is extracted:
+// names neither absolute nor with "..", no member below a symlink member,
+// symlink targets that stay inside (resolved without passing through
+// another symlink), hard links to earlier members, no special files.
+void CheckTar(const std::string &file)
+{
+    std::ifstream in(file, std::ios::binary);
+    struct Link {
+        std::string name, target;
+    };
+    std::set<std::string> members, symlinks;
+    std::vector<std::vector<std::string>> names;
+    std::vector<Link> links;
+    std::map<std::string, std::string> pax;
+    std::string long_name, long_link;
+    char h[512];
+    for (;;) {
+        if (!in.read(h, 512))
+            throw UnsafeArchive("", "malformed");
+        bool zero = true;
+        for (char c : h)
+            zero = zero && c == 0;
+        if (zero)
+            break;
+        char type = h[156] ? h[156] : '0';
+        uint64_t size = TarNumber(h + 124, 12);
+        if (pax.count("size"))
+            size = std::strtoull(pax["size"].c_str(), nullptr, 10);
+        uint64_t padded = (size + 511) / 512 * 512;
+        if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
+            if (size > (64u << 20))
+                throw UnsafeArchive("", "malformed");
+            std::string body(padded, '\0');
+            if (!in.read(&body[0], static_cast<std::streamsize>(padded)))
+                throw UnsafeArchive("", "malformed");
+            body.resize(size);
+            if (type == 'L')
+                long_name = TarString(body.data(), body.size());
+            else if (type == 'K')
+                long_link = TarString(body.data(), body.size());
+            else if (type == 'x') {
+                size_t off = 0;
+                while (off < body.size()) {
+                    size_t sp = body.find(' ', off);
+                    if (sp == std::string::npos)
+                        break;
+                    size_t len = std::strtoull(body.c_str() + off, nullptr, 10);
+                    if (len == 0 || off + len > body.size())
+                        throw UnsafeArchive("", "malformed");
+                    std::string rec = body.substr(sp + 1, off + len - sp - 2);
+                    size_t eq = rec.find('=');
+                    if (eq != std::string::npos)
+                        pax[rec.substr(0, eq)] = rec.substr(eq + 1);
+                    off += len;
+                }
+            }
+            continue;
+        }
+        std::string prefix = TarString(h + 345, 155);
+        std::string name = pax.count("path")    ? pax["path"]
+                           : !long_name.empty() ? long_name
+                           : !prefix.empty() && TarString(h + 257, 5) == "ustar"
+                               ? prefix + "/" + TarString(h, 100)
+                               : TarString(h, 100);
+        std::string link = pax.count("linkpath") ? pax["linkpath"]
+                           : !long_link.empty()  ? long_link
+                                                 : TarString(h + 157, 100);
+        pax.clear();
+        long_name.clear();
+        long_link.clear();
+        auto parts = NameParts(name, name);
+        if (type == '3' || type == '4' || type == '6')
+            throw UnsafeArchive(name, "special");
+        if (type == '1') {
+            std::string target = Join(NameParts(link, name), SIZE_MAX);
+            if (!members.count(target))
+                throw UnsafeArchive(name, "link_outside");
+        } else if (type == '2') {
+            if (!link.empty() && link[0] == '/')
+                throw UnsafeArchive(name, "link_outside");
+            links.push_back({Join(parts, SIZE_MAX), link});
+            symlinks.insert(Join(parts, SIZE_MAX));
+        } else if (type != '0' && type != '7' && type != '5') {
+            throw UnsafeArchive(name, "special");
+        }
+        members.insert(Join(parts, SIZE_MAX));
+        names.push_back(parts);
+        in.seekg(static_cast<std::streamoff>(padded), std::ios::cur);
+    }
+    // No member below a symlink member: it would be written through it.
+    for (const auto &parts : names)
+        for (size_t n = 1; n < parts.size(); n++)
+            if (symlinks.count(Join(parts, n)))
+                throw UnsafeArchive(Join(parts, SIZE_MAX), "link_outside");
+    // Each symlink's target, resolved from its directory, stays inside and
+    // passes through no other symlink (whose target could move it).
+    for (const auto &l : links) {
+        auto at = NameParts(l.name, l.name);
+        at.pop_back();
+        std::vector<std::string> comps;
+        size_t i = 0;
+        while (i <= l.target.size()) {
+            size_t j = l.target.find('/', i);
+            if (j == std::string::npos)
+                j = l.target.size();
+            comps.push_back(l.target.substr(i, j - i));
+            i = j + 1;
+        }
+        for (size_t k = 0; k < comps.size(); k++) {
+            const std::string &c = comps[k];
+            if (c.empty() || c == ".")
+                continue;
+            if (c == "..") {
+                if (at.empty())
+                    throw UnsafeArchive(l.name, "link_outside");
+                at.pop_back();
+            } else {
+                at.push_back(c);
+            }
+            if (k + 1 < comps.size() && symlinks.count(Join(at, SIZE_MAX)))
+                throw UnsafeArchive(l.name, "link_outside");
+        }
+    }
+}
+
+} // namespace
+
+pb::ArchiveTrailer Workspace::UploadTree(const std::string &local_dir, const std::string &path,
+                                         const WriteArchiveOptions &opts)
+{
+    std::vector<std::string> names;
+    for (const auto &e : std::filesystem::directory_iterator(local_dir))
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    if (names.empty()) {
+        // GNU tar refuses to make an empty archive: the end blocks alone.
+        if (opts.format == pb::ARCHIVE_FORMAT_TAR_GZIP)
+            throw std::invalid_argument("workspaced: UploadTree of an empty directory as tar.gz");
+        return WriteArchive(path, std::string(1024, '\0'), opts);
+    }
+    std::vector<std::string> args = {
+        "tar",          "--create",        "--file=-",
+        "--format=pax", "--numeric-owner", "--owner=0",
+        "--group=0",    "--sort=name",     "--pax-option=delete=atime,delete=ctime"};
+    if (opts.format == pb::ARCHIVE_FORMAT_TAR_GZIP)
+        args.push_back("--gzip");
+    args.push_back("--directory=" + local_dir);
+    args.push_back("--");
+    args.insert(args.end(), names.begin(), names.end());
+    TarChild tar(args, true);
+    size_t chunk = opts.chunk_size ? opts.chunk_size : (1 << 20);
+    bool eof = false;
+    auto trailer = WriteArchive(
+        path,
+        [&](std::string *out) {
+            if (eof)
+                return false;
+            out->resize(chunk);
+            size_t got = 0;
+            while (got < chunk) {
+                ssize_t n = read(tar.out, &(*out)[got], chunk - got);
+                if (n < 0 && errno == EINTR)
+                    continue;
+                if (n < 0)
+                    throw std::system_error(errno, std::generic_category(), "workspaced: read tar");
+                if (n == 0) {
+                    eof = true;
+                    break;
+                }
+                got += static_cast<size_t>(n);
+            }
+            out->resize(got);
+            // A tar that failed must not commit what it wrote so far.
+            if (eof)
+                tar.Wait();
+            return got > 0;
+        },
+        opts);
+    return trailer;
+}
+
+pb::ArchiveTrailer Workspace::DownloadTree(const std::string &path, const std::string &local_dir,
+                                           const ReadArchiveOptions &opts)
+{
+    std::filesystem::create_directories(local_dir);
+    if (!std::filesystem::is_empty(local_dir))
+        throw UnsafeArchive(local_dir, "not_empty");
+    const char *tmpdir = getenv("TMPDIR");
+    std::string tmpl = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/workspaced-tree-XXXXXX";
+    int fd = mkstemp(&tmpl[0]);
+    if (fd < 0)
+        throw std::system_error(errno, std::generic_category(), "workspaced: mkstemp");
+    close(fd);
+    struct Unlink {
+        std::string p;
+        ~Unlink()
+        {
+            unlink(p.c_str());
+        }
+    } cleanup{tmpl};
+    ReadArchiveOptions plain = opts;
+    plain.format = pb::ARCHIVE_FORMAT_TAR;
+    pb::ArchiveTrailer trailer;
+    {
+        std::ofstream out(tmpl, std::ios::binary | std::ios::trunc);
+        trailer = ReadArchive(path, out, plain);
+        out.close();
+        if (!out)
+            throw std::runtime_error("workspaced: writing " + tmpl + " failed");
+    }
+    CheckTar(tmpl);
+    TarChild tar({"tar", "--extract", "--file=" + tmpl, "--directory=" + local_dir,
+                  "--no-same-owner", "--no-overwrite-dir", "--same-permissions",
+                  "--delay-directory-restore", "--warning=no-unknown-keyword"},
+                 false);
+    tar.Wait();
+    return trailer;
+}
+
+// ---------------------------------------------------------------- snapshots
+
+pb::Snapshot Workspace::Snapshot(const std::string &name,
+                                 const std::map<std::string, std::string> &labels)
+{
+    return Retrying([&] {
+        pb::SnapshotRequest req;
+        req.set_workspace_id(id());
+        req.set_name(name);
+        for (const auto &kv : labels)
+            (*req.mutable_labels())[kv.first] = kv.second;
+        return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Snapshot, req, node_)
+            .snapshot();
+    });
+}
+
+pb::RestoreResponse Workspace::Restore(const std::string &snapshot_id, bool force)
+{
+    return Retrying([&] {
+        pb::RestoreRequest req;
+        req.set_workspace_id(id());
+        req.set_snapshot_id(snapshot_id);
+        req.set_force(force);
+        return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::Restore, req, node_);
+    });
+}
+
+SnapshotPage Client::ListSnapshotsPage(const ListSnapshotsOptions &opts,
+                                       const std::string &page_token)
+{
+    pb::ListSnapshotsRequest req;
+    req.set_workspace_id(opts.workspace_id);
+    req.set_label_selector(opts.label_selector);
+    req.set_name(opts.name);
+    req.set_page_size(opts.page_size);
+    req.set_page_token(page_token);
+    auto resp = Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::ListSnapshots, req);
+    return SnapshotPage{{resp.snapshots().begin(), resp.snapshots().end()}, resp.next_page_token()};
+}
+
+std::vector<pb::Snapshot> Client::ListSnapshots(const ListSnapshotsOptions &opts)
+{
+    std::vector<pb::Snapshot> all;
+    std::string token;
+    do {
+        SnapshotPage page = ListSnapshotsPage(opts, token);
+        all.insert(all.end(), page.snapshots.begin(), page.snapshots.end());
+        token = std::move(page.next_page_token);
+    } while (!token.empty());
+    return all;
+}
+
+uint64_t Client::DeleteSnapshot(const std::string &snapshot_id)
+{
+    pb::DeleteSnapshotRequest req;
+    req.set_snapshot_id(snapshot_id);
+    return Call(*core_, core_->workspaces.get(), &pb::Workspaces::Stub::DeleteSnapshot, req)
+        .reclaimed_bytes();
 }
 
 } // namespace workspaced

@@ -26,6 +26,7 @@
 // is sent.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -199,6 +200,32 @@ class Unauthenticated : public Error
     using Error::Error;
 };
 
+// A tar the client refuses to extract (Workspace::DownloadTree) because a
+// member would land or point outside the target directory, or is not a
+// kind it extracts; raised by the client, never by the server. problem()
+// is "absolute", "dotdot", "link_outside", "special", "malformed" or
+// "not_empty" (the target directory has entries).
+class UnsafeArchive : public std::runtime_error
+{
+  public:
+    UnsafeArchive(std::string entry, std::string problem)
+        : std::runtime_error("archive entry \"" + entry + "\": " + problem),
+          entry_(std::move(entry)), problem_(std::move(problem))
+    {
+    }
+    const std::string &entry() const
+    {
+        return entry_;
+    }
+    const std::string &problem() const
+    {
+        return problem_;
+    }
+
+  private:
+    std::string entry_, problem_;
+};
+
 // Throws the typed error a failed status decodes to; returns on OK.
 void ThrowIfError(const grpc::Status &status);
 // Throws the typed error for `status` (which must not be OK).
@@ -360,6 +387,12 @@ struct OpenOptions {
     // Transient failures, and RETRY (the first attempt is still opening),
     // are retried with the same request id.
     RetryPolicy retry;
+    // Fork: the files start as a copy of this snapshot (NoSuchSnapshot).
+    std::string from_snapshot;
+    // Shadow: the files start as a copy of this host directory, absolute and
+    // canonical, inside one the operator allows with --source-path-allow
+    // (else SourcePathDenied). Not with from_snapshot.
+    std::string from_path;
 };
 
 // Filters of Client::List and ListPage.
@@ -635,6 +668,76 @@ struct WriteOptions {
     size_t chunk_size = 1 << 20;
 };
 
+// Options of Workspace::ReadArchive and DownloadTree.
+struct ReadArchiveOptions {
+    pb::ArchiveFormat format = pb::ARCHIVE_FORMAT_TAR;
+    // Globs on the path relative to the archive's root: an entry is stored
+    // when it matches some include (none: all) and no exclude.
+    std::vector<std::string> include;
+    std::vector<std::string> exclude;
+};
+
+// Options of Workspace::WriteArchive and UploadTree.
+struct WriteArchiveOptions {
+    pb::ArchiveFormat format = pb::ARCHIVE_FORMAT_TAR;
+    // NONE: `path` must not exist (Exists); REPLACE: replaced whole; MERGE:
+    // each top-level entry published into the existing directory.
+    pb::ArchiveOverwrite overwrite = pb::ARCHIVE_OVERWRITE_NONE;
+    bool create_parents = false;
+    // Bytes per data message (at most 4 MiB).
+    size_t chunk_size = 1 << 20;
+};
+
+struct WatchOptions {
+    // Also every directory below the path, including ones created later.
+    bool recursive = false;
+    // Globs on the workspace-relative path (FileSystem.Glob's syntax).
+    std::vector<std::string> include;
+    std::vector<std::string> exclude;
+    // Events for one path within this window are merged (0: 10 ms).
+    uint32_t coalesce_ms = 0;
+};
+
+// Filters of Client::ListSnapshots and ListSnapshotsPage.
+struct ListSnapshotsOptions {
+    // Only snapshots taken from this workspace.
+    std::string workspace_id;
+    std::string label_selector;
+    std::string name;
+    uint32_t page_size = 0;
+};
+
+struct SnapshotPage {
+    std::vector<pb::Snapshot> snapshots;
+    // Empty on the last page.
+    std::string next_page_token;
+};
+
+// A running FileSystem.Watch (Workspace::Watch). Next() blocks for the next
+// event; the first one is WATCH_EVENT_READY, already received when Watch
+// returned. Cancel() (from any thread) or the destructor ends the call;
+// Next() then returns nullopt. A watch whose path went away ends after
+// WATCH_EVENT_GONE (nullopt next); a failure of the call throws.
+class Watcher
+{
+  public:
+    Watcher(Watcher &&) noexcept;
+    Watcher &operator=(Watcher &&) noexcept;
+    Watcher(const Watcher &) = delete;
+    Watcher &operator=(const Watcher &) = delete;
+    ~Watcher();
+
+    std::optional<pb::WatchEvent> Next();
+    void Cancel();
+
+    struct State;
+
+  private:
+    friend class Workspace;
+    explicit Watcher(std::unique_ptr<State> st);
+    std::unique_ptr<State> st_;
+};
+
 struct GrepOptions {
     std::string path;
     std::string include;
@@ -768,6 +871,57 @@ class Workspace
                                   const std::string &new_text, bool replace_all = false,
                                   const std::string &if_match = "");
 
+    // Watches `path` ("." the root) for changes, whoever makes them.
+    // Returns once the server reported READY (the first event, which Next()
+    // returns first): every later change is reported. Made again after a
+    // re-resolve when it failed before READY.
+    Watcher Watch(const std::string &path = ".", const WatchOptions &opts = {});
+
+    // A tar (or tar.gz) of `path`, streamed to on_chunk as it arrives;
+    // returns the trailer (counts, entries skipped with why). Made again
+    // after a re-resolve only while nothing reached on_chunk. An exception
+    // from on_chunk cancels the call.
+    pb::ArchiveTrailer ReadArchive(const std::string &path,
+                                   const std::function<void(std::string_view)> &on_chunk,
+                                   const ReadArchiveOptions &opts = {});
+    pb::ArchiveTrailer ReadArchive(const std::string &path, std::ostream &out,
+                                   const ReadArchiveOptions &opts = {});
+    // Extracts a tar read from `next` (fills its argument with the next
+    // chunk, false at the end) into `path`. Always sets require_finish and
+    // sends finish with the last message; an exception from `next` cancels,
+    // and a refused archive throws BadArchive (metadata "entry", "problem"): either
+    // way the workspace is left as it was. Never made again by itself.
+    pb::ArchiveTrailer WriteArchive(const std::string &path,
+                                    const std::function<bool(std::string *)> &next,
+                                    const WriteArchiveOptions &opts = {});
+    pb::ArchiveTrailer WriteArchive(const std::string &path, std::string_view data,
+                                    const WriteArchiveOptions &opts = {});
+    pb::ArchiveTrailer WriteArchive(const std::string &path, std::istream &in,
+                                    const WriteArchiveOptions &opts = {});
+    // Uploads the contents of the local directory `local_dir` to `path`:
+    // the system's GNU tar (run directly, no shell) makes a pax tar of its
+    // entries, symlinks stored as links and never followed, owners as 0.
+    // (Special files are stored too, and the server refuses them.)
+    pb::ArchiveTrailer UploadTree(const std::string &local_dir, const std::string &path,
+                                  const WriteArchiveOptions &opts = {});
+    // Copies `path` into the local directory `local_dir` (made when missing;
+    // an existing one must be empty). The tar is kept in a temporary file
+    // and checked first: a member with an absolute name or a ".." component,
+    // a symlink whose target leads outside local_dir, a hard link to a name
+    // that is not an earlier member, or a special file throws
+    // UnsafeArchive and nothing is extracted. Then the system's GNU tar
+    // extracts it (--no-same-owner, --no-overwrite-dir). Returns the trailer.
+    pb::ArchiveTrailer DownloadTree(const std::string &path, const std::string &local_dir,
+                                    const ReadArchiveOptions &opts = {});
+
+    // Snapshots (workspaces.proto). A snapshot of this workspace's files;
+    // `name` unique among the tenant's snapshots ("" for none).
+    pb::Snapshot Snapshot(const std::string &name = "",
+                          const std::map<std::string, std::string> &labels = {});
+    // Puts the files back to a snapshot's content; Busy while commands run
+    // unless `force` (then processes_ended() says how many it ended).
+    pb::RestoreResponse Restore(const std::string &snapshot_id, bool force = false);
+
     // Exec (exec.proto). Exec returns once the process started; a refused
     // command throws (CommandNotAllowed, Metachar, ...).
     Process Exec(const Command &cmd, ExecOptions opts = {});
@@ -834,6 +988,13 @@ class Client
     // One page: the one after `page_token` ("" for the first). The token is
     // only valid with the same filters (else Malformed).
     ListPage ListOnePage(const ListOptions &opts, const std::string &page_token = "");
+    // The tenant's snapshots in id order: every page, or one.
+    std::vector<pb::Snapshot> ListSnapshots(const ListSnapshotsOptions &opts = {});
+    SnapshotPage ListSnapshotsPage(const ListSnapshotsOptions &opts,
+                                   const std::string &page_token = "");
+    // Deletes a snapshot (NoSuchSnapshot when unknown); returns the store
+    // bytes freed.
+    uint64_t DeleteSnapshot(const std::string &snapshot_id);
 
     const std::string &address() const;
 

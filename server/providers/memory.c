@@ -7,9 +7,14 @@
  * File contents are immutable, reference-counted buffers: an open file
  * holds one, a commit swaps the node's pointer to a new buffer.
  *
+ * A symlink is a node whose content is its target; no lookup ever
+ * follows one (a path through it is -ENOTDIR, as for a file).
+ *
  * Every field of a node is read under the tree's read lock and changed
  * under its write lock; reference counts are atomic because readers take
- * them concurrently.
+ * them concurrently. Every change happens under the write lock, which is
+ * also where the subscribers hear of it: unsubscribe takes the write lock,
+ * so once it has it no report is running.
  */
 #include "server/providers/memory.h"
 
@@ -42,6 +47,7 @@ struct mem_content {
 
 struct mem_node {
     atomic_uint refs;
+    uint64_t id; /* ws_stat.ino */
     enum ws_ftype type;
     bool attached;
     uint32_t mode;
@@ -52,7 +58,7 @@ struct mem_node {
     /* directory: children sorted by name (byte order) */
     struct mem_node **kids;
     size_t nkids, cap_kids, ndirs;
-    /* regular file: NULL when empty */
+    /* regular file (NULL when empty), symlink (its target, never NULL) */
     struct mem_content *content;
 };
 
@@ -61,8 +67,17 @@ struct memfs {
     pthread_rwlock_t lock;
     struct mem_node *root;
     atomic_uint_fast64_t bytes;
-    uint64_t nodes; /* under the write lock */
+    uint64_t nodes;   /* under the write lock */
+    uint64_t next_id; /* under the write lock */
+    struct ws_vfs_sub *subs;
     _Atomic uint64_t max_bytes, max_nodes;
+};
+
+struct ws_vfs_sub {
+    struct memfs *fs;
+    ws_vfs_change_cb cb;
+    void *userdata;
+    struct ws_vfs_sub *next;
 };
 
 struct dsnap {
@@ -240,27 +255,123 @@ static int node_new(struct memfs *fs, enum ws_ftype type, const char *name, size
     n->name_len = len;
     n->mode = mode & 07777;
     n->mtime_ns = ws_wall_ns();
+    n->id = ++fs->next_id;
     fs->nodes++;
     *ret = n;
     return 0;
 }
 
+/* ---- change reports (write lock held) ---- */
+
+/* A growable path ("a/b/c"), for the reports only. */
+struct pathbuf {
+    char *s;
+    size_t len, cap;
+};
+
+static bool pathbuf_add(struct pathbuf *pb, const char *name, size_t len)
+{
+    size_t need = pb->len + (pb->len ? 1 : 0) + len + 1;
+
+    if (need > pb->cap) {
+        size_t ncap = pb->cap ? pb->cap : 256;
+        char *n;
+
+        while (ncap < need)
+            ncap *= 2;
+        n = realloc(pb->s, ncap);
+        if (!n)
+            return false;
+        pb->s = n;
+        pb->cap = ncap;
+    }
+    if (pb->len)
+        pb->s[pb->len++] = '/';
+    memcpy(pb->s + pb->len, name, len);
+    pb->len += len;
+    pb->s[pb->len] = '\0';
+    return true;
+}
+
+static void pathbuf_drop(struct pathbuf *pb, size_t name_len)
+{
+    pb->len = pb->len > name_len ? pb->len - name_len - 1 : 0;
+    pb->s[pb->len] = '\0';
+}
+
+/* The workspace-relative path of an attached node (not the root) into pb;
+ * false when memory is short. */
+static bool node_path(const struct mem_node *n, struct pathbuf *pb)
+{
+    size_t total = 0, end;
+
+    for (const struct mem_node *p = n; p->parent; p = p->parent)
+        total += p->name_len + 1;
+    if (total > pb->cap) {
+        char *s = realloc(pb->s, total);
+
+        if (!s)
+            return false;
+        pb->s = s;
+        pb->cap = total;
+    }
+    end = total - 1;
+    pb->len = end;
+    pb->s[end] = '\0';
+    for (const struct mem_node *p = n; p->parent; p = p->parent) {
+        end -= p->name_len;
+        memcpy(pb->s + end, p->name, p->name_len);
+        if (end)
+            pb->s[--end] = '/';
+    }
+    return true;
+}
+
+static void notify_path(struct memfs *fs, enum ws_vfs_change what, enum ws_ftype type,
+                        const char *path, const char *from)
+{
+    for (struct ws_vfs_sub *s = fs->subs; s; s = s->next)
+        s->cb(s->userdata, what, type, path, from);
+}
+
+/* Reports a change of the attached node n. */
+static void notify(struct memfs *fs, enum ws_vfs_change what, const struct mem_node *n)
+{
+    struct pathbuf pb = {0};
+
+    if (!fs->subs)
+        return;
+    if (node_path(n, &pb))
+        notify_path(fs, what, n->type, pb.s, NULL);
+    free(pb.s);
+}
+
 /* Removes `top` and everything below it from the tree, post-order through
- * the parent pointers (no recursion, no allocation). Returns the number of
- * entries removed. */
-static uint64_t subtree_detach(struct memfs *fs, struct mem_node *top)
+ * the parent pointers (no recursion), reporting each entry removed when
+ * `report`. Returns the number of entries removed. */
+static uint64_t subtree_detach(struct memfs *fs, struct mem_node *top, bool report)
 {
     struct mem_node *n = top;
+    struct pathbuf pb = {0};
     uint64_t count = 0;
 
+    report = report && fs->subs && top->parent && node_path(top, &pb);
     if (top->parent)
         kid_unlink(top);
     for (;;) {
         struct mem_node *p;
 
-        while (n->nkids > 0)
+        while (n->nkids > 0) {
             n = n->kids[n->nkids - 1];
+            if (report && !pathbuf_add(&pb, n->name, n->name_len))
+                report = false;
+        }
         p = n == top ? NULL : n->parent;
+        if (report) {
+            notify_path(fs, WS_VFS_REMOVED, n->type, pb.s, NULL);
+            if (p)
+                pathbuf_drop(&pb, n->name_len);
+        }
         if (p) {
             p->nkids--;
             if (n->type == WS_FT_DIRECTORY)
@@ -271,8 +382,10 @@ static uint64_t subtree_detach(struct memfs *fs, struct mem_node *top)
         fs->nodes--;
         count++;
         node_unref(n);
-        if (!p)
+        if (!p) {
+            free(pb.s);
             return count;
+        }
         n = p;
     }
 }
@@ -285,6 +398,7 @@ static void fill_stat(const struct mem_node *n, struct ws_stat *st)
         .mode = n->mode,
         .mtime_ns = n->mtime_ns,
         .nlink = n->type == WS_FT_DIRECTORY ? 2 + n->ndirs : 1,
+        .ino = n->id,
     };
 }
 
@@ -350,6 +464,7 @@ static int walk_parent(struct memfs *fs, const struct mpath *mp, bool create, st
             if (r < 0)
                 return r;
             kid_insert(d, k);
+            notify(fs, WS_VFS_CREATED, k);
         } else if (k->type != WS_FT_DIRECTORY) {
             return -ENOTDIR;
         }
@@ -433,7 +548,7 @@ static int m_opendir(struct ws_vfs *vfs, const char *path, struct ws_vfs_dir **r
     pthread_rwlock_rdlock(&fs->lock);
     r = lookup(fs, path, &n);
     if (r == 0)
-        r = dir_open(fs, n, ret_dir);
+        r = n->type == WS_FT_SYMLINK ? -WS_ESYMLINK_LEAF : dir_open(fs, n, ret_dir);
     pthread_rwlock_unlock(&fs->lock);
     return r;
 }
@@ -515,6 +630,8 @@ static int file_open(struct mem_node *n, struct ws_vfs_file **ret_file, struct w
 
     if (n->type == WS_FT_DIRECTORY)
         return -EISDIR;
+    if (n->type == WS_FT_SYMLINK)
+        return -WS_ESYMLINK_LEAF;
     f = calloc(1, sizeof(*f));
     if (!f)
         return -ENOMEM;
@@ -614,6 +731,10 @@ static int m_write_begin(struct ws_vfs *vfs, const char *path, const struct ws_w
         r = -EISDIR;
         goto out;
     }
+    if (leaf && leaf->type == WS_FT_SYMLINK) {
+        r = -WS_ESYMLINK_LEAF;
+        goto out;
+    }
     if (leaf && opts->if_absent) {
         r = -EEXIST;
         goto out;
@@ -685,6 +806,7 @@ static int m_write_commit(struct ws_vfs_writer *w, struct ws_stat *ret_st)
     struct memfs *fs = w->fs;
     struct mem_content *c = w->buf, *old = NULL;
     struct mem_node *parent = w->parent, *leaf;
+    enum ws_vfs_change what = WS_VFS_MODIFIED;
     int r;
 
     if (c && c->size == 0) {
@@ -709,6 +831,10 @@ static int m_write_commit(struct ws_vfs_writer *w, struct ws_stat *ret_st)
         r = -EISDIR;
         goto out;
     }
+    if (leaf && leaf->type == WS_FT_SYMLINK) {
+        r = -WS_ESYMLINK_LEAF;
+        goto out;
+    }
     if (leaf && w->opts.if_absent) {
         r = -EEXIST;
         goto out;
@@ -722,6 +848,7 @@ static int m_write_commit(struct ws_vfs_writer *w, struct ws_stat *ret_st)
         if (r < 0)
             goto out;
         kid_insert(parent, leaf);
+        what = WS_VFS_CREATED;
     } else {
         if (w->opts.mode)
             leaf->mode = w->opts.mode & 07777;
@@ -730,6 +857,7 @@ static int m_write_commit(struct ws_vfs_writer *w, struct ws_stat *ret_st)
     }
     leaf->content = c;
     c = NULL;
+    notify(fs, what, leaf);
     if (ret_st)
         fill_stat(leaf, ret_st);
     r = 0;
@@ -780,6 +908,7 @@ static int m_mkdir(struct ws_vfs *vfs, const char *path, bool parents, uint32_t 
     if (r < 0)
         goto out;
     kid_insert(parent, leaf);
+    notify(fs, WS_VFS_CREATED, leaf);
 out:
     pthread_rwlock_unlock(&fs->lock);
     return r;
@@ -804,7 +933,7 @@ static int m_remove(struct ws_vfs *vfs, const char *path, bool recursive, uint64
         r = -ENOTEMPTY;
         goto out;
     }
-    removed = subtree_detach(fs, n);
+    removed = subtree_detach(fs, n, true);
     if (ret_removed)
         *ret_removed = removed;
 out:
@@ -816,6 +945,7 @@ static int m_move(struct ws_vfs *vfs, const char *from, const char *to, bool rep
 {
     struct memfs *fs = to_memfs(vfs);
     struct mem_node *src, *dparent, *dst;
+    struct pathbuf from_pb = {0};
     struct mpath mp;
     char *name = NULL;
     size_t name_len;
@@ -874,20 +1004,189 @@ static int m_move(struct ws_vfs *vfs, const char *from, const char *to, bool rep
     r = kids_reserve(dparent, 1);
     if (r < 0)
         goto out;
-    /* Nothing below can fail. */
+    /* Nothing below can fail (but the report, when memory is short). */
+    bool report = fs->subs && node_path(src, &from_pb);
+    /* Like rename(2) under inotify: the replaced entry is not reported
+     * apart from the move. */
     if (dst)
-        subtree_detach(fs, dst);
+        subtree_detach(fs, dst, false);
     kid_unlink(src);
     free(src->name);
     src->name = name;
     src->name_len = name_len;
     name = NULL;
     kid_insert(dparent, src);
+    if (report) {
+        struct pathbuf to_pb = {0};
+
+        if (node_path(src, &to_pb))
+            notify_path(fs, WS_VFS_MOVED, src->type, to_pb.s, from_pb.s);
+        free(to_pb.s);
+    }
     r = 0;
 out:
     pthread_rwlock_unlock(&fs->lock);
+    free(from_pb.s);
     free(name);
     return r;
+}
+
+/* ---- trees ---- */
+
+static ssize_t m_readlink(struct ws_vfs *vfs, const char *path, char *buf, size_t len)
+{
+    struct memfs *fs = to_memfs(vfs);
+    struct mem_node *n;
+    ssize_t r;
+
+    pthread_rwlock_rdlock(&fs->lock);
+    r = lookup(fs, path, &n);
+    if (r < 0)
+        goto out;
+    if (n->type != WS_FT_SYMLINK) {
+        r = -EINVAL;
+        goto out;
+    }
+    if (n->content->size > len) {
+        r = -ENAMETOOLONG;
+        goto out;
+    }
+    memcpy(buf, n->content->data, n->content->size);
+    r = (ssize_t)n->content->size;
+out:
+    pthread_rwlock_unlock(&fs->lock);
+    return r;
+}
+
+static int m_symlink(struct ws_vfs *vfs, const char *target, const char *path)
+{
+    struct memfs *fs = to_memfs(vfs);
+    size_t tlen = strnlen(target, WS_VFS_PATH_MAX + 1);
+    struct mem_node *parent, *leaf;
+    struct mem_content *c;
+    struct mpath mp;
+    int r;
+
+    if (tlen == 0)
+        return -ENOENT;
+    if (tlen > WS_VFS_PATH_MAX)
+        return -ENAMETOOLONG;
+    r = split(path, &mp);
+    if (r < 0)
+        return r;
+    if (mp.n == 0)
+        return -EEXIST;
+    if (atomic_fetch_add(&fs->bytes, tlen) + tlen > atomic_load(&fs->max_bytes)) {
+        atomic_fetch_sub(&fs->bytes, tlen);
+        return -WS_EQUOTA;
+    }
+    c = malloc(sizeof(*c) + tlen);
+    if (!c) {
+        atomic_fetch_sub(&fs->bytes, tlen);
+        return -ENOMEM;
+    }
+    atomic_init(&c->refs, 1);
+    c->fs = fs;
+    c->size = c->cap = tlen;
+    memcpy(c->data, target, tlen);
+    pthread_rwlock_wrlock(&fs->lock);
+    r = walk_parent(fs, &mp, false, &parent);
+    if (r < 0)
+        goto out;
+    if (kid_find(parent, COMP(&mp, mp.n - 1), mp.len[mp.n - 1])) {
+        r = -EEXIST;
+        goto out;
+    }
+    r = kids_reserve(parent, 1);
+    if (r < 0)
+        goto out;
+    r = node_new(fs, WS_FT_SYMLINK, COMP(&mp, mp.n - 1), mp.len[mp.n - 1], 0777, &leaf);
+    if (r < 0)
+        goto out;
+    leaf->content = c;
+    c = NULL;
+    kid_insert(parent, leaf);
+    notify(fs, WS_VFS_CREATED, leaf);
+out:
+    pthread_rwlock_unlock(&fs->lock);
+    content_unref(c);
+    return r;
+}
+
+static int m_set_mode(struct ws_vfs *vfs, const char *path, uint32_t mode)
+{
+    struct memfs *fs = to_memfs(vfs);
+    struct mem_node *n;
+    int r;
+
+    pthread_rwlock_wrlock(&fs->lock);
+    r = lookup(fs, path, &n);
+    if (r == 0 && n->type == WS_FT_SYMLINK)
+        r = -WS_ESYMLINK_LEAF;
+    if (r == 0) {
+        n->mode = mode & 07777;
+        if (n != fs->root)
+            notify(fs, WS_VFS_MODIFIED, n);
+    }
+    pthread_rwlock_unlock(&fs->lock);
+    return r;
+}
+
+static int m_set_mtime(struct ws_vfs *vfs, const char *path, int64_t mtime_ns)
+{
+    struct memfs *fs = to_memfs(vfs);
+    struct mem_node *n;
+    int r;
+
+    pthread_rwlock_wrlock(&fs->lock);
+    r = lookup(fs, path, &n);
+    if (r == 0) {
+        n->mtime_ns = mtime_ns;
+        if (n != fs->root)
+            notify(fs, WS_VFS_MODIFIED, n);
+    }
+    pthread_rwlock_unlock(&fs->lock);
+    return r;
+}
+
+/* ---- change reports ---- */
+
+static int m_subscribe(struct ws_vfs *vfs, ws_vfs_change_cb cb, void *userdata,
+                       struct ws_vfs_sub **ret_sub)
+{
+    struct memfs *fs = to_memfs(vfs);
+    struct ws_vfs_sub *s = calloc(1, sizeof(*s));
+
+    if (!s)
+        return -ENOMEM;
+    s->fs = fs;
+    s->cb = cb;
+    s->userdata = userdata;
+    pthread_rwlock_wrlock(&fs->lock);
+    s->next = fs->subs;
+    fs->subs = s;
+    pthread_rwlock_unlock(&fs->lock);
+    *ret_sub = s;
+    return 0;
+}
+
+static void m_unsubscribe(struct ws_vfs_sub *sub)
+{
+    struct memfs *fs;
+
+    if (!sub)
+        return;
+    fs = sub->fs;
+    /* Reports run under the write lock: none runs while we hold it. */
+    pthread_rwlock_wrlock(&fs->lock);
+    for (struct ws_vfs_sub **p = &fs->subs; *p; p = &(*p)->next) {
+        if (*p == sub) {
+            *p = sub->next;
+            break;
+        }
+    }
+    pthread_rwlock_unlock(&fs->lock);
+    free(sub);
 }
 
 /* ---- the instance ---- */
@@ -899,7 +1198,13 @@ static void m_destroy(struct ws_vfs *vfs)
     if (!fs)
         return;
     if (fs->root)
-        subtree_detach(fs, fs->root);
+        subtree_detach(fs, fs->root, false);
+    while (fs->subs) {
+        struct ws_vfs_sub *s = fs->subs;
+
+        fs->subs = s->next;
+        free(s);
+    }
     pthread_rwlock_destroy(&fs->lock);
     free(fs);
 }
@@ -923,6 +1228,15 @@ static const struct ws_vfs_ops memfs_ops = {
     .remove = m_remove,
     .move = m_move,
     .destroy = m_destroy,
+    .readlink = m_readlink,
+    .symlink = m_symlink,
+    .set_mode = m_set_mode,
+    .set_mtime = m_set_mtime,
+    .file_fd = NULL,
+    .writer_fd = NULL,
+    .open_dir_fd = NULL,
+    .subscribe = m_subscribe,
+    .unsubscribe = m_unsubscribe,
 };
 
 int ws_memfs_new(struct ws_vfs **ret)

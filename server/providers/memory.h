@@ -1,7 +1,17 @@
 /* The memory provider's storage: an in-process file tree behind the vfs
- * interface (server/vfs/vfs.h). Regular files and directories only (no
- * symlinks, no special files). Paths resolve lexically: "a/../b" is "b",
- * "." is the root, a ".." above the root is -EXDEV.
+ * interface (server/vfs/vfs.h). Regular files, directories and symlinks
+ * (no special files). A symlink only stores its target: no lookup follows
+ * one (a path through it is -ENOTDIR, a symlink leaf where a file or a
+ * directory is opened -WS_ESYMLINK_LEAF). Paths resolve lexically:
+ * "a/../b" is "b", "." is the root, a ".." above the root is -EXDEV.
+ * ws_stat.ino is a node id, unique for the tree's lifetime. There are no
+ * host descriptors (file_fd, writer_fd, open_dir_fd are NULL).
+ *
+ * Change reports (subscribe): every change, under the tree's write lock,
+ * in the order made: a commit of a writer (CREATED or MODIFIED), mkdir
+ * and each parent it makes (CREATED), symlink (CREATED), set_mode and
+ * set_mtime (MODIFIED), remove (REMOVED for every entry, deepest first),
+ * move (MOVED; an entry it replaces is not reported apart).
  *
  * Thread safety: one rwlock per tree. A directory handle sees the names
  * the directory had when it was opened; an open file keeps the content it

@@ -233,9 +233,10 @@ static int edit_once(struct ws_fsops *ops, const struct ws_edit_request *req, co
     struct ws_stat st;
     int r;
 
-    if (locked)
+    if (locked) {
         ws_fsops_change_begin(ops);
-    pthread_mutex_lock(&ops->commit_lock);
+        pthread_mutex_lock(&ops->commit_lock);
+    }
     commits = ws_fsops_commits(ops);
     r = read_all(ops->fs, req->path, req->max_size, ctl, d, &buf, &len, &st);
     if (r < 0) {
@@ -310,9 +311,10 @@ static int edit_once(struct ws_fsops *ops, const struct ws_edit_request *req, co
     r = 0;
 out:
     ws_write_abort(s);
-    if (locked)
+    if (locked) {
         pthread_mutex_unlock(&ops->commit_lock);
-    ws_fsops_change_end(ops);
+        ws_fsops_change_end(ops);
+    }
     free(buf);
     return r;
 }

@@ -307,9 +307,11 @@ static int entry_path(struct ws_tar_in *t, const char *in, char *out, size_t cap
 /* The vfs path of a name below the staging directory. */
 static void full_path(const struct ws_tar_in *t, const char *rel, char *out)
 {
+    /* entry_path bounded rel to fit after the staging directory. */
+    size_t n = strlen(rel);
     memcpy(out, t->stage, t->stage_len);
     out[t->stage_len] = '/';
-    strcpy(out + t->stage_len + 1, rel);
+    memcpy(out + t->stage_len + 1, rel, n + 1);
 }
 
 static int remember_dir(struct ws_tar_in *t, const char *full, uint32_t mode, int64_t mtime)

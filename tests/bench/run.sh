@@ -7,6 +7,7 @@
 #   bash tests/bench/run.sh sandbox [--quick] [sandbox_bench options...]
 #   bash tests/bench/run.sh docker [--quick] [docker_bench options...]
 #   bash tests/bench/run.sh auth [--quick] [auth_bench options...]
+#   bash tests/bench/run.sh tree [--quick] [tree_bench options...]
 #   bash tests/bench/run.sh all [--quick]
 #
 # The first argument picks the benchmark: `fs` (the default, so a plain
@@ -43,7 +44,7 @@ fi
 
 mode=fs
 case "${1:-}" in
-fs | exec | sandbox | docker | auth | all)
+fs | exec | sandbox | docker | auth | tree | all)
     mode="$1"
     shift
     ;;
@@ -68,7 +69,9 @@ exec_args=()
 sandbox_args=()
 docker_args=()
 auth_args=()
+tree_args=()
 if [[ $quick == 1 ]]; then
+    tree_args+=(--files 1000 --mib 20 --runs 1)
     fs_args+=(--iters 200 --warmup 20 --big-mib 32 --big-runs 1
               --grep-dirs 20 --grep-files 50 --grep-runs 1)
     exec_args+=(--iters 200 --warmup 20 --idle-iters 20 --stream-mib 64 --stream-runs 1
@@ -85,6 +88,7 @@ exec_args+=("${rest[@]+"${rest[@]}"}")
 sandbox_args+=("${rest[@]+"${rest[@]}"}")
 docker_args+=("${rest[@]+"${rest[@]}"}")
 auth_args+=("${rest[@]+"${rest[@]}"}")
+tree_args+=("${rest[@]+"${rest[@]}"}")
 
 targets=(//server:workspaced)
 case "$mode" in
@@ -93,6 +97,7 @@ exec) targets+=(//tests/bench:exec_bench) ;;
 sandbox) targets+=(//tests/bench:sandbox_bench) ;;
 docker) targets+=(//tests/bench:docker_bench) ;;
 auth) targets+=(//tests/bench:auth_bench) ;;
+tree) targets+=(//tests/bench:tree_bench) ;;
 all)
     targets+=(//tests/bench:fs_bench //tests/bench:exec_bench //tests/bench:sandbox_bench
               //tests/bench:docker_bench //tests/bench:auth_bench)
@@ -131,6 +136,7 @@ exec) exec "$bin/tests/bench/exec_bench" --server "$server" "${exec_args[@]}" ;;
 sandbox) exec "$bin/tests/bench/sandbox_bench" --server "$server" "${sandbox_args[@]}" ;;
 docker) exec "$bin/tests/bench/docker_bench" --server "$server" "${docker_args[@]}" ;;
 auth) exec "$bin/tests/bench/auth_bench" --server "$server" "${auth_args[@]}" ;;
+tree) exec "$bin/tests/bench/tree_bench" --server "$server" "${tree_args[@]}" ;;
 all)
     rc=0
     "$bin/tests/bench/fs_bench" --server "$server" "${fs_args[@]}" || rc=1

@@ -555,8 +555,10 @@ TEST(ArchiveListing, MatchesGnuTar)
         std::ofstream f(tmp + "/ours.tar", std::ios::binary);
         f << out;
     }
-    Sh("cd " + Quote(dir) + " && tar --sort=name --format=pax --owner=0 --group=0 "
-       "--numeric-owner -cf " + Quote(tmp + "/ref.tar") + " docs root-link src");
+    Sh("cd " + Quote(dir) +
+       " && tar --sort=name --format=pax --owner=0 --group=0 "
+       "--numeric-owner -cf " +
+       Quote(tmp + "/ref.tar") + " docs root-link src");
     std::string ours = Sh("tar -tvf " + Quote(tmp + "/ours.tar"));
     std::string ref = Sh("tar -tvf " + Quote(tmp + "/ref.tar"));
     EXPECT_EQ(ours, ref);
@@ -577,7 +579,8 @@ TEST(ArchiveMemoryQuota, TreesPassTheQuotaWrapper)
     auto fs = srv.fs();
     wstest::Ws ws = wstest::Open(wsstub.get(), "memory");
     std::string tmp = wstest::MakeTempDir("archmq");
-    Sh("set -e; cd " + Quote(tmp) + "; mkdir t; printf x > t/f; chmod 0600 t/f; ln -s f t/l"
+    Sh("set -e; cd " + Quote(tmp) +
+       "; mkdir t; printf x > t/f; chmod 0600 t/f; ln -s f t/l"
        "; tar -C t -cf t.tar .");
     ClientContext ctx;
     WriteArchiveResponse resp;

@@ -9,7 +9,7 @@ import { TlsFiles, tlsFiles, TlsOptions, Transport } from './transport';
 import { randomUUID } from 'node:crypto';
 
 import { EvictionRetry, Workspace } from './workspace';
-import type { Lifetime } from './workspace';
+import type { Lifetime, Snapshot } from './workspace';
 import type { Capabilities } from '../gen/workspace/v1/Capabilities';
 import type { DockerConfig } from '../gen/workspace/v1/DockerConfig';
 import type { LocalBashConfig } from '../gen/workspace/v1/LocalBashConfig';
@@ -140,7 +140,28 @@ export interface OpenOptions extends CallOptions {
   requestId?: string;
   /** Overrides the client's resolveOnEviction for this workspace. */
   resolveOnEviction?: boolean;
+  /** Fork: the new workspace's files start as a copy of this snapshot (NoSuchSnapshot when unknown). */
+  fromSnapshot?: string;
+  /**
+   * Shadow: the files start as a copy of this host directory, an absolute
+   * canonical path inside one the operator allows (--source-path-allow;
+   * else SourcePathDenied). Not with fromSnapshot.
+   */
+  fromPath?: string;
 }
+
+export interface ListSnapshotsOptions extends CallOptions {
+  /** Only snapshots taken from this workspace. */
+  workspaceId?: string;
+  /** As ListOptions.labelSelector, on the snapshots' labels. */
+  labelSelector?: string;
+  name?: string;
+  pageSize?: number;
+  pageToken?: string;
+}
+
+/** One page of Client.listSnapshots(): the snapshots, and the token of the next page ("" on the last). */
+export type SnapshotPage = Snapshot[] & { nextPageToken: string };
 
 export interface ListOptions extends CallOptions {
   /**
@@ -211,6 +232,8 @@ export function openRequest(provider: ProviderConfig, capabilities?: Capabilitie
     ...(opts.env ? { env: opts.env } : {}),
     ...(opts.secrets ? { secrets: opts.secrets } : {}),
     ...(opts.requestId ? { requestId: opts.requestId } : {}),
+    ...(opts.fromSnapshot ? { fromSnapshot: opts.fromSnapshot } : {}),
+    ...(opts.fromPath ? { fromPath: opts.fromPath } : {}),
   };
 }
 
@@ -354,6 +377,45 @@ export class Client {
       yield* page;
       pageToken = page.nextPageToken;
     } while (pageToken);
+  }
+
+  /**
+   * One page of the tenant's snapshots in id order, filtered by source
+   * workspace, labels or name; listAllSnapshots() walks every page. Safe
+   * to repeat.
+   */
+  async listSnapshots(opts: ListSnapshotsOptions = {}): Promise<SnapshotPage> {
+    const t = this.transport;
+    const res = await t.unary(
+      t.workspaces.ListSnapshots.bind(t.workspaces),
+      {
+        workspaceId: opts.workspaceId ?? '',
+        labelSelector: opts.labelSelector ?? '',
+        name: opts.name ?? '',
+        pageSize: opts.pageSize ?? 0,
+        pageToken: opts.pageToken ?? '',
+      },
+      undefined,
+      opts,
+    );
+    return Object.defineProperty(res.snapshots, 'nextPageToken', { value: res.nextPageToken, enumerable: false }) as SnapshotPage;
+  }
+
+  /** Every snapshot listSnapshots() finds with these filters, page after page (`for await`). */
+  async *listAllSnapshots(opts: Omit<ListSnapshotsOptions, 'pageToken'> = {}): AsyncGenerator<Snapshot> {
+    let pageToken = '';
+    do {
+      const page = await this.listSnapshots({ ...opts, pageToken });
+      yield* page;
+      pageToken = page.nextPageToken;
+    } while (pageToken);
+  }
+
+  /** Deletes a snapshot (NoSuchSnapshot when unknown); resolves with the store bytes freed. */
+  async deleteSnapshot(snapshotId: string, opts: CallOptions = {}): Promise<number> {
+    const t = this.transport;
+    const res = await t.unary(t.workspaces.DeleteSnapshot.bind(t.workspaces), { snapshotId }, undefined, opts);
+    return res.reclaimedBytes;
   }
 
   /** grpc.health.v1 status of the server ("SERVING"); a service it does not serve is NoSuchService. */

@@ -14,5 +14,7 @@ export * from './retry';
 export * from './process';
 export * from './workspace';
 export * from './client';
+export { UnsafeArchive } from './tar';
+export type { ExtractOptions } from './tar';
 export { resolveProtoDir, API_PROTOS, LOADER_OPTIONS } from './proto';
 export type { CallOptions } from './transport';

@@ -25,6 +25,14 @@ import type { WorkspaceRef } from '../gen/workspace/v1/WorkspaceRef';
 import type { WriteFileRequest } from '../gen/workspace/v1/WriteFileRequest';
 import type { Lifetime__Output } from '../gen/workspace/v1/Lifetime';
 import type { SetSecretsResponse__Output } from '../gen/workspace/v1/SetSecretsResponse';
+import type { ArchiveTrailer__Output } from '../gen/workspace/v1/ArchiveTrailer';
+import type { ReadArchiveResponse__Output } from '../gen/workspace/v1/ReadArchiveResponse';
+import type { Snapshot__Output } from '../gen/workspace/v1/Snapshot';
+import type { WatchEvent__Output } from '../gen/workspace/v1/WatchEvent';
+import type { WriteArchiveRequest } from '../gen/workspace/v1/WriteArchiveRequest';
+import { createGzip } from 'node:zlib';
+import { extractTar, tarDirectory } from './tar';
+import type { ExtractOptions } from './tar';
 
 export type FileInfo = FileInfo__Output;
 export type GrepMatch = GrepMatch__Output;
@@ -171,6 +179,176 @@ const PROCESS_ID = /^p_[0-9a-f]{16,}$/;
 function target(t: ProcessTarget): { id: string; tag: string } {
   if (typeof t === 'string') return PROCESS_ID.test(t) ? { id: t, tag: '' } : { id: '', tag: t };
   return 'id' in t ? { id: t.id, tag: '' } : { id: '', tag: t.tag };
+}
+
+/** What readArchive / writeArchive's trailer reports: counts, and the entries skipped with why. */
+export type ArchiveTrailer = ArchiveTrailer__Output;
+/** A snapshot of a workspace's files (Workspace.snapshot, Client.listSnapshots). */
+export type Snapshot = Snapshot__Output;
+
+/** The archive's format: a POSIX (pax) tar, or the same gzip-compressed. */
+export type ArchiveFormat = 'tar' | 'tar.gz';
+/** What writeArchive does with an existing `path`: refuse (none), replace it whole, or merge into it. */
+export type ArchiveOverwrite = 'none' | 'replace' | 'merge';
+
+function formatField(f: ArchiveFormat | undefined): 'ARCHIVE_FORMAT_TAR' | 'ARCHIVE_FORMAT_TAR_GZIP' {
+  if (f === undefined || f === 'tar') return 'ARCHIVE_FORMAT_TAR';
+  if (f === 'tar.gz') return 'ARCHIVE_FORMAT_TAR_GZIP';
+  throw new TypeError(`format: 'tar' or 'tar.gz', not ${JSON.stringify(f)}`);
+}
+
+function overwriteField(o: ArchiveOverwrite | undefined) {
+  const v = { none: 'ARCHIVE_OVERWRITE_NONE', replace: 'ARCHIVE_OVERWRITE_REPLACE', merge: 'ARCHIVE_OVERWRITE_MERGE' } as const;
+  const f = v[o ?? 'none'];
+  if (!f) throw new TypeError(`overwrite: 'none', 'replace' or 'merge', not ${JSON.stringify(o)}`);
+  return f;
+}
+
+export interface ReadArchiveOptions extends CallOptions {
+  /** Default 'tar'. */
+  format?: ArchiveFormat;
+  /** Globs on the path relative to `path`: an entry is stored when it matches some include (none: all) and no exclude. */
+  include?: string[];
+  exclude?: string[];
+}
+
+export interface WriteArchiveOptions extends CallOptions {
+  /** Default 'tar'. */
+  format?: ArchiveFormat;
+  /** Default 'none': `path` must not exist. */
+  overwrite?: ArchiveOverwrite;
+  /** Create missing parent directories of `path`. */
+  createParents?: boolean;
+}
+
+export interface DownloadTreeOptions extends Omit<ReadArchiveOptions, 'format'>, ExtractOptions {}
+
+export type WatchEventType = 'ready' | 'created' | 'modified' | 'removed' | 'moved' | 'overflow' | 'gone';
+export type FileTypeName = 'unspecified' | 'regular' | 'directory' | 'symlink' | 'other';
+
+/** One change a watch reports; `path` and `fromPath` are workspace-relative. */
+export interface WatchEvent {
+  type: WatchEventType;
+  path: string;
+  /** moved: the old path ('' otherwise). */
+  fromPath: string;
+  /** The entry's type when known ('unspecified' otherwise). */
+  fileType: FileTypeName;
+  /** overflow: events dropped (0 when the kernel dropped an unknown number). */
+  dropped: number;
+  /** Raw bytes of a path that is not valid UTF-8 (`path` is then ''). */
+  pathBytes: Buffer;
+  fromPathBytes: Buffer;
+}
+
+export interface WatchOptions extends CallOptions {
+  /** Also every directory below `path`, including ones created later. */
+  recursive?: boolean;
+  /** Globs on the workspace-relative path (FileSystem.Glob's syntax). */
+  include?: string[];
+  exclude?: string[];
+  /** Events for one path within this window are merged (0: the server's 10 ms; at most 1000). */
+  coalesceMs?: number;
+}
+
+function watchEvent(m: WatchEvent__Output): WatchEvent {
+  return {
+    type: String(m.type).replace(/^WATCH_EVENT_/, '').toLowerCase() as WatchEventType,
+    path: m.path,
+    fromPath: m.fromPath,
+    fileType: String(m.fileType).replace(/^FILE_TYPE_/, '').toLowerCase() as FileTypeName,
+    dropped: Number(m.dropped),
+    pathBytes: m.pathBytes,
+    fromPathBytes: m.fromPathBytes,
+  };
+}
+
+/** What restore() reports: the snapshot restored, and how many commands `force` ended. */
+export interface RestoreResult {
+  snapshot: Snapshot;
+  processesEnded: number;
+}
+
+/**
+ * A server stream made once per iteration: retried once after a
+ * re-resolve when it failed before its first message (nothing was
+ * delivered yet), never after. Ending the iteration early (break, return,
+ * an abort of `signal`) cancels the call.
+ */
+async function* serverStream<M>(
+  t: Transport,
+  resolved: ResolvedCall,
+  start: (options: grpc.CallOptions) => grpc.ClientReadableStream<M>,
+  reresolve: (err: WorkspaceEvicted | WorkspaceFailed) => Promise<boolean>,
+): AsyncGenerator<M> {
+  let first = true;
+  for (let attempt = 1; ; attempt++) {
+    if (resolved.signal?.aborted) throw new CallAborted(resolved.signal.reason);
+    const call = start(t.grpcOptions(resolved));
+    const unwatch = onAbort(resolved.signal, () => call.cancel());
+    try {
+      for await (const msg of call as AsyncIterable<M>) {
+        first = false;
+        yield msg;
+      }
+      return;
+    } catch (e) {
+      const err = t.failure(e, resolved.signal);
+      if (!(first && attempt === 1 && isLost(err) && (await reresolve(err)))) throw err;
+    } finally {
+      unwatch();
+      call.cancel();
+    }
+  }
+}
+
+/**
+ * A tar streamed from the workspace (Workspace.readArchive): iterate it
+ * for the archive's bytes; `trailer` is set once the iteration ended.
+ */
+export class ArchiveStream implements AsyncIterable<Buffer> {
+  trailer?: ArchiveTrailer;
+  /** @internal */
+  constructor(private readonly messages: () => AsyncGenerator<ReadArchiveResponse__Output>) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Buffer> {
+    for await (const m of this.messages()) {
+      if (m.data.length) yield m.data;
+      if (m.trailer) this.trailer = m.trailer;
+    }
+  }
+
+  /** The whole archive as one Buffer (`trailer` is then set). */
+  async toBuffer(): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    for await (const c of this) parts.push(c);
+    return Buffer.concat(parts);
+  }
+}
+
+/**
+ * The events of a watch (Workspace.watch): iterate them; `ready` comes
+ * first. Breaking out of the loop, cancel(), or an abort of the call's
+ * `signal` ends the call (the loop then ends quietly after cancel()).
+ */
+export class WatchStream implements AsyncIterable<WatchEvent> {
+  private readonly ctl = new AbortController();
+  /** @internal */
+  constructor(private readonly events: (signal: AbortSignal) => AsyncGenerator<WatchEvent__Output>) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<WatchEvent> {
+    try {
+      for await (const m of this.events(this.ctl.signal)) yield watchEvent(m);
+    } catch (e) {
+      if (this.ctl.signal.aborted && e instanceof CallAborted) return;
+      throw e;
+    }
+  }
+
+  /** Ends the watch. */
+  cancel(): void {
+    this.ctl.abort(new Error('watch cancelled'));
+  }
 }
 
 /** Messages stay well under the server's 4 MiB limit. */
@@ -722,6 +900,170 @@ export class Workspace {
       },
       opts,
     );
+  }
+
+  // ---- watch, archives, snapshots ----------------------------------------
+
+  /**
+   * Watches a directory (or a file) for changes, whoever makes them. The
+   * first event is `ready`: from then on every change is reported. The
+   * call has no default deadline; end it with cancel(), by breaking out of
+   * the loop, or through `signal`. Made again once after a re-resolve
+   * when it failed before its first event.
+   */
+  watch(path = '.', opts: WatchOptions = {}): WatchStream {
+    return new WatchStream((stop) => {
+      // The caller's signal and cancel() both end the call.
+      const both = new AbortController();
+      const relay = (s: AbortSignal) => onAbort(s, () => both.abort(s.reason));
+      relay(stop);
+      if (opts.signal) relay(opts.signal);
+      const resolved = this.t.resolveCall({ ...opts, signal: both.signal }, false);
+      return serverStream(
+        this.t,
+        resolved,
+        (options) =>
+          this.t.fs.Watch(
+            {
+              workspaceId: this.id,
+              path,
+              recursive: opts.recursive ?? false,
+              include: opts.include ?? [],
+              exclude: opts.exclude ?? [],
+              coalesceMs: opts.coalesceMs ?? 0,
+            },
+            this.t.metadata(this.node),
+            options,
+          ),
+        (err) => this.reresolve(err),
+      );
+    });
+  }
+
+  /**
+   * A tar (or tar.gz) of `path` ("." for the whole workspace), streamed:
+   * iterate the returned ArchiveStream for its bytes; its `trailer` (counts,
+   * skipped entries) is set when the iteration ends. The call and its
+   * deadline start with the iteration; made again once after a re-resolve
+   * when it failed before its first message.
+   */
+  readArchive(path = '.', opts: ReadArchiveOptions = {}): ArchiveStream {
+    const format = formatField(opts.format);
+    return new ArchiveStream(() =>
+      serverStream(
+        this.t,
+        this.t.resolveCall(opts),
+        (options) =>
+          this.t.fs.ReadArchive(
+            { workspaceId: this.id, path, format, include: opts.include ?? [], exclude: opts.exclude ?? [] },
+            this.t.metadata(this.node),
+            options,
+          ),
+        (err) => this.reresolve(err),
+      ),
+    );
+  }
+
+  /**
+   * Copies `path` of the workspace into the local directory `localDir`
+   * (made when missing) through readArchive, extracting on this side
+   * without ever writing outside `localDir`: absolute names, ".."
+   * components, entries through a symlink, hard links to anything but an
+   * earlier entry, and symlinks that lead outside (unless
+   * allowOutsideSymlinks) are refused with UnsafeArchive. Resolves with
+   * the server's trailer.
+   */
+  async downloadTree(path: string, localDir: string, opts: DownloadTreeOptions = {}): Promise<ArchiveTrailer> {
+    const stream = this.readArchive(path, { ...opts, format: 'tar' });
+    await extractTar(stream, localDir, opts);
+    return stream.trailer!;
+  }
+
+  /**
+   * Extracts a tar (bytes, or any (async) iterable of chunks such as a
+   * Readable) into `path`. The server stages it and publishes it only when
+   * every entry passed: a refused archive (BadArchive with `entry` and
+   * `problem`), a failure or an abort leaves the workspace as it was.
+   * Commits on an explicit finish with the last message. Not made again
+   * on failure unless the workspace was evicted before it ran.
+   */
+  writeArchive(path: string, data: WriteData, opts: WriteArchiveOptions = {}): Promise<ArchiveTrailer> {
+    const resolved = this.t.resolveCall(opts);
+    const header = {
+      workspaceId: this.id,
+      path,
+      format: formatField(opts.format),
+      overwrite: overwriteField(opts.overwrite),
+      createParents: opts.createParents ?? false,
+      requireFinish: true,
+    };
+    const signal = resolved.signal;
+    if (signal?.aborted) return Promise.reject(new CallAborted(signal.reason));
+    return new Promise<ArchiveTrailer>((resolve, reject) => {
+      let failed: WorkspacedError | undefined;
+      let unwatch = () => undefined as void;
+      const call = this.t.fs.WriteArchive(this.t.metadata(this.node), this.t.grpcOptions(resolved), (err, res) => {
+        unwatch();
+        if (err) {
+          failed = this.t.failure(err, signal);
+          reject(failed);
+        } else {
+          resolve(res!.trailer!);
+        }
+      });
+      unwatch = onAbort(signal, () => {
+        failed = new CallAborted(signal!.reason);
+        call.cancel();
+      });
+      const send = (msg: WriteArchiveRequest) => new Promise<void>((res) => call.write(msg, () => res()));
+      (async () => {
+        await send({ header, finish: false });
+        let pending: Buffer | undefined;
+        for await (const c of chunks(data)) {
+          if (failed) return;
+          if (pending) await send({ data: pending });
+          pending = c;
+        }
+        if (failed) return;
+        await send(pending ? { data: pending, finish: true } : { finish: true });
+        call.end();
+      })().catch((e) => {
+        call.cancel();
+        reject(e);
+      });
+    });
+  }
+
+  /**
+   * Uploads the local directory `localDir`'s contents to `path` through
+   * writeArchive: a tar made here (symlinks stored as links, never
+   * followed; FIFOs, sockets and devices left out), gzip-compressed with
+   * format 'tar.gz'.
+   */
+  uploadTree(localDir: string, path: string, opts: WriteArchiveOptions = {}): Promise<ArchiveTrailer> {
+    const tar = Readable.from(tarDirectory(localDir));
+    const data = opts.format === 'tar.gz' ? tar.pipe(createGzip()) : tar;
+    return this.writeArchive(path, data, opts);
+  }
+
+  /** Takes a snapshot of the workspace's files (see Workspaces.Snapshot); `name` unique among the tenant's snapshots. */
+  async snapshot(name = '', labels: Record<string, string> = {}, opts: CallOptions = {}): Promise<Snapshot> {
+    const res = await this.unary(this.t.workspaces.Snapshot.bind(this.t.workspaces), { workspaceId: this.id, name, labels }, opts);
+    return res.snapshot!;
+  }
+
+  /**
+   * Puts the workspace's files back to a snapshot's content (of any
+   * workspace of the tenant). Refused with Busy while commands run,
+   * unless `force`, which ends them first.
+   */
+  async restore(snapshotId: string, opts: { force?: boolean } & CallOptions = {}): Promise<RestoreResult> {
+    const res = await this.unary(
+      this.t.workspaces.Restore.bind(this.t.workspaces),
+      { workspaceId: this.id, snapshotId, force: opts.force ?? false },
+      opts,
+    );
+    return { snapshot: res.snapshot!, processesEnded: res.processesEnded };
   }
 
   // ---- exec ---------------------------------------------------------------

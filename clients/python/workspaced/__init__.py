@@ -29,6 +29,15 @@ the typed errors (one class per workspace.v1.ErrorReason).
 from ._version import __version__
 from .client import (
     DEFAULT_ADDRESS,
+    ArchiveSkipped,
+    ArchiveStream,
+    ArchiveTrailer,
+    RestoreResult,
+    SnapshotPage,
+    UnsafeArchive,
+    WatchEvent,
+    WatchEventType,
+    WatchStream,
     USE_DEFAULT,
     Client,
     Duration,
@@ -115,6 +124,15 @@ from ._proto import common_pb2 as pb_common, exec_pb2 as pb_exec, filesystem_pb2
 from ._proto import providers_pb2 as pb_providers, workspaces_pb2 as pb_workspaces
 
 __all__ = [
+    "ArchiveSkipped",
+    "ArchiveStream",
+    "ArchiveTrailer",
+    "RestoreResult",
+    "SnapshotPage",
+    "UnsafeArchive",
+    "WatchEvent",
+    "WatchEventType",
+    "WatchStream",
     "AccessDenied",
     "AlreadyExists",
     "ArgLimit",

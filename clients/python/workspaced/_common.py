@@ -166,6 +166,8 @@ def _open_request(
     env: Optional[Mapping[str, str]] = None,
     secrets: Optional[Mapping[str, str]] = None,
     request_id: Optional[str] = None,
+    from_snapshot: Optional[str] = None,
+    from_path: Optional[str] = None,
     **provider_options: Any,
 ) -> workspaces_pb2.OpenRequest:
     """The OpenRequest that Client.open sends (see there for the arguments).
@@ -204,6 +206,10 @@ def _open_request(
         request.secrets.update(secrets)
     if request_id is not None:
         request.request_id = _check_request_id(request_id)
+    if from_snapshot:
+        request.from_snapshot = _snapshot_id(from_snapshot)
+    if from_path:
+        request.from_path = os.fspath(from_path)
     return request
 
 
@@ -568,6 +574,220 @@ def _chunks(data: WriteData) -> Iterator[bytes]:
         yield from _cut(piece)
 
 
+# ------------------------------------------------------ watch and archives
+
+
+class WatchEventType(str, enum.Enum):
+    """What a WatchEvent reports (workspace.v1.WatchEventType)."""
+
+    UNSPECIFIED = "unspecified"
+    #: The first event of every watch: every change from now on is reported.
+    READY = "ready"
+    CREATED = "created"
+    #: Content written, or metadata changed.
+    MODIFIED = "modified"
+    REMOVED = "removed"
+    #: Renamed within the watched tree: from_path to path.
+    MOVED = "moved"
+    #: Events were lost (`dropped` of them; 0: an unknown number).
+    OVERFLOW = "overflow"
+    #: The watched path itself went away; the last event.
+    GONE = "gone"
+
+
+_WATCH_TYPES = {
+    filesystem_pb2.WATCH_EVENT_READY: WatchEventType.READY,
+    filesystem_pb2.WATCH_EVENT_CREATED: WatchEventType.CREATED,
+    filesystem_pb2.WATCH_EVENT_MODIFIED: WatchEventType.MODIFIED,
+    filesystem_pb2.WATCH_EVENT_REMOVED: WatchEventType.REMOVED,
+    filesystem_pb2.WATCH_EVENT_MOVED: WatchEventType.MOVED,
+    filesystem_pb2.WATCH_EVENT_OVERFLOW: WatchEventType.OVERFLOW,
+    filesystem_pb2.WATCH_EVENT_GONE: WatchEventType.GONE,
+}
+
+
+def _path_of(text: str, raw: bytes) -> str:
+    """A watch path: the text, or (for a name that is not UTF-8) its raw
+    bytes decoded as os.fsdecode does, so that os.fsencode gives them back."""
+    if text or not raw:
+        return text
+    return os.fsdecode(raw)
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchEvent:
+    """One change a watch reports (workspace.v1.WatchEvent).
+
+    type: a WatchEventType (a str enum: "ready", "created", ...).
+    path: workspace-relative; from_path: the old path of a MOVED.
+    file_type: the entry's common_pb2.FileType when known (0: unknown).
+    dropped: OVERFLOW: how many events were lost (0: unknown).
+    """
+
+    type: WatchEventType
+    path: str = ""
+    from_path: str = ""
+    file_type: int = 0
+    dropped: int = 0
+    raw: Optional[filesystem_pb2.WatchEvent] = dataclasses.field(repr=False, compare=False, default=None)
+
+    @classmethod
+    def from_proto(cls, m: filesystem_pb2.WatchEvent) -> "WatchEvent":
+        return cls(
+            type=_WATCH_TYPES.get(m.type, WatchEventType.UNSPECIFIED),
+            path=_path_of(m.path, m.path_bytes),
+            from_path=_path_of(m.from_path, m.from_path_bytes),
+            file_type=m.file_type,
+            dropped=m.dropped,
+            raw=m,
+        )
+
+
+def _watch_request(
+    workspace_id: str,
+    path: str,
+    recursive: bool,
+    include: Optional[Sequence[str]],
+    exclude: Optional[Sequence[str]],
+    coalesce_ms: int,
+) -> filesystem_pb2.WatchRequest:
+    if isinstance(include, str) or isinstance(exclude, str):
+        raise TypeError("include and exclude are lists of globs, not a str")
+    if coalesce_ms < 0:
+        raise ValueError("coalesce_ms must be >= 0")
+    return filesystem_pb2.WatchRequest(
+        workspace_id=workspace_id,
+        path=path,
+        recursive=recursive,
+        include=list(include or ()),
+        exclude=list(exclude or ()),
+        coalesce_ms=coalesce_ms,
+    )
+
+
+#: An archive format: "tar" or "tar.gz" (also "tgz").
+ArchiveFormat = str
+
+_FORMATS = {
+    "tar": common_pb2.ARCHIVE_FORMAT_TAR,
+    "tar.gz": common_pb2.ARCHIVE_FORMAT_TAR_GZIP,
+    "tgz": common_pb2.ARCHIVE_FORMAT_TAR_GZIP,
+}
+
+_OVERWRITES = {
+    "none": filesystem_pb2.ARCHIVE_OVERWRITE_NONE,
+    "replace": filesystem_pb2.ARCHIVE_OVERWRITE_REPLACE,
+    "merge": filesystem_pb2.ARCHIVE_OVERWRITE_MERGE,
+}
+
+
+def _format(fmt: str) -> int:
+    if fmt not in _FORMATS:
+        raise ValueError("unknown archive format %r (one of %s)" % (fmt, ", ".join(_FORMATS)))
+    return _FORMATS[fmt]
+
+
+def _overwrite(mode: str) -> int:
+    if mode not in _OVERWRITES:
+        raise ValueError("unknown overwrite %r (one of %s)" % (mode, ", ".join(_OVERWRITES)))
+    return _OVERWRITES[mode]
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveSkipped:
+    """An entry an archive call left out or changed: `reason` is "special"
+    (FIFO, socket, device), "unreadable", "changed" (its size changed while
+    it was read) or "setuid" (write_archive stripped setuid/setgid bits)."""
+
+    path: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ArchiveTrailer:
+    """What an archive held (workspace.v1.ArchiveTrailer): counts of its
+    entries, the content bytes of its files, what was skipped, and whether
+    a walk limit cut it short (`truncated`)."""
+
+    entries: int = 0
+    files: int = 0
+    directories: int = 0
+    symlinks: int = 0
+    hardlinks: int = 0
+    bytes: int = 0
+    skipped: Tuple[ArchiveSkipped, ...] = ()
+    truncated: bool = False
+
+    @classmethod
+    def from_proto(cls, m: filesystem_pb2.ArchiveTrailer) -> "ArchiveTrailer":
+        return cls(
+            entries=m.entries,
+            files=m.files,
+            directories=m.directories,
+            symlinks=m.symlinks,
+            hardlinks=m.hardlinks,
+            bytes=m.bytes,
+            skipped=tuple(ArchiveSkipped(s.path, s.reason) for s in m.skipped),
+            truncated=m.truncated,
+        )
+
+
+def _read_archive_request(
+    workspace_id: str, path: str, fmt: str, include: Optional[Sequence[str]], exclude: Optional[Sequence[str]]
+) -> filesystem_pb2.ReadArchiveRequest:
+    if isinstance(include, str) or isinstance(exclude, str):
+        raise TypeError("include and exclude are lists of globs, not a str")
+    return filesystem_pb2.ReadArchiveRequest(
+        workspace_id=workspace_id,
+        path=path,
+        format=_format(fmt),
+        include=list(include or ()),
+        exclude=list(exclude or ()),
+    )
+
+
+def _write_archive_requests(
+    header: filesystem_pb2.WriteArchiveHeader, chunks: Iterable[bytes]
+) -> Iterator[filesystem_pb2.WriteArchiveRequest]:
+    """The WriteArchive stream: the header, the data, `finish` on the last."""
+    pending = filesystem_pb2.WriteArchiveRequest(header=header)
+    for chunk in chunks:
+        yield pending
+        pending = filesystem_pb2.WriteArchiveRequest(data=chunk)
+    pending.finish = True
+    yield pending
+
+
+# ----------------------------------------------------------------- snapshots
+
+
+def _snapshot_id(snapshot: Union[str, workspaces_pb2.Snapshot]) -> str:
+    """A snapshot id, from the id or a Snapshot message."""
+    if isinstance(snapshot, workspaces_pb2.Snapshot):
+        return snapshot.id
+    if not isinstance(snapshot, str) or not snapshot:
+        raise ValueError("a snapshot id is a non-empty str (or a Snapshot), not %r" % (snapshot,))
+    return snapshot
+
+
+class SnapshotPage(List[workspaces_pb2.Snapshot]):
+    """One page of Client.list_snapshots: the Snapshot messages (a list),
+    and `next_page_token` ("" on the last page)."""
+
+    def __init__(self, entries: Iterable[Any], next_page_token: str = "") -> None:
+        super().__init__(entries)
+        self.next_page_token = next_page_token
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoreResult:
+    """What Workspace.restore did: the Snapshot the files now match, and
+    how many running commands `force` ended."""
+
+    snapshot: workspaces_pb2.Snapshot
+    processes_ended: int
+
+
 # ------------------------------------------------------------------- helpers
 
 
@@ -739,6 +959,26 @@ class _ClientBase:
             provider, capabilities, request_id=request_id if request_id is not None else new_request_id(), **fields
         )
 
+    def _list_snapshots_op(
+        self, workspace_id: str, label_selector: str, name: str, page_size: int, page_token: str
+    ) -> _Unary[SnapshotPage]:
+        if page_size < 0:
+            raise ValueError("page_size must be >= 0")
+        request = workspaces_pb2.ListSnapshotsRequest(
+            workspace_id=workspace_id or "",
+            label_selector=label_selector or "",
+            name=name or "",
+            page_size=page_size,
+            page_token=page_token or "",
+        )
+        return _Unary(
+            self._workspaces.ListSnapshots, request, lambda r: SnapshotPage(r.snapshots, r.next_page_token)
+        )
+
+    def _delete_snapshot_op(self, snapshot: Union[str, workspaces_pb2.Snapshot]) -> _Unary[int]:
+        request = workspaces_pb2.DeleteSnapshotRequest(snapshot_id=_snapshot_id(snapshot))
+        return _Unary(self._workspaces.DeleteSnapshot, request, lambda r: r.reclaimed_bytes)
+
     @staticmethod
     def _resolve_request(ref: Union[common_pb2.WorkspaceRef, bytes, bytearray]) -> workspaces_pb2.ResolveRequest:
         if isinstance(ref, (bytes, bytearray)):
@@ -906,6 +1146,32 @@ class _WorkspaceBase(Generic[_C]):
             max_matches=max_matches,
             max_depth=max_depth,
         )
+
+    def _write_archive_header(
+        self, path: str, fmt: str, overwrite: str, create_parents: bool
+    ) -> filesystem_pb2.WriteArchiveHeader:
+        return filesystem_pb2.WriteArchiveHeader(
+            workspace_id=self.id,
+            path=path,
+            format=_format(fmt),
+            overwrite=_overwrite(overwrite),
+            create_parents=create_parents,
+            # As for write_file: a cancelled upload never commits.
+            require_finish=True,
+        )
+
+    def _write_archive_op(self, requests: Any) -> _Unary[ArchiveTrailer]:
+        return _Unary(self._client._fs.WriteArchive, requests, lambda r: ArchiveTrailer.from_proto(r.trailer))
+
+    # -- snapshots
+
+    def _snapshot_op(self, name: str, labels: Optional[Mapping[str, str]]) -> _Unary[workspaces_pb2.Snapshot]:
+        req = workspaces_pb2.SnapshotRequest(workspace_id=self.id, name=name or "", labels=dict(labels or {}))
+        return _Unary(self._client._workspaces.Snapshot, req, lambda r: r.snapshot)
+
+    def _restore_op(self, snapshot: Union[str, workspaces_pb2.Snapshot], force: bool) -> _Unary[RestoreResult]:
+        req = workspaces_pb2.RestoreRequest(workspace_id=self.id, snapshot_id=_snapshot_id(snapshot), force=force)
+        return _Unary(self._client._workspaces.Restore, req, lambda r: RestoreResult(r.snapshot, r.processes_ended))
 
     # -- processes
 

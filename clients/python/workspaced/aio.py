@@ -25,7 +25,9 @@ channel to the running loop).
 from __future__ import annotations
 
 import asyncio
+import os
 import signal as _signal
+import tempfile
 from typing import (
     Any,
     AsyncIterable,
@@ -54,14 +56,19 @@ from ._common import RunResult, ServerInfo, Timeout, TLSConfig, WriteData, _chun
 from ._common import _open_request, _process_config, _ProcessBase, _resolve_address, _sort_output, _started, _Unary
 from ._common import _WorkspaceBase, _write_requests
 from ._common import MAX_INPUT_CHUNK, Duration, EvictionHook, EvictionRetry, Lifetime, WorkspacePage, _resolvable, _target
+from ._common import ArchiveFormat, ArchiveTrailer, RestoreResult, SnapshotPage, WatchEvent, WatchEventType
+from ._common import _read_archive_request, _watch_request, _write_archive_requests
+from ._tree import extract_tar, make_tar
 from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy, is_transient
 
 __all__ = [
+    "AsyncArchiveStream",
     "AsyncClient",
     "AsyncGrepResults",
     "AsyncProcess",
     "AsyncProcessHandle",
+    "AsyncWatchStream",
     "AsyncWorkspace",
     "connect",
 ]
@@ -208,6 +215,8 @@ class AsyncClient(_ClientBase):
         env: Optional[Mapping[str, str]] = None,
         secrets: Optional[Mapping[str, str]] = None,
         request_id: Optional[str] = None,
+        from_snapshot: Union[None, str, workspaces_pb2.Snapshot] = None,
+        from_path: Optional[str] = None,
         timeout: Timeout = USE_DEFAULT,
         **provider_options: Any,
     ) -> "AsyncWorkspace":
@@ -224,6 +233,8 @@ class AsyncClient(_ClientBase):
             name=name,
             env=env,
             secrets=secrets,
+            from_snapshot=from_snapshot,
+            from_path=from_path,
             **provider_options,
         )
         policy = retry or self.open_retry
@@ -231,6 +242,49 @@ class AsyncClient(_ClientBase):
             policy, lambda: self._call_with_node(self._workspaces.Open, request, self._metadata, timeout)
         )
         return AsyncWorkspace(self, resp.workspace, node=node)
+
+    async def list_snapshots(
+        self,
+        workspace_id: str = "",
+        label_selector: str = "",
+        name: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> SnapshotPage:
+        """One page of the caller's snapshots (see
+        workspaced.Client.list_snapshots); a transient failure is retried
+        with the client's open_retry schedule."""
+        op = self._list_snapshots_op(workspace_id, label_selector, name, page_size, page_token)
+        return await _retry(self.open_retry, lambda: self._unary(op, timeout))
+
+    async def iter_snapshots(
+        self,
+        workspace_id: str = "",
+        label_selector: str = "",
+        name: str = "",
+        page_size: int = 0,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> AsyncIterator[workspaces_pb2.Snapshot]:
+        """Yields (`async for`) every snapshot list_snapshots() finds, page
+        after page."""
+        token = ""
+        while True:
+            page = await self.list_snapshots(workspace_id, label_selector, name, page_size, token, timeout=timeout)
+            for snap in page:
+                yield snap
+            token = page.next_page_token
+            if not token:
+                return
+
+    async def delete_snapshot(
+        self, snapshot: Union[str, workspaces_pb2.Snapshot], *, timeout: Timeout = USE_DEFAULT
+    ) -> int:
+        """Deletes a snapshot; returns the store bytes freed (see
+        workspaced.Client.delete_snapshot)."""
+        return await self._unary(self._delete_snapshot_op(snapshot), timeout)
 
     async def resolve(
         self,
@@ -472,6 +526,107 @@ async def _awrite_requests(
     yield pending
 
 
+class AsyncWatchStream:
+    """The events of AsyncWorkspace.watch: `async for` yields WatchEvent
+    values (READY first) until GONE or cancel(); leaving an `async with`
+    block cancels the call too."""
+
+    def __init__(self, workspace: "AsyncWorkspace", make: Callable[[], Any]) -> None:
+        self._ws = workspace
+        self._make = make
+        self._call: Any = None
+        self._cancelled = False
+
+    async def _next(self) -> Optional[filesystem_pb2.WatchEvent]:
+        try:
+            m = await self._call.read()
+        except asyncio.CancelledError:
+            if self._cancelled:
+                return None
+            raise
+        except grpc.RpcError as e:
+            if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:
+                return None
+            raise errors.from_rpc_error(e) from None
+        return None if m is grpc.aio.EOF else m
+
+    def __aiter__(self) -> AsyncIterator[WatchEvent]:
+        return self.events()
+
+    async def events(self) -> AsyncIterator[WatchEvent]:
+        """Yields WatchEvent values until GONE, an error, or cancel()."""
+        if self._call is not None:
+            raise RuntimeError("a watch is iterated once")
+        self._call = self._make()
+        try:
+            try:
+                m = await self._next()
+            except (errors.WorkspaceEvicted, errors.WorkspaceFailed) as lost:
+                if not await self._ws._reresolve(lost):
+                    raise
+                self._call = self._make()
+                m = await self._next()
+            while m is not None and not self._cancelled:
+                ev = WatchEvent.from_proto(m)
+                yield ev
+                if ev.type == WatchEventType.GONE:
+                    return
+                m = await self._next()
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Ends the watch (idempotent); the iteration stops."""
+        self._cancelled = True
+        if self._call is not None:
+            self._call.cancel()
+
+    async def __aenter__(self) -> "AsyncWatchStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.cancel()
+
+
+class AsyncArchiveStream:
+    """The tar of AsyncWorkspace.read_archive: `async for` yields its bytes
+    in chunks; `trailer` (ArchiveTrailer) is set once it is exhausted."""
+
+    def __init__(self, responses: AsyncIterator[Any]) -> None:
+        self._responses = responses
+        self.trailer: Optional[ArchiveTrailer] = None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for resp in self._responses:
+            if resp.data:
+                yield resp.data
+            if resp.HasField("trailer"):
+                self.trailer = ArchiveTrailer.from_proto(resp.trailer)
+
+    async def read_all(self) -> bytes:
+        """The whole archive as bytes (then `trailer` is set)."""
+        return b"".join([c async for c in self])
+
+    async def write_to(self, out: Any) -> ArchiveTrailer:
+        """Writes the archive to a (blocking) binary writer; returns the trailer."""
+        async for chunk in self:
+            out.write(chunk)
+        if self.trailer is None:
+            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "archive stream ended without a trailer")
+        return self.trailer
+
+
+async def _awrite_archive_requests(
+    header: filesystem_pb2.WriteArchiveHeader, chunks: AsyncIterable[bytes]
+) -> AsyncIterator[filesystem_pb2.WriteArchiveRequest]:
+    pending = filesystem_pb2.WriteArchiveRequest(header=header)
+    async for chunk in chunks:
+        yield pending
+        pending = filesystem_pb2.WriteArchiveRequest(data=chunk)
+    pending.finish = True
+    yield pending
+
+
 class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
     """An open workspace, for asyncio: the methods of workspaced.Workspace
     as coroutines, with the same re-resolve on eviction (and on a lost box
@@ -696,6 +851,125 @@ class AsyncWorkspace(_WorkspaceBase[AsyncClient]):
             return self._stream(self._client._fs.Grep, req, timeout)
 
         return AsyncGrepResults(self._evictable_stream(make))
+
+    # -- watch and archives
+
+    def watch(
+        self,
+        path: str = ".",
+        recursive: bool = False,
+        include: Optional[Sequence[str]] = None,
+        exclude: Optional[Sequence[str]] = None,
+        coalesce_ms: int = 0,
+        *,
+        timeout: Optional[float] = None,
+    ) -> AsyncWatchStream:
+        """Watches a directory (or a file) for changes; returns an
+        AsyncWatchStream to `async for` over (see workspaced.Workspace.watch;
+        no deadline unless `timeout` is given)."""
+        req = _watch_request(self.id, path, recursive, include, exclude, coalesce_ms)
+
+        def make() -> Any:
+            req.workspace_id = self.id
+            return self._client._fs.Watch(req, metadata=self._metadata, timeout=timeout)
+
+        return AsyncWatchStream(self, make)
+
+    def read_archive(
+        self,
+        path: str = ".",
+        format: ArchiveFormat = "tar",
+        include: Optional[Sequence[str]] = None,
+        exclude: Optional[Sequence[str]] = None,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> AsyncArchiveStream:
+        """Streams a tar of a subtree (see workspaced.Workspace.read_archive)
+        as an AsyncArchiveStream."""
+        req = _read_archive_request(self.id, path, format, include, exclude)
+
+        def make() -> AsyncIterator[Any]:
+            req.workspace_id = self.id
+            return self._stream(self._client._fs.ReadArchive, req, timeout)
+
+        return AsyncArchiveStream(self._evictable_stream(make))
+
+    async def download_tree(
+        self,
+        path: str,
+        local_dir: str,
+        include: Optional[Sequence[str]] = None,
+        exclude: Optional[Sequence[str]] = None,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> ArchiveTrailer:
+        """Copies a subtree into local_dir, never outside it (see
+        workspaced.Workspace.download_tree); the archive is spooled to a
+        temporary file and extracted in a worker thread."""
+        stream = self.read_archive(path, "tar", include, exclude, timeout=timeout)
+        with tempfile.SpooledTemporaryFile(max_size=8 << 20) as tmp:
+            trailer = await stream.write_to(tmp)
+            tmp.seek(0)
+            await asyncio.get_running_loop().run_in_executor(None, extract_tar, tmp, os.fspath(local_dir))
+        return trailer
+
+    async def write_archive(
+        self,
+        path: str,
+        data: Union[WriteData, AsyncIterable[bytes]],
+        format: ArchiveFormat = "tar",
+        overwrite: str = "none",
+        create_parents: bool = False,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> ArchiveTrailer:
+        """Extracts a tar into the workspace (see
+        workspaced.Workspace.write_archive); `data` may also be an async
+        iterable of bytes chunks. Never made again automatically."""
+        header = self._write_archive_header(path, format, overwrite, create_parents)
+        if hasattr(data, "__aiter__"):
+            requests: Any = _awrite_archive_requests(header, _achunks(data))  # type: ignore[arg-type]
+        else:
+            requests = _write_archive_requests(header, _chunks(data))  # type: ignore[arg-type]
+        op = self._write_archive_op(requests)
+        return await self._unary(lambda: op, timeout, retry=False)
+
+    async def upload_tree(
+        self,
+        local_dir: str,
+        path: str,
+        overwrite: str = "none",
+        create_parents: bool = False,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> ArchiveTrailer:
+        """Copies the contents of local_dir to `path` (see
+        workspaced.Workspace.upload_tree); the tar is made in a worker
+        thread."""
+        with tempfile.TemporaryFile() as tmp:
+            await asyncio.get_running_loop().run_in_executor(None, make_tar, os.fspath(local_dir), tmp)
+            tmp.seek(0)
+            return await self.write_archive(path, tmp, "tar", overwrite, create_parents, timeout=timeout)
+
+    # -- snapshots
+
+    async def snapshot(
+        self, name: str = "", labels: Optional[Mapping[str, str]] = None, *, timeout: Timeout = USE_DEFAULT
+    ) -> workspaces_pb2.Snapshot:
+        """Takes a snapshot of the workspace's files (see
+        workspaced.Workspace.snapshot)."""
+        return await self._unary(lambda: self._snapshot_op(name, labels), timeout, retry=False)
+
+    async def restore(
+        self,
+        snapshot: Union[str, workspaces_pb2.Snapshot],
+        force: bool = False,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> RestoreResult:
+        """Puts the files back to a snapshot's content (see
+        workspaced.Workspace.restore)."""
+        return await self._unary(lambda: self._restore_op(snapshot, force), timeout, retry=False)
 
     # -- processes
 

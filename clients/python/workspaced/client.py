@@ -26,8 +26,10 @@ and nothing is sent.
 
 from __future__ import annotations
 
+import os
 import queue
 import signal as _signal
+import tempfile
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import grpc
@@ -68,6 +70,16 @@ from ._common import _chunks, _ClientBase, _cut, _node_of, _open_request, _proce
 from ._common import _resolve_address, _sort_output, _started, _target, _Unary, _WorkspaceBase, _write_requests
 from ._common import EvictionRetry as _EvictionRetry
 from ._common import _resolvable
+from ._common import ArchiveFormat as ArchiveFormat
+from ._common import ArchiveSkipped as ArchiveSkipped
+from ._common import ArchiveTrailer as ArchiveTrailer
+from ._common import RestoreResult as RestoreResult
+from ._common import SnapshotPage as SnapshotPage
+from ._common import WatchEvent as WatchEvent
+from ._common import WatchEventType as WatchEventType
+from ._common import _read_archive_request, _watch_request, _write_archive_requests
+from ._tree import UnsafeArchive as UnsafeArchive
+from ._tree import ChunkReader, extract_tar, make_tar
 from ._proto import common_pb2, exec_pb2, filesystem_pb2, providers_pb2, workspaces_pb2
 from .retry import RetryPolicy
 
@@ -264,6 +276,8 @@ class Client(_ClientBase):
         env: Optional[Mapping[str, str]] = None,
         secrets: Optional[Mapping[str, str]] = None,
         request_id: Optional[str] = None,
+        from_snapshot: Union[None, str, workspaces_pb2.Snapshot] = None,
+        from_path: Optional[str] = None,
         timeout: Timeout = USE_DEFAULT,
         **provider_options: Any,
     ) -> "Workspace":
@@ -297,6 +311,13 @@ class Client(_ClientBase):
             within 10 minutes returns the workspace the first one opened.
             None: a fresh random one (new_request_id()), so that the
             client's own retries of this call can never open two.
+        from_snapshot: fork: the workspace's files start as a copy of this
+            snapshot (an id, or a Snapshot); NoSuchSnapshot when the
+            caller's tenant has none of that id.
+        from_path: shadow: the files start as a copy of this host
+            directory (absolute, canonical, inside a directory the server
+            allows with --source-path-allow; else SourcePathDenied). Not
+            with from_snapshot.
         timeout: the deadline of each attempt.
 
         Behind a front proxy, the workspace is pinned to the node that
@@ -313,11 +334,62 @@ class Client(_ClientBase):
             name=name,
             env=env,
             secrets=secrets,
+            from_snapshot=from_snapshot,
+            from_path=from_path,
             **provider_options,
         )
         policy = retry or self.open_retry
         resp, call = policy.call(lambda: self._call(self._workspaces.Open.with_call, request, timeout=timeout))
         return Workspace(self, resp.workspace, node=_node_of(call.initial_metadata()))
+
+    def list_snapshots(
+        self,
+        workspace_id: str = "",
+        label_selector: str = "",
+        name: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> SnapshotPage:
+        """One page of the caller's snapshots in id order: a SnapshotPage (a
+        list of Snapshot messages with `next_page_token`, "" on the last
+        page).
+
+        workspace_id: only snapshots taken from this workspace.
+        label_selector, name, page_size, page_token: as for list().
+        iter_snapshots() walks every page. A transient failure
+        (UNAVAILABLE) is retried with the client's open_retry schedule.
+        """
+        op = self._list_snapshots_op(workspace_id, label_selector, name, page_size, page_token)
+        return self.open_retry.call(lambda: self._unary(op, timeout))
+
+    def iter_snapshots(
+        self,
+        workspace_id: str = "",
+        label_selector: str = "",
+        name: str = "",
+        page_size: int = 0,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> Iterator[workspaces_pb2.Snapshot]:
+        """Yields every snapshot list_snapshots() finds with these filters,
+        page after page (`timeout` is each page's deadline)."""
+        token = ""
+        while True:
+            page = self.list_snapshots(workspace_id, label_selector, name, page_size, token, timeout=timeout)
+            yield from page
+            token = page.next_page_token
+            if not token:
+                return
+
+    def delete_snapshot(
+        self, snapshot: Union[str, workspaces_pb2.Snapshot], *, timeout: Timeout = USE_DEFAULT
+    ) -> int:
+        """Deletes a snapshot (an id, or a Snapshot); returns the store bytes
+        freed (content no other snapshot holds). NoSuchSnapshot when the
+        caller's tenant has none of that id. Never retried."""
+        return self._unary(self._delete_snapshot_op(snapshot), timeout)
 
     def resolve(
         self,
@@ -564,6 +636,99 @@ class GrepResults:
             yield from resp.matches
             if resp.HasField("summary"):
                 self.summary = resp.summary
+
+
+class WatchStream:
+    """The events of Workspace.watch: iterate it for WatchEvent values as
+    they come (READY first). The iteration ends after GONE, or when the
+    stream is cancelled: cancel() (from any thread), close(), leaving a
+    `with` block or dropping a half-iterated generator end the call."""
+
+    def __init__(self, workspace: "Workspace", make: Callable[[], Any]) -> None:
+        self._ws = workspace
+        self._make = make
+        self._call: Any = None
+        self._cancelled = False
+
+    def _next(self) -> Optional[filesystem_pb2.WatchEvent]:
+        try:
+            return next(self._call)
+        except StopIteration:
+            return None
+        except grpc.RpcError as e:
+            if self._cancelled and e.code() == grpc.StatusCode.CANCELLED:
+                return None
+            raise errors.from_rpc_error(e) from None
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        return self.events()
+
+    def events(self) -> Iterator[WatchEvent]:
+        """Yields WatchEvent values until GONE, an error, or cancel()."""
+        if self._call is not None:
+            raise RuntimeError("a watch is iterated once")
+        self._call = self._make()
+        try:
+            try:
+                first = self._next()
+            except (errors.WorkspaceEvicted, errors.WorkspaceFailed) as lost:
+                # Nothing was reported yet: safe to watch again.
+                if not self._ws._reresolve(lost):
+                    raise
+                self._call = self._make()
+                first = self._next()
+            m = first
+            while m is not None:
+                ev = WatchEvent.from_proto(m)
+                yield ev
+                if ev.type == WatchEventType.GONE:
+                    return
+                m = self._next()
+        finally:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Ends the watch (idempotent); the iteration stops."""
+        self._cancelled = True
+        if self._call is not None:
+            self._call.cancel()
+
+    close = cancel
+
+    def __enter__(self) -> "WatchStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.cancel()
+
+
+class ArchiveStream:
+    """The tar of Workspace.read_archive: iterate it for the archive's bytes
+    in chunks (at most 1 MiB each); `trailer` (an ArchiveTrailer: counts,
+    skipped entries, truncated) is set once the iteration is exhausted."""
+
+    def __init__(self, responses: Iterable[Any]) -> None:
+        self._responses = responses
+        self.trailer: Optional[ArchiveTrailer] = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        for resp in self._responses:
+            if resp.data:
+                yield resp.data
+            if resp.HasField("trailer"):
+                self.trailer = ArchiveTrailer.from_proto(resp.trailer)
+
+    def read_all(self) -> bytes:
+        """The whole archive as bytes (then `trailer` is set)."""
+        return b"".join(self)
+
+    def write_to(self, out: Any) -> ArchiveTrailer:
+        """Writes the archive to a binary writer; returns the trailer."""
+        for chunk in self:
+            out.write(chunk)
+        if self.trailer is None:
+            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "archive stream ended without a trailer")
+        return self.trailer
 
 
 class Workspace(_WorkspaceBase[Client]):
@@ -842,6 +1007,153 @@ class Workspace(_WorkspaceBase[Client]):
             return self._stream(self._client._fs.Grep, req, timeout)
 
         return GrepResults(self._evictable_stream(make))
+
+    # -- watch and archives
+
+    def watch(
+        self,
+        path: str = ".",
+        recursive: bool = False,
+        include: Optional[Sequence[str]] = None,
+        exclude: Optional[Sequence[str]] = None,
+        coalesce_ms: int = 0,
+        *,
+        timeout: Optional[float] = None,
+    ) -> WatchStream:
+        """Watches a directory (or a file) for changes, however made (this
+        API, a command, the host); returns a WatchStream of WatchEvent
+        (READY first, once every change from then on is reported).
+
+        recursive: also every directory below (NotDirectory on a file).
+        include / exclude: globs on the workspace-relative path; an event
+            is reported when it matches some include (none: all) and no
+            exclude.
+        coalesce_ms: events for one path within this window merge into one
+            (0: the server's 10 ms; at most 1000).
+        timeout: the stream's deadline (None, the default: none; the
+            client's default does not apply).
+        No call is made until the iteration starts. A watch refused as
+        evicted before its first event is made again after a re-resolve.
+        """
+        req = _watch_request(self.id, path, recursive, include, exclude, coalesce_ms)
+
+        def make() -> Any:
+            req.workspace_id = self.id
+            return self._client._fs.Watch(req, metadata=self._metadata, timeout=timeout)
+
+        return WatchStream(self, make)
+
+    def read_archive(
+        self,
+        path: str = ".",
+        format: ArchiveFormat = "tar",
+        include: Optional[Sequence[str]] = None,
+        exclude: Optional[Sequence[str]] = None,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> ArchiveStream:
+        """Streams a tar ("tar" or "tar.gz") of a subtree, names relative
+        to `path`: symlinks stored as links, hard links once, special files
+        skipped and listed in the trailer. Returns an ArchiveStream (bytes
+        chunks, then `trailer`). include / exclude: globs on the path
+        relative to `path`. `timeout` bounds the whole stream."""
+        req = _read_archive_request(self.id, path, format, include, exclude)
+
+        def make() -> Iterator[Any]:
+            req.workspace_id = self.id
+            return self._stream(self._client._fs.ReadArchive, req, timeout)
+
+        return ArchiveStream(self._evictable_stream(make))
+
+    def download_tree(
+        self,
+        path: str,
+        local_dir: str,
+        include: Optional[Sequence[str]] = None,
+        exclude: Optional[Sequence[str]] = None,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> ArchiveTrailer:
+        """Copies a subtree of the workspace into local_dir (made when
+        missing) through read_archive; returns the trailer. Extracted as
+        it streams and never outside local_dir: an absolute or ".." name,
+        a name through a symlink, a symlink leaving local_dir or a special
+        file raises UnsafeArchive."""
+        stream = self.read_archive(path, "tar", include, exclude, timeout=timeout)
+        extract_tar(ChunkReader(iter(stream)), os.fspath(local_dir))  # type: ignore[arg-type]
+        if stream.trailer is None:
+            raise errors.WorkspacedError(grpc.StatusCode.INTERNAL, "", "archive stream ended without a trailer")
+        return stream.trailer
+
+    def write_archive(
+        self,
+        path: str,
+        data: WriteData,
+        format: ArchiveFormat = "tar",
+        overwrite: str = "none",
+        create_parents: bool = False,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> ArchiveTrailer:
+        """Extracts a tar ("tar" or "tar.gz") into the workspace at `path`
+        and returns its ArchiveTrailer; all or nothing: a refused or broken
+        archive changes nothing.
+
+        data: bytes, an iterable of bytes chunks, or a binary reader.
+        overwrite: "none" (`path` must not exist: else AlreadyExists),
+            "replace" (the tree at `path` is replaced as a whole) or
+            "merge" (each top-level entry goes into the directory `path`;
+            "." needs it).
+        Raises BadArchive (its `entry` and `problem`: "absolute", "dotdot",
+        "through_symlink", ...), SizeCap, LimitExceeded, Quota. The last
+        message carries `finish`. Never made again automatically.
+        """
+        header = self._write_archive_header(path, format, overwrite, create_parents)
+        op = self._write_archive_op(_write_archive_requests(header, _chunks(data)))
+        return self._unary(lambda: op, timeout, retry=False)
+
+    def upload_tree(
+        self,
+        local_dir: str,
+        path: str,
+        overwrite: str = "none",
+        create_parents: bool = False,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> ArchiveTrailer:
+        """Copies the contents of local_dir to `path` in the workspace
+        (see write_archive for `overwrite`): a tar made on the client,
+        symlinks stored as links (never followed), hard links once,
+        FIFOs, sockets and devices left out. Returns the trailer."""
+        with tempfile.TemporaryFile() as tmp:
+            make_tar(os.fspath(local_dir), tmp)
+            tmp.seek(0)
+            return self.write_archive(path, tmp, "tar", overwrite, create_parents, timeout=timeout)
+
+    # -- snapshots
+
+    def snapshot(
+        self, name: str = "", labels: Optional[Mapping[str, str]] = None, *, timeout: Timeout = USE_DEFAULT
+    ) -> workspaces_pb2.Snapshot:
+        """Takes a snapshot of the workspace's files (file API writes wait
+        for it) and returns the Snapshot message (id, counts, bytes,
+        new_bytes, ...). name: unique among the tenant's snapshots
+        (AlreadyExists). Never made again automatically."""
+        return self._unary(lambda: self._snapshot_op(name, labels), timeout, retry=False)
+
+    def restore(
+        self,
+        snapshot: Union[str, workspaces_pb2.Snapshot],
+        force: bool = False,
+        *,
+        timeout: Timeout = USE_DEFAULT,
+    ) -> RestoreResult:
+        """Puts the workspace's files back to a snapshot's content (of any
+        workspace of the tenant), in place and all at once. Refused with
+        Busy while commands run, unless force=True, which ends them first.
+        Returns a RestoreResult (snapshot, processes_ended). Never made
+        again automatically."""
+        return self._unary(lambda: self._restore_op(snapshot, force), timeout, retry=False)
 
     # -- processes
 

@@ -81,4 +81,9 @@ const struct ws_rpc_method *ws_services_methods(struct ws_services *s, size_t *r
 /* Health turns NOT_SERVING (watchers are told, then their streams end). */
 void ws_services_drain(struct ws_services *s);
 
+/* FileSystem.Watch's limits (fs_watch.c): Watch calls at once on the
+ * whole server and on one workspace; 0 keeps a default (100, 16). Call
+ * before serving. */
+void ws_services_watch_limits(unsigned max_watches, unsigned max_per_workspace);
+
 #endif

@@ -214,9 +214,35 @@ void DDestroy(ws_vfs *)
 }
 
 const ws_vfs_ops kDecoOps = {
-    DStat,        DOpendir,    DOpendirAt, DReaddir, DStatAt,     DClosedir,
-    DOpenRead,    DOpenReadAt, DPread,     DClose,   DWriteBegin, DWrite,
-    DWriteCommit, DWriteAbort, DMkdir,     DRemove,  DMove,       DDestroy,
+    DStat,
+    DOpendir,
+    DOpendirAt,
+    DReaddir,
+    DStatAt,
+    DClosedir,
+    DOpenRead,
+    DOpenReadAt,
+    DPread,
+    DClose,
+    DWriteBegin,
+    DWrite,
+    DWriteCommit,
+    DWriteAbort,
+    DMkdir,
+    DRemove,
+    DMove,
+    DDestroy,
+    // The tree and watch entries: none.
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 // ---- a synthetic tree: huge directories that hold nothing ----
@@ -375,9 +401,35 @@ void SDestroy(ws_vfs *)
 }
 
 const ws_vfs_ops kSynthOps = {
-    SStat,        SOpendir,    SOpendirAt, SReaddir, SStatAt,     SClosedir,
-    SOpenRead,    SOpenReadAt, SPread,     SClose,   SWriteBegin, SWrite,
-    SWriteCommit, SWriteAbort, SMkdir,     SRemove,  SMove,       SDestroy,
+    SStat,
+    SOpendir,
+    SOpendirAt,
+    SReaddir,
+    SStatAt,
+    SClosedir,
+    SOpenRead,
+    SOpenReadAt,
+    SPread,
+    SClose,
+    SWriteBegin,
+    SWrite,
+    SWriteCommit,
+    SWriteAbort,
+    SMkdir,
+    SRemove,
+    SMove,
+    SDestroy,
+    // The tree and watch entries: none.
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 // ---- collectors ----

@@ -206,9 +206,35 @@ void TDestroy(ws_vfs *)
 }
 
 const ws_vfs_ops kTestOps = {
-    TStat,        TOpendir,    TOpendirAt, TReaddir, TStatAt,     TClosedir,
-    TOpenRead,    TOpenReadAt, TPread,     TClose,   TWriteBegin, TWrite,
-    TWriteCommit, TWriteAbort, TMkdir,     TRemove,  TMove,       TDestroy,
+    TStat,
+    TOpendir,
+    TOpendirAt,
+    TReaddir,
+    TStatAt,
+    TClosedir,
+    TOpenRead,
+    TOpenReadAt,
+    TPread,
+    TClose,
+    TWriteBegin,
+    TWrite,
+    TWriteCommit,
+    TWriteAbort,
+    TMkdir,
+    TRemove,
+    TMove,
+    TDestroy,
+    // The tree and watch entries: none.
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
+    nullptr,
 };
 
 // ---- fixture ----

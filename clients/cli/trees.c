@@ -602,9 +602,10 @@ int wsc_cmd_snapshot(struct wsc_ctx *ctx, int argc, char **argv)
     } else if (resp->snapshot) {
         printf("%s\n", resp->snapshot->id);
         fprintf(stderr,
-                "%" PRIu64 " files, %" PRIu64 " bytes (%" PRIu64 " new) in %" PRIu64 " ms\n",
+                "%" PRIu64 " files, %" PRIu64 " bytes (%" PRIu64 " new, %" PRIu64
+                " read) in %" PRIu64 " ms\n",
                 resp->snapshot->files, resp->snapshot->bytes, resp->snapshot->new_bytes,
-                resp->snapshot->duration_ms);
+                resp->snapshot->read_bytes, resp->snapshot->duration_ms);
     }
     workspace__v1__snapshot_response__free_unpacked(resp, NULL);
     return 0;

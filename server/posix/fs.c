@@ -125,6 +125,7 @@ static void to_ws_stat(const struct stat *st, struct ws_stat *ret)
         .mtime_ns = (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec,
         .nlink = st->st_nlink,
         .ino = st->st_ino,
+        .ctime_ns = (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec,
     };
 }
 

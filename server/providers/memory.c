@@ -52,6 +52,7 @@ struct mem_node {
     bool attached;
     uint32_t mode;
     int64_t mtime_ns;
+    int64_t ctime_ns; /* any change, as st_ctime */
     struct mem_node *parent;
     char *name;
     size_t name_len;
@@ -216,7 +217,7 @@ static void kid_insert(struct mem_node *dir, struct mem_node *n)
     if (n->type == WS_FT_DIRECTORY)
         dir->ndirs++;
     n->parent = dir;
-    dir->mtime_ns = ws_wall_ns();
+    n->ctime_ns = dir->mtime_ns = dir->ctime_ns = ws_wall_ns();
 }
 
 static void kid_unlink(struct mem_node *n)
@@ -230,7 +231,7 @@ static void kid_unlink(struct mem_node *n)
     if (n->type == WS_FT_DIRECTORY)
         dir->ndirs--;
     n->parent = NULL;
-    dir->mtime_ns = ws_wall_ns();
+    dir->mtime_ns = dir->ctime_ns = ws_wall_ns();
 }
 
 /* A new node, not yet linked; counts against the node limit. */
@@ -254,7 +255,7 @@ static int node_new(struct memfs *fs, enum ws_ftype type, const char *name, size
     n->attached = true;
     n->name_len = len;
     n->mode = mode & 07777;
-    n->mtime_ns = ws_wall_ns();
+    n->mtime_ns = n->ctime_ns = ws_wall_ns();
     n->id = ++fs->next_id;
     fs->nodes++;
     *ret = n;
@@ -399,6 +400,7 @@ static void fill_stat(const struct mem_node *n, struct ws_stat *st)
         .mtime_ns = n->mtime_ns,
         .nlink = n->type == WS_FT_DIRECTORY ? 2 + n->ndirs : 1,
         .ino = n->id,
+        .ctime_ns = n->ctime_ns,
     };
 }
 
@@ -852,7 +854,7 @@ static int m_write_commit(struct ws_vfs_writer *w, struct ws_stat *ret_st)
     } else {
         if (w->opts.mode)
             leaf->mode = w->opts.mode & 07777;
-        leaf->mtime_ns = ws_wall_ns();
+        leaf->mtime_ns = leaf->ctime_ns = ws_wall_ns();
         old = leaf->content;
     }
     leaf->content = c;
@@ -1125,6 +1127,7 @@ static int m_set_mode(struct ws_vfs *vfs, const char *path, uint32_t mode)
         r = -WS_ESYMLINK_LEAF;
     if (r == 0) {
         n->mode = mode & 07777;
+        n->ctime_ns = ws_wall_ns();
         if (n != fs->root)
             notify(fs, WS_VFS_MODIFIED, n);
     }
@@ -1142,6 +1145,7 @@ static int m_set_mtime(struct ws_vfs *vfs, const char *path, int64_t mtime_ns)
     r = lookup(fs, path, &n);
     if (r == 0) {
         n->mtime_ns = mtime_ns;
+        n->ctime_ns = ws_wall_ns();
         if (n != fs->root)
             notify(fs, WS_VFS_MODIFIED, n);
     }

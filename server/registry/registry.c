@@ -751,6 +751,7 @@ static void forget_as(struct ws_registry *r, struct ws_workspace *ws, bool expir
         r->close_hook(r->close_hook_ud, ws->id, expired);
     if (r->providers && p->ops->forget)
         p->ops->forget(p->rt, ws->id);
+    ws_snapstore_forget(r->snaps, ws->id);
 }
 
 static void forget(struct ws_registry *r, struct ws_workspace *ws)

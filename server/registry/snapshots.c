@@ -21,6 +21,7 @@
 #include "server/base/io.h"
 #include "server/base/macros.h"
 #include "server/base/time.h"
+#include "server/registry/snapcache.h"
 #include "server/registry/storage.h"
 
 #define STORE_DIR     "snapshots"
@@ -48,6 +49,7 @@ struct ws_snapstore {
     pthread_mutex_t lock; /* the list */
     struct entry *entries;
     pthread_rwlock_t gc;
+    struct ws_snapcache *cache;
 };
 
 /* A snapshot's refcount lives beside it. */
@@ -264,12 +266,13 @@ static int meta_write(struct ws_snapstore *st, const struct ws_snap *s)
 {
     char tmp[WS_SNAP_ID_LEN + 8];
     json_t *o = json_pack(
-        "{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "id", s->id, "name", s->name,
-        "tenant", s->tenant, "workspace_id", s->workspace_id, "provider", s->provider, "labels",
-        kv_json(s->labels, s->n_labels), "workspace_labels", kv_json(s->ws_labels, s->n_ws_labels),
-        "created_ms", (json_int_t)s->created_ms, "files", (json_int_t)s->files, "dirs",
-        (json_int_t)s->dirs, "symlinks", (json_int_t)s->symlinks, "bytes", (json_int_t)s->bytes,
-        "new_bytes", (json_int_t)s->new_bytes, "duration_ms", (json_int_t)s->duration_ms);
+        "{s:s,s:s,s:s,s:s,s:s,s:o,s:o,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "id", s->id, "name",
+        s->name, "tenant", s->tenant, "workspace_id", s->workspace_id, "provider", s->provider,
+        "labels", kv_json(s->labels, s->n_labels), "workspace_labels",
+        kv_json(s->ws_labels, s->n_ws_labels), "created_ms", (json_int_t)s->created_ms, "files",
+        (json_int_t)s->files, "dirs", (json_int_t)s->dirs, "symlinks", (json_int_t)s->symlinks,
+        "bytes", (json_int_t)s->bytes, "new_bytes", (json_int_t)s->new_bytes, "duration_ms",
+        (json_int_t)s->duration_ms, "read_bytes", (json_int_t)s->read_bytes);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     int err = -ENOMEM;
 
@@ -334,6 +337,7 @@ static int meta_read(struct ws_snapstore *st, const char *id, struct ws_snap **r
     s->bytes = json_u64(o, "bytes");
     s->new_bytes = json_u64(o, "new_bytes");
     s->duration_ms = json_u64(o, "duration_ms");
+    s->read_bytes = json_u64(o, "read_bytes");
     *ret = s;
     s = NULL;
     err = 0;
@@ -442,6 +446,8 @@ int ws_snapstore_open(int state_fd, unsigned max_per_tenant, struct ws_snapstore
     if (err == 0)
         err = open_sub(st->dir_fd, TMP_DIR, &st->tmp_fd);
     if (err == 0)
+        err = ws_snapcache_new(WS_SNAPCACHE_MAX_ENTRIES, &st->cache);
+    if (err == 0)
         err = each_name(st->tmp_fd, drop_tmp, st);
     if (err == 0)
         err = each_name(st->meta_fd, load_meta, st);
@@ -469,9 +475,16 @@ void ws_snapstore_free(struct ws_snapstore *st)
     for (size_t i = 0; i < WS_ELEMENTSOF(fds); i++)
         if (fds[i] >= 0)
             close(fds[i]);
+    ws_snapcache_free(st->cache);
     pthread_rwlock_destroy(&st->gc);
     pthread_mutex_destroy(&st->lock);
     free(st);
+}
+
+void ws_snapstore_forget(struct ws_snapstore *st, const char *workspace_id)
+{
+    if (st && st->cache)
+        ws_snapcache_forget(st->cache, workspace_id);
 }
 
 int ws_snapstore_begin(struct ws_snapstore *st, const struct ws_snap_source *src, struct ws_diag *d,
@@ -767,7 +780,8 @@ struct walker;
 /* Called for each entry with its workspace-relative path; `dir` is its
  * parent's handle, `name` its name there. Returning < 0 stops the walk. */
 struct walk_ops {
-    int (*file)(struct walker *w, struct ws_vfs_dir *dir, const char *name, const char *path);
+    int (*file)(struct walker *w, struct ws_vfs_dir *dir, const char *name, const char *path,
+                const struct ws_stat *st);
     int (*symlink)(struct walker *w, const char *path, const struct ws_stat *st);
     /* A directory before its entries ("." first) and after them. */
     int (*enter)(struct walker *w, const char *path, const struct ws_stat *st);
@@ -857,7 +871,7 @@ static int walk(struct walker *w)
             goto out;
         switch (st.type) {
         case WS_FT_REGULAR:
-            err = w->ops->file(w, lv->dir, name, path);
+            err = w->ops->file(w, lv->dir, name, path, &st);
             break;
         case WS_FT_SYMLINK:
             err = w->ops->symlink(w, path, &st);
@@ -904,18 +918,33 @@ struct fill {
     FILE *man;
     char *buf;
     bool any_new;
+    /* What the workspace's previous snapshot learnt, and what this one
+     * learns (NULL when it cannot be kept). */
+    struct ws_snapset *prev, *next;
 };
 
-static int fill_file(struct walker *w, struct ws_vfs_dir *dir, const char *name, const char *path)
+static int fill_file(struct walker *w, struct ws_vfs_dir *dir, const char *name, const char *path,
+                     const struct ws_stat *lst)
 {
     struct fill *f = w->ud;
     struct ws_vfs_file *file = NULL;
     struct ws_stat st;
+    uint8_t sum[HASH_LEN];
     char hex[HEX_LEN + 1];
     uint64_t size = 0;
     bool fresh = false;
     int err;
 
+    /* Unchanged since the last snapshot, and still in the store: nothing
+     * to read. */
+    if (ws_snapset_lookup(f->prev, path, lst, sum)) {
+        hex_of(sum, hex);
+        if (object_exists(f->st, hex)) {
+            st = *lst;
+            size = lst->size;
+            goto record;
+        }
+    }
     err = w->fs->ops->open_read_at(dir, name, &file, &st);
     if (err == -WS_ESPECIAL || err == -WS_ESYMLINK_LEAF || err == -EISDIR)
         return 0; /* changed type under us: a command's business */
@@ -925,6 +954,15 @@ static int fill_file(struct walker *w, struct ws_vfs_dir *dir, const char *name,
     w->fs->ops->close(file);
     if (err < 0)
         return err;
+    f->s->read_bytes += size;
+record:
+    /* Only what the file held when it was opened is vouched for: the
+     * stat is from before the read, so a change during it shows. */
+    if (f->next && size == st.size && hash_of_hex(hex, sum) &&
+        ws_snapset_add(f->next, path, &st, sum) < 0) {
+        ws_snapset_free(f->next);
+        f->next = NULL;
+    }
     fprintf(f->man, "F %o %lld %llu %s ", st.mode & 07777, (long long)st.mtime_ns,
             (unsigned long long)size, hex);
     esc_put(f->man, path, strlen(path));
@@ -1007,6 +1045,10 @@ int ws_snapstore_fill(struct ws_snapstore *st, struct ws_snap *s, struct ws_vfs 
     f.buf = malloc(COPY_BUF);
     if (!f.buf)
         return -ENOMEM;
+    if (st->cache && s->workspace_id) {
+        f.prev = ws_snapcache_take(st->cache, s->workspace_id);
+        f.next = ws_snapset_new(ws_wall_ns());
+    }
     pthread_rwlock_rdlock(&st->gc);
     err = tmp_open(st, tmp, &fd);
     if (err < 0)
@@ -1036,6 +1078,11 @@ out:
     pthread_rwlock_unlock(&st->gc);
     s->duration_ms = (uint64_t)(ws_mono_ms() - t0);
     free(f.buf);
+    ws_snapset_free(f.prev);
+    if (err == 0 && f.next)
+        ws_snapcache_put(st->cache, s->workspace_id, f.next);
+    else
+        ws_snapset_free(f.next);
     return err;
 }
 
@@ -1778,13 +1825,15 @@ struct tree_copy {
     struct ws_vfs *src;
 };
 
-static int tc_file(struct walker *w, struct ws_vfs_dir *dir, const char *name, const char *path)
+static int tc_file(struct walker *w, struct ws_vfs_dir *dir, const char *name, const char *path,
+                   const struct ws_stat *lst)
 {
     struct tree_copy *tc = w->ud;
     struct ws_vfs_file *file = NULL;
     struct ws_stat st;
     int err;
 
+    (void)lst; /* the stat of the open file counts */
     err = w->fs->ops->open_read_at(dir, name, &file, &st);
     if (err == -WS_ESPECIAL || err == -WS_ESYMLINK_LEAF || err == -EISDIR)
         return 0;

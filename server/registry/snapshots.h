@@ -73,6 +73,7 @@ struct ws_snap {
     uint64_t bytes;     /* content bytes of its files */
     uint64_t new_bytes; /* what it added to the store */
     uint64_t duration_ms;
+    uint64_t read_bytes; /* of its files' content, read to make it */
 };
 
 void ws_snap_ref(struct ws_snap *s);
@@ -85,6 +86,10 @@ void ws_snap_unref(struct ws_snap *s);
 int ws_snapstore_open(int state_fd, unsigned max_per_tenant, struct ws_snapstore **ret);
 /* Accepts NULL. */
 void ws_snapstore_free(struct ws_snapstore *st);
+
+/* Drops what the store remembers of a closed workspace's files (the
+ * stat cache that lets a snapshot read only what changed). */
+void ws_snapstore_forget(struct ws_snapstore *st, const char *workspace_id);
 
 /* What a new snapshot says about itself and its source. */
 struct ws_snap_source {

@@ -52,6 +52,10 @@ struct ws_stat {
     /* Identity within the storage: two names of one file (hard links)
      * have the same ino; 0 when the storage cannot tell. */
     uint64_t ino;
+    /* When the file last changed in any way (content, mode, times, name),
+     * on the wall clock; nothing can set it back. 0 when the storage
+     * cannot tell. */
+    int64_t ctime_ns;
 };
 
 struct ws_dirent {

@@ -282,6 +282,82 @@ TEST(Snapshot, RestoreGivesBackExactContent)
                     StatusCode::NOT_FOUND, "NO_SUCH_SNAPSHOT");
 }
 
+// Rewrites `path` with `content` (same size as before) and sets its mtime
+// back to what it was: only the ctime tells the change.
+void RewriteKeepingMtime(const std::string &path, const std::string &content)
+{
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0) << path;
+    ASSERT_EQ((size_t)st.st_size, content.size()) << path;
+    wstest::WriteHostFile(path, content);
+    struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    ASSERT_EQ(st.st_mtim.tv_nsec, times[1].tv_nsec);
+}
+
+// The content a snapshot holds at `path`, read back through a fork.
+std::string ForkRead(Workspaces::Stub *ws, FileSystem::Stub *fs, const std::string &snap,
+                     const std::string &path)
+{
+    std::string id = MustOpen(ws, "memory", snap);
+    return MustRead(fs, id, path);
+}
+
+// A second snapshot reads only files changed since the first; a change
+// that keeps size and mtime is still seen (by its ctime), and so is one in
+// the same clock tick as the first snapshot's look at the file.
+TEST(Snapshot, SecondSnapshotReadsOnlyWhatChanged)
+{
+    wstest::Server srv;
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    for (const std::string provider : {"local-bash", "memory"}) {
+        SCOPED_TRACE(provider);
+        std::string id = MustOpen(ws.get(), provider);
+        std::string big(100000, 'b');
+        ASSERT_TRUE(wstest::Write(fs.get(), id, "a", std::string(5000, 'a')).ok());
+        ASSERT_TRUE(wstest::Write(fs.get(), id, "d/big", big, nullptr, true).ok());
+        ASSERT_TRUE(wstest::Write(fs.get(), id, "d/c", "ccc").ok());
+        // Past the racy window: the first snapshot may vouch for all.
+        std::this_thread::sleep_for(std::chrono::milliseconds(1300));
+        Snapshot s1, s2, s3;
+        ASSERT_TRUE(TakeSnapshot(ws.get(), id, &s1).ok());
+        EXPECT_EQ(s1.bytes(), 105003u);
+        EXPECT_EQ(s1.read_bytes(), s1.bytes());
+        ASSERT_TRUE(TakeSnapshot(ws.get(), id, &s2).ok());
+        EXPECT_EQ(s2.bytes(), s1.bytes());
+        EXPECT_EQ(s2.read_bytes(), 0u) << "unchanged files were read again";
+        EXPECT_EQ(s2.new_bytes(), 0u);
+
+        // Changed through the API: only that file is read.
+        ASSERT_TRUE(wstest::Write(fs.get(), id, "d/c", "CCC").ok());
+        if (provider == "local-bash")
+            RewriteKeepingMtime(srv.workspace_dir(id) + "/a", std::string(5000, 'A'));
+        ASSERT_TRUE(TakeSnapshot(ws.get(), id, &s3).ok());
+        EXPECT_EQ(s3.read_bytes(), provider == "local-bash" ? 5003u : 3u);
+        EXPECT_EQ(ForkRead(ws.get(), fs.get(), s3.id(), "d/c"), "CCC");
+        EXPECT_EQ(ForkRead(ws.get(), fs.get(), s3.id(), "a"),
+                  std::string(5000, provider == "local-bash" ? 'A' : 'a'));
+        EXPECT_EQ(ForkRead(ws.get(), fs.get(), s3.id(), "d/big"), big);
+    }
+
+    // Racily clean: a file snapshotted right after it was written, then
+    // rewritten (same size, same mtime) at once, is read again.
+    std::string id = MustOpen(ws.get(), "local-bash");
+    std::string path = srv.workspace_dir(id) + "/r";
+    for (int i = 0; i < 5; i++) {
+        std::string before(4096, (char)('a' + i)), after(4096, (char)('A' + i));
+        wstest::WriteHostFile(path, before);
+        Snapshot x, y;
+        ASSERT_TRUE(TakeSnapshot(ws.get(), id, &x).ok());
+        RewriteKeepingMtime(path, after);
+        ASSERT_TRUE(TakeSnapshot(ws.get(), id, &y).ok());
+        EXPECT_EQ(y.read_bytes(), 4096u);
+        EXPECT_EQ(ForkRead(ws.get(), fs.get(), y.id(), "r"), after);
+    }
+}
+
 TEST(Snapshot, DedupAcrossSnapshotsAndWorkspacesAndDeleteReclaimsOnlyUnshared)
 {
     wstest::Server srv;

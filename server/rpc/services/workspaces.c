@@ -766,6 +766,7 @@ static int fill_snapshot(const struct ws_snap *sn, struct snapshot_out *o)
     o->m.bytes = sn->bytes;
     o->m.new_bytes = sn->new_bytes;
     o->m.duration_ms = sn->duration_ms;
+    o->m.read_bytes = sn->read_bytes;
     return 0;
 }
 

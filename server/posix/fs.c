@@ -1176,6 +1176,11 @@ static int pfs_write_commit(struct ws_vfs_writer *ww, struct ws_stat *ret_st)
         r = -errno;
         goto out;
     }
+    /* Not flushed now, but started: the caller's sync at the end of the
+     * batch then waits for little, and the disk works while the next
+     * files are written. */
+    if (w->opts.no_sync)
+        (void)sync_file_range(w->tmp_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     if (!w->tmp_named) {
         r = link_tmp(w);
         if (r < 0)

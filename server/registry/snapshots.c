@@ -759,6 +759,9 @@ static int object_store(struct ws_snapstore *st, struct ws_vfs *fs, struct ws_vf
     err = hasher_start(&h);
     if (err == 0)
         err = pump_file(fs, file, buf, &h, fd, &size);
+    /* The write-back starts now; the syncfs before the manifest waits. */
+    if (err == 0)
+        (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
     close(fd);
     if (err < 0) {
         hasher_drop(&h);

@@ -212,9 +212,10 @@ static void entry_common(struct ws_tar_out *t, const char *rel, const struct ws_
     archive_entry_set_mtime(e, (time_t)sec, (long)nsec);
 }
 
-/* Starts storing one walk entry (or the single file). 0 also when the
- * entry was skipped. */
-static int store(struct ws_tar_out *t, const char *path, const char *rel, struct ws_stat *st)
+/* Starts storing one walk entry (or the single file: dir NULL). 0 also
+ * when the entry was skipped. */
+static int store(struct ws_tar_out *t, struct ws_vfs_dir *dir, const char *name, const char *path,
+                 const char *rel, struct ws_stat *st)
 {
     int r;
 
@@ -246,7 +247,9 @@ static int store(struct ws_tar_out *t, const char *path, const char *rel, struct
     case WS_FT_REGULAR: {
         struct ws_stat fst;
         struct ws_vfs_file *f = NULL;
-        r = t->fs->ops->open_read(t->fs, path, &f, &fst);
+        /* From the walk's open directory: no lookup from the root. */
+        r = dir ? t->fs->ops->open_read_at(dir, name, &f, &fst)
+                : t->fs->ops->open_read(t->fs, path, &f, &fst);
         if (r < 0) {
             if (r == -WS_ESPECIAL)
                 return skip(&t->stats, rel, "special");
@@ -366,7 +369,7 @@ static int walk_step(struct ws_tar_out *t)
         }
         if (!stored)
             continue;
-        r = store(t, e.path, rel, &st);
+        r = store(t, e.dir, e.name, e.path, rel, &st);
         if (r < 0)
             return r;
         return 1;
@@ -427,6 +430,9 @@ int ws_tar_out_new(struct ws_fsops *ops, const struct ws_tar_out_request *req, s
     }
     if (archive_write_set_format_pax_restricted(t->ar) != ARCHIVE_OK ||
         (req->format == WS_TAR_GZIP && archive_write_add_filter_gzip(t->ar) != ARCHIVE_OK) ||
+        /* Bytes go out as they come: no copy into 10 KiB blocks (the
+         * stream still ends on a 512-byte record). */
+        archive_write_set_bytes_per_block(t->ar, 0) != ARCHIVE_OK ||
         archive_write_open2(t->ar, t, NULL, write_cb, NULL, NULL) != ARCHIVE_OK) {
         r = -EIO;
         goto fail;
@@ -456,7 +462,7 @@ int ws_tar_out_next(struct ws_tar_out *t, size_t want, const void **ret_data, si
             const char *slash = strrchr(t->base, '/');
             r = t->fs->ops->stat(t->fs, t->base, &st);
             if (r == 0)
-                r = store(t, t->base, slash ? slash + 1 : t->base, &st);
+                r = store(t, NULL, NULL, t->base, slash ? slash + 1 : t->base, &st);
         } else {
             r = walk_step(t);
             if (r == 0)

@@ -69,8 +69,9 @@ struct ws_write_opts {
     bool create_parents; /* mkdir -p the parent (0755) */
     bool if_absent;      /* -EEXIST when the file exists */
     uint64_t max_size;   /* write() fails with -EFBIG past this; 0 = none */
-    /* Skip the flush to disk at commit: the caller flushes many new files
-     * at once with the storage's sync entry (archives, snapshots). */
+    /* Skip the flush to disk at commit (the write-back only starts): the
+     * caller flushes many new files at once with the storage's sync entry
+     * (archives, snapshots). */
     bool no_sync;
 };
 

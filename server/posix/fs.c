@@ -64,6 +64,7 @@ struct pfs_writer {
     int parent_fd; /* O_PATH | O_DIRECTORY */
     int tmp_fd;
     bool tmp_named; /* tmp_name currently exists in the parent */
+    bool leaf_made; /* opts.fresh: the leaf is ours until commit */
     char tmp_name[TMP_NAME_LEN + 1];
     char leaf[WS_VFS_NAME_MAX + 1];
     struct ws_write_opts opts;
@@ -1069,6 +1070,8 @@ static void free_writer(struct pfs_writer *w)
     int saved = errno;
     if (w->tmp_named)
         unlinkat(w->parent_fd, w->tmp_name, 0);
+    if (w->leaf_made)
+        unlinkat(w->parent_fd, w->leaf, 0);
     if (w->tmp_fd >= 0)
         close(w->tmp_fd);
     if (w->parent_fd >= 0)
@@ -1112,6 +1115,19 @@ static int pfs_write_begin(struct ws_vfs *vfs, const char *path, const struct ws
     if (r < 0)
         goto out;
 
+    if (opts->fresh && !s.must_be_dir) {
+        r = resolve(w->parent_fd, w->leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW, 0600,
+                    RES_LEAF);
+        if (r < 0)
+            goto out;
+        w->tmp_fd = r;
+        w->leaf_made = true;
+        r = give(w->fs, w->tmp_fd);
+        if (r < 0)
+            goto out;
+        *ret_writer = (struct ws_vfs_writer *)w;
+        return 0;
+    }
     r = check_leaf(w->parent_fd, w->leaf, opts->if_absent, &st);
     if (r < 0)
         goto out;
@@ -1157,6 +1173,22 @@ static int pfs_write_commit(struct ws_vfs_writer *ww, struct ws_stat *ret_st)
 
     if (w->error) {
         r = w->error;
+        goto out;
+    }
+    if (w->leaf_made) {
+        /* opts.fresh: already under its name. */
+        mode = w->opts.mode ? w->opts.mode & 0777 : 0644;
+        if (fchmod(w->tmp_fd, mode) < 0 || (!w->opts.no_sync && fsync(w->tmp_fd) < 0) ||
+            fstat(w->tmp_fd, &st) < 0) {
+            r = -errno;
+            goto out;
+        }
+        if (w->opts.no_sync)
+            (void)sync_file_range(w->tmp_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+        w->leaf_made = false;
+        if (ret_st)
+            to_ws_stat(&st, ret_st);
+        r = 0;
         goto out;
     }
     r = check_leaf(w->parent_fd, w->leaf, w->opts.if_absent, &old);

@@ -420,9 +420,11 @@ static int64_t entry_mtime(struct archive_entry *e)
 /* Writes a regular file from the archive's data (src NULL) or as a copy of
  * the staged file `src` (a hard link). */
 static int write_file(struct ws_tar_in *t, const char *full, uint32_t mode, const char *src,
-                      const char *entry, struct ws_diag *d)
+                      const char *entry, bool fresh, struct ws_diag *d)
 {
-    struct ws_write_opts o = {.mode = mode ? mode : 0644, .no_sync = true};
+    /* The staging directory is ours: a name the archive has not made yet
+     * is written in place. */
+    struct ws_write_opts o = {.mode = mode ? mode : 0644, .no_sync = true, .fresh = fresh};
     struct ws_vfs_writer *w = NULL;
     struct ws_vfs_file *f = NULL;
     uint64_t off = 0;
@@ -546,7 +548,7 @@ static int one_entry(struct ws_tar_in *t, struct archive_entry *e, struct ws_dia
         r = count_bytes(t, name, st.size, d);
         if (r < 0)
             return r;
-        r = write_file(t, full, mode ? mode : (st.mode & 0777), src, name, d);
+        r = write_file(t, full, mode ? mode : (st.mode & 0777), src, name, !was, d);
         if (r < 0)
             return r;
         t->stats.hardlinks++;
@@ -577,7 +579,7 @@ static int one_entry(struct ws_tar_in *t, struct archive_entry *e, struct ws_dia
         r = count_bytes(t, name, size < 0 ? 0 : (uint64_t)size, d);
         if (r < 0)
             return r;
-        r = write_file(t, full, mode, NULL, name, d);
+        r = write_file(t, full, mode, NULL, name, !was, d);
         if (r < 0)
             return r;
         t->stats.files++;

@@ -73,6 +73,12 @@ struct ws_write_opts {
      * caller flushes many new files at once with the storage's sync entry
      * (archives, snapshots). */
     bool no_sync;
+    /* Nothing is at the path, and its directory is the caller's alone
+     * until the caller publishes it (a staging directory): the file is
+     * made under its own name at once, without a temporary file and a
+     * rename. -EEXIST when something is there; an aborted or failed write
+     * removes the file. Storage may ignore it. */
+    bool fresh;
 };
 
 struct ws_vfs;

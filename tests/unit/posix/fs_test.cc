@@ -557,6 +557,38 @@ TEST_F(PosixFs, Modes)
     EXPECT_EQ(st.mode, 0644u) << "new files are 0644 whatever the umask";
 }
 
+// opts.fresh (a staging directory's new files): made in place, never over
+// anything, never through a symlink, and gone again when aborted.
+TEST_F(PosixFs, FreshWritesInPlace)
+{
+    ws_write_opts o = {};
+    o.fresh = true;
+    o.mode = 0640;
+    struct ws_vfs_writer *w;
+    struct ws_stat st;
+    EXPECT_EQ(ops_->write_begin(vfs_, "file", &o, &w), -EEXIST);
+    EXPECT_EQ(sb_->Read("file"), "hello");
+    ASSERT_EQ(symlink("/etc/passwd", (sb_->ws + "/link").c_str()), 0);
+    EXPECT_EQ(ops_->write_begin(vfs_, "link", &o, &w), -EEXIST);
+
+    ASSERT_EQ(ops_->write_begin(vfs_, "new", &o, &w), 0);
+    ASSERT_EQ(ops_->write(w, "abc", 3), 0);
+    EXPECT_EQ(ops_->stat(vfs_, "new", &st), 0) << "in place: seen at once";
+    ops_->write_abort(w);
+    EXPECT_EQ(ops_->stat(vfs_, "new", &st), -ENOENT) << "abort removes it";
+
+    ASSERT_EQ(Write("new", "made", o, &st), 0);
+    EXPECT_EQ(sb_->Read("new"), "made");
+    EXPECT_EQ(st.size, 4u);
+    EXPECT_EQ(st.mode, 0640u);
+
+    o.max_size = 2;
+    ASSERT_EQ(ops_->write_begin(vfs_, "big", &o, &w), 0);
+    EXPECT_EQ(ops_->write(w, "abc", 3), -EFBIG);
+    EXPECT_EQ(ops_->write_commit(w, &st), -EFBIG);
+    EXPECT_EQ(ops_->stat(vfs_, "big", &st), -ENOENT) << "a failed write removes it";
+}
+
 TEST_F(PosixFs, IfAbsent)
 {
     ws_write_opts o = {};

@@ -30,7 +30,8 @@ struct ws_tar_out {
     size_t base_len;
     bool single; /* path is not a directory: one entry */
     bool single_done;
-    bool closed; /* archive_write_close ran */
+    bool closed;   /* archive_write_close ran */
+    bool in_place; /* plain tar: file data is read into `out` */
     bool done;
     /* The file being stored. */
     struct ws_vfs_file *file;
@@ -49,21 +50,34 @@ struct ws_tar_out {
     struct ws_tar_stats stats;
 };
 
+/* Room for `len` more bytes of output. */
+static int out_reserve(struct ws_tar_out *t, size_t len)
+{
+    if (t->out_len + len <= t->out_cap)
+        return 0;
+    size_t cap = t->out_cap ? t->out_cap : 64 * 1024;
+    while (cap < t->out_len + len)
+        cap *= 2;
+    unsigned char *p = realloc(t->out, cap);
+    if (!p)
+        return -ENOMEM;
+    t->out = p;
+    t->out_cap = cap;
+    return 0;
+}
+
 static ssize_t write_cb(struct archive *a, void *userdata, const void *buf, size_t len)
 {
     struct ws_tar_out *t = userdata;
     (void)a;
-    if (t->out_len + len > t->out_cap) {
-        size_t cap = t->out_cap ? t->out_cap : 64 * 1024;
-        while (cap < t->out_len + len)
-            cap *= 2;
-        unsigned char *p = realloc(t->out, cap);
-        if (!p) {
-            t->out_err = -ENOMEM;
-            return -1;
-        }
-        t->out = p;
-        t->out_cap = cap;
+    /* File data read straight into place (file_step): nothing to copy. */
+    if (buf == t->out + t->out_len && t->out_len + len <= t->out_cap) {
+        t->out_len += len;
+        return (ssize_t)len;
+    }
+    if (out_reserve(t, len) < 0) {
+        t->out_err = -ENOMEM;
+        return -1;
     }
     memcpy(t->out + t->out_len, buf, len);
     t->out_len += len;
@@ -302,23 +316,34 @@ static int store(struct ws_tar_out *t, struct ws_vfs_dir *dir, const char *name,
     return 0;
 }
 
-/* Stores the next piece of the open file. */
-static int file_step(struct ws_tar_out *t)
+/* Stores the next piece of the open file. Plain tar passes data through
+ * unchanged, so it is read straight into the output, where write_cb finds
+ * it; through gzip it is read into the chunk buffer. */
+static int file_step(struct ws_tar_out *t, size_t room)
 {
     uint64_t left = t->file_size - t->file_off;
     size_t want = left < READ_CHUNK ? (size_t)left : READ_CHUNK;
     ssize_t n = 0;
 
+    if (t->in_place && room && want > room)
+        want = room;
     if (want) {
-        n = t->fs->ops->pread(t->file, t->chunk, want, t->file_off);
+        unsigned char *into = t->chunk;
+        if (t->in_place) {
+            int r = out_reserve(t, want);
+            if (r < 0)
+                return r;
+            into = t->out + t->out_len;
+        }
+        n = t->fs->ops->pread(t->file, into, want, t->file_off);
         if (n < 0)
             return (int)n;
         if ((size_t)n < want) {
             /* Shrank while read: pad with zeros to the size stored. */
-            memset(t->chunk + n, 0, want - (size_t)n);
+            memset(into + n, 0, want - (size_t)n);
             t->file_changed = true;
         }
-        if (archive_write_data(t->ar, t->chunk, want) < 0)
+        if (archive_write_data(t->ar, into, want) < 0)
             return ar_fail(t);
         t->file_off += want;
     }
@@ -415,6 +440,7 @@ int ws_tar_out_new(struct ws_fsops *ops, const struct ws_tar_out_request *req, s
         goto fail;
     }
     t->single = st.type != WS_FT_DIRECTORY;
+    t->in_place = req->format != WS_TAR_GZIP;
     if (!t->single) {
         r = ws_walk_open(fs, req->path, t->base, 0, req->budget, &t->walk);
         if (r < 0)
@@ -453,7 +479,7 @@ int ws_tar_out_next(struct ws_tar_out *t, size_t want, const void **ret_data, si
         return 0;
     while (t->out_len < want) {
         if (t->file) {
-            r = file_step(t);
+            r = file_step(t, want - t->out_len);
         } else if (t->single) {
             if (t->single_done)
                 break;

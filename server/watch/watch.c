@@ -1486,6 +1486,36 @@ static void dirs_quota(struct ws_diag *d)
     ws_diag_meta(d, "limit", "%u", WS_WATCH_MAX_DIRECTORIES);
 }
 
+/* The kernel's fs.inotify.max_user_instances (0 when unreadable). */
+static long inotify_instances_limit(void)
+{
+    FILE *f = fopen("/proc/sys/fs/inotify/max_user_instances", "re");
+    long v = 0;
+
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+
+/* Each host watch holds one inotify instance; the host ran out of them
+ * (fs.inotify.max_user_instances, counted over every process of the
+ * server's user). */
+static void instances_quota(struct ws_diag *d)
+{
+    long lim = inotify_instances_limit();
+
+    ws_diag_set(d,
+                "the host refused the server another inotify instance: each watch of an on-disk "
+                "workspace holds one, and the server's user may have %ld "
+                "(fs.inotify.max_user_instances), the server only so many descriptors",
+                lim);
+    ws_diag_meta(d, "quota", "inotify_instances");
+    ws_diag_meta(d, "limit", "%ld", lim);
+}
+
 /* The inotify half of a start: returns 0 or an error. */
 static int start_inotify(struct ws_watch *w, bool is_dir, struct ws_diag *d)
 {
@@ -1495,7 +1525,8 @@ static int start_inotify(struct ws_watch *w, bool is_dir, struct ws_diag *d)
     if (w->ifd < 0) {
         r = -errno;
         if (r == -EMFILE || r == -ENFILE) {
-            dirs_quota(d);
+            /* The per-user instance limit, or descriptors. */
+            instances_quota(d);
             return -WS_EQUOTA;
         }
         return r;

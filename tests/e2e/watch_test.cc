@@ -1,6 +1,8 @@
 // FileSystem.Watch end to end: the real server, real clients, changes made
 // through the API, by the host and by commands in every kind of box.
 #include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -582,6 +584,47 @@ TEST_F(WatchTest, SeventeenthWatchIsRefusedAndCancelReleases)
         }
     }
     EXPECT_EQ(held.size(), 16u);
+}
+
+// The host's inotify instances for the server's user (root) run out: the
+// test holds every one it can get (fs.inotify.max_user_instances counts
+// all processes of the user). The Watch gets a clear QUOTA naming the
+// limit, memory workspaces (no inotify) still watch, and watching works
+// again once the instances are back.
+TEST_F(WatchTest, OutOfInotifyInstancesIsAClearQuota)
+{
+    wstest::Ws ws = wstest::Open(ws_.get(), "local-bash");
+    wstest::Ws mem = wstest::Open(ws_.get(), "memory");
+    std::vector<int> held;
+    struct rlimit nofile;
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &nofile), 0);
+    nofile.rlim_cur = nofile.rlim_max;
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &nofile), 0);
+    for (;;) {
+        int fd = inotify_init1(IN_CLOEXEC);
+        if (fd < 0) {
+            ASSERT_EQ(errno, EMFILE) << "the user's instance limit, not our descriptors";
+            break;
+        }
+        held.push_back(fd);
+        ASSERT_LT(held.size(), 1000000u) << "no inotify instance limit on this host";
+    }
+    Watch refused(srv_->channel(), Req(ws.id));
+    grpc::Status s = refused.Finish();
+    auto in_memory = std::make_unique<Watch>(srv_->channel(), Req(mem.id));
+    bool memory_ready = in_memory->WaitReady();
+    for (int fd : held)
+        close(fd);
+    EXPECT_WS_ERROR(s, grpc::StatusCode::RESOURCE_EXHAUSTED, "QUOTA");
+    wstest::Error e = wstest::Decode(s);
+    EXPECT_EQ(e.metadata["quota"], "inotify_instances");
+    std::string limit = wstest::ReadHostFile("/proc/sys/fs/inotify/max_user_instances");
+    EXPECT_EQ(e.metadata["limit"] + "\n", limit);
+    EXPECT_TRUE(memory_ready) << "a memory workspace's watch needs no inotify";
+
+    auto w = Start(Req(ws.id));
+    wstest::WriteHostFile(srv_->workspace_dir(ws.id) + "/after", "x");
+    ASSERT_GT(w->WaitEvent(WATCH_EVENT_CREATED, "after"), 0) << w->Dump();
 }
 
 TEST_F(WatchTest, RemovedDirectoryIsGone)

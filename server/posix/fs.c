@@ -32,8 +32,8 @@
 /* Lookups of a single leaf name that must never follow it. */
 #define RES_LEAF (RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS)
 
-#define TMP_PREFIX      ".ws-tmp-"
-#define TMP_NAME_LEN    (sizeof(TMP_PREFIX) - 1 + 16)
+#define TMP_PREFIX      WS_VFS_TMP_PREFIX
+#define TMP_NAME_LEN    (sizeof(TMP_PREFIX) - 1 + WS_VFS_TRANSIENT_HEX)
 #define TMP_NAME_TRIES  16
 #define RM_RESCANS      3
 #define OPEN_READ_TRIES 2

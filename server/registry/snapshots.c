@@ -31,8 +31,8 @@
 #define TMP_DIR       "tmp"
 #define MANIFEST_HEAD "workspaced-manifest 1"
 /* The hidden directory a restore builds in, at the workspace's root. */
-#define RESTORE_PREFIX ".workspaced-restore-"
-#define RESTORE_OLD    ".workspaced-replaced-"
+#define RESTORE_PREFIX WS_VFS_RESTORE_PREFIX
+#define RESTORE_OLD    WS_VFS_REPLACED_PREFIX
 #define COPY_BUF       (128 * 1024)
 #define HASH_LEN       32
 #define HEX_LEN        (2 * HASH_LEN)
@@ -851,6 +851,10 @@ static int walk(struct walker *w)
                 goto out;
             continue;
         }
+        /* The server's own work in progress (a write's temporary, an
+         * upload's staging) is not the tree's content. */
+        if (ws_vfs_transient_name(ent.name, ent.name_len, NULL))
+            continue;
         if (++w->entries > WS_SNAP_ENTRIES_MAX) {
             err = -WS_ELIMIT;
             goto out;

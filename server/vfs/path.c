@@ -10,6 +10,34 @@
 #include <string.h>
 
 #include "server/base/errors.h"
+#include "server/base/macros.h"
+
+static bool has_transient_form(const char *name, size_t len, const char *prefix)
+{
+    size_t n = strlen(prefix);
+
+    if (len != n + WS_VFS_TRANSIENT_HEX || memcmp(name, prefix, n) != 0)
+        return false;
+    for (size_t i = n; i < len; i++)
+        if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+            return false;
+    return true;
+}
+
+bool ws_vfs_transient_name(const char *name, size_t len, const char *prefix)
+{
+    static const char *const all[] = {WS_VFS_TMP_PREFIX, WS_VFS_STAGE_PREFIX, WS_VFS_TRASH_PREFIX,
+                                      WS_VFS_RESTORE_PREFIX, WS_VFS_REPLACED_PREFIX};
+
+    if (len < 1 || name[0] != '.')
+        return false;
+    if (prefix)
+        return has_transient_form(name, len, prefix);
+    for (size_t i = 0; i < WS_ELEMENTSOF(all); i++)
+        if (has_transient_form(name, len, all[i]))
+            return true;
+    return false;
+}
 
 int ws_vfs_check_path(const char *path)
 {

@@ -15,8 +15,8 @@
 #include "server/vfs/archive.h"
 #include "server/vfs/internal.h"
 
-#define STAGE_PREFIX ".ws-stage-"
-#define TRASH_PREFIX ".ws-trash-"
+#define STAGE_PREFIX WS_VFS_STAGE_PREFIX
+#define TRASH_PREFIX WS_VFS_TRASH_PREFIX
 #define COPY_CHUNK   (256 * 1024)
 /* Bytes after the end-of-archive blocks that are read and dropped (block
  * padding, a gzip trailer); more is a malformed stream. */

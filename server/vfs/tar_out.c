@@ -371,6 +371,9 @@ static int walk_step(struct ws_tar_out *t)
         int r = ws_walk_next(t->walk, &e);
         if (r <= 0)
             return r;
+        /* The server's own work in progress: never content. */
+        if (ws_vfs_transient_name(e.name, e.name_len, NULL))
+            continue;
         const char *rel = rel_of(t, e.path);
         struct ws_stat st;
         r = t->fs->ops->stat_at(e.dir, e.name, &st);

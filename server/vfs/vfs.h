@@ -215,4 +215,18 @@ struct ws_vfs {
  * -EXDEV (absolute). ".." is left to the resolver, which refuses escapes. */
 int ws_vfs_check_path(const char *path);
 
+/* The server's own transient entries inside a workspace, each named by a
+ * prefix and 16 lowercase hex digits: a write's temporary file, the
+ * staging and trash directories of WriteArchive, the build and the old
+ * tree of a Restore. Snapshots and tree copies leave them out. */
+#define WS_VFS_TMP_PREFIX      ".ws-tmp-"
+#define WS_VFS_STAGE_PREFIX    ".ws-stage-"
+#define WS_VFS_TRASH_PREFIX    ".ws-trash-"
+#define WS_VFS_RESTORE_PREFIX  ".workspaced-restore-"
+#define WS_VFS_REPLACED_PREFIX ".workspaced-replaced-"
+#define WS_VFS_TRANSIENT_HEX   16
+/* Whether `name` (one component, len bytes) is one of them; `prefix`,
+ * when not NULL, only that kind. */
+bool ws_vfs_transient_name(const char *name, size_t len, const char *prefix);
+
 #endif

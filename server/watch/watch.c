@@ -950,16 +950,12 @@ static void finish_move_from(struct ws_watch *w)
 }
 
 /* The names the host storage's atomic writes use on the way (see
- * server/posix/fs.c): a temporary file linked as ".ws-tmp-" and 16 hex
- * digits, then renamed over its target. Such a write is the target's
- * create, never a move. */
-#define WRITER_TMP_PREFIX ".ws-tmp-"
-
+ * server/posix/fs.c): a temporary file linked under a transient name,
+ * then renamed over its target. Such a write is the target's create,
+ * never a move. */
 static bool writer_tmp_name(const char *name)
 {
-    size_t n = sizeof(WRITER_TMP_PREFIX) - 1;
-
-    return strncmp(name, WRITER_TMP_PREFIX, n) == 0 && strlen(name + n) == 16;
+    return ws_vfs_transient_name(name, strlen(name), WS_VFS_TMP_PREFIX);
 }
 
 /* An unnamed file (O_TMPFILE) being written shows up as "#" and its inode

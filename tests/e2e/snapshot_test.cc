@@ -358,6 +358,36 @@ TEST(Snapshot, SecondSnapshotReadsOnlyWhatChanged)
     }
 }
 
+// The server's own work in progress in the tree (a write's temporary, an
+// upload's staging, a restore's build) is not snapshotted; a look-alike
+// name is the user's.
+TEST(Snapshot, LeavesOutTheServersWorkInProgress)
+{
+    wstest::Server srv;
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    std::string id = MustOpen(ws.get(), "local-bash");
+    std::string dir = srv.workspace_dir(id);
+    wstest::WriteHostFile(dir + "/keep", "k");
+    Sh("mkdir", mkdir((dir + "/.ws-stage-0123456789abcdef").c_str(), 0700));
+    wstest::WriteHostFile(dir + "/.ws-stage-0123456789abcdef/half", "h");
+    Sh("mkdir", mkdir((dir + "/d").c_str(), 0755));
+    wstest::WriteHostFile(dir + "/d/.ws-tmp-00000000deadbeef", "t");
+    Sh("mkdir", mkdir((dir + "/.workspaced-restore-0123456789abcdef").c_str(), 0700));
+    wstest::WriteHostFile(dir + "/.ws-tmp-mine", "m");
+
+    Snapshot sn;
+    ASSERT_TRUE(TakeSnapshot(ws.get(), id, &sn).ok());
+    EXPECT_EQ(sn.files(), 2u);
+    EXPECT_EQ(sn.directories(), 1u);
+    std::string fork = MustOpen(ws.get(), "local-bash", sn.id());
+    std::map<std::string, std::string> got = DescribeTree(srv.workspace_dir(fork));
+    std::vector<std::string> names;
+    for (const auto &kv : got)
+        names.push_back(kv.first);
+    EXPECT_EQ(names, (std::vector<std::string>{".ws-tmp-mine", "d", "keep"}));
+}
+
 TEST(Snapshot, DedupAcrossSnapshotsAndWorkspacesAndDeleteReclaimsOnlyUnshared)
 {
     wstest::Server srv;

@@ -426,6 +426,28 @@ class Ops : public ::testing::Test
     TestFs test_fs_ = {};
 };
 
+// ---- transient names ----
+
+TEST(TransientName, Cases)
+{
+    auto t = [](const char *s, const char *prefix = nullptr) {
+        return ws_vfs_transient_name(s, strlen(s), prefix);
+    };
+    EXPECT_TRUE(t(".ws-tmp-0123456789abcdef"));
+    EXPECT_TRUE(t(".ws-stage-0123456789abcdef"));
+    EXPECT_TRUE(t(".ws-trash-0123456789abcdef"));
+    EXPECT_TRUE(t(".workspaced-restore-0123456789abcdef"));
+    EXPECT_TRUE(t(".workspaced-replaced-0123456789abcdef"));
+    EXPECT_TRUE(t(".ws-tmp-0123456789abcdef", WS_VFS_TMP_PREFIX));
+    EXPECT_FALSE(t(".ws-stage-0123456789abcdef", WS_VFS_TMP_PREFIX));
+    EXPECT_FALSE(t(".ws-tmp-0123456789abcde")) << "15 digits";
+    EXPECT_FALSE(t(".ws-tmp-0123456789abcdef0")) << "17 digits";
+    EXPECT_FALSE(t(".ws-tmp-0123456789ABCDEF")) << "upper case is not ours";
+    EXPECT_FALSE(t(".ws-stage-mine"));
+    EXPECT_FALSE(t("ws-tmp-0123456789abcdef"));
+    EXPECT_FALSE(t(""));
+}
+
 // ---- check_path ----
 
 TEST(CheckPath, Cases)

@@ -6,6 +6,7 @@
 #define WS_VFS_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,8 @@ struct ws_fsops {
     /* Changes hold it shared, a freeze exclusively (writer-preferring, so
      * a stream of changes cannot keep a snapshot waiting for ever). */
     pthread_rwlock_t change_lock;
+    /* Freezes held or waited for: ws_fsops_frozen(). */
+    atomic_int freezers;
 };
 
 /* ---- paths ---- */

@@ -61,12 +61,19 @@ void ws_fsops_change_end(struct ws_fsops *ops)
 
 void ws_fsops_freeze(struct ws_fsops *ops)
 {
+    atomic_fetch_add(&ops->freezers, 1);
     pthread_rwlock_wrlock(&ops->change_lock);
 }
 
 void ws_fsops_thaw(struct ws_fsops *ops)
 {
     pthread_rwlock_unlock(&ops->change_lock);
+    atomic_fetch_sub(&ops->freezers, 1);
+}
+
+bool ws_fsops_frozen(struct ws_fsops *ops)
+{
+    return atomic_load(&ops->freezers) > 0;
 }
 
 struct ws_vfs *ws_fsops_vfs(struct ws_fsops *ops)

@@ -95,6 +95,10 @@ void ws_fsops_change_begin(struct ws_fsops *ops);
 void ws_fsops_change_end(struct ws_fsops *ops);
 void ws_fsops_freeze(struct ws_fsops *ops);
 void ws_fsops_thaw(struct ws_fsops *ops);
+/* Whether a freeze holds or waits: a change begun now would wait for a
+ * whole snapshot. The RPC layer then runs the change on a thread that
+ * may wait, not on one that serves every other call. */
+bool ws_fsops_frozen(struct ws_fsops *ops);
 
 /* ---- writes ---- */
 

@@ -388,6 +388,64 @@ TEST(Snapshot, LeavesOutTheServersWorkInProgress)
     EXPECT_EQ(names, (std::vector<std::string>{".ws-tmp-mine", "d", "keep"}));
 }
 
+// A change on a workspace a snapshot has frozen waits for the snapshot,
+// but not on a completion-queue thread: with one such thread, a Move that
+// waits must not hold up the calls after it. The Stat sent after the Move
+// still finds the file where it was: it ran while the Move waited.
+TEST(Snapshot, AChangeWaitingForASnapshotHoldsUpNoOtherCall)
+{
+    wstest::Server srv({"--threads", "1"});
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    std::string a = MustOpen(ws.get(), "local-bash");
+    ASSERT_TRUE(wstest::Write(fs.get(), a, "moveme", "m").ok());
+    // A tree whose first snapshot takes a while: 3,000 files, 96 MiB.
+    std::string dir = srv.workspace_dir(a);
+    std::string chunk(32 * 1024, 'c');
+    for (int d = 0; d < 30; d++) {
+        std::string sub = dir + "/d" + std::to_string(d);
+        Sh("mkdir", mkdir(sub.c_str(), 0755));
+        for (int i = 0; i < 100; i++) {
+            chunk[0] = (char)d;
+            chunk[1] = (char)i;
+            wstest::WriteHostFile(sub + "/f" + std::to_string(i), chunk);
+        }
+    }
+    Snapshot sn;
+    std::thread snap([&] {
+        grpc::Status s = TakeSnapshot(ws.get(), a, &sn);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::thread mover([&] {
+        MoveRequest req;
+        req.set_workspace_id(a);
+        req.set_from_path("moveme");
+        req.set_to_path("moved");
+        MoveResponse resp;
+        ClientContext ctx;
+        ctx.set_deadline(Deadline(120));
+        grpc::Status s = fs->Move(&ctx, req, &resp);
+        EXPECT_TRUE(s.ok()) << s.error_message();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    StatRequest req;
+    req.set_workspace_id(a);
+    req.set_path("moveme");
+    StatResponse resp;
+    ClientContext ctx;
+    ctx.set_deadline(Deadline(120));
+    grpc::Status stat = fs->Stat(&ctx, req, &resp);
+    snap.join();
+    mover.join();
+    // The Move came 100 ms into the freeze and the Stat 200 ms: a
+    // shorter snapshot proves nothing.
+    ASSERT_GT(sn.duration_ms(), 400u) << "the snapshot was too quick to test with";
+    EXPECT_TRUE(stat.ok()) << "the Stat waited behind the Move the snapshot held: "
+                           << stat.error_message();
+    EXPECT_EQ(MustRead(fs.get(), a, "moved"), "m");
+}
+
 TEST(Snapshot, DedupAcrossSnapshotsAndWorkspacesAndDeleteReclaimsOnlyUnshared)
 {
     wstest::Server srv;

@@ -5,7 +5,10 @@
  * Remove, and a WriteFile commit or an EditFile with if_match (a hash of
  * the whole file) or with the byte quota on (a charge may walk the
  * tenant's workspaces), and MakeDir with the byte quota on. Stat, ReadFile,
- * Move and the rest stay on the thread that delivered the call.
+ * Move and the rest stay on the thread that delivered the call, except
+ * that a change (EditFile, MakeDir, Remove, Move) on a workspace a
+ * snapshot has frozen goes to the FS lane to wait there: never on a
+ * completion-queue thread, which would hold up every other call.
  *
  * The per-tenant byte quota (ws_registry_usage_charge): a write or an
  * edit is charged what it adds before it is committed and refused, the
@@ -99,6 +102,20 @@ static struct ws_services_unary *fs_unary(struct ws_call *call, const ProtobufCM
     if (!u || ws_services_fs_workspace(call, id, path, &u->ws) < 0)
         return NULL;
     return u;
+}
+
+/* A change on a workspace a snapshot has frozen would wait for the whole
+ * snapshot: it runs `run` on the FS lane instead (true: offloaded, or
+ * failed and answered). */
+static bool wait_on_lane(struct ws_call *call, const ProtobufCMessage *msg, struct ws_workspace *ws,
+                         const char *id, const char *path, void (*run)(struct ws_call *call))
+{
+    if (!ws_fsops_frozen(ws_workspace_fsops(ws)))
+        return false;
+    struct ws_services_unary *u = fs_unary(call, msg, id, path);
+    if (u)
+        ws_services_offload(call, &u->job, WS_SERVICES_LANE_FS, run, NULL);
+    return true;
 }
 
 /* The call succeeded: its file event (NULL: none) goes into the audit
@@ -581,7 +598,8 @@ static void edit(struct ws_call *call, const ProtobufCMessage *msg)
     }
     if (ws_services_fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
-    do_edit(call, ws, req);
+    if (!wait_on_lane(call, msg, ws, req->workspace_id, req->path, edit_run))
+        do_edit(call, ws, req);
     ws_workspace_unref(ws);
 }
 
@@ -978,7 +996,8 @@ static void make_dir(struct ws_call *call, const ProtobufCMessage *msg)
     }
     if (ws_services_fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
-    do_make_dir(call, ws, req);
+    if (!wait_on_lane(call, msg, ws, req->workspace_id, req->path, make_dir_run))
+        do_make_dir(call, ws, req);
     ws_workspace_unref(ws);
 }
 
@@ -1030,28 +1049,26 @@ static void remove_path(struct ws_call *call, const ProtobufCMessage *msg)
     }
     if (ws_services_fs_workspace(call, req->workspace_id, req->path, &ws) < 0)
         return;
-    do_remove(call, ws, req);
+    if (!wait_on_lane(call, msg, ws, req->workspace_id, req->path, remove_run))
+        do_remove(call, ws, req);
     ws_workspace_unref(ws);
 }
 
-static void move(struct ws_call *call, const ProtobufCMessage *msg)
+static void do_move(struct ws_call *call, struct ws_workspace *ws,
+                    const Workspace__V1__MoveRequest *req)
 {
-    const Workspace__V1__MoveRequest *req = (const void *)msg;
     Workspace__V1__MoveResponse resp = WORKSPACE__V1__MOVE_RESPONSE__INIT;
-    struct ws_workspace *ws;
+    struct ws_vfs *fs = vfs_of(ws);
     int err;
 
-    if (ws_services_fs_workspace(call, req->workspace_id, req->from_path, &ws) < 0)
-        return;
     if (ws_services_check_path(call, ws, req->to_path) < 0)
-        goto out;
-    struct ws_vfs *fs = vfs_of(ws);
+        return;
     ws_fsops_change_begin(ws_workspace_fsops(ws));
     err = fs->ops->move(fs, req->from_path, req->to_path, req->replace);
     ws_fsops_change_end(ws_workspace_fsops(ws));
     if (err < 0) {
         ws_services_fs_fail(call, ws, err, NULL);
-        goto out;
+        return;
     }
     if (req->replace)
         ws_registry_usage_stale(registry_of(call), ws_workspace_id(ws)); /* one may be gone */
@@ -1059,7 +1076,24 @@ static void move(struct ws_call *call, const ProtobufCMessage *msg)
     finish_info(
         call, ws, req->to_path, &resp.base, &resp.info,
         &(struct ws_audit_file){.event = "move", .path = req->from_path, .to_path = req->to_path});
-out:
+}
+
+static void move_run(struct ws_call *call)
+{
+    struct ws_services_unary *u = ws_call_data(call);
+
+    do_move(call, u->ws, (const void *)u->req);
+}
+
+static void move(struct ws_call *call, const ProtobufCMessage *msg)
+{
+    const Workspace__V1__MoveRequest *req = (const void *)msg;
+    struct ws_workspace *ws;
+
+    if (ws_services_fs_workspace(call, req->workspace_id, req->from_path, &ws) < 0)
+        return;
+    if (!wait_on_lane(call, msg, ws, req->workspace_id, req->from_path, move_run))
+        do_move(call, ws, req);
     ws_workspace_unref(ws);
 }
 
@@ -1089,8 +1123,8 @@ size_t ws_services_filesystem(struct ws_services *s, struct ws_rpc_method *out)
                               &workspace__v1__make_dir_request__descriptor, make_dir),
         WS_SERVICES_OFFLOADED("/workspace.v1.FileSystem/Remove",
                               &workspace__v1__remove_request__descriptor, remove_path),
-        WS_SERVICES_UNARY("/workspace.v1.FileSystem/Move", &workspace__v1__move_request__descriptor,
-                          move),
+        WS_SERVICES_OFFLOADED("/workspace.v1.FileSystem/Move",
+                              &workspace__v1__move_request__descriptor, move),
     };
 
     size_t n = ws_services_add_methods(s, methods, WS_ELEMENTSOF(methods), out);

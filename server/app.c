@@ -204,13 +204,13 @@ static void close_hook(void *ud, const char *id, bool expired)
         ws_log_msg(WS_RPC_LOG_INFO, "workspace.expired", "workspace %s expired and was closed", id);
 }
 
-/* The exec layer knows whether a workspace's commands or streams keep it
- * from being idle. */
+/* A workspace is not idle while its commands or streams run (the exec
+ * layer knows) or while a client watches it. */
 static bool busy_hook(void *ud, const char *id)
 {
     struct ws_app *app = ud;
 
-    return ws_exec_workspace_busy(app->exec, id);
+    return ws_exec_workspace_busy(app->exec, id) || ws_services_watched(id);
 }
 
 /* The exec layer is made before the services (they start commands in

@@ -1446,6 +1446,18 @@ static int copy_patterns(const char *const *in, size_t n, char ***ret)
 }
 
 /* Takes a slot of the limits. */
+unsigned ws_watch_engine_count_key(struct ws_watch_engine *e, const char *key)
+{
+    unsigned n = 0;
+
+    pthread_mutex_lock(&e->lock);
+    for (struct ws_watch *o = e->watches; o; o = o->next)
+        if (!atomic_load(&o->stopping) && strcmp(o->key, key) == 0)
+            n++;
+    pthread_mutex_unlock(&e->lock);
+    return n;
+}
+
 static int admit(struct ws_watch_engine *e, struct ws_watch *w, struct ws_diag *d)
 {
     unsigned same = 0;

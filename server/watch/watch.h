@@ -86,6 +86,8 @@ int ws_watch_engine_new(struct ws_watch_engine **ret);
 void ws_watch_engine_free(struct ws_watch_engine *e);
 /* The server's limits (0: the default). Lowering them refuses new watches
  * only. */
+/* Watches running under `key` (a workspace id). */
+unsigned ws_watch_engine_count_key(struct ws_watch_engine *e, const char *key);
 void ws_watch_engine_set_limits(struct ws_watch_engine *e, unsigned max_watches,
                                 unsigned max_watches_per_key);
 /* Watches running now (for tests and metrics). */

@@ -288,6 +288,48 @@ TEST(Lifetime, ARunningCommandKeepsAnIdleWorkspaceAlive)
     EXPECT_EQ(wstest::Decode(gone).metadata["cause"], "expired");
 }
 
+// A client watching a workspace is using it: an open Watch stream keeps
+// an idle workspace alive, and once it ends the workspace expires.
+TEST(Lifetime, AWatchKeepsAnIdleWorkspaceAlive)
+{
+    wstest::Server server;
+    auto stub = server.workspaces();
+    OpenRequest req = MemoryReq();
+    req.mutable_lifetime()->set_idle_timeout_ms(1500);
+    OpenResponse open;
+    ASSERT_TRUE(OpenWith(stub.get(), req, &open).ok());
+    const std::string id = open.workspace().id();
+    auto fs = server.fs();
+    {
+        grpc::ClientContext ctx;
+        WatchRequest wr;
+        wr.set_workspace_id(id);
+        wr.set_path(".");
+        wr.set_recursive(true);
+        auto reader = fs->Watch(&ctx, wr);
+        WatchEvent ev;
+        ASSERT_TRUE(reader->Read(&ev));
+        ASSERT_EQ(ev.type(), WATCH_EVENT_READY);
+        // Three idle timeouts with nothing but the watch.
+        std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+        ctx.TryCancel();
+        while (reader->Read(&ev)) {
+        }
+        reader->Finish();
+    }
+    // Still there after the watch (one call is activity too).
+    DescribeRequest dr;
+    dr.set_workspace_id(id);
+    DescribeResponse dresp;
+    grpc::ClientContext dctx;
+    grpc::Status described = stub->Describe(&dctx, dr, &dresp);
+    EXPECT_TRUE(described.ok()) << "the watched workspace expired: " << described.error_message();
+    // Then, idle, it expires.
+    grpc::Status gone = WaitGone(stub.get(), id);
+    EXPECT_WS_ERROR(gone, StatusCode::NOT_FOUND, "WORKSPACE_EVICTED");
+    EXPECT_EQ(wstest::Decode(gone).metadata["cause"], "expired");
+}
+
 TEST(Lifetime, CallsAreActivity)
 {
     wstest::Server server;

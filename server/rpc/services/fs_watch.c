@@ -46,6 +46,17 @@ void ws_services_watch_limits(unsigned max_watches, unsigned max_per_workspace)
     pthread_mutex_unlock(&engine_lock);
 }
 
+bool ws_services_watched(const char *workspace_id)
+{
+    bool watched = false;
+
+    pthread_mutex_lock(&engine_lock);
+    if (engine)
+        watched = ws_watch_engine_count_key(engine, workspace_id) > 0;
+    pthread_mutex_unlock(&engine_lock);
+    return watched;
+}
+
 static int get_engine(struct ws_watch_engine **ret)
 {
     int r = 0;

@@ -85,5 +85,8 @@ void ws_services_drain(struct ws_services *s);
  * whole server and on one workspace; 0 keeps a default (100, 16). Call
  * before serving. */
 void ws_services_watch_limits(unsigned max_watches, unsigned max_per_workspace);
+/* Whether a FileSystem.Watch runs on the workspace: a client watching it
+ * is using it (the idle timeout waits). */
+bool ws_services_watched(const char *workspace_id);
 
 #endif

@@ -416,6 +416,8 @@ static void load_meta(struct ws_snapstore *st, const char *name)
     st->entries = e;
 }
 
+static void drop_orphan_objects(struct ws_snapstore *st);
+
 static void drop_orphan_manifest(struct ws_snapstore *st, const char *name)
 {
     struct stat sb;
@@ -453,6 +455,8 @@ int ws_snapstore_open(int state_fd, unsigned max_per_tenant, struct ws_snapstore
         err = each_name(st->meta_fd, load_meta, st);
     if (err == 0)
         err = each_name(st->manifests_fd, drop_orphan_manifest, st);
+    if (err == 0)
+        drop_orphan_objects(st);
     if (err < 0) {
         ws_snapstore_free(st);
         return err;
@@ -1184,6 +1188,58 @@ static int mark(void *ud, const uint8_t *h)
     if (hit)
         hs->held[hit - hs->v] = true;
     return 0;
+}
+
+/* At open, before anything else runs: removes the objects no committed
+ * snapshot holds. A crash between an object's publish and its snapshot's
+ * commit leaves such objects; nothing else would ever free them. Best
+ * effort: when a manifest cannot be read, everything is kept. */
+static void drop_orphan_objects(struct ws_snapstore *st)
+{
+    struct hashes hs = {0};
+    DIR *top = NULL;
+    int err = 0;
+
+    for (struct entry *e = st->entries; e && err == 0; e = e->next) {
+        err = manifest_hashes(st, e->snap->id, collect, &hs);
+        if (err == -ENOENT)
+            err = 0; /* listed without content: holds nothing */
+    }
+    if (err < 0)
+        goto out; /* cannot tell what is held */
+    qsort(hs.v, hs.n, HASH_LEN, cmp_hash);
+    int fd = openat(st->objects_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || !(top = fdopendir(fd))) {
+        if (fd >= 0)
+            close(fd);
+        goto out;
+    }
+    for (struct dirent *de; (de = readdir(top));) {
+        if (strlen(de->d_name) != 2 || nibble(de->d_name[0]) < 0 || nibble(de->d_name[1]) < 0)
+            continue;
+        int sfd =
+            openat(st->objects_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *sub = sfd >= 0 ? fdopendir(sfd) : NULL;
+        if (!sub) {
+            if (sfd >= 0)
+                close(sfd);
+            continue;
+        }
+        for (struct dirent *o; (o = readdir(sub));) {
+            char hex[HEX_LEN + 1];
+            uint8_t h[HASH_LEN];
+            if (snprintf(hex, sizeof(hex), "%s%s", de->d_name, o->d_name) != HEX_LEN ||
+                !hash_of_hex(hex, h))
+                continue; /* not an object's name: not ours to judge */
+            if (!hs.n || !bsearch(h, hs.v, hs.n, HASH_LEN, cmp_hash))
+                unlinkat(dirfd(sub), o->d_name, 0);
+        }
+        closedir(sub);
+    }
+out:
+    if (top)
+        closedir(top);
+    free(hs.v);
 }
 
 /* Removes the objects of manifest `id` that no other listed snapshot

@@ -4,6 +4,7 @@
 // test's injected sleep, which makes backoff delays observable without
 // waiting for them.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -2221,6 +2222,108 @@ TEST(Snapshots, RestoreForkListDelete)
     EXPECT_THROW(c.DeleteSnapshot(snap.id()), workspaced::NoSuchSnapshot);
     EXPECT_THROW(c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs(), fork),
                  workspaced::NoSuchSnapshot);
+}
+
+// Every entry under `root` (itself included) with its type, mode and
+// content or link target: any write to the tree changes the result.
+std::map<std::string, std::string> DescribeHost(const std::string &root,
+                                                const std::string &rel = ".")
+{
+    std::map<std::string, std::string> out;
+    std::string p = root + "/" + rel;
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0) {
+        ADD_FAILURE() << "lstat " << p << ": " << strerror(errno);
+        return out;
+    }
+    std::string line = std::to_string(st.st_mode);
+    if (S_ISLNK(st.st_mode)) {
+        char target[PATH_MAX];
+        ssize_t n = readlink(p.c_str(), target, sizeof(target));
+        line += " -> " + std::string(target, n > 0 ? n : 0);
+    } else if (S_ISREG(st.st_mode)) {
+        line += " " + ReadHostFile(p);
+    }
+    out[rel] = line;
+    if (S_ISDIR(st.st_mode)) {
+        DIR *d = opendir(p.c_str());
+        if (!d) {
+            ADD_FAILURE() << "opendir " << p << ": " << strerror(errno);
+            return out;
+        }
+        std::vector<std::string> names;
+        while (struct dirent *e = readdir(d))
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                names.push_back(e->d_name);
+        closedir(d);
+        for (const auto &n : names) {
+            auto sub = DescribeHost(root, rel + "/" + n);
+            out.insert(sub.begin(), sub.end());
+        }
+    }
+    return out;
+}
+
+// Open's from_path: a directory under the server's --source-path-allow is
+// copied into the new workspace (a symlink as a link) and never written;
+// any other path is SourcePathDenied.
+TEST(Snapshots, OpenFromPathShadowsAnAllowedDirectory)
+{
+    char canonical[PATH_MAX];
+    ASSERT_NE(realpath(TmpDir().c_str(), canonical), nullptr);
+    const std::string allowed = canonical;
+    const std::string repo = allowed + "/repo";
+    const std::string deep("deep\0bytes\377\n", 12);
+    ASSERT_EQ(mkdir(repo.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((repo + "/sub").c_str(), 0755), 0);
+    std::ofstream(repo + "/top.txt") << "top\n";
+    std::ofstream(repo + "/sub/deep.bin", std::ios::binary) << deep;
+    ASSERT_EQ(symlink("sub/deep.bin", (repo + "/link").c_str()), 0);
+    const auto before = DescribeHost(allowed);
+    ASSERT_EQ(before.size(), 6u);
+
+    Server shadow({"--source-path-allow", allowed});
+    auto c = workspaced::Client::Connect(shadow.address());
+    workspaced::OpenOptions from;
+    from.from_path = repo;
+    for (bool memory : {true, false}) {
+        SCOPED_TRACE(memory ? "memory" : "local-bash");
+        auto ws = memory
+                      ? c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs(), from)
+                      : c.Open(workspaced::LocalBash(), workspaced::Capabilities().WithFs(), from);
+        EXPECT_EQ(ws.ReadFile("top.txt"), "top\n");
+        EXPECT_EQ(ws.ReadFile("sub/deep.bin"), deep);
+        EXPECT_EQ(ws.Stat("link").type(), pb::FILE_TYPE_SYMLINK);
+        std::string dest = TmpDir() + "/copy";
+        auto down = ws.DownloadTree(".", dest);
+        EXPECT_EQ(down.files(), 2u);
+        EXPECT_EQ(down.symlinks(), 1u);
+        char target[64] = {0};
+        ASSERT_GT(readlink((dest + "/link").c_str(), target, sizeof(target) - 1), 0);
+        EXPECT_STREQ(target, "sub/deep.bin");
+
+        ws.WriteFile("top.txt", "changed");
+        ws.WriteFile("new.txt", "new");
+        EXPECT_EQ(ws.ReadFile("top.txt"), "changed");
+        EXPECT_EQ(DescribeHost(allowed), before) << "the source is never written";
+    }
+
+    char parent[PATH_MAX];
+    ASSERT_NE(realpath((allowed + "/..").c_str(), parent), nullptr);
+    for (const std::string &bad :
+         {std::string("/etc"), repo + "/../repo", allowed + "/..", std::string(parent)}) {
+        workspaced::OpenOptions outside;
+        outside.from_path = bad;
+        try {
+            c.Open(workspaced::Memory(), workspaced::Capabilities().WithFs(), outside);
+            ADD_FAILURE() << bad << " was opened";
+        } catch (const workspaced::SourcePathDenied &e) {
+            EXPECT_EQ(e.code(), grpc::StatusCode::PERMISSION_DENIED) << bad;
+            EXPECT_EQ(e.reason(), "SOURCE_PATH_DENIED") << bad;
+            EXPECT_EQ(e.metadata().at("path"), bad);
+        }
+    }
+    EXPECT_EQ(DescribeHost(allowed), before);
 }
 
 } // namespace

@@ -8,9 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"testing"
 
+	"google.golang.org/grpc/codes"
 	pb "workspaced.dev/go/gen/workspace/v1"
 )
 
@@ -294,5 +297,159 @@ func TestSnapshotRestoreForkDelete(t *testing.T) {
 	}
 	if _, err := c.Open(ctx, Memory(), nil, FromSnapshot(snap.GetId())); !errors.As(err, &gone) {
 		t.Fatalf("fork of a deleted snapshot: %v", err)
+	}
+}
+
+// sourceTree makes a canonical directory for --source-path-allow holding
+// "repo": a file, a subdirectory with a file and a relative symlink. It
+// returns the allowed directory and the tree in it.
+func sourceTree(t *testing.T) (allowed, repo string) {
+	t.Helper()
+	allowed, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo = filepath.Join(allowed, "repo")
+	if err := os.MkdirAll(filepath.Join(repo, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "top.txt"), []byte("top\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "sub/deep.txt"), []byte("deep\x00bytes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("sub/deep.txt", filepath.Join(repo, "link")); err != nil {
+		t.Fatal(err)
+	}
+	return allowed, repo
+}
+
+// describeHost lists every entry under root with its type, mode and
+// content (or link target), so any write to the tree changes it.
+func describeHost(t *testing.T, root string) string {
+	t.Helper()
+	var lines []string
+	err := filepath.Walk(root, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		line := rel + " " + info.Mode().String()
+		switch {
+		case info.Mode()&os.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			line += " -> " + l
+		case info.Mode().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			line += " " + string(b)
+		}
+		lines = append(lines, line)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(lines)
+	return strings.Join(lines, "\n")
+}
+
+// archiveEntries reads the workspace's whole tree as a tar and returns its
+// entries by name.
+func archiveEntries(t *testing.T, ctx context.Context, ws *Workspace) map[string]*tar.Header {
+	t.Helper()
+	r, err := ws.ReadArchive(ctx, ".", ReadArchiveOptions{})
+	if err != nil {
+		t.Fatalf("ReadArchive: %v", err)
+	}
+	defer r.Close()
+	got := map[string]*tar.Header{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("ReadArchive: %v", err)
+		}
+		got[strings.TrimSuffix(h.Name, "/")] = h
+	}
+	io.Copy(io.Discard, r)
+	return got
+}
+
+func TestOpenFromPathShadowsAnAllowedDirectory(t *testing.T) {
+	allowed, repo := sourceTree(t)
+	s := startServerArgs(t, append(append([]string{}, bashPolicy...), "--source-path-allow", allowed))
+	c, err := Connect(context.Background(), s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := testCtx(t)
+	before := describeHost(t, allowed)
+
+	for _, p := range []struct {
+		name string
+		prov Provider
+	}{{"memory", Memory()}, {"local-bash", LocalBash()}} {
+		t.Run(p.name, func(t *testing.T) {
+			ws, err := c.Open(ctx, p.prov, &Capabilities{Fs: &FsCapability{}}, FromPath(repo))
+			if err != nil {
+				t.Fatalf("Open from_path: %v", err)
+			}
+			defer ws.Close(context.Background())
+			for path, want := range map[string]string{"top.txt": "top\n", "sub/deep.txt": "deep\x00bytes\n"} {
+				if b, err := ws.ReadFile(ctx, path); err != nil || string(b) != want {
+					t.Errorf("%s: %q %v, want %q", path, b, err, want)
+				}
+			}
+			if info, err := ws.Stat(ctx, "link"); err != nil || info.GetType() != pb.FileType_FILE_TYPE_SYMLINK {
+				t.Errorf("link: %v %v, want a symlink", info, err)
+			}
+			entries := archiveEntries(t, ctx, ws)
+			if h := entries["link"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "sub/deep.txt" {
+				t.Errorf("link in the archive: %+v", h)
+			}
+			if len(entries) != 4 {
+				t.Errorf("entries %v, want top.txt, sub, sub/deep.txt and link", entries)
+			}
+
+			// The copy is the workspace's own: writes there leave the source alone.
+			if _, err := ws.WriteFile(ctx, "top.txt", []byte("changed")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ws.WriteFile(ctx, "new.txt", []byte("new")); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := ws.ReadFile(ctx, "top.txt"); err != nil || string(b) != "changed" {
+				t.Fatalf("top.txt after the write: %q %v", b, err)
+			}
+			if after := describeHost(t, allowed); after != before {
+				t.Fatalf("the source changed:\n%s\nwas:\n%s", after, before)
+			}
+		})
+	}
+
+	for _, bad := range []string{"/etc", repo + "/../repo", allowed + "/..", filepath.Dir(allowed)} {
+		_, err := c.Open(ctx, Memory(), &Capabilities{Fs: &FsCapability{}}, FromPath(bad))
+		var denied *SourcePathDenied
+		if !errors.As(err, &denied) || denied.Code != codes.PermissionDenied || denied.Reason != "SOURCE_PATH_DENIED" {
+			t.Errorf("from_path %s: %v, want *SourcePathDenied", bad, err)
+			continue
+		}
+		if denied.Metadata["path"] != bad {
+			t.Errorf("from_path %s: metadata path %q", bad, denied.Metadata["path"])
+		}
+	}
+	if after := describeHost(t, allowed); after != before {
+		t.Fatalf("the source changed:\n%s\nwas:\n%s", after, before)
 	}
 }

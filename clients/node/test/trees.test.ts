@@ -1,8 +1,9 @@
 // Whole trees against a real server: uploadTree / downloadTree round trips
 // (memory and local-bash) with a symlink kept as a link, a hostile archive
 // refused by the server (BadArchive) and by the client's extraction
-// (UnsafeArchive), a FIFO listed as skipped, watch events, and snapshots:
-// restore, fork, list and delete.
+// (UnsafeArchive), a FIFO listed as skipped, watch events, snapshots:
+// restore, fork, list and delete, and open's fromPath shadowing a host
+// directory the server allows (SourcePathDenied for any other).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -10,7 +11,9 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { BadArchive, Client, connect, NoSuchSnapshot, UnsafeArchive, Workspace } from '../src';
+import { status as GrpcStatus } from '@grpc/grpc-js';
+
+import { BadArchive, Client, connect, NoSuchSnapshot, SourcePathDenied, UnsafeArchive, Workspace } from '../src';
 import { extractTar } from '../src/tar';
 import { CAPS, Server, startServer } from './server';
 
@@ -207,5 +210,82 @@ describe('trees', () => {
     assert.equal(typeof (await client.deleteSnapshot(snap.id)), 'number');
     await assert.rejects(client.deleteSnapshot(snap.id), NoSuchSnapshot);
     await assert.rejects(client.open('memory', { fs: {} }, { fromSnapshot: snap.id }), NoSuchSnapshot);
+  });
+});
+
+/** Every entry under root with its type, mode and content or link target. */
+function describeHost(root: string): string[] {
+  const out: string[] = [];
+  const walk = (rel: string) => {
+    const p = path.join(root, rel);
+    const st = fs.lstatSync(p);
+    let line = `${rel} ${st.mode.toString(8)}`;
+    if (st.isSymbolicLink()) line += ` -> ${fs.readlinkSync(p)}`;
+    else if (st.isFile()) line += ` ${fs.readFileSync(p).toString('hex')}`;
+    out.push(line);
+    if (st.isDirectory()) for (const n of fs.readdirSync(p).sort()) walk(path.join(rel, n));
+  };
+  walk('.');
+  return out;
+}
+
+describe('open fromPath', () => {
+  // A canonical host directory the server lets open's fromPath copy, with
+  // "repo" in it: a file, a subdirectory with a file and a relative symlink.
+  const allowed = fs.realpathSync(tmp('source'));
+  const repo = path.join(allowed, 'repo');
+  const deep = Buffer.from([0, 1, 2, 255, 10]);
+  fs.mkdirSync(path.join(repo, 'sub'), { recursive: true });
+  fs.writeFileSync(path.join(repo, 'top.txt'), 'top\n');
+  fs.writeFileSync(path.join(repo, 'sub', 'deep.bin'), deep);
+  fs.symlinkSync('sub/deep.bin', path.join(repo, 'link'));
+  const hostBefore = describeHost(allowed);
+
+  let shadowSrv: Server;
+  let shadow: Client;
+  before(async () => {
+    shadowSrv = await startServer({ args: ['--source-path-allow', allowed] });
+    shadow = connect({ address: shadowSrv.address });
+  });
+  after(async () => {
+    shadow?.close();
+    await shadowSrv?.stop();
+    fs.rmSync(allowed, { recursive: true, force: true });
+  });
+
+  for (const provider of ['memory', 'local-bash'] as const) {
+    test(`shadows an allowed directory, the source never written (${provider})`, async () => {
+      const ws = await shadow.open(provider, provider === 'memory' ? { fs: {} } : CAPS, { fromPath: repo });
+      try {
+        assert.equal(await ws.readText('top.txt'), 'top\n');
+        assert.deepEqual(await ws.readFile('sub/deep.bin'), deep);
+        assert.equal((await ws.stat('link')).type, 'FILE_TYPE_SYMLINK');
+        const dest = tmp('shadow-dst');
+        const down = await ws.downloadTree('.', dest);
+        assert.equal(down.files, 2);
+        assert.equal(down.symlinks, 1);
+        assert.equal(fs.readlinkSync(path.join(dest, 'link')), 'sub/deep.bin');
+
+        await ws.writeFile('top.txt', 'changed');
+        await ws.writeFile('new.txt', 'new');
+        assert.equal(await ws.readText('top.txt'), 'changed');
+        assert.deepEqual(describeHost(allowed), hostBefore, 'the source is never written');
+      } finally {
+        await ws.close();
+      }
+    });
+  }
+
+  test('a fromPath outside the allowed directory is SourcePathDenied', async () => {
+    for (const bad of ['/etc', `${repo}/../repo`, `${allowed}/..`, path.dirname(allowed)]) {
+      await assert.rejects(shadow.open('memory', { fs: {} }, { fromPath: bad }), (e: unknown) => {
+        assert.ok(e instanceof SourcePathDenied, `${bad}: ${String(e)}`);
+        assert.equal(e.code, GrpcStatus.PERMISSION_DENIED);
+        assert.equal(e.reason, 'SOURCE_PATH_DENIED');
+        assert.equal(e.metadata.path, bad);
+        return true;
+      });
+    }
+    assert.deepEqual(describeHost(allowed), hostBefore);
   });
 });

@@ -14,6 +14,8 @@ packages=(
   libssl-dev libcurl4-openssl-dev libseccomp-dev libjansson-dev libpcre2-dev
   libarchive-dev
   libmicrohttpd-dev
+  # fuzzing (tests/fuzz): clang and its libFuzzer runtime
+  clang libclang-rt-14-dev
   # tests; procps for pgrep and ps, systemd for systemd-analyze (the unit
   # file's check), openssl for the test certificates
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf

@@ -1343,6 +1343,7 @@ static int pfs_set_mode(struct ws_vfs *vfs, const char *path, uint32_t mode)
     ws_cleanup_fd int parent = parent_raw;
     ws_cleanup_fd int fd = fd_raw;
     struct stat st;
+    (void)parent; /* used by its cleanup alone */
     if (fstat(fd, &st) < 0)
         return -errno;
     if (S_ISLNK(st.st_mode))

@@ -234,8 +234,8 @@ static int refuse(struct ws_diag *d, const char *entry, const char *problem, con
 {
     ws_diag_set(d, "archive entry refused: %s", what);
     if (entry)
-        ws_diag_meta(d, "entry", entry);
-    ws_diag_meta(d, "problem", problem);
+        ws_diag_meta(d, "entry", "%s", entry);
+    ws_diag_meta(d, "problem", "%s", problem);
     return -WS_EBADARCHIVE;
 }
 
@@ -244,8 +244,8 @@ static int limit(struct ws_diag *d, const char *field, uint64_t lim)
     char v[32];
     snprintf(v, sizeof(v), "%llu", (unsigned long long)lim);
     ws_diag_set(d, "archive over the limit of %s", field);
-    ws_diag_meta(d, "field", field);
-    ws_diag_meta(d, "limit", v);
+    ws_diag_meta(d, "field", "%s", field);
+    ws_diag_meta(d, "limit", "%s", v);
     return -WS_ELIMIT;
 }
 
@@ -380,8 +380,8 @@ static int count_bytes(struct ws_tar_in *t, const char *entry, uint64_t size, st
     if (t->req.max_file_size && size > t->req.max_file_size) {
         snprintf(v, sizeof(v), "%llu", (unsigned long long)t->req.max_file_size);
         ws_diag_set(d, "archive entry over the workspace's file size cap");
-        ws_diag_meta(d, "entry", entry);
-        ws_diag_meta(d, "limit", v);
+        ws_diag_meta(d, "entry", "%s", entry);
+        ws_diag_meta(d, "limit", "%s", v);
         return -EFBIG;
     }
     if (size > WS_TAR_IN_MAX_BYTES - t->stats.bytes)
@@ -414,7 +414,13 @@ static int64_t entry_mtime(struct archive_entry *e)
 {
     if (!archive_entry_mtime_is_set(e))
         return -1;
-    return (int64_t)archive_entry_mtime(e) * 1000000000 + archive_entry_mtime_nsec(e);
+    /* The archive's number: before 1970 or past what nanoseconds in an
+     * int64 hold (2262), it is left unset rather than overflowed. */
+    int64_t sec = (int64_t)archive_entry_mtime(e);
+    long nsec = archive_entry_mtime_nsec(e);
+    if (sec < 0 || sec >= INT64_MAX / 1000000000)
+        return -1;
+    return sec * 1000000000 + (nsec >= 0 && nsec < 1000000000 ? nsec : 0);
 }
 
 /* Writes a regular file from the archive's data (src NULL) or as a copy of
@@ -831,7 +837,7 @@ static int merge(struct ws_tar_in *t, const char *from, const char *to, bool dry
             r = merge(t, src, dst, dry, d, depth + 1);
         } else if (dst_dir) {
             ws_diag_set(d, "a file of the archive where the workspace has a directory");
-            ws_diag_meta(d, "entry", dst);
+            ws_diag_meta(d, "entry", "%s", dst);
             r = -EISDIR;
         } else if (!dry) {
             /* A file or symlink of the workspace gives way. */

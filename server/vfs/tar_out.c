@@ -122,7 +122,7 @@ static int compile_globs(const char *const *in, size_t n, struct ws_globpat ***r
         int r = ws_globpat_compile(in[i], &pats[i]);
         if (r < 0) {
             ws_diag_set(d, "bad glob");
-            ws_diag_meta(d, "pattern", in[i]);
+            ws_diag_meta(d, "pattern", "%s", in[i]);
             return r;
         }
     }

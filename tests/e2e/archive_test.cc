@@ -504,6 +504,9 @@ TEST_P(ArchiveCorpusTest, ReadArchiveOfAFileGlobsAndRefusals)
     EXPECT_WS_ERROR(ReadArchive("src", &out, ARCHIVE_FORMAT_TAR, nullptr, {"[a"}),
                     StatusCode::INVALID_ARGUMENT, "BAD_PATTERN");
     EXPECT_WS_ERROR(ReadArchive("../x", &out), StatusCode::INVALID_ARGUMENT, "PATH_ESCAPE");
+    // A pattern that is a printf format is reported, never interpreted.
+    EXPECT_WS_ERROR(ReadArchive("src", &out, ARCHIVE_FORMAT_TAR, nullptr, {"[%s%s%s%n%p"}),
+                    StatusCode::INVALID_ARGUMENT, "BAD_PATTERN");
 }
 
 TEST_P(ArchiveQuotaTest, TenantByteQuotaRefusesTheWholeArchive)

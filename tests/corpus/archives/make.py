@@ -53,6 +53,9 @@ BAD = "INVALID_ARGUMENT"
 # zip-slip and its variants: nothing outside the target is ever named.
 write("absolute", [entry("/tmp/evil", data=b"x")], code=BAD, reason="BAD_ARCHIVE",
       meta="problem=absolute;entry=/tmp/evil")
+# A name that is a printf format: reported as it is, never interpreted.
+write("format_in_name", [entry("/%n%n%s%s%x%p", data=b"x")], code=BAD, reason="BAD_ARCHIVE",
+      meta="problem=absolute;entry=/%n%n%s%s%x%p")
 write("dotdot", [entry("../evil", data=b"x")], code=BAD, reason="BAD_ARCHIVE",
       meta="problem=dotdot;entry=../evil")
 write("dotdot_inner", [entry("a/b/../../../evil", data=b"x")], code=BAD,

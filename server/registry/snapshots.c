@@ -1207,7 +1207,8 @@ static void drop_orphan_objects(struct ws_snapstore *st)
     }
     if (err < 0)
         goto out; /* cannot tell what is held */
-    qsort(hs.v, hs.n, HASH_LEN, cmp_hash);
+    if (hs.n)
+        qsort(hs.v, hs.n, HASH_LEN, cmp_hash);
     int fd = openat(st->objects_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !(top = fdopendir(fd))) {
         if (fd >= 0)

@@ -71,7 +71,7 @@ static ssize_t write_cb(struct archive *a, void *userdata, const void *buf, size
     struct ws_tar_out *t = userdata;
     (void)a;
     /* File data read straight into place (file_step): nothing to copy. */
-    if (buf == t->out + t->out_len && t->out_len + len <= t->out_cap) {
+    if (t->out && buf == t->out + t->out_len && t->out_len + len <= t->out_cap) {
         t->out_len += len;
         return (ssize_t)len;
     }

@@ -16,6 +16,9 @@ packages=(
   libmicrohttpd-dev
   # fuzzing (tests/fuzz): clang and its libFuzzer runtime
   clang libclang-rt-14-dev
+  # transport abuse (tests/reliability): a raw HTTP/2 client (Python's h2)
+  # and nghttp2's load generator
+  python3-h2 nghttp2-client
   # tests; procps for pgrep and ps, systemd for systemd-analyze (the unit
   # file's check), openssl for the test certificates
   libgtest-dev googletest libgrpc++-dev python3-grpcio python3-protobuf

@@ -133,6 +133,8 @@ class Error : public std::runtime_error
     X(Quota, QUOTA)                                                                                \
     X(NoSpace, NO_SPACE)                                                                           \
     X(NoMemory, NO_MEMORY)                                                                         \
+    /* Out of file descriptors (metadata "errno": EMFILE, ENFILE). */                              \
+    X(NoDescriptors, NO_DESCRIPTORS)                                                               \
     X(NoSuchFile, NO_SUCH_FILE)                                                                    \
     X(NoSuchWorkspace, NO_SUCH_WORKSPACE)                                                          \
     X(NoSuchProcess, NO_SUCH_PROCESS)                                                              \

@@ -43,6 +43,8 @@ static const struct errmap {
     {-ENOSPC, R(NO_SPACE)},
     {-EDQUOT, R(NO_SPACE)},
     {-ENOMEM, R(NO_MEMORY)},
+    {-EMFILE, R(NO_DESCRIPTORS)},
+    {-ENFILE, R(NO_DESCRIPTORS)},
     {-ENOENT, R(NO_SUCH_FILE)},
     {-WS_ENOWORKSPACE, R(NO_SUCH_WORKSPACE)},
     {-ESRCH, R(NO_SUCH_PROCESS)},
@@ -115,6 +117,7 @@ static const struct reason_info {
     [R(QUOTA)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "quota exhausted"},
     [R(NO_SPACE)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "no space left"},
     [R(NO_MEMORY)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory"},
+    [R(NO_DESCRIPTORS)] = {GRPC_STATUS_RESOURCE_EXHAUSTED, "the server is out of file descriptors"},
     [R(NO_SUCH_FILE)] = {GRPC_STATUS_NOT_FOUND, "no such file or directory"},
     [R(NO_SUCH_WORKSPACE)] = {GRPC_STATUS_NOT_FOUND, "no such workspace"},
     [R(NO_SUCH_PROCESS)] = {GRPC_STATUS_NOT_FOUND, "no such process"},
@@ -325,9 +328,11 @@ void ws_rpc_status_from_error(int err, const struct ws_diag *d, struct ws_rpc_st
         keys[n] = "transient";
         values[n] = transient ? "true" : "false";
         n++;
-    } else if (code == GRPC_STATUS_INTERNAL && err < 0 && err > -WS_ERR_BASE) {
+    } else if ((code == GRPC_STATUS_INTERNAL || err == -EMFILE || err == -ENFILE) && err < 0 &&
+               err > -WS_ERR_BASE) {
         /* The errno's name helps whoever reads the client's logs and says
-         * nothing about the host. */
+         * nothing about the host; for descriptors it says whose limit ran
+         * out (EMFILE the server's, ENFILE the host's). */
         const char *name = strerrorname_np(-err);
         if (name)
             snprintf(errname, sizeof(errname), "%s", name);

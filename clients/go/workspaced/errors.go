@@ -138,6 +138,7 @@ const (
 	ReasonQuota             Reason = "QUOTA"               // ResourceExhausted: *Quota
 	ReasonNoSpace           Reason = "NO_SPACE"            // ResourceExhausted: *NoSpace
 	ReasonNoMemory          Reason = "NO_MEMORY"           // ResourceExhausted: *NoMemory
+	ReasonNoDescriptors     Reason = "NO_DESCRIPTORS"      // ResourceExhausted: *NoDescriptors
 	ReasonNoSuchFile        Reason = "NO_SUCH_FILE"        // NotFound: *NoSuchFile
 	ReasonNoSuchWorkspace   Reason = "NO_SUCH_WORKSPACE"   // NotFound: *NoSuchWorkspace
 	ReasonNoSuchProcess     Reason = "NO_SUCH_PROCESS"     // NotFound: *NoSuchProcess
@@ -217,6 +218,11 @@ type (
 	NoSpace struct{ *errorBase }
 	// NoMemory: the server ran out of memory for this request.
 	NoMemory struct{ *errorBase }
+	// NoDescriptors: the server ran out of file descriptors for this
+	// request; nothing was done, and a retry may succeed once other calls
+	// finish. Metadata "errno": EMFILE (the server's limit) or ENFILE (the
+	// host's).
+	NoDescriptors struct{ *errorBase }
 	// NoSuchFile: missing file or parent directory.
 	NoSuchFile struct{ *errorBase }
 	// NoSuchWorkspace: unknown, closed or malformed workspace id.
@@ -355,6 +361,7 @@ func (e *SizeCap) Unwrap() error           { return e.errorBase }
 func (e *Quota) Unwrap() error             { return e.errorBase }
 func (e *NoSpace) Unwrap() error           { return e.errorBase }
 func (e *NoMemory) Unwrap() error          { return e.errorBase }
+func (e *NoDescriptors) Unwrap() error     { return e.errorBase }
 func (e *NoSuchFile) Unwrap() error        { return e.errorBase }
 func (e *NoSuchWorkspace) Unwrap() error   { return e.errorBase }
 func (e *NoSuchProcess) Unwrap() error     { return e.errorBase }
@@ -413,6 +420,7 @@ var byReason = map[Reason]func(*Error) error{
 	ReasonQuota:             func(e *Error) error { return &Quota{e} },
 	ReasonNoSpace:           func(e *Error) error { return &NoSpace{e} },
 	ReasonNoMemory:          func(e *Error) error { return &NoMemory{e} },
+	ReasonNoDescriptors:     func(e *Error) error { return &NoDescriptors{e} },
 	ReasonNoSuchFile:        func(e *Error) error { return &NoSuchFile{e} },
 	ReasonNoSuchWorkspace:   func(e *Error) error { return &NoSuchWorkspace{e} },
 	ReasonNoSuchProcess:     func(e *Error) error { return &NoSuchProcess{e} },

@@ -131,6 +131,12 @@ export class Malformed extends WorkspacedError {}
 export class Limit extends WorkspacedError {}
 export class NoSpace extends WorkspacedError {}
 export class NoMemory extends WorkspacedError {}
+/**
+ * The server ran out of file descriptors for this request; nothing was done,
+ * and a retry may succeed once other calls finish. `metadata.errno` says whose
+ * limit: EMFILE the server's, ENFILE the host's.
+ */
+export class NoDescriptors extends WorkspacedError {}
 export class NoMatch extends WorkspacedError {}
 export class MultipleMatches extends WorkspacedError {}
 export class SpecialFile extends WorkspacedError {}
@@ -263,6 +269,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   LIMIT: Limit,
   NO_SPACE: NoSpace,
   NO_MEMORY: NoMemory,
+  NO_DESCRIPTORS: NoDescriptors,
   NO_MATCH: NoMatch,
   MULTIPLE_MATCHES: MultipleMatches,
   SPECIAL_FILE: SpecialFile,

@@ -140,6 +140,14 @@ class NoSpace(WorkspacedError):
     REASON = "NO_SPACE"
 
 
+class NoDescriptors(WorkspacedError):
+    """The server ran out of file descriptors for this request; nothing was
+    done, and a retry may succeed once other calls finish. metadata["errno"]
+    says whose limit: EMFILE the server's, ENFILE the host's."""
+
+    REASON = "NO_DESCRIPTORS"
+
+
 class NoMemory(WorkspacedError):
     """The server ran out of memory for this request."""
 

@@ -31,6 +31,7 @@
 #include "server/registry/secrets.h"
 #include "server/registry/storage.h"
 #include "server/registry/usage.h"
+#include "server/vfs/ops.h"
 
 #define BUCKETS        256
 #define ID_PREFIX      "ws_"
@@ -938,6 +939,19 @@ static int attach(struct ws_registry *r, struct ws_workspace *ws,
         if (err < 0)
             goto out;
         fs = wrapped;
+    }
+    /* Taken back after a restart: a server killed in the middle of a
+     * write, an upload or a restore left its transient entries, which no
+     * call may see. Nothing else runs on the workspace while it attaches. */
+    if (!open && ws->provider->ops->on_disk) {
+        uint64_t swept = 0;
+        int sweep = ws_vfs_sweep_transient(fs, &swept);
+        if (sweep < 0)
+            say(r, true, "workspace %s: removing leftovers of an earlier run: %s", ws->id,
+                strerror(-sweep));
+        else if (swept)
+            say(r, false, "workspace %s: removed %llu leftovers of an earlier run", ws->id,
+                (unsigned long long)swept);
     }
     err = ws_fsops_new(fs, &ops);
     if (err < 0)

@@ -298,6 +298,16 @@ void ws_grep_get_summary(const struct ws_grep *g, struct ws_grep_summary *ret);
 /* Accepts NULL. */
 void ws_grep_free(struct ws_grep *g);
 
+/* ---- leftovers ---- */
+
+/* Removes every transient entry of the server's (ws_vfs_transient_name:
+ * a write's temporary, an upload's staging or trash, a restore's trees)
+ * anywhere in the tree, never following a symlink; for a storage the
+ * server takes back after a restart, before any call sees it, since a
+ * server killed mid-call leaves them. Returns 0 (*ret_removed, may be
+ * NULL, counts them) or the first error. */
+int ws_vfs_sweep_transient(struct ws_vfs *fs, uint64_t *ret_removed);
+
 /* ---- reading ---- */
 
 /* Lowercase hex SHA-256 of a whole file (used by if_match). */

@@ -410,3 +410,40 @@ out:
     ws_walk_free(w);
     return r;
 }
+
+/* ---- sweeping the server's leftovers ---- */
+
+int ws_vfs_sweep_transient(struct ws_vfs *fs, uint64_t *ret_removed)
+{
+    struct ws_walk *w = NULL;
+    struct ws_walk_entry e;
+    uint64_t removed = 0;
+    int r;
+
+    r = ws_walk_open(fs, ".", "", 0, NULL, &w);
+    if (r < 0)
+        goto out;
+    while ((r = ws_walk_next(w, &e)) > 0) {
+        if (ws_vfs_transient_name(e.name, e.name_len, NULL)) {
+            /* The walk holds the directory's sorted names already: removing
+             * one of them does not disturb it. */
+            r = fs->ops->remove(fs, e.path, true, NULL);
+            if (r < 0 && r != -ENOENT)
+                goto out;
+            removed += r == 0;
+            continue;
+        }
+        if (e.type != WS_FT_DIRECTORY)
+            continue;
+        r = ws_walk_descend(w, 0);
+        /* Deeper than a walk goes (WS_LIST_DEPTH_MAX) or gone: nothing the
+         * server made lies there. */
+        if (r < 0 && r != -WS_ELIMIT && !ws_walk_skippable(r))
+            goto out;
+    }
+out:
+    ws_walk_free(w);
+    if (ret_removed)
+        *ret_removed = removed;
+    return r < 0 ? r : 0;
+}

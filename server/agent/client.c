@@ -192,6 +192,43 @@ static int field_u64(const struct ws_wire_frame *f, uint16_t tag, uint64_t def, 
     return r;
 }
 
+int ws_agent_parse_exit(const uint8_t *payload, size_t len, struct ws_agent_exit *ret)
+{
+    uint64_t status, code, signo, core, oom, user, sys, rss;
+
+    if (len > WS_WIRE_PAYLOAD_MAX)
+        return -EPROTO;
+    const struct ws_wire_frame f = {
+        .type = WS_WIRE_EXITED,
+        .len = (uint32_t)len,
+        .payload = payload,
+    };
+    if (ws_wire_check(&f) < 0 || field_u64(&f, WS_WIRE_T_STATUS, 2, &status) < 0 ||
+        field_u64(&f, WS_WIRE_T_CODE, 0, &code) < 0 ||
+        field_u64(&f, WS_WIRE_T_SIGNO, 0, &signo) < 0 ||
+        field_u64(&f, WS_WIRE_T_CORE, 0, &core) < 0 || field_u64(&f, WS_WIRE_T_OOM, 0, &oom) < 0 ||
+        field_u64(&f, WS_WIRE_T_USER_MS, 0, &user) < 0 ||
+        field_u64(&f, WS_WIRE_T_SYS_MS, 0, &sys) < 0 ||
+        field_u64(&f, WS_WIRE_T_MAXRSS_KIB, 0, &rss) < 0 || status > 1 || code > 255 ||
+        (status == 1 && (signo == 0 || signo >= NSIG)))
+        return -EPROTO;
+    bool signaled = status == 1;
+    *ret = (struct ws_agent_exit){
+        .exit =
+            {
+                .signaled = signaled,
+                .exit_code = signaled ? 0 : (int)code,
+                .signal = signaled ? (int)signo : 0,
+                .core_dumped = core != 0,
+                .user_ms = user,
+                .sys_ms = sys,
+                .max_rss_kib = rss,
+            },
+        .oom_killed = oom && signaled && signo == SIGKILL,
+    };
+    return 0;
+}
+
 static void field_message(const struct ws_wire_frame *f, char *buf, size_t size)
 {
     size_t pos = 0;
@@ -236,32 +273,15 @@ static const char *take_frame(struct ws_agent *a, const struct ws_wire_frame *f,
         return NULL;
     }
     case WS_WIRE_EXITED: {
-        uint64_t status, code, signo, core, oom, user, sys, rss;
+        struct ws_agent_exit x;
         if (!c || c->state != CMD_RUNNING)
             return "an EXITED for a stream that is not running";
-        if (field_u64(f, WS_WIRE_T_STATUS, 2, &status) < 0 ||
-            field_u64(f, WS_WIRE_T_CODE, 0, &code) < 0 ||
-            field_u64(f, WS_WIRE_T_SIGNO, 0, &signo) < 0 ||
-            field_u64(f, WS_WIRE_T_CORE, 0, &core) < 0 ||
-            field_u64(f, WS_WIRE_T_OOM, 0, &oom) < 0 ||
-            field_u64(f, WS_WIRE_T_USER_MS, 0, &user) < 0 ||
-            field_u64(f, WS_WIRE_T_SYS_MS, 0, &sys) < 0 ||
-            field_u64(f, WS_WIRE_T_MAXRSS_KIB, 0, &rss) < 0 || status > 1 || code > 255 ||
-            (status == 1 && (signo == 0 || signo >= NSIG)))
+        if (ws_agent_parse_exit(f->payload, f->len, &x) < 0)
             return "an EXITED without a valid status";
-        struct ws_child_exit e = {
-            .signaled = status == 1,
-            .exit_code = status == 1 ? 0 : (int)code,
-            .signal = status == 1 ? (int)signo : 0,
-            .core_dumped = core != 0,
-            .user_ms = user,
-            .sys_ms = sys,
-            .max_rss_kib = rss,
-        };
-        c->cause = oom && e.signaled && e.signal == SIGKILL ? WS_CAUSE_OOM : WS_CAUSE_NONE;
+        c->cause = x.oom_killed ? WS_CAUSE_OOM : WS_CAUSE_NONE;
         c->state = CMD_DONE;
         if (c->child)
-            ws_child_detached_exit(c->child, &e);
+            ws_child_detached_exit(c->child, &x.exit);
         return NULL;
     }
     case WS_WIRE_FAILED: {

@@ -95,4 +95,24 @@ int ws_agent_wrap(struct ws_agent *a, const struct ws_agent_command *c,
 /* Commands started through a and not yet ended (tests). */
 size_t ws_agent_running(struct ws_agent *a);
 
+/* What an agent's EXITED record says of its command. */
+struct ws_agent_exit {
+    struct ws_child_exit exit;
+    /* Killed by the box's OOM killer: the record's OOM flag on a death by
+     * SIGKILL (the flag alone, on any other end, says nothing). */
+    bool oom_killed;
+};
+
+/* Interprets the payload of an EXITED frame (its fields, as in wire.h)
+ * the way the client does with every exit record an agent sends, and
+ * nothing else: no I/O, no allocation, no state, so a test or a fuzzer
+ * can feed it any bytes. STATUS must be present and 0 (exited, CODE
+ * 0-255) or 1 (signaled, SIGNO 1 to NSIG-1); CODE, SIGNO, CORE, OOM,
+ * USER_MS, SYS_MS and MAXRSS_KIB default to 0; a number field of another
+ * size than 8 or a field running past the payload refuses the record, and
+ * where a tag repeats its last value counts. Returns 0 with *ret filled,
+ * or -EPROTO (also for len over WS_WIRE_PAYLOAD_MAX); *ret is written
+ * only on success. */
+int ws_agent_parse_exit(const uint8_t *payload, size_t len, struct ws_agent_exit *ret);
+
 #endif

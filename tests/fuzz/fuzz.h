@@ -43,6 +43,11 @@ size_t fuzz_rng_below(struct fuzz_rng *g, size_t n);
  * exits. Aborts when it cannot be made. */
 const char *fuzz_scratch_dir(const char *tag);
 
+/* Removes `path` and everything below it, never following a symlink
+ * (directories made read-only get their bits back first). Errors are
+ * ignored. */
+void fuzz_remove_tree(const char *path);
+
 /* Writes data[0..size) to `path` (created or truncated). Aborts on
  * failure. */
 void fuzz_write_file(const char *path, const void *data, size_t size);

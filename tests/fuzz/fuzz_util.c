@@ -57,10 +57,15 @@ static int remove_one(const char *path, const struct stat *st, int flag, struct 
     return 0;
 }
 
+void fuzz_remove_tree(const char *path)
+{
+    nftw(path, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static void remove_scratch(void)
 {
     if (scratch[0])
-        nftw(scratch, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+        fuzz_remove_tree(scratch);
 }
 
 const char *fuzz_scratch_dir(const char *tag)

@@ -171,6 +171,83 @@ def agent_wire():
     put("agent_wire_fuzz", "short_field", frame(6, 1, struct.pack("<HI", 41, 50) + b"abc"))
 
 
+def agent_exit():
+    def field(tag, data):
+        return struct.pack("<HI", tag, len(data)) + data
+
+    def num(tag, v):
+        return field(tag, struct.pack("<Q", v))
+    # STATUS 30, CODE 31, SIGNO 20, CORE 32, OOM 33, TIMED_OUT 34, USER_MS 35,
+    # SYS_MS 36, MAXRSS_KIB 37.
+    usage = num(35, 12) + num(36, 4) + num(37, 2048)
+    put("agent_exit_fuzz", "exited_3", num(30, 0) + num(31, 3) + num(20, 0) + num(32, 0) +
+        num(33, 0) + num(34, 0) + usage)
+    put("agent_exit_fuzz", "signaled_core", num(30, 1) + num(20, 11) + num(32, 1) + usage)
+    put("agent_exit_fuzz", "oom_killed", num(30, 1) + num(20, 9) + num(33, 1))
+    put("agent_exit_fuzz", "oom_flag_exited", num(30, 0) + num(31, 137) + num(33, 1))
+    put("agent_exit_fuzz", "repeated_last_wins", num(30, 1) + num(30, 0) + num(31, 7) + num(31, 1))
+    put("agent_exit_fuzz", "unknown_tags", field(999, b"new") + num(30, 0) + field(41, b"x"))
+    put("agent_exit_fuzz", "no_status", num(31, 0))
+    put("agent_exit_fuzz", "status_2", num(30, 2))
+    put("agent_exit_fuzz", "code_256", num(30, 0) + num(31, 256))
+    put("agent_exit_fuzz", "signaled_signo_0", num(30, 1) + num(20, 0))
+    put("agent_exit_fuzz", "signaled_signo_65", num(30, 1) + num(20, 65))
+    put("agent_exit_fuzz", "short_number", num(30, 0) + field(31, b"\x01\x00\x00\x00"))
+    put("agent_exit_fuzz", "field_past_end", num(30, 0) + struct.pack("<HI", 31, 8) + b"\x01")
+    put("agent_exit_fuzz", "empty", b"")
+
+
+def tar_out():
+    # tests/fuzz/tar_out_fuzz.c's records: kind | parent << 2, name length
+    # - 1, name, u16 mode, u16 length, content (none for a hard link: the
+    # length picks the file).
+    def rec(kind, parent, name, mode, data=b"", link=None):
+        n = link if kind == 3 else len(data)
+        return (bytes([kind | parent << 2, len(name) - 1]) + name + struct.pack("<HH", mode, n) +
+                (b"" if kind == 3 else data))
+
+    def f(parent, name, data, mode=0o644):
+        return rec(0, parent, name, mode, data)
+
+    def d(parent, name, mode=0o755):
+        return rec(1, parent, name, mode)
+
+    def s(parent, name, target):
+        return rec(2, parent, name, 0, target)
+
+    def h(parent, name, which):
+        return rec(3, parent, name, 0, link=which)
+    # Directories: 0 the root, then in the order made; files likewise.
+    basic = (f(0, b"a.txt", b"hello\n") + d(0, b"src") + f(1, b"main.c", b"int main;\n" * 40) +
+             s(0, b"link", b"a.txt") + h(1, b"again.txt", 0) + d(1, b"empty", 0o700) +
+             f(0, b"empty.txt", b""))
+    put("tar_out_fuzz", "basic", b"\x00" + basic)
+    put("tar_out_fuzz", "basic_gzip", b"\x01" + basic)
+    put("tar_out_fuzz", "basic_small_stretches", b"\x08" + basic)
+    put("tar_out_fuzz", "subdir", b"\x02" + basic)
+    put("tar_out_fuzz", "single_file", b"\x05" + basic)
+    put("tar_out_fuzz", "escaping_links", b"\x00" +
+        s(0, b"root", b"/") + s(0, b"up", b"..") + s(0, b"secret", b"../outside/secret") +
+        s(0, b"outside", b"../outside") + s(0, b"passwd", b"/etc/passwd") + d(0, b"d") +
+        s(1, b"upup", b"../..") + s(1, b"deep", b"../" * 30 + b"etc/shadow") +
+        s(0, b"loop", b"loop") + f(1, b"in.txt", b"inside\n"))
+    put("tar_out_fuzz", "transient_names", b"\x00" +
+        f(0, b".ws-tmp-0123456789abcdef", b"half-written") +
+        d(0, b".ws-stage-00112233445566aa") + f(1, b"staged", b"s") +
+        f(0, b".ws-tmp-short", b"kept: not a transient name") + f(0, b"real", b"r") +
+        h(0, b"real_again", 2) + h(0, b"hidden_again", 0))
+    long_name = b"n" * 110
+    put("tar_out_fuzz", "long_and_odd_names", b"\x09" +
+        d(0, long_name) + d(1, long_name) + f(2, long_name, b"deep\n") +
+        f(0, b"caf\xc3\xa9 \xe2\x98\x83", b"utf-8") + f(0, b"bin\xff\xfe\x80", b"not utf-8") +
+        f(0, b"new\nline\ttab", b"x") + f(0, b"-rf", b"dash") + f(0, b" ", b"space") +
+        s(0, b"\xffl", b"\xfe\xfd target") + f(0, b".", b"dot"))
+    put("tar_out_fuzz", "modes", b"\x00" +
+        f(0, b"setuid", b"#!/bin/sh\n", 0o4755) + f(0, b"setgid", b"g", 0o2750) +
+        f(0, b"none", b"n", 0) + d(0, b"sticky", 0o1777) + d(0, b"gid", 0o2755) +
+        f(2, b"in_gid", b"i", 0o640) + d(0, b"closed", 0))
+
+
 def docker_api():
     cid = "a" * 64
     bodies = [
@@ -278,7 +355,8 @@ def tar():
 
 
 def main():
-    for f in (guard, paths, wire, frames, agent_wire, docker_api, conf, audit, tar):
+    for f in (guard, paths, wire, frames, agent_wire, agent_exit, docker_api, conf, audit, tar,
+              tar_out):
         f()
 
 

@@ -8,10 +8,13 @@
 # cov is libFuzzer's final `cov:` (edges covered), new_units the corpus
 # units it added, crashes 0 or the path of the reproducer it wrote (a
 # crash, leak, timeout or out-of-memory). Exits non-zero when any target
-# found one; its scratch directory is then kept.
+# found one (or did not run), after printing the end of its log; its
+# scratch directory is then kept. The committed corpus is only read: each
+# fuzzer grows a scratch copy.
 #
 # Usage: tests/fuzz/run.sh [--seconds N] [target...]
-#   N        seconds per target (default 30)
+#   N        seconds per target (default 30; the suite runs 10, a long
+#            run 3600: an hour each, one after the other)
 #   target   e.g. guard_fuzz (default: every directory of tests/fuzz/corpus)
 # Extra flags for `bazel build` (e.g. --jobs=1) come from FUZZ_BAZEL_FLAGS.
 set -euo pipefail
@@ -22,7 +25,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="${2:?--seconds needs a number}"; shift 2 ;;
     --seconds=*) seconds="${1#--seconds=}"; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -73,6 +76,13 @@ for t in "${targets[@]}"; do
   if [ "$rc" -ne 0 ] || [ -n "$artifact" ]; then
     found=1
     crash="${artifact:-exit $rc, see $work/log}"
+    {
+      echo "run.sh: $t failed (exit $rc); the end of $work/log:"
+      tail -n 60 "$work/log" | sed 's/^/  | /'
+      if [ -n "$artifact" ]; then
+        echo "run.sh: reproduce with: $bin/$t $artifact"
+      fi
+    } >&2
   fi
   printf '%-18s %8s %10s %8s %10s %s\n' "$t" "$elapsed" "${execs:-?}" "${cov:-?}" "${units:-?}" \
     "$crash"

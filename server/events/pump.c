@@ -170,7 +170,10 @@ int ws_pump_watch_add(struct ws_pump *p, struct ws_pump_watch *w, bool on)
         r = -errno;
     if (r == 0) {
         w->armed = on;
-        w->added = true;
+        /* Atomic, as the pump thread's read: the fd may already be in
+         * epoll, and its first event be looked at meanwhile (and skipped:
+         * the watch is level-triggered, the next wait reports it again). */
+        __atomic_store_n(&w->added, true, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&p->mask_lock);
     return r;

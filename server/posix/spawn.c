@@ -453,7 +453,7 @@ static int check_run_as(const struct ws_run_as *ra)
  * belongs to threads they know, and this one shares the caller's TLS), so
  * its functions are compiled without them and call nothing but the inline
  * system calls below: no glibc, no errno. */
-#define CHILD_CODE   __attribute__((no_sanitize("address", "undefined")))
+#define CHILD_CODE   __attribute__((no_sanitize("address", "undefined", "thread")))
 #define CHILD_INLINE static inline __attribute__((always_inline)) CHILD_CODE
 
 #define WS_SPAWN_STR_(x) #x

@@ -213,6 +213,8 @@ void ws_rpc_auth_free(struct ws_rpc_auth *a)
 {
     if (!a)
         return;
+    /* After gRPC's last call of process(), which gRPC orders. */
+    WS_RPC_HANDOFF_ACQUIRE(a);
     pthread_mutex_destroy(&a->mu);
     free(a->table);
     free(a->tokens_path);
@@ -360,9 +362,12 @@ static void process(void *state, grpc_auth_context *ctx, const grpc_metadata *md
 {
     char tenant[WS_RPC_TENANT_MAX + 1];
 
+    WS_RPC_HANDOFF_ACQUIRE(state);
+    enum verdict v = tenant_of(state, ctx, md, n, tenant);
+    WS_RPC_HANDOFF_RELEASE(state);
     /* One message whatever was wrong: missing, unknown, malformed. A call
      * left to the caller's uid is decided when it is accepted. */
-    if (tenant_of(state, ctx, md, n, tenant) == REFUSED) {
+    if (v == REFUSED) {
         ws_rpc_log(WS_RPC_LOG_INFO, "rpc.unauthenticated", NULL);
         cb(user_data, NULL, 0, NULL, 0, GRPC_STATUS_UNAUTHENTICATED, WS_RPC_UNAUTHENTICATED);
         return;
@@ -382,5 +387,6 @@ void ws_rpc_auth_install(struct ws_rpc_auth *a, grpc_server_credentials *creds)
 {
     grpc_auth_metadata_processor p = {.process = process, .destroy = NULL, .state = a};
 
+    WS_RPC_HANDOFF_RELEASE(a);
     grpc_server_credentials_set_auth_metadata_processor(creds, p);
 }

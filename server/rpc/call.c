@@ -280,6 +280,7 @@ static int start_batch(struct ws_call *c, const grpc_op *ops, size_t n, struct w
     grpc_call_error e;
 
     ws_call_ref(c);
+    WS_RPC_HANDOFF_RELEASE(tag);
     e = grpc_call_start_batch(c->call, ops, n, tag, NULL);
     if (e != GRPC_CALL_OK) {
         ws_rpc_log(WS_RPC_LOG_ERROR, "rpc.batch_failed", "\"method\":\"%s\",\"error\":\"%s\"",

@@ -22,6 +22,22 @@
 
 #define ws_container_of(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
+/* What gRPC orders between two threads: a tag handed over and the thread
+ * its completion reaches, the auth processor's state and the thread gRPC
+ * calls it on. gRPC's own locks are not ThreadSanitizer's (the library is
+ * not built with it): under -fsanitize=thread each hand-over is told to it
+ * (release before, acquire after), or every call would be reported as a
+ * race with the one before it. Nothing otherwise. */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define WS_RPC_HANDOFF_RELEASE(p) __tsan_release(p)
+#define WS_RPC_HANDOFF_ACQUIRE(p) __tsan_acquire(p)
+#else
+#define WS_RPC_HANDOFF_RELEASE(p) ((void)(p))
+#define WS_RPC_HANDOFF_ACQUIRE(p) ((void)(p))
+#endif
+
 /* A completion-queue tag. Every tag handed to gRPC is one of these,
  * embedded in the object it belongs to; the CQ threads call done() with
  * the event's success flag. */

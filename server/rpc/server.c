@@ -108,6 +108,7 @@ static void *cq_thread(void *arg)
         if (ev.type != GRPC_OP_COMPLETE)
             continue;
         tag = ev.tag;
+        WS_RPC_HANDOFF_ACQUIRE(tag);
         tag->done(tag, ev.success != 0);
     }
     return NULL;
@@ -126,6 +127,7 @@ static int arm(struct ws_rpc_server *s, size_t index)
     if (!c)
         return -ENOMEM;
     c->accept_tag.done = on_accept;
+    WS_RPC_HANDOFF_RELEASE(&c->accept_tag);
     if (index < s->n_methods)
         e = grpc_server_request_registered_call(s->server, s->registered[index], &c->call,
                                                 &c->deadline, &c->request_md, NULL, s->cq, s->cq,
@@ -224,6 +226,7 @@ static void teardown_inline(struct ws_rpc_server *s)
     grpc_event ev;
     bool done = false;
 
+    WS_RPC_HANDOFF_RELEASE(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
     grpc_server_cancel_all_calls(s->server);
     while (!done) {
@@ -232,8 +235,10 @@ static void teardown_inline(struct ws_rpc_server *s)
             s->cq,
             gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(100, GPR_TIMESPAN)),
             NULL);
-        if (ev.type == GRPC_OP_COMPLETE)
+        if (ev.type == GRPC_OP_COMPLETE) {
+            WS_RPC_HANDOFF_ACQUIRE(ev.tag);
             ((struct ws_tag *)ev.tag)->done(ev.tag, ev.success != 0);
+        }
         pthread_mutex_lock(&s->mu);
         done = s->shutdown_notified && s->objects == 0;
         pthread_mutex_unlock(&s->mu);
@@ -241,8 +246,10 @@ static void teardown_inline(struct ws_rpc_server *s)
     grpc_completion_queue_shutdown(s->cq);
     do {
         ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-        if (ev.type == GRPC_OP_COMPLETE)
+        if (ev.type == GRPC_OP_COMPLETE) {
+            WS_RPC_HANDOFF_ACQUIRE(ev.tag);
             ((struct ws_tag *)ev.tag)->done(ev.tag, ev.success != 0);
+        }
     } while (ev.type != GRPC_QUEUE_SHUTDOWN);
     grpc_server_destroy(s->server);
     ws_metrics_set_connections_source(NULL, NULL);
@@ -710,6 +717,7 @@ void ws_rpc_server_shutdown(struct ws_rpc_server *s, int grace_ms)
 
     t0 = ws_mono_ms();
     deadline = t0 + (grace_ms > 0 ? grace_ms : 0);
+    WS_RPC_HANDOFF_RELEASE(&s->shutdown_tag);
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 
     /* Once no call is left, the tag may still wait for idle clients to

@@ -198,8 +198,8 @@ static void close_hook(void *ud, const char *id, bool expired)
 
     ws_exec_close_workspace(app->exec, id, expired ? WS_CAUSE_EXPIRED : WS_CAUSE_EVICTED);
     /* After its commands' own records: the log ends with why it closed. */
-    if (expired && app->audit)
-        (void)ws_audit_expire(app->audit, id);
+    if (expired && app->audit && ws_audit_expire(app->audit, id) < 0)
+        ws_metrics_audit_lost("expire");
     if (expired)
         ws_log_msg(WS_RPC_LOG_INFO, "workspace.expired", "workspace %s expired and was closed", id);
 }

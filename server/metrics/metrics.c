@@ -73,6 +73,10 @@ static struct family stream_bytes = FAMILY(
 static struct family rejections =
     FAMILY("workspaced_rejections_total", "Calls ended with an error, by ErrorInfo reason.",
            "counter", 1, "reason");
+static struct family audit_lost =
+    FAMILY("workspaced_audit_records_lost_total",
+           "Audit records that could not be appended (disk full, I/O error), by event.", "counter",
+           1, "event");
 /* The per-tenant gauges' names and labels; their values come from the
  * sources at render time. */
 static const struct family active_ws =
@@ -212,6 +216,11 @@ void ws_metrics_command_ended(const char *cause, uint64_t wall_ms, uint64_t stdo
 void ws_metrics_rejected(const char *reason)
 {
     add(&rejections, 1, reason, NULL);
+}
+
+void ws_metrics_audit_lost(const char *event)
+{
+    add(&audit_lost, 1, event, NULL);
 }
 
 void ws_metrics_set_source(enum ws_metrics_gauge which, ws_metrics_source fn, void *ud)
@@ -366,6 +375,7 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
     render_histogram(&b, &command_seconds);
     render_family(&b, &stream_bytes);
     render_family(&b, &rejections);
+    render_family(&b, &audit_lost);
     render_family(&b, &ws_now);
     render_family(&b, &cmd_now);
     if (open_fn)

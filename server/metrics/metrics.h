@@ -48,6 +48,10 @@ void ws_metrics_command_ended(const char *cause, uint64_t wall_ms, uint64_t stdo
 
 /* A call ended with an error status carrying this ErrorInfo reason. */
 void ws_metrics_rejected(const char *reason);
+/* An audit record ("command", "write", ...) could not be appended: the
+ * call it records stands (its change was made), the record is lost and
+ * counted here for the operator to alert on. */
+void ws_metrics_audit_lost(const char *event);
 
 /* The per-tenant gauges (open workspaces, running commands) are read at
  * render time from whoever counts them, so they can never drift from the

@@ -1028,7 +1028,11 @@ static int file_commit(struct ws_snapstore *st, FILE *fp, const char *tmp, int d
 {
     int err = 0;
 
-    if (fflush(fp) != 0 || ferror(fp))
+    /* fflush's errno says why (ENOSPC on a full disk: NO_SPACE, not an
+     * internal error); a write that failed before it left only the flag. */
+    if (fflush(fp) != 0)
+        err = errno > 0 ? -errno : -EIO;
+    else if (ferror(fp))
         err = -EIO;
     if (err == 0 && fsync(fileno(fp)) < 0)
         err = -errno;

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -46,6 +47,12 @@ static struct sock *conns;  /* admitted connections, at most `cap` */
 static size_t n_conns, cap;
 static uint64_t refused, refused_logged;
 static time_t logged_at;
+/* A descriptor held back for the moment the process runs out: closed to
+ * accept, and close at once, a connection that would otherwise wait in
+ * the backlog (see shed()). -1 while it is spent. */
+static int reserve = -1;
+static uint64_t shed_count, shed_logged;
+static time_t shed_logged_at;
 
 typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
 typedef int (*getpeername_fn)(int, struct sockaddr *, socklen_t *);
@@ -115,6 +122,10 @@ int ws_conncap_guard(int port, const char *unix_path, unsigned max)
     pthread_once(&next_once, find_next);
     if (!next_accept4)
         return -ENOSYS;
+    pthread_mutex_lock(&mu);
+    if (reserve < 0)
+        reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    pthread_mutex_unlock(&mu);
     d = opendir("/proc/self/fd");
     if (!d)
         return -errno;
@@ -198,6 +209,15 @@ static bool guarded(int lfd)
         if (listeners[i].fd == lfd)
             return same_socket(lfd, listeners[i].ino);
     return false;
+}
+
+/* guarded(), taking the lock. */
+static bool guarded_listener(int lfd)
+{
+    pthread_mutex_lock(&mu);
+    bool g = guarded(lfd);
+    pthread_mutex_unlock(&mu);
+    return g;
 }
 
 /* The uid of the process that connected unix socket c, or -1 (also for a
@@ -325,6 +345,48 @@ out:;
     return ok;
 }
 
+/* accept4 on guarded listener `lfd` failed with EMFILE or ENFILE. gRPC
+ * 1.51 takes any accept error but EAGAIN for a dead listener and stops
+ * accepting for good, and a connection left in the backlog would hang its
+ * client: instead the reserve descriptor makes room to accept the first
+ * waiting connection, which is closed at once (its client sees the
+ * connection reset, and retries), and the reserve is taken again. Returns
+ * true when a connection was shed (look at the next one), false when none
+ * waits or no room could be made (the caller answers EAGAIN: the listener
+ * is polled again, edge-triggered, so nothing spins). */
+static bool shed(int lfd)
+{
+    bool done = false;
+    uint64_t to_log = 0;
+
+    pthread_mutex_lock(&mu);
+    if (!guarded(lfd))
+        goto out;
+    if (reserve >= 0) {
+        close(reserve);
+        reserve = -1;
+    }
+    int c = next_accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+    if (c >= 0) {
+        close(c);
+        done = true;
+        shed_count++;
+        time_t now = time(NULL);
+        if (now - shed_logged_at >= LOG_EVERY_S) {
+            to_log = shed_count - shed_logged;
+            shed_logged = shed_count;
+            shed_logged_at = now;
+        }
+    }
+    reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+out:
+    pthread_mutex_unlock(&mu);
+    if (to_log)
+        ws_rpc_log(WS_RPC_LOG_ERROR, "transport.out_of_descriptors", "\"closed_on_accept\":%llu",
+                   (unsigned long long)to_log);
+    return done;
+}
+
 /* The definition gRPC's accept calls reach (see conncap.h). */
 int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
 {
@@ -343,6 +405,12 @@ int accept4(int fd, struct sockaddr *addr, socklen_t *addrlen, int flags)
             if (addr && addrlen && peer_address(c, &un, &len))
                 put_address(&un, len, addr, len0, addrlen);
             return c;
+        }
+        if (c < 0 && (errno == EMFILE || errno == ENFILE) && guarded_listener(fd)) {
+            if (shed(fd))
+                continue;
+            errno = EAGAIN;
+            return -1;
         }
         if (c < 0)
             return c;

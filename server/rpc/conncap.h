@@ -10,6 +10,12 @@
  * gRPC sees it: the client sees its connection reset (UNAVAILABLE) and may
  * retry. The wrapper then accepts the next one itself, so a refusal never
  * leaves the rest of the backlog waiting for the next readiness event.
+ * When the process is out of descriptors (EMFILE, ENFILE), gRPC would
+ * take the error for a dead listener and never accept again: the wrapper
+ * instead closes one descriptor it keeps in reserve, accepts and closes
+ * each waiting connection the same way (logged as
+ * "transport.out_of_descriptors"), and answers EAGAIN, so the listener
+ * lives on and accepts again once descriptors are free.
  * Every other accept4 in the process (the metrics listener's) passes
  * through untouched.
  *

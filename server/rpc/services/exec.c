@@ -396,7 +396,9 @@ static int launch(struct ws_call *call, const char *ws_id, const Workspace__V1__
                          : ws_exec_home_new(s->exec, &own_home);
         if (err < 0) {
             ws_diag_set(&d, "the command's home directory cannot be made: %s", strerror(-err));
-            if (err != -ENOMEM)
+            /* Out of memory or descriptors: the server's state, not the
+             * workspace's, and it passes. */
+            if (err != -ENOMEM && err != -EMFILE && err != -ENFILE)
                 err = -WS_EFAILED;
             goto fail;
         }
@@ -1550,9 +1552,11 @@ void ws_services_exec_audit(void *ud, const char *workspace_id, struct ws_proc *
             .pty_bytes = r->streams[WS_STREAM_PTY].total,
         };
         int err = ws_audit_command(s->audit, workspace_id, &ac);
-        if (err < 0)
+        if (err < 0) {
             ws_log_msg(WS_RPC_LOG_ERROR, "audit.failed", "cannot record a command in %s: %s",
                        workspace_id, strerror(-err));
+            ws_metrics_audit_lost("command");
+        }
     }
     ws_metrics_command_ended(ws_cause_name(r->cause), r->wall_ms, /* metrics */
                              r->streams[WS_STREAM_STDOUT].total, r->streams[WS_STREAM_STDERR].total,

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "server/audit/audit.h"
+#include "server/metrics/metrics.h"
 #include "server/base/time.h"
 #include "server/base/utf8.h"
 #include "server/rpc/log.h"
@@ -327,9 +328,11 @@ void ws_services_audit_file(struct ws_services *s, struct ws_workspace *ws,
     if (!s->audit)
         return;
     err = ws_audit_file(s->audit, ws_workspace_id(ws), f);
-    if (err < 0)
+    if (err < 0) {
         ws_log_msg(WS_RPC_LOG_ERROR, "audit.failed", "cannot record %s of a file in %s: %s",
                    f->event, ws_workspace_id(ws), strerror(-err));
+        ws_metrics_audit_lost(f->event);
+    }
 }
 
 int ws_services_provider_ws(struct ws_services *s, struct ws_workspace *ws, char *dir, size_t size,

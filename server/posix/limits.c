@@ -159,8 +159,32 @@ static int write_fd0(int fd)
     return WS_RETRY_EINTR(write(fd, "0", 1)) < 0 ? -errno : 0;
 }
 
-/* Removes a parent group left by a server that is gone: its children are
- * empty once their processes ended. */
+/* Kills what still runs in group `dir` and removes it. The processes are
+ * a dead server's orphans (a killed server's commands, which the trees'
+ * own sweep may be ending at this moment); a group empties only once they
+ * are gone, so the rmdir is retried for up to a second. */
+static void remove_group(const char *dir)
+{
+    char procs[PATH_MAX + 16];
+
+    snprintf(procs, sizeof(procs), "%s/cgroup.procs", dir);
+    for (int tries = 0; tries < 50; tries++) {
+        if (rmdir(dir) == 0 || errno != EBUSY)
+            return;
+        FILE *f = fopen(procs, "re");
+        if (f) {
+            int pid;
+            while (fscanf(f, "%d", &pid) == 1)
+                if (pid > 0)
+                    (void)kill(pid, SIGKILL);
+            fclose(f);
+        }
+        usleep(20 * 1000);
+    }
+}
+
+/* Removes a parent group left by a server that is gone, and its
+ * workspaces' groups. */
 static void sweep_parent(const char *own, const char *entry)
 {
     char path[PATH_MAX + NAME_MAX + 2];
@@ -176,10 +200,10 @@ static void sweep_parent(const char *own, const char *entry)
         if (e->d_type != DT_DIR || e->d_name[0] == '.')
             continue;
         snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
-        (void)rmdir(sub);
+        remove_group(sub);
     }
     closedir(d);
-    (void)rmdir(path);
+    remove_group(path);
 }
 
 static void sweep_stale(const char *own)

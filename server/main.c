@@ -89,6 +89,7 @@ enum {
     MAXMSG,
     MAXSTREAMS,
     MEMQUOTA,
+    SENDBUF,
     MAXCONNS,
     PROVIDERS,
     BWRAP,
@@ -185,6 +186,7 @@ struct options {
     long long max_message_bytes;
     long long max_streams;
     long long memory_quota_bytes;
+    long long max_send_buffer_bytes;
     long long max_connections; /* 0: half the open-file limit */
     /* The worker pool: -1 is the default (the lane's threads: one per CPU,
      * or WS_APP_DAEMON_THREADS), 0 an inline lane. */
@@ -350,6 +352,8 @@ static void usage(FILE *f)
         "  --max-message-bytes N  largest gRPC message either way [%d]\n"
         "  --max-streams-per-connection N  concurrent calls one connection may hold [%d]\n"
         "  --memory-quota-bytes N memory gRPC's transport may use in all [%lld]\n"
+        "  --max-send-buffer-bytes N  responses waiting for clients that do not read;\n"
+        "                         past it the calls waiting longest are cancelled [%lld]\n"
         "  --max-connections N    connections open at once; more are closed on accept\n"
         "                         [half the open-file limit, at least 64]\n"
         "Slow work (walks, searches, hashing, container daemon calls) runs on a pool,\n"
@@ -390,8 +394,8 @@ static void usage(FILE *f)
         (unsigned long long)WS_DEFAULT_MEMORY_MAX_BYTES, DEFAULT_GRACE_MS, WS_EXEC_GRACE_MS_DEFAULT,
         WS_RPC_KEEPALIVE_MS_DEFAULT, WS_UIDS_DEFAULT_FIRST, WS_UIDS_DEFAULT_LAST,
         MAX_MESSAGE_DEFAULT, WS_RPC_MAX_STREAMS_DEFAULT, WS_RPC_MEMORY_QUOTA_DEFAULT,
-        WS_APP_DAEMON_THREADS, WS_APP_DAEMON_TENANT_RUNNING, WS_POOL_DEFAULT_TENANT_QUEUED,
-        WS_APP_SHARED_TENANT_QUEUED);
+        WS_RPC_SEND_BUFFER_DEFAULT, WS_APP_DAEMON_THREADS, WS_APP_DAEMON_TENANT_RUNNING,
+        WS_POOL_DEFAULT_TENANT_QUEUED, WS_APP_SHARED_TENANT_QUEUED);
 }
 
 static bool parse_ull(const char *s, unsigned long long max, unsigned long long *ret)
@@ -607,6 +611,7 @@ static const char *set_policy(struct options *o, const struct setting *s, const 
 /* The ranges the rows below name in their messages. */
 _Static_assert(MAX_MESSAGE_MIN == 65536 && MAX_MESSAGE_MAX == 67108864, "max-message-bytes range");
 _Static_assert(WS_RPC_MEMORY_QUOTA_MIN == 16777216, "memory-quota-bytes range");
+_Static_assert(WS_RPC_SEND_BUFFER_MIN == 1048576, "max-send-buffer-bytes range");
 _Static_assert(WS_RPC_MAX_CONNECTIONS_MAX == 1048576 && WS_RPC_MAX_CONNECTIONS_MIN == 64,
                "max-connections range");
 _Static_assert(WS_EXEC_GRACE_MS_MAX == 60000, "kill-grace-ms range");
@@ -712,6 +717,9 @@ static const struct setting settings[] = {
     {MEMQUOTA, "memory-quota-bytes", "transport", "memory-quota-bytes", .kind = NUMBER,
      .field = FIELD(memory_quota_bytes), .min = WS_RPC_MEMORY_QUOTA_MIN, .max = 1ull << 40,
      .refused = "not a number of bytes in 16777216..1099511627776"},
+    {SENDBUF, "max-send-buffer-bytes", "transport", "max-send-buffer-bytes", .kind = NUMBER,
+     .field = FIELD(max_send_buffer_bytes), .min = WS_RPC_SEND_BUFFER_MIN, .max = 1ull << 40,
+     .refused = "not a number of bytes in 1048576..1099511627776"},
     {MAXCONNS, "max-connections", "transport", "max-connections", .kind = NUMBER,
      .field = FIELD(max_connections), .min = 1, .max = WS_RPC_MAX_CONNECTIONS_MAX,
      .refused = "not a number in 1..1048576"},
@@ -1308,6 +1316,7 @@ int main(int argc, char **argv)
                 .max_streams_per_connection = (int)o.max_streams,
                 .tenant_max_streams = (unsigned)o.tenant_max_streams,
                 .memory_quota_bytes = o.memory_quota_bytes,
+                .max_send_buffer_bytes = o.max_send_buffer_bytes,
                 .max_connections = (unsigned)o.max_connections,
             },
         .metrics_listen = o.metrics_listen,

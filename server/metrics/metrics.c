@@ -96,6 +96,8 @@ static struct {
 
 static unsigned (*conns_open)(void);
 static uint64_t (*conns_refused)(void);
+static uint64_t (*send_queued)(void);
+static uint64_t (*send_evicted)(void);
 
 /* What the sources report while rendering: a copy of each gauge family,
  * filled outside the lock. */
@@ -239,6 +241,14 @@ void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refuse
     pthread_mutex_unlock(&mu);
 }
 
+void ws_metrics_set_send_source(uint64_t (*queued)(void), uint64_t (*evicted)(void))
+{
+    pthread_mutex_lock(&mu);
+    send_queued = queued;
+    send_evicted = evicted;
+    pthread_mutex_unlock(&mu);
+}
+
 void ws_metrics_tenant_gauge(struct ws_metrics_gauges *g, const char *tenant, long value)
 {
     const char *values[1] = {tenant};
@@ -355,9 +365,13 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
     pthread_mutex_lock(&mu);
     unsigned (*open_fn)(void) = conns_open;
     uint64_t (*refused_fn)(void) = conns_refused;
+    uint64_t (*queued_fn)(void) = send_queued;
+    uint64_t (*evicted_fn)(void) = send_evicted;
     pthread_mutex_unlock(&mu);
     unsigned conns = open_fn ? open_fn() : 0;
     uint64_t refused = refused_fn ? refused_fn() : 0;
+    uint64_t queued = queued_fn ? queued_fn() : 0;
+    uint64_t evicted = evicted_fn ? evicted_fn() : 0;
     /* Every tenant that holds workspaces shows its commands, 0 included. */
     for (size_t i = 0; i < ws_now.n; i++) {
         const char *tenant[1] = {ws_now.series[i].value[0]};
@@ -396,6 +410,20 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
             "# TYPE workspaced_connections_refused_total counter\n"
             "workspaced_connections_refused_total %llu\n",
             (unsigned long long)refused);
+    if (queued_fn)
+        put(&b,
+            "# HELP workspaced_send_buffer_bytes Bytes of responses handed to the transport "
+            "and not yet written to their clients.\n"
+            "# TYPE workspaced_send_buffer_bytes gauge\n"
+            "workspaced_send_buffer_bytes %llu\n",
+            (unsigned long long)queued);
+    if (evicted_fn)
+        put(&b,
+            "# HELP workspaced_send_buffer_evicted_total Calls cancelled because the responses "
+            "waiting for their clients were over --max-send-buffer-bytes.\n"
+            "# TYPE workspaced_send_buffer_evicted_total counter\n"
+            "workspaced_send_buffer_evicted_total %llu\n",
+            (unsigned long long)evicted);
     pthread_mutex_unlock(&mu);
     pthread_mutex_unlock(&render_mu);
 

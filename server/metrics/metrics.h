@@ -74,6 +74,12 @@ void ws_metrics_tenant_gauge(struct ws_metrics_gauges *g, const char *tenant, lo
  * time with no lock of this module held. NULL: not reported. */
 void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refused)(void));
 
+/* Where the send buffer's figures come from (server/rpc/sendq.c): bytes
+ * of responses waiting for their clients now, and calls cancelled since
+ * the start because they were over the cap. As above; NULL: not
+ * reported. */
+void ws_metrics_set_send_source(uint64_t (*queued)(void), uint64_t (*evicted)(void));
+
 /* The whole set in the Prometheus text format: a malloc'd, NUL-terminated
  * string in *ret_text (the caller frees it) and its length. 0 or -ENOMEM. */
 int ws_metrics_render(char **ret_text, size_t *ret_len);

@@ -314,7 +314,7 @@ static int pack_message(struct ws_call *c, const ProtobufCMessage *msg, grpc_byt
 static void issue_status_locked(struct ws_call *c, grpc_byte_buffer *bb)
 {
     grpc_op ops[3];
-    size_t n = 0;
+    size_t n = 0, len;
     bool md_was_sent = c->md_sent;
 
     memset(ops, 0, sizeof(ops));
@@ -334,7 +334,10 @@ static void issue_status_locked(struct ws_call *c, grpc_byte_buffer *bb)
     n++;
 
     c->status_bb = bb;
-    if (start_batch(c, ops, n, &c->status_tag) < 0) {
+    len = bb ? grpc_byte_buffer_length(bb) : 0;
+    if (start_batch(c, ops, n, &c->status_tag) == 0) {
+        ws_rpc_sendq_charge(c, len);
+    } else {
         c->status_bb = NULL;
         c->md_sent = md_was_sent;
         if (bb)
@@ -614,6 +617,7 @@ static void on_send_done(struct ws_tag *t, bool ok)
     struct ws_call *c = ws_container_of(t, struct ws_call, send_tag);
 
     call_lock(c);
+    ws_rpc_sendq_release(c);
     if (c->send_bb) {
         grpc_byte_buffer_destroy(c->send_bb);
         c->send_bb = NULL;
@@ -635,6 +639,7 @@ static void on_status_done(struct ws_tag *t, bool ok)
 
     (void)ok;
     call_lock(c);
+    ws_rpc_sendq_release(c);
     if (c->status_bb) {
         grpc_byte_buffer_destroy(c->status_bb);
         c->status_bb = NULL;
@@ -686,7 +691,7 @@ int ws_call_send(struct ws_call *call, const ProtobufCMessage *msg)
 {
     grpc_byte_buffer *bb = NULL;
     grpc_op ops[2];
-    size_t n = 0;
+    size_t n = 0, len;
     int r;
 
     if (!msg)
@@ -708,6 +713,7 @@ int ws_call_send(struct ws_call *call, const ProtobufCMessage *msg)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = bb;
+    len = grpc_byte_buffer_length(bb);
     r = start_batch(call, ops, n, &call->send_tag);
     if (r < 0) {
         grpc_byte_buffer_destroy(bb);
@@ -716,6 +722,7 @@ int ws_call_send(struct ws_call *call, const ProtobufCMessage *msg)
     call->send_bb = bb;
     call->send_busy = true;
     call->md_sent = true;
+    ws_rpc_sendq_charge(call, len);
 out:
     call_unlock(call);
     return r;

@@ -214,6 +214,13 @@ struct ws_rpc_config {
      * descriptors a tenant's streams hold. A call counts from its first
      * message until its call object is gone. */
     unsigned tenant_max_streams;
+    /* Bytes of responses handed to gRPC and not yet written to their
+     * clients, over all calls (sendq.c). A client that never reads holds
+     * its stream's message, and its handler's buffers, indefinitely; past
+     * this cap the calls whose messages have waited longest are cancelled,
+     * RESOURCE_EXHAUSTED, until the rest fits. 0 =
+     * WS_RPC_SEND_BUFFER_DEFAULT. */
+    long long max_send_buffer_bytes;
 };
 
 /* Tenant names: [A-Za-z0-9._-]{1,64}. */
@@ -226,6 +233,8 @@ struct ws_rpc_config {
 #define WS_RPC_MAX_STREAMS_MAX      100000
 #define WS_RPC_MEMORY_QUOTA_DEFAULT (1024LL * 1024 * 1024)
 #define WS_RPC_MEMORY_QUOTA_MIN     (16LL * 1024 * 1024)
+#define WS_RPC_SEND_BUFFER_DEFAULT  (64LL * 1024 * 1024)
+#define WS_RPC_SEND_BUFFER_MIN      (1024LL * 1024)
 #define WS_RPC_MAX_CONNECTIONS_MIN  64
 #define WS_RPC_MAX_CONNECTIONS_MAX  1048576
 

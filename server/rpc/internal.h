@@ -103,6 +103,15 @@ struct ws_call {
 
     int64_t accepted_ms;
     char tenant[WS_RPC_TENANT_MAX + 1];
+
+    /* The message in flight (send_bb or status_bb) as counted by the
+     * server-wide send queue (sendq.c): its bytes (0: not counted), when
+     * it was handed to gRPC, its neighbours in the queue's list and
+     * whether the queue cancelled the call. Under sendq.c's lock. */
+    size_t queued;
+    int64_t queued_ms;
+    struct ws_call *q_prev, *q_next;
+    bool q_evicted;
 };
 
 struct ws_rpc_server {
@@ -152,6 +161,21 @@ static inline int64_t ws_rpc_now_ms(void)
 
 /* Called by call.c when a call object is freed. */
 void ws_rpc_server_call_gone(struct ws_rpc_server *s, bool accepted);
+
+/* ---- sendq.c ---- */
+
+/* The cap on bytes of messages handed to gRPC and not yet written (0: no
+ * cap); what is over it is taken back by cancelling the calls whose
+ * messages have waited longest. */
+void ws_rpc_sendq_set_max(uint64_t max);
+/* Counts c's message of n bytes, just handed to gRPC, and cancels older
+ * calls while the total is over the cap. Under c's lock. */
+void ws_rpc_sendq_charge(struct ws_call *c, size_t n);
+/* Its batch completed: the bytes are no longer gRPC's. Under c's lock. */
+void ws_rpc_sendq_release(struct ws_call *c);
+uint64_t ws_rpc_sendq_bytes(void);
+/* Calls cancelled by the cap since the start. */
+uint64_t ws_rpc_sendq_evicted(void);
 
 /* ---- auth.c ---- */
 

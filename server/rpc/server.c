@@ -253,6 +253,7 @@ static void teardown_inline(struct ws_rpc_server *s)
     } while (ev.type != GRPC_QUEUE_SHUTDOWN);
     grpc_server_destroy(s->server);
     ws_metrics_set_connections_source(NULL, NULL);
+    ws_metrics_set_send_source(NULL, NULL);
     ws_conncap_release();
     s->server = NULL;
     grpc_completion_queue_destroy(s->cq);
@@ -377,8 +378,9 @@ static int check_config(const struct ws_rpc_config *cfg, const struct ws_rpc_met
 
     if (!cfg || !cfg->listen || !cfg->listen[0] || cfg->threads < 0 || cfg->max_message_bytes < 0 ||
         cfg->max_streams_per_connection < 0 || cfg->memory_quota_bytes < 0 ||
-        cfg->max_connections > WS_RPC_MAX_CONNECTIONS_MAX || (n_methods && !methods) ||
-        !cfg->tls_cert != !cfg->tls_key || (cfg->tls_client_ca && !cfg->tls_cert))
+        cfg->max_send_buffer_bytes < 0 || cfg->max_connections > WS_RPC_MAX_CONNECTIONS_MAX ||
+        (n_methods && !methods) || !cfg->tls_cert != !cfg->tls_key ||
+        (cfg->tls_client_ca && !cfg->tls_cert))
         return -EINVAL;
     for (i = 0; i < n_methods; i++) {
         const struct ws_rpc_method *m = &methods[i];
@@ -455,6 +457,8 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
         s->n_threads = THREADS_MAX;
     s->is_unix = strncmp(cfg->listen, "unix", 4) == 0;
     ws_rpc_streams_set_max(cfg->tenant_max_streams);
+    ws_rpc_sendq_set_max(cfg->max_send_buffer_bytes > 0 ? (uint64_t)cfg->max_send_buffer_bytes
+                                                        : (uint64_t)WS_RPC_SEND_BUFFER_DEFAULT);
     s->insecure = !s->is_unix && cfg->insecure_loopback && !cfg->tokens_file && !cfg->tls_client_ca;
 
     gpr_set_log_function(gpr_log_to_json);
@@ -568,6 +572,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
     }
 
     ws_metrics_set_connections_source(ws_conncap_open, ws_conncap_refused);
+    ws_metrics_set_send_source(ws_rpc_sendq_bytes, ws_rpc_sendq_evicted);
 
     ws_rpc_log(WS_RPC_LOG_INFO, "rpc.listen",
                "\"port\":%d,\"methods\":%zu,\"threads\":%d,\"max_connections\":%u",
@@ -593,7 +598,10 @@ fail:
  * TRIM_BURST_CALLS has come down to a quarter, and again when the last of
  * it is gone, the free memory goes back to the kernel (malloc_trim). A
  * server that never holds that many calls at once is never trimmed, so a
- * steady load does not pay for memory it would take back at once. */
+ * steady load does not pay for memory it would take back at once. Calls
+ * cancelled by the send buffer's cap (sendq.c) free what a burst of
+ * stalled streams took without ending the burst: a tick with no new such
+ * cancel after some trims too. */
 #define TRIM_BURST_CALLS 64
 #define TRIM_TICK_MS     1000
 
@@ -615,6 +623,7 @@ static void *trim_thread(void *arg)
 {
     struct ws_rpc_server *s = arg;
     bool tail = false; /* trimmed with calls of the burst still live */
+    uint64_t evicted_seen = 0, evicted_trimmed = 0;
     int64_t warn_at = ws_mono_ms() + INSECURE_WARN_MS;
 
     pthread_mutex_lock(&s->mu);
@@ -631,9 +640,13 @@ static void *trim_thread(void *arg)
             pthread_mutex_lock(&s->mu);
         }
         long live = s->live_calls, peak = s->burst_peak;
-        bool trim = (peak >= TRIM_BURST_CALLS && live <= peak / 4) || (tail && live == 0);
+        uint64_t evicted = ws_rpc_sendq_evicted();
+        bool quiet = evicted == evicted_seen && evicted != evicted_trimmed;
+        bool trim = (peak >= TRIM_BURST_CALLS && live <= peak / 4) || (tail && live == 0) || quiet;
+        evicted_seen = evicted;
         if (!trim)
             continue;
+        evicted_trimmed = evicted;
         tail = live > 0;
         s->burst_peak = live;
         pthread_mutex_unlock(&s->mu);

@@ -403,6 +403,7 @@ TEST(ObservabilityTest, MetricsListenerIsLoopbackOnlyUnlessAsked)
              {"--max-streams-per-connection", "0"},
              {"--max-message-bytes", "100"},
              {"--memory-quota-bytes", "1024"},
+             {"--max-send-buffer-bytes", "1048575"},
              {"--max-connections", "0"},
              {"--max-connections", "1048577"},
          }) {

@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 import hpack
 
@@ -52,6 +53,10 @@ SETTINGS_NAMES = {1: "HEADER_TABLE_SIZE", 2: "ENABLE_PUSH", 3: "MAX_CONCURRENT_S
 CANCEL, REFUSED_STREAM = 0x8, 0x7
 MAX_FRAME = 16384  # the default SETTINGS_MAX_FRAME_SIZE; what we send never exceeds it
 MIB = 1024 * 1024
+RESOURCE_EXHAUSTED = 8  # the grpc-status code
+# What a stream ended by the send buffer's cap is told (server/rpc/sendq.c).
+SEND_CAP_MESSAGE = ("the server's buffer for responses waiting to be read is full, "
+                    "and this stream's response waited longest")
 
 HEALTH = "/grpc.health.v1.Health/Check"
 READ_FILE = "/workspace.v1.FileSystem/ReadFile"
@@ -152,6 +157,7 @@ class RawConn:
         self.rst = {}           # error code -> count
         self.responses = 0      # response HEADERS blocks with END_STREAM (trailers)
         self.statuses = {}      # grpc-status -> count
+        self.messages = {}      # grpc-message -> count
         self.data_bytes = 0
         self.send_error = None
         self.next_sid = 1
@@ -190,6 +196,9 @@ class RawConn:
             if k == b"grpc-status":
                 code = int(v)
                 self.statuses[code] = self.statuses.get(code, 0) + 1
+            elif k == b"grpc-message":
+                m = urllib.parse.unquote(v.decode("utf-8", "replace"))
+                self.messages[m] = self.messages.get(m, 0) + 1
         if flags & END_STREAM:
             self.responses += 1
 
@@ -354,6 +363,27 @@ class Sampler(threading.Thread):
     def stop(self):
         self.stop_ev.set()
         self.join()
+
+
+def metrics(srv):
+    """The server's /metrics as {name: value} for unlabelled series (its
+    --metrics-listen port is in its log)."""
+    import urllib.request
+    port = None
+    with open(srv.stderr_path, "rb") as f:
+        log = f.read().decode(errors="replace")
+    for line in log.splitlines():
+        if '"event":"metrics.listen"' in line:
+            port = json.loads(line)["fields"]["port"]
+    if port is None:
+        return {}
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and not line.startswith("#") and "{" not in parts[0]:
+            out[parts[0]] = float(parts[1])
+    return out
 
 
 # ---------------------------------------------------------------- well-behaved client
@@ -646,7 +676,10 @@ def attack_slowloris(srv, s):
 def attack_never_read(srv, s):
     """ReadFile of a big file on many streams of connections that asked a
     1-byte stream window and never send WINDOW_UPDATE: the server can send
-    next to nothing, and must hold no more than what is in flight."""
+    next to nothing. What waits for the clients is capped server-wide
+    (--max-send-buffer-bytes): past the cap the streams that waited longest
+    are ended RESOURCE_EXHAUSTED, so memory is bounded by the cap, not by
+    the number of streams."""
     import grpc
     from wspb import common_pb2, filesystem_pb2, filesystem_pb2_grpc, workspaces_pb2, workspaces_pb2_grpc
     channel = grpc.insecure_channel("unix:" + srv.sock)
@@ -676,16 +709,32 @@ def attack_never_read(srv, s):
             batch.append(frame(HEADERS, END_HEADERS, sid, block) + frame(DATA, END_STREAM, sid, req))
         c.send(b"".join(batch))
         conns.append(c)
-    time.sleep(s["stall_seconds"])
+    # What the server holds once the streams are set up; then a client
+    # that reads, while the stalled streams hold the cap: its responses
+    # are the newest, so it is served in full.
+    time.sleep(s["stall_seconds"] / 2)
+    rss_hold = srv.status()["VmRSS"]
+    channel = grpc.insecure_channel("unix:" + srv.sock)
+    fs = filesystem_pb2_grpc.FileSystemStub(channel)
+    good = sum(len(r.data) for r in fs.ReadFile(filesystem_pb2.ReadFileRequest(workspace_id=wid, path="big"),
+                                                timeout=60))
+    channel.close()
+    time.sleep(s["stall_seconds"] / 2)
     got = sum(c.data_bytes for c in conns)
     alive = sum(1 for c in conns if not c.closed.is_set())
+    evicted = sum(c.statuses.get(RESOURCE_EXHAUSTED, 0) for c in conns)
+    messages = set(m for c in conns for m in c.messages)
+    other = sum(n for c in conns for code, n in c.statuses.items() if code != RESOURCE_EXHAUSTED)
     for c in conns:
         c.close()
     return {"sent": "%d connections x %d ReadFile streams of a %d MiB file, 1-byte window, never read, held %d s" % (
         s["stall_conns"], s["stall_streams"], s["file_mib"], s["stall_seconds"]),
-            "outcome": "server sent %d bytes in all; %d of %d connections still open at the end; %s" % (
-                got, alive, len(conns), conns[0].summary()),
-            "rss_before": rss_file}
+            "outcome": "server sent %d bytes in all; %d streams ended RESOURCE_EXHAUSTED by the %d MiB cap, "
+                       "%d with another status; %d of %d connections still open at the end; RSS in the hold "
+                       "%.0f MiB over its start" % (
+                got, evicted, s["send_cap_mib"], other, alive, len(conns), (rss_hold - rss_file) / MIB),
+            "rss_before": rss_file, "evicted": evicted, "other": other, "messages": messages,
+            "good_read": good, "size": size, "hold_growth": (rss_hold - rss_file) / MIB}
 
 
 def attack_flood(srv, s):
@@ -737,20 +786,23 @@ ATTACKS = [
     ("oversized_metadata", attack_oversized_metadata, (64, 256), []),
     ("many_streams", attack_many_streams, (64, 256), []),
     ("slowloris", attack_slowloris, (64, 256), []),
-    # What a stalled stream holds was measured at 0.51 MiB (two 256 KiB
-    # chunks in flight), the same from 100 to 3,000 streams: bounded per
-    # stream, not by the file (16 MiB here). A MiB per stream (two under
-    # ASan) plus 32 (128) is the bound.
-    ("never_read", attack_never_read,
-     lambda s: (32 + 1 * s["stall_conns"] * s["stall_streams"], 128 + 2 * s["stall_conns"] * s["stall_streams"]),
-     []),
+    # A stalled ReadFile stream holds 0.51 MiB (a 256 KiB chunk in flight
+    # and its next one read), so without a cap 3,000 of them held 1.58 GiB.
+    # The cap counts what is in flight, half a stream's cost: once the
+    # streams are set up, what the server holds is twice the cap (32 MiB
+    # measured, from 200 to 2,000 streams), and the check on it is below.
+    # The peak is higher while a burst of new streams runs ahead of the
+    # cancels' completions: 48 MiB over 200 streams, 124 over 1,000 and
+    # 139 over 2,000.
+    ("never_read", attack_never_read, (256, 512),
+     lambda s: ["--max-send-buffer-bytes", str(s["send_cap_mib"] * MIB), "--metrics-listen", "127.0.0.1:0"]),
     ("connection_flood", attack_flood, (64, 256), ["--max-connections", "64"]),
 ]
 
 BOUNDED = dict(rr_streams=20000, rr_seconds=6, bomb_refs=200000, bomb_streams=3, many_headers=20000,
                cont_bytes=16 * MIB, meta_streams=4, meta_8k=128, streams=10000, slow_conns=40,
                slow_tick=0.1, slow_seconds=5, file_mib=16, stall_conns=2, stall_streams=100,
-               stall_seconds=4, flood_conns=400, flood_cap=64, baseline_calls=100)
+               stall_seconds=4, send_cap_mib=16, flood_conns=400, flood_cap=64, baseline_calls=100)
 SANITIZED_SCALE = dict(rr_streams=8000, bomb_refs=100000, bomb_streams=2, many_headers=10000,
                        cont_bytes=8 * MIB, meta_streams=2, slow_conns=20, flood_conns=200,
                        baseline_calls=50)
@@ -761,6 +813,7 @@ FULL = dict(rr_streams=500000, rr_seconds=30, bomb_refs=1000000, bomb_streams=20
 
 
 def run_attack(binary, name, fn, bound, flags, scale):
+    flags = flags(scale) if callable(flags) else flags
     srv = Server(binary, ["--max-connections", "1024"] + flags if "--max-connections" not in flags else flags)
     failures = []
     try:
@@ -816,6 +869,34 @@ def run_attack(binary, name, fn, bound, flags, scale):
                     result["admitted"], scale["flood_cap"]))
             if result["refused"] < result["opened"] - scale["flood_cap"]:
                 failures.append("only %d of %d flood connections refused" % (result["refused"], result["opened"]))
+        if name == "never_read":
+            # More was asked than the cap holds (256 KiB per stream): the
+            # oldest streams were ended, with the cap's status and nothing
+            # else.
+            if scale["stall_conns"] * scale["stall_streams"] * 256 * 1024 > 2 * scale["send_cap_mib"] * MIB and \
+                    not result["evicted"]:
+                failures.append("no stalled stream was ended RESOURCE_EXHAUSTED past the send buffer cap")
+            if result["other"]:
+                failures.append("%d stalled streams ended with a status other than RESOURCE_EXHAUSTED" %
+                                result["other"])
+            if result["evicted"] and result["messages"] != {SEND_CAP_MESSAGE}:
+                failures.append("the ended streams' messages: %s" % sorted(result["messages"]))
+            hold = 2 * scale["send_cap_mib"] + 32 if not SANITIZED else 4 * scale["send_cap_mib"] + 96
+            if result["hold_growth"] > hold:
+                failures.append("the stalled streams held %.1f MiB in the hold (bound %d MiB: "
+                                "twice the send buffer cap and 32)" % (result["hold_growth"], hold))
+            # The server's own count, and its gauge back at zero once the
+            # attack's connections are gone (nothing left counted).
+            m = metrics(srv)
+            if m.get("workspaced_send_buffer_evicted_total", -1) < result["evicted"]:
+                failures.append("workspaced_send_buffer_evicted_total %s, %d streams seen ended" % (
+                    m.get("workspaced_send_buffer_evicted_total"), result["evicted"]))
+            if m.get("workspaced_send_buffer_bytes") != 0:
+                failures.append("workspaced_send_buffer_bytes %s after the attack" %
+                                m.get("workspaced_send_buffer_bytes"))
+            if result["good_read"] != result["size"]:
+                failures.append("a reading client's ReadFile got %d of %d bytes" % (
+                    result["good_read"], result["size"]))
         if name == "many_streams":
             adv = result["advertised"]
             if adv is None or adv > 1000:

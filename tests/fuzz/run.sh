@@ -13,7 +13,7 @@
 # fuzzer grows a scratch copy.
 #
 # Usage: tests/fuzz/run.sh [--seconds N] [target...]
-#   N        seconds per target (default 30; the suite runs 10, a long
+#   N        seconds per target (default 30; the suite runs 20, a long
 #            run 3600: an hour each, one after the other)
 #   target   e.g. guard_fuzz (default: every directory of tests/fuzz/corpus)
 # Extra flags for `bazel build` (e.g. --jobs=1) come from FUZZ_BAZEL_FLAGS.

@@ -96,6 +96,7 @@ static struct {
 
 static unsigned (*conns_open)(void);
 static uint64_t (*conns_refused)(void);
+static uint64_t (*conns_shed)(void);
 static uint64_t (*send_queued)(void);
 static uint64_t (*send_evicted)(void);
 
@@ -233,11 +234,13 @@ void ws_metrics_set_source(enum ws_metrics_gauge which, ws_metrics_source fn, vo
     pthread_mutex_unlock(&mu);
 }
 
-void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refused)(void))
+void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refused)(void),
+                                       uint64_t (*shed)(void))
 {
     pthread_mutex_lock(&mu);
     conns_open = open;
     conns_refused = refused;
+    conns_shed = shed;
     pthread_mutex_unlock(&mu);
 }
 
@@ -365,11 +368,13 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
     pthread_mutex_lock(&mu);
     unsigned (*open_fn)(void) = conns_open;
     uint64_t (*refused_fn)(void) = conns_refused;
+    uint64_t (*shed_fn)(void) = conns_shed;
     uint64_t (*queued_fn)(void) = send_queued;
     uint64_t (*evicted_fn)(void) = send_evicted;
     pthread_mutex_unlock(&mu);
     unsigned conns = open_fn ? open_fn() : 0;
     uint64_t refused = refused_fn ? refused_fn() : 0;
+    uint64_t shed = shed_fn ? shed_fn() : 0;
     uint64_t queued = queued_fn ? queued_fn() : 0;
     uint64_t evicted = evicted_fn ? evicted_fn() : 0;
     /* Every tenant that holds workspaces shows its commands, 0 included. */
@@ -410,6 +415,13 @@ int ws_metrics_render(char **ret_text, size_t *ret_len)
             "# TYPE workspaced_connections_refused_total counter\n"
             "workspaced_connections_refused_total %llu\n",
             (unsigned long long)refused);
+    if (shed_fn)
+        put(&b,
+            "# HELP workspaced_connections_shed_total Connections closed on accept because "
+            "the server was out of file descriptors.\n"
+            "# TYPE workspaced_connections_shed_total counter\n"
+            "workspaced_connections_shed_total %llu\n",
+            (unsigned long long)shed);
     if (queued_fn)
         put(&b,
             "# HELP workspaced_send_buffer_bytes Bytes of responses handed to the transport "

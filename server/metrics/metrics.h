@@ -70,9 +70,11 @@ void ws_metrics_set_source(enum ws_metrics_gauge which, ws_metrics_source fn, vo
 void ws_metrics_tenant_gauge(struct ws_metrics_gauges *g, const char *tenant, long value);
 
 /* Where the connection figures come from (the transport's bound): open
- * connections now, and those refused since the start. Called at render
+ * connections now, those refused since the start, and those closed on
+ * accept because the server was out of descriptors. Called at render
  * time with no lock of this module held. NULL: not reported. */
-void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refused)(void));
+void ws_metrics_set_connections_source(unsigned (*open)(void), uint64_t (*refused)(void),
+                                       uint64_t (*shed)(void));
 
 /* Where the send buffer's figures come from (server/rpc/sendq.c): bytes
  * of responses waiting for their clients now, and calls cancelled since

@@ -202,6 +202,14 @@ uint64_t ws_conncap_refused(void)
     return n;
 }
 
+uint64_t ws_conncap_shed(void)
+{
+    pthread_mutex_lock(&mu);
+    uint64_t n = shed_count;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
 /* Whether `lfd` is a guarded listener. mu held. */
 static bool guarded(int lfd)
 {

@@ -69,6 +69,9 @@ unsigned ws_conncap_open(void);
 
 /* Connections refused since the start. */
 uint64_t ws_conncap_refused(void);
+/* Connections closed on accept since the start because the process was
+ * out of descriptors (the reserve descriptor's doing, see conncap.c). */
+uint64_t ws_conncap_shed(void);
 
 /* The uid of the process at the other end of a connection accepted on the
  * guarded unix listener, from the call's peer string (grpc_call_get_peer);

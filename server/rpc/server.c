@@ -252,7 +252,7 @@ static void teardown_inline(struct ws_rpc_server *s)
         }
     } while (ev.type != GRPC_QUEUE_SHUTDOWN);
     grpc_server_destroy(s->server);
-    ws_metrics_set_connections_source(NULL, NULL);
+    ws_metrics_set_connections_source(NULL, NULL, NULL);
     ws_metrics_set_send_source(NULL, NULL);
     ws_conncap_release();
     s->server = NULL;
@@ -571,7 +571,7 @@ int ws_rpc_server_new(const struct ws_rpc_config *cfg, const struct ws_rpc_metho
         goto fail;
     }
 
-    ws_metrics_set_connections_source(ws_conncap_open, ws_conncap_refused);
+    ws_metrics_set_connections_source(ws_conncap_open, ws_conncap_refused, ws_conncap_shed);
     ws_metrics_set_send_source(ws_rpc_sendq_bytes, ws_rpc_sendq_evicted);
 
     ws_rpc_log(WS_RPC_LOG_INFO, "rpc.listen",

@@ -161,9 +161,42 @@ int PendingConnection(const wstest::Server &srv)
     return fd;
 }
 
+// The value of the unlabelled series `name` on the server's /metrics (its
+// --metrics-listen port is in its log), or -1.
+double Metric(const wstest::Server &srv, const std::string &name)
+{
+    std::istringstream log(wstest::ReadHostFile(srv.stderr_path()));
+    std::string line;
+    int port = -1;
+    while (std::getline(log, line)) {
+        size_t at = line.find("\"port\":");
+        if (line.find("\"event\":\"metrics.listen\"") != std::string::npos &&
+            at != std::string::npos)
+            port = std::stoi(line.substr(at + 7));
+    }
+    if (port < 0)
+        return -1;
+    std::string cmd =
+        "curl -fsS --max-time 10 http://127.0.0.1:" + std::to_string(port) + "/metrics";
+    FILE *f = popen(cmd.c_str(), "r");
+    if (!f)
+        return -1;
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0)
+        text.append(buf, n);
+    pclose(f);
+    std::istringstream in(text);
+    while (std::getline(in, line))
+        if (line.compare(0, name.size() + 1, name + " ") == 0)
+            return std::stod(line.substr(name.size() + 1));
+    return -1;
+}
+
 TEST(Descriptors, EveryStepAtEmfileIsNoDescriptorsAndTheServerRecoversWithoutLeak)
 {
-    wstest::Server srv;
+    wstest::Server srv(std::vector<std::string>({"--metrics-listen", "127.0.0.1:0"}));
     const pid_t pid = srv.pid();
     auto ws = srv.workspaces();
     auto fs = srv.fs();
@@ -243,6 +276,10 @@ TEST(Descriptors, EveryStepAtEmfileIsNoDescriptorsAndTheServerRecoversWithoutLea
     }
     grpc::Status h = HealthOnNewChannel(srv, 30);
     EXPECT_TRUE(h.ok()) << "no new connection after EMFILE: " << h.error_message();
+    // Counted apart from the connections refused by --max-connections:
+    // at least the waiting one.
+    EXPECT_GE(Metric(srv, "workspaced_connections_shed_total"), 1);
+    EXPECT_EQ(Metric(srv, "workspaced_connections_refused_total"), 0);
     grpc::Status s = Echo(ex.get(), w.id, &rr);
     EXPECT_TRUE(s.ok()) << s.error_message();
     EXPECT_EQ(rr.stdout(), "fd\n");

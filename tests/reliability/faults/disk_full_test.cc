@@ -357,6 +357,44 @@ TEST(DiskFull, EveryWriteIsNoSpaceNothingIsLostAndRestartSeesNothingHalfWritten)
     EXPECT_EQ(srv.Stop(), 0);
 }
 
+// A snapshot whose objects are all stored already writes only its
+// manifest; one much larger than stdio's buffer fails in a flush made
+// inside a line's write, long before the commit's own flush, and that
+// failure is NO_SPACE too, not an internal error.
+TEST(DiskFull, ALargeManifestOnAFullDiskIsNoSpace)
+{
+    SmallFs small("16m");
+    ASSERT_TRUE(small.mounted());
+    wstest::Server srv({}, small.dir());
+    auto ws = srv.workspaces();
+    auto fs = srv.fs();
+    OpenResponse opened;
+    ASSERT_TRUE(OpenBash(ws.get(), &opened).ok());
+    const std::string id = opened.workspace().id();
+    // 400 entries with 100-byte names, one content: a manifest of about
+    // 70 KB and a single object.
+    std::vector<std::pair<std::string, std::string>> entries;
+    for (int i = 0; i < 400; i++) {
+        std::string name = "f" + std::to_string(i) + "_";
+        entries.push_back({name + std::string(100 - name.size(), 'm'), "same\n"});
+    }
+    ASSERT_TRUE(WriteArchive(fs.get(), id, "many", Tar(entries)).ok());
+    SnapshotResponse first;
+    grpc::Status s = TakeSnapshot(ws.get(), id, "first", &first);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+
+    small.Fill();
+    SnapshotResponse second;
+    EXPECT_NO_SPACE(TakeSnapshot(ws.get(), id, "second", &second));
+    EXPECT_EQ(SnapshotIds(ws.get()), std::vector<std::string>{first.snapshot().id()});
+    EXPECT_EQ(Joined(HalfWritten(small.dir())), "");
+
+    small.Free();
+    s = TakeSnapshot(ws.get(), id, "second", &second);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(srv.Stop(), 0) << wstest::ReadHostFile(srv.stderr_path());
+}
+
 // ---- the audit log on a full disk ----
 
 int MetricsPort(const wstest::Server &srv)

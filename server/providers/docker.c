@@ -88,6 +88,19 @@ struct ws_docker_rt {
     bool have_version;
     struct ws_docker_api_version version;
     struct box *boxes;
+    /* Containers a failed Open made (or may have made) and could not
+     * remove then, the daemon gone: removed at the next attach or detach
+     * that reaches it (under lock). */
+    struct orphan *orphans;
+    size_t n_orphans;
+};
+
+/* A container to remove once the daemon answers: its id, or its name
+ * when the daemon may have made it without the answer reaching us (the
+ * name of a workspace that no longer exists). */
+struct orphan {
+    struct orphan *next;
+    char ref[WS_DOCKER_NAME_MAX + 1];
 };
 
 /* One command's relay and in-container handle. */
@@ -182,6 +195,11 @@ void ws_docker_rt_free(struct ws_docker_rt *rt)
         rt->boxes = b->next;
         box_free(b);
     }
+    while (rt->orphans) {
+        struct orphan *o = rt->orphans;
+        rt->orphans = o->next;
+        free(o);
+    }
     ws_pump_free(rt->agent_pump);
     ws_docker_http_free(rt->http);
     ws_pump_free(rt->pump);
@@ -193,6 +211,67 @@ void ws_docker_rt_free(struct ws_docker_rt *rt)
 }
 
 /* ---- calls ---- */
+
+static int remove_container(struct ws_docker_rt *rt, struct ws_docker_api_version v,
+                            const char *ref, struct ws_diag *d);
+
+/* Remembers a container to remove later; beyond WS_DOCKER_ORPHANS_MAX it
+ * is left to the reconcile of the server's next start. */
+static void orphan_add(struct ws_docker_rt *rt, const char *ref)
+{
+    struct orphan *o = calloc(1, sizeof(*o));
+
+    if (!o)
+        return;
+    snprintf(o->ref, sizeof(o->ref), "%s", ref);
+    pthread_mutex_lock(&rt->lock);
+    if (rt->n_orphans >= WS_DOCKER_ORPHANS_MAX) {
+        pthread_mutex_unlock(&rt->lock);
+        free(o);
+        return;
+    }
+    o->next = rt->orphans;
+    rt->orphans = o;
+    rt->n_orphans++;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+/* Removes the remembered containers now that the daemon answers; the
+ * ones it still cannot remove are kept for the next time. */
+static void orphans_sweep(struct ws_docker_rt *rt, struct ws_docker_api_version v)
+{
+    struct orphan *list, *keep = NULL;
+    size_t kept = 0;
+
+    pthread_mutex_lock(&rt->lock);
+    list = rt->orphans;
+    rt->orphans = NULL;
+    rt->n_orphans = 0;
+    pthread_mutex_unlock(&rt->lock);
+    while (list) {
+        struct orphan *o = list;
+        struct ws_diag ignored = {0};
+        list = o->next;
+        if (remove_container(rt, v, o->ref, &ignored) == 0) {
+            free(o);
+            continue;
+        }
+        o->next = keep;
+        keep = o;
+        kept++;
+    }
+    if (!keep)
+        return;
+    pthread_mutex_lock(&rt->lock);
+    for (struct orphan *o = keep;; o = o->next)
+        if (!o->next) {
+            o->next = rt->orphans;
+            break;
+        }
+    rt->orphans = keep;
+    rt->n_orphans += kept;
+    pthread_mutex_unlock(&rt->lock);
+}
 
 /* Transport errors: the daemon is not there (now). */
 static int unreachable(struct ws_diag *d, int err)
@@ -1166,7 +1245,7 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     size_t len = 0;
     long status = 0;
     struct box *b = NULL;
-    bool made = false, agent = ws_docker_agent_mode(cfg);
+    bool made = false, create_lost = false, agent = ws_docker_agent_mode(cfg);
     const bool asked = cfg->exec_mode == WORKSPACE__V1__EXEC_MODE__EXEC_MODE_AGENT;
     struct channel ch = {.dir_fd = -1, .listen_fd = -1};
     int err;
@@ -1207,6 +1286,7 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
     err = version(rt, &v, d);
     if (err < 0)
         return err;
+    orphans_sweep(rt, v);
     if (agent && !asked && runtime_is_gvisor(cfg)) {
         struct ws_diag ignored = {0};
         if (runtime_check(rt, v, cfg->runtime, false, true, &ignored) == -EOPNOTSUPP)
@@ -1301,6 +1381,8 @@ int ws_docker_rt_attach(struct ws_docker_rt *rt, const char *workspace_id, const
         if (err == 0)
             err = call(rt, WS_DOCKER_HTTP_POST, path, json, 0, &body, &len, &status, d);
     }
+    /* Sent, with no answer: the daemon may have made it all the same. */
+    create_lost = err < 0;
     if (err < 0)
         goto out;
     if (status != 201 || ws_docker_parse_created(body, len, &created) < 0) {
@@ -1362,7 +1444,10 @@ out:
     if (err < 0 && made) {
         /* Compensation: nothing of a failed Open stays behind. */
         struct ws_diag ignored = {0};
-        (void)remove_container(rt, v, id, &ignored);
+        if (remove_container(rt, v, id, &ignored) < 0)
+            orphan_add(rt, id);
+    } else if (err < 0 && create_lost && fresh) {
+        orphan_add(rt, name);
     }
     channel_close(&ch);
     box_free(b);
@@ -1380,8 +1465,10 @@ int ws_docker_rt_detach(struct ws_docker_rt *rt, const char *workspace_id, struc
     if (ws_docker_container_name(rt->server_id, workspace_id, name, sizeof(name)) < 0)
         return -EINVAL;
     err = version(rt, &v, d);
-    if (err == 0)
+    if (err == 0) {
+        orphans_sweep(rt, v);
         err = remove_container(rt, v, name, d);
+    }
     if (err < 0) {
         char why[WS_DIAG_MESSAGE_MAX];
         snprintf(why, sizeof(why), "%s", d ? d->message : "");
@@ -1600,7 +1687,10 @@ static void hook_kill(void *arg)
 
 /* The relay's line: "exited CODE" or "signaled SIG[ core][ oom]". Without
  * one the init's record never came (the relay said why on stderr): the
- * relay's own exit stands. */
+ * relay's own exit stands, but for WS_DOCKER_RELAY_EXIT_UNKNOWN, the
+ * relay's word for a command whose end it could not learn (the daemon
+ * died or broke the stream, the container went): not a command's exit
+ * code but the container lost under it, EVICTED, as in agent mode. */
 static void hook_exited(void *arg, struct ws_child_exit *e, enum ws_cause *ret_cause)
 {
     struct run *r = arg;
@@ -1614,6 +1704,10 @@ static void hook_exited(void *arg, struct ws_child_exit *e, enum ws_cause *ret_c
     n = ws_read_all(r->status_fd, buf, sizeof(buf) - 1);
     have = n > 0 ? (size_t)n : 0;
     buf[have] = '\0';
+    if (have == 0 && !e->signaled && e->exit_code == WS_DOCKER_RELAY_EXIT_UNKNOWN) {
+        *ret_cause = WS_CAUSE_EVICTED;
+        return;
+    }
     if (have == 0 || buf[have - 1] != '\n' || memchr(buf, '\n', have) != buf + have - 1)
         return;
     if (sscanf(buf, "%15s %d %7s %7s", word, &v, extra1, extra2) < 2)

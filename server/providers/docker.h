@@ -97,6 +97,10 @@
 #define WS_DOCKER_INIT_ENV   WS_INBOX_INIT_ENV
 #define WS_DOCKER_RELAY_NAME "workspaced-docker-relay"
 #define WS_DOCKER_RELAY_ENV  "WORKSPACED_DOCKER_RELAY"
+/* The relay's exit code, without a status line, when it could not learn
+ * the command's end: the daemon refused the exec, died or broke the
+ * stream, or the container stopped under it. */
+#define WS_DOCKER_RELAY_EXIT_UNKNOWN 125
 
 /* PATH of commands in a container (the guard's lookup path there). */
 #define WS_DOCKER_EXEC_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -117,6 +121,10 @@
 #define WS_DOCKER_PULL_LINE_MAX 4096
 /* Every other call to the daemon. */
 #define WS_DOCKER_CALL_TIMEOUT_MS 60000L
+/* Containers of failed Opens kept to remove once the daemon is back
+ * (the daemon died before the Open could remove what it made); beyond,
+ * the reconcile at the server's next start removes them. */
+#define WS_DOCKER_ORPHANS_MAX 1024
 
 /* The helper uid when the server names none: the first uid of the
  * default workspace uid range, which no workspace is given. */

@@ -290,6 +290,12 @@ class SoakTest : public ::testing::Test
     std::string server_id_, marker_;
 };
 
+// gRPC's timer threads, as /proc shows their name (cut to 15 bytes), and
+// at most how many of them a server may have: gRPC starts one more only
+// while all are busy running timers.
+const char kTimerThread[] = "grpc_global_tim";
+const int kTimerThreadsMax = 4;
+
 TEST_F(SoakTest, ResourcesReturnToBaselineAfterTheLoad)
 {
     const Scale sc = ScaleNow();
@@ -316,11 +322,28 @@ TEST_F(SoakTest, ResourcesReturnToBaselineAfterTheLoad)
            soak::Table(before, after, bound).c_str());
     fflush(stdout);
     // Exactly: each of these is a resource held per workspace, command or
-    // stream, and none is left once they are all gone.
-    EXPECT_EQ(after.fds, before.fds)
+    // stream, and none is left once they are all gone. Two pools outside
+    // the server's code are the exceptions, both seen in the full run: the
+    // Docker client's idle connections to the daemon may be fewer after
+    // (the daemon closes idle ones: one socket less), and gRPC's timer
+    // threads (named grpc_global_timer) are started when every one is
+    // busy and live until gRPC shuts down, so a larger load than the
+    // warm-up's may leave one more. Neither grows with the load.
+    EXPECT_LE(after.fds, before.fds)
         << "descriptors leaked: " << soak::Diff(before.fd_kinds, after.fd_kinds);
-    EXPECT_EQ(after.threads, before.threads)
+    EXPECT_EQ(after.fd_kinds.count("socket") ? after.fds - after.fd_kinds.at("socket") : after.fds,
+              before.fd_kinds.count("socket") ? before.fds - before.fd_kinds.at("socket")
+                                              : before.fds)
+        << "descriptors other than sockets changed: "
+        << soak::Diff(before.fd_kinds, after.fd_kinds);
+    const auto timers = [](const soak::Sample &x) {
+        auto it = x.thread_names.find(kTimerThread);
+        return it == x.thread_names.end() ? 0 : it->second;
+    };
+    EXPECT_EQ(after.threads - timers(after), before.threads - timers(before))
         << "threads leaked: " << soak::Diff(before.thread_names, after.thread_names);
+    EXPECT_LE(timers(after), kTimerThreadsMax)
+        << "gRPC timer threads: " << soak::Diff(before.thread_names, after.thread_names);
     EXPECT_EQ(after.zombies, 0) << "unreaped children";
     EXPECT_EQ(after.descendants, before.descendants) << "processes left below the server";
     EXPECT_EQ(after.cgroups, before.cgroups) << "cgroups left";

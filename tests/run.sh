@@ -85,21 +85,6 @@ bash tests/skips.sh bazel-testlogs "$stamp" | sed 's/^SKIPPED /SKIPPED (asan) /'
 t3=$(date +%s)
 times+=("asan $((t3 - t2f)) s")
 
-# ThreadSanitizer over the server's threaded layers (rpc, exec, registry,
-# the worker pool) and the end-to-end suites that drive them, against a
-# server built with it (tests/tsan/README.md). Its runtime dies at start
-# ("unexpected memory mapping") when the kernel randomises mmap with more
-# than 28 bits, as newer kernels do by default.
-if [ "$(sysctl -n vm.mmap_rnd_bits 2>/dev/null || echo 28)" -gt 28 ]; then
-  sysctl -q -w vm.mmap_rnd_bits=28 || status=1
-fi
-touch "$stamp"
-bazel test --config=tsan --nocache_test_results //tests/tsan:suite "$@" 2>&1 |
-  tee -a "$log" || status=1
-bash tests/skips.sh bazel-testlogs "$stamp" | sed 's/^SKIPPED /SKIPPED (tsan) /' >>"$skips"
-t4=$(date +%s)
-times+=("tsan $((t4 - t3)) s")
-
 # Last, outside the test runner: it stops and restarts dockerd, which must
 # outlive it (see tests/e2e/BUILD.bazel).
 bazel run //tests/e2e:docker_daemon_test 2>&1 | tee -a "$log"
@@ -110,8 +95,8 @@ else
   status=1
 fi
 bash tests/fixtures/dockerd.sh || status=1
-t5=$(date +%s)
-times+=("docker_daemon_test $((t5 - t4)) s")
+t4=$(date +%s)
+times+=("docker_daemon_test $((t4 - t3)) s")
 
 echo
 if [ -s "$skips" ]; then
@@ -120,7 +105,7 @@ if [ -s "$skips" ]; then
 else
   echo "No test skipped itself."
 fi
-echo "Time: ${times[*]/%/,} total $((t5 - t0)) s" | sed 's/, total/; total/; s/,,/,/g'
+echo "Time: ${times[*]/%/,} total $((t4 - t0)) s" | sed 's/, total/; total/; s/,,/,/g'
 # A cached result is not a run: only results of this run count.
 passed=$(grep -cE '^//[^ ]+ +PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)' "$log")
